@@ -1,0 +1,14 @@
+//! The shared crate: toporun's domain with no I/O. Host facts, findings, the NCCL
+//! planner, the torchrun contract, parsers of foreign formats and the TCPStore codec.
+
+pub mod cpulist;
+pub mod facts;
+pub mod finding;
+pub mod measured;
+pub mod nccl_env_check;
+pub mod nccl_vars;
+pub mod preflight;
+pub mod smi_topo;
+pub mod units;
+pub mod version;
+pub mod visible_devices;

@@ -1,0 +1,134 @@
+//! `caps.ipc_lock`, `memlock`: RDMA memory registration (EFA, InfiniBand) pins memory
+//! and fails ("ibv_reg_mr failed") without IPC_LOCK or an unlimited memlock.
+//! `caps.sys_nice`: NCCL's cuMem host allocations call get_mempolicy, which Docker's
+//! seccomp profile allows only with SYS_NICE.
+
+use crate::facts::{cap, HostFacts};
+use crate::finding::{Finding, Severity};
+use crate::units::format_size;
+use crate::version::Version;
+
+const IPC_LOCK_REMEDY: &str = "securityContext:\n  capabilities:\n    add: [IPC_LOCK]";
+
+fn memlock_text(limit: Option<u64>) -> String {
+    limit.map_or("unlimited".to_string(), format_size)
+}
+
+pub fn check(facts: &HostFacts) -> Vec<Finding> {
+    let c = &facts.container;
+    let ipc_lock = c.caps.has_effective(cap::IPC_LOCK);
+    let memlock_unlimited = c.rlimits.memlock.soft.is_none();
+    let rdma = facts.rdma.len();
+    let pinning_ok = ipc_lock || memlock_unlimited;
+    let sev = |good: bool| match (rdma > 0, good, pinning_ok) {
+        (_, true, _) => Severity::Ok,
+        (false, false, _) => Severity::Info,
+        (true, false, true) => Severity::Info,
+        (true, false, false) => Severity::Error,
+    };
+    let ipc_summary = match (ipc_lock, rdma > 0, pinning_ok) {
+        (true, _, _) => "CAP_IPC_LOCK is effective".to_string(),
+        (false, true, false) => format!("{rdma} RDMA device(s) but no CAP_IPC_LOCK and memlock is {}: RDMA memory registration will fail (ibv_reg_mr)", memlock_text(c.rlimits.memlock.soft)),
+        (false, true, true) => "no CAP_IPC_LOCK, but memlock is unlimited, which is enough for RDMA".to_string(),
+        (false, false, _) => "no CAP_IPC_LOCK; not needed without RDMA devices".to_string(),
+    };
+    let mut ipc = Finding::new("caps.ipc_lock", sev(ipc_lock), ipc_summary)
+        .fact("cap_eff", format!("{:016x}", c.caps.effective))
+        .fact("rdma_devices", rdma);
+    if ipc.severity == Severity::Error {
+        ipc = ipc.remedy(IPC_LOCK_REMEDY);
+    }
+    let memlock_summary = if memlock_unlimited {
+        "memlock is unlimited".to_string()
+    } else if rdma > 0 && !pinning_ok {
+        format!("memlock is {} with {rdma} RDMA device(s) and no CAP_IPC_LOCK: registration of NCCL's buffers will fail", memlock_text(c.rlimits.memlock.soft))
+    } else {
+        format!("memlock is {}", memlock_text(c.rlimits.memlock.soft))
+    };
+    let mut memlock = Finding::new("memlock", sev(memlock_unlimited), memlock_summary)
+        .fact("soft", memlock_text(c.rlimits.memlock.soft))
+        .fact("hard", memlock_text(c.rlimits.memlock.hard));
+    if memlock.severity == Severity::Error {
+        memlock = memlock.remedy(format!(
+            "add IPC_LOCK ({}), or start the container with an unlimited memlock (docker --ulimit memlock=-1; containerd: LimitMEMLOCK=infinity for the runtime)",
+            "securityContext.capabilities.add: [IPC_LOCK]"
+        ));
+    }
+    let mut out = vec![ipc, memlock];
+    if facts.gpus.count() > 0 {
+        out.push(sys_nice(facts));
+    }
+    out
+}
+
+/// First NCCL release that falls back to /dev/shm when get_mempolicy is refused.
+const CUMEM_HOST_FALLBACK: Version = Version::new(2, 26, 5);
+
+fn sys_nice(facts: &HostFacts) -> Finding {
+    let nccl = facts.platform.nccl_version.as_deref().and_then(Version::parse);
+    let f = |sev, s: String| Finding::new("caps.sys_nice", sev, s).fact("nccl_version", facts.platform.nccl_version.as_deref().unwrap_or("unknown"));
+    if facts.container.caps.has_effective(cap::SYS_NICE) {
+        return f(Severity::Ok, "CAP_SYS_NICE is effective: NCCL's cuMem host allocations can use get_mempolicy".into());
+    }
+    match nccl {
+        Some(v) if v >= CUMEM_HOST_FALLBACK => f(Severity::Info, format!("no CAP_SYS_NICE; NCCL {v} falls back to /dev/shm for host buffers by itself")),
+        _ => f(
+            Severity::Warning,
+            "no CAP_SYS_NICE: NCCL < 2.26.5 (or of unknown version) can fail its cuMem host allocations under Docker's seccomp profile; toporun's plan sets NCCL_CUMEM_HOST_ENABLE=0".into(),
+        )
+        .remedy("securityContext:\n  capabilities:\n    add: [SYS_NICE]\n(or keep NCCL_CUMEM_HOST_ENABLE=0, as `toporun launch` plans)"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::facts::{Limit, RdmaDevice, RdmaKind};
+    use crate::preflight::testutil::healthy;
+
+    fn efa_without_pinning() -> HostFacts {
+        let mut f = healthy();
+        f.container.caps.effective = 0;
+        f.container.rlimits.memlock = Limit { soft: Some(8 << 20), hard: Some(8 << 20) };
+        f.rdma = vec![RdmaDevice { name: "rdmap16s27".into(), kind: RdmaKind::Efa, ..Default::default() }];
+        f
+    }
+
+    #[test]
+    fn rdma_without_ipc_lock_or_unlimited_memlock_is_two_errors() {
+        let out = check(&efa_without_pinning());
+        assert_eq!(out[0].id, "caps.ipc_lock");
+        assert_eq!(out[0].severity, Severity::Error);
+        assert!(out[0].remedy.as_ref().unwrap().contains("IPC_LOCK"));
+        assert_eq!(out[1].id, "memlock");
+        assert_eq!(out[1].severity, Severity::Error);
+        assert_eq!(out[1].facts["soft"], "8 MiB");
+    }
+
+    #[test]
+    fn unlimited_memlock_alone_is_enough() {
+        let mut f = efa_without_pinning();
+        f.container.rlimits.memlock = Limit::default();
+        let out = check(&f);
+        assert_eq!(out[0].severity, Severity::Info);
+        assert_eq!(out[1].severity, Severity::Ok);
+    }
+
+    #[test]
+    fn no_rdma_means_no_error() {
+        let mut f = efa_without_pinning();
+        f.rdma.clear();
+        assert!(check(&f).iter().filter(|x| x.id != "caps.sys_nice").all(|x| x.severity < Severity::Warning));
+    }
+
+    #[test]
+    fn sys_nice_depends_on_nccl_version() {
+        let mut f = healthy();
+        f.container.caps.effective = 0;
+        assert_eq!(sys_nice(&f).severity, Severity::Warning);
+        f.platform.nccl_version = Some("2.28.9".into());
+        assert_eq!(sys_nice(&f).severity, Severity::Info);
+        f.platform.nccl_version = Some("2.21.5".into());
+        assert_eq!(sys_nice(&f).severity, Severity::Warning);
+    }
+}

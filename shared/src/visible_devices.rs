@@ -1,0 +1,63 @@
+//! CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES as CUDA and the container toolkit
+//! read them.
+
+use crate::facts::GpuFacts;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VisibleDevices {
+    /// Unset or "all".
+    All,
+    /// Empty, "none" or "void".
+    None,
+    /// Indices, UUIDs (GPU-...) or MIG ids, in order; CUDA stops at the first invalid one.
+    List(Vec<String>),
+}
+
+impl VisibleDevices {
+    pub fn parse(text: &str) -> Self {
+        match text.trim() {
+            "all" => VisibleDevices::All,
+            "" | "none" | "void" | "NoDevFiles" => VisibleDevices::None,
+            list => VisibleDevices::List(list.split(',').map(|s| s.trim().to_string()).collect()),
+        }
+    }
+}
+
+/// What is wrong with a CUDA_VISIBLE_DEVICES list given the GPUs this container has.
+pub fn mismatch(cvd: VisibleDevices, visible: usize, gpus: &GpuFacts) -> Option<String> {
+    let VisibleDevices::List(list) = cvd else {
+        return match cvd {
+            VisibleDevices::None => Some("it hides every GPU".into()),
+            _ => None,
+        };
+    };
+    for entry in &list {
+        if let Ok(i) = entry.parse::<usize>() {
+            if i >= visible {
+                return Some(format!("it names device {i} but only {visible} GPU(s) exist here (0..{}); CUDA ignores it and everything after it", visible.saturating_sub(1)));
+            }
+        } else if entry.starts_with("GPU-") && !gpus.devices.is_empty() && !gpus.devices.iter().any(|d| d.uuid.starts_with(entry.as_str())) {
+            return Some(format!("it names {entry}, which is not one of this container's GPUs"));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_forms() {
+        assert_eq!(VisibleDevices::parse("all"), VisibleDevices::All);
+        assert_eq!(VisibleDevices::parse("void"), VisibleDevices::None);
+        assert_eq!(VisibleDevices::parse("0, 2"), VisibleDevices::List(vec!["0".into(), "2".into()]));
+    }
+
+    #[test]
+    fn index_out_of_range_is_named() {
+        let g = GpuFacts::default();
+        assert!(mismatch(VisibleDevices::parse("0,1"), 1, &g).unwrap().contains("device 1"));
+        assert_eq!(mismatch(VisibleDevices::parse("0"), 1, &g), None);
+    }
+}
