@@ -1,1 +1,5 @@
-pub fn x(){}
+//! toporun's in-container runtime: probing the live machine, the TCPStore-compatible
+//! store, rendezvous and rank supervision.
+
+pub mod paths;
+pub mod probe;

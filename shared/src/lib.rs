@@ -9,6 +9,7 @@ pub mod nccl_env_check;
 pub mod nccl_vars;
 pub mod preflight;
 pub mod smi_topo;
+pub mod store;
 pub mod units;
 pub mod version;
 pub mod visible_devices;

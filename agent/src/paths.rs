@@ -1,0 +1,77 @@
+//! Every /proc, /sys, /dev and /etc path toporun reads, relative to a root directory so
+//! tests can point probes at a tree of small files.
+
+use std::path::{Path, PathBuf};
+
+pub const PROC_SELF_NS: &str = "proc/self/ns";
+pub const PROC_SELF_MOUNTS: &str = "proc/self/mounts";
+pub const PROC_1_COMM: &str = "proc/1/comm";
+pub const PROC_BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
+pub const PROC_NET_ROUTE: &str = "proc/net/route";
+pub const PROC_NET_IPV6_ROUTE: &str = "proc/net/ipv6_route";
+pub const SYS_CLASS_NET: &str = "sys/class/net";
+pub const SYS_CLASS_INFINIBAND: &str = "sys/class/infiniband";
+pub const SYS_CPU_ONLINE: &str = "sys/devices/system/cpu/online";
+pub const SYS_DMI_ID: &str = "sys/devices/virtual/dmi/id";
+pub const SYS_CGROUP_V2_MEMORY_MAX: &str = "sys/fs/cgroup/memory.max";
+pub const SYS_CGROUP_V1_MEMORY_LIMIT: &str = "sys/fs/cgroup/memory/memory.limit_in_bytes";
+pub const DEV: &str = "dev";
+pub const DEV_SHM: &str = "dev/shm";
+pub const DEV_INFINIBAND: &str = "dev/infiniband";
+pub const ETC_NCCL_CONF: &str = "etc/nccl.conf";
+
+/// Where aws-ofi-nccl and Azure images keep NCCL topology XMLs.
+pub const TOPOLOGY_DIRS: &[&str] = &[
+    "opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml",
+    "opt/aws-ofi-nccl/share/aws-ofi-nccl/xml",
+    "usr/local/share/aws-ofi-nccl/xml",
+    "opt/microsoft",
+];
+
+/// Where NCCL and its network plugins are installed.
+pub const LIB_DIRS: &[&str] = &[
+    "opt/amazon/ofi-nccl/lib",
+    "opt/amazon/ofi-nccl/lib64",
+    "opt/aws-ofi-nccl/lib",
+    "usr/lib/x86_64-linux-gnu",
+    "usr/lib/aarch64-linux-gnu",
+    "usr/local/lib",
+    "usr/local/nccl/lib",
+    "usr/lib64",
+];
+
+/// The file-system root probes read from: "/" live, a temp dir in tests.
+#[derive(Debug, Clone)]
+pub struct Root(PathBuf);
+
+impl Root {
+    pub fn live() -> Self {
+        Root(PathBuf::from("/"))
+    }
+
+    pub fn at(dir: impl Into<PathBuf>) -> Self {
+        Root(dir.into())
+    }
+
+    pub fn is_live(&self) -> bool {
+        self.0 == Path::new("/")
+    }
+
+    pub fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.0.join(rel)
+    }
+
+    /// A small text file, trimmed; None when absent or unreadable.
+    pub fn read(&self, rel: impl AsRef<Path>) -> Option<String> {
+        std::fs::read_to_string(self.join(rel)).ok().map(|s| s.trim().to_string())
+    }
+
+    /// Names in a directory, sorted; empty when it does not exist.
+    pub fn list(&self, rel: impl AsRef<Path>) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(self.join(rel))
+            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        names.sort();
+        names
+    }
+}

@@ -1,0 +1,168 @@
+//! GPU facts through NVML (nvml-wrapper dlopens libnvidia-ml.so.1 at run time: a
+//! machine without it yields facts saying so, not an error).
+
+use crate::paths::{self, Root};
+use nvml_wrapper::enum_wrappers::device::{ComputeMode, P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+use nvml_wrapper::{Device, Nvml};
+use toporun_shared::cpulist;
+use toporun_shared::facts::{classify_link, FabricState, Gpu, GpuFacts, GpuSource, LinkKind, NvlinkInfo, P2pPair, P2pState, PcieAncestor};
+
+/// Where GPU facts come from: NVML live, or a fixture in tests.
+pub trait GpuProbe {
+    fn probe(&self) -> GpuFacts;
+}
+
+/// The real thing.
+pub struct NvmlProbe;
+
+/// Facts handed in as they are (tests, `--facts`).
+pub struct FixedGpus(pub GpuFacts);
+
+impl GpuProbe for FixedGpus {
+    fn probe(&self) -> GpuFacts {
+        self.0.clone()
+    }
+}
+
+impl GpuProbe for NvmlProbe {
+    fn probe(&self) -> GpuFacts {
+        match Nvml::init() {
+            Ok(nvml) => probe_nvml(&nvml).unwrap_or_else(|e| GpuFacts { nvml_error: Some(format!("NVML query failed: {e}")), ..Default::default() }),
+            Err(e) => GpuFacts { nvml_error: Some(format!("NVML unavailable: {e}")), ..Default::default() },
+        }
+    }
+}
+
+/// NVLink links a GPU can have (NVML_NVLINK_MAX_LINKS).
+const MAX_NVLINKS: u32 = 18;
+
+fn probe_nvml(nvml: &Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError> {
+    let count = nvml.device_count()?;
+    let devices: Vec<Device> = (0..count).map(|i| nvml.device_by_index(i)).collect::<Result<_, _>>()?;
+    let gpus: Vec<Gpu> = devices.iter().enumerate().map(|(i, d)| gpu(nvml, i as u32, d)).collect();
+    let bus_ids: Vec<String> = gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
+    let n = devices.len();
+    let mut links = vec![vec![LinkKind::Own; n]; n];
+    let mut p2p = Vec::new();
+    for a in 0..n {
+        for b in (a + 1)..n {
+            let ancestor = nvml.topology_common_ancestor(&devices[a], &devices[b]).ok().map(ancestor);
+            let link = classify_link(&gpus[a], &gpus[b], &bus_ids, ancestor);
+            links[a][b] = link;
+            links[b][a] = link;
+            let status = |idx| devices[a].p2p_status(&devices[b], idx).map_or(P2pState::Unknown, p2p_state);
+            p2p.push(P2pPair { a, b, read: status(P2pCapabilitiesIndex::Read), write: status(P2pCapabilitiesIndex::Write) });
+        }
+    }
+    Ok(GpuFacts {
+        source: GpuSource::Nvml,
+        nvml_error: None,
+        driver_version: nvml.sys_driver_version().ok(),
+        cuda_driver_version: nvml.sys_cuda_driver_version().ok().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
+        devices: gpus,
+        links,
+        p2p,
+        device_nodes: Vec::new(),
+    })
+}
+
+fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
+    let words = 16; // affinity words of 64 CPUs: up to 1024 CPUs
+    let remotes: Vec<String> = (0..MAX_NVLINKS)
+        .map(|l| d.link_wrapper_for(l))
+        .filter(|l| l.is_active().unwrap_or(false))
+        .map(|l| l.remote_pci_info().map(|p| p.bus_id).unwrap_or_else(|_| toporun_shared::facts::INVISIBLE_REMOTE.to_string()))
+        .collect();
+    Gpu {
+        index,
+        name: d.name().unwrap_or_default(),
+        uuid: d.uuid().unwrap_or_default(),
+        pci_bus_id: d.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        mig_enabled: d.mig_mode().ok().map(|m| m.current == 1),
+        compute_mode: d.compute_mode().ok().map(|m| {
+            match m {
+                ComputeMode::Default => "default",
+                ComputeMode::ExclusiveThread => "exclusive-thread",
+                ComputeMode::ExclusiveProcess => "exclusive-process",
+                ComputeMode::Prohibited => "prohibited",
+            }
+            .to_string()
+        }),
+        persistence_mode: d.is_in_persistent_mode().ok(),
+        numa_node: d.numa_node_id().ok(),
+        cpu_affinity: d.cpu_affinity(words).map(|w| cpulist::from_mask_words(&w.iter().map(|x| *x as u64).collect::<Vec<_>>())).unwrap_or_default(),
+        fabric: fabric_state(nvml, d),
+        nvlink: NvlinkInfo { active_links: remotes.len() as u32, remotes },
+    }
+}
+
+/// nvmlDeviceGetGpuFabricInfoV is not wrapped: call it raw (v3 struct, then the
+/// unversioned call for older drivers).
+fn fabric_state(nvml: &Nvml, d: &Device) -> Option<FabricState> {
+    use nvml_wrapper_sys::bindings::{nvmlGpuFabricInfoV_t, nvmlGpuFabricInfo_t};
+    let lib = nvml.lib();
+    // SAFETY: the handle is valid for the life of `d`; the structs are plain C data
+    // NVML fills in; the version field follows NVML_STRUCT_VERSION(GpuFabricInfo, 3).
+    unsafe {
+        let handle = d.handle();
+        if lib.nvmlDeviceGetGpuFabricInfoV.is_ok() {
+            let mut info: nvmlGpuFabricInfoV_t = std::mem::zeroed();
+            info.version = std::mem::size_of::<nvmlGpuFabricInfoV_t>() as u32 | (3 << 24);
+            if lib.nvmlDeviceGetGpuFabricInfoV(handle, &mut info) == 0 {
+                return FabricState::from_nvml(info.state);
+            }
+        }
+        if lib.nvmlDeviceGetGpuFabricInfo.is_ok() {
+            let mut info: nvmlGpuFabricInfo_t = std::mem::zeroed();
+            if lib.nvmlDeviceGetGpuFabricInfo(handle, &mut info) == 0 {
+                return FabricState::from_nvml(info.state);
+            }
+        }
+    }
+    None
+}
+
+fn ancestor(level: TopologyLevel) -> PcieAncestor {
+    match level {
+        TopologyLevel::Internal => PcieAncestor::Internal,
+        TopologyLevel::Single => PcieAncestor::Single,
+        TopologyLevel::Multiple => PcieAncestor::Multiple,
+        TopologyLevel::HostBridge => PcieAncestor::HostBridge,
+        TopologyLevel::Node => PcieAncestor::Node,
+        TopologyLevel::System => PcieAncestor::System,
+    }
+}
+
+fn p2p_state(s: P2pStatus) -> P2pState {
+    match s {
+        P2pStatus::Ok => P2pState::Ok,
+        P2pStatus::ChipsetNotSupported => P2pState::ChipsetNotSupported,
+        P2pStatus::GpuNotSupported => P2pState::GpuNotSupported,
+        P2pStatus::IohTopologyNotSupported => P2pState::TopologyNotSupported,
+        P2pStatus::DisabledByRegkey => P2pState::DisabledByRegkey,
+        P2pStatus::NotSupported => P2pState::NotSupported,
+        P2pStatus::Unknown => P2pState::Unknown,
+    }
+}
+
+/// /dev/nvidia* nodes (nvidiactl, nvidia-uvm, nvidiaN).
+pub fn device_nodes(root: &Root) -> Vec<String> {
+    root.list(paths::DEV).into_iter().filter(|n| n.starts_with("nvidia") && n != "nvidia-caps").map(|n| format!("/dev/{n}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_nvml_absence_is_a_fact() {
+        // This machine has no NVIDIA driver; on a GPU machine the probe must find GPUs.
+        let facts = NvmlProbe.probe();
+        if std::path::Path::new("/dev/nvidiactl").exists() {
+            assert!(facts.count() > 0, "{facts:?}");
+        } else {
+            assert_eq!(facts.source, GpuSource::None);
+            assert!(facts.nvml_error.unwrap().contains("NVML"));
+        }
+    }
+}

@@ -1,0 +1,276 @@
+//! The store's state machine, with the semantics of PyTorch's libuv server: requests
+//! in, replies out (addressed to connections). No I/O, so transcripts replay in tests.
+
+use super::codec::{self, blob, Request, CHECK_NOT_READY, CHECK_READY, VALIDATION_MAGIC, WAIT_CANCELED, WAIT_STOP_WAITING};
+use std::collections::{HashMap, HashSet, VecDeque};
+
+pub type ConnId = u64;
+
+#[derive(Debug, Default)]
+pub struct StoreState {
+    data: HashMap<Vec<u8>, Vec<u8>>,
+    queues: HashMap<Vec<u8>, VecDeque<Vec<u8>>>,
+    /// key -> connections waiting for it, in arrival order.
+    waiting: HashMap<Vec<u8>, Vec<ConnId>>,
+    /// connection -> keys it still waits for.
+    awaited: HashMap<ConnId, usize>,
+    /// Connections that passed the validation handshake.
+    validated: HashSet<ConnId>,
+    /// Operations served, for the bench's rate.
+    pub ops: u64,
+}
+
+/// What a request produced: replies for connections, or "close this connection".
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Effects {
+    pub replies: Vec<(ConnId, Vec<u8>)>,
+    pub close: bool,
+}
+
+impl StoreState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Number of keys (GETNUMKEYS).
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+
+    /// A value, for the agent's own reads.
+    pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
+        self.data.get(key)
+    }
+
+    /// Sets a value from inside the agent, waking waiters.
+    pub fn set(&mut self, key: &[u8], value: Vec<u8>) -> Vec<(ConnId, Vec<u8>)> {
+        self.data.insert(key.to_vec(), value);
+        self.wake_all(key)
+    }
+
+    /// Adds from inside the agent (same semantics as ADD).
+    pub fn add(&mut self, key: &[u8], delta: i64) -> (i64, Vec<(ConnId, Vec<u8>)>) {
+        let v = self.add_value(key, delta);
+        (v, self.wake_all(key))
+    }
+
+    pub fn apply(&mut self, conn: ConnId, req: Request) -> Effects {
+        let mut fx = Effects::default();
+        if !self.validated.contains(&conn) {
+            // libuv ignores everything before a good VALIDATE and drops bad ones.
+            match req {
+                Request::Validate(VALIDATION_MAGIC) => {
+                    self.validated.insert(conn);
+                }
+                _ => fx.close = true,
+            }
+            return fx;
+        }
+        self.ops += 1;
+        let mut reply = |bytes: Vec<u8>| fx.replies.push((conn, bytes));
+        match req {
+            Request::Validate(_) => {}
+            Request::Ping(nonce) => reply(nonce.to_le_bytes().to_vec()),
+            Request::Set { key, value } => {
+                self.data.insert(key.clone(), value);
+                fx.replies.extend(self.wake_all(&key));
+            }
+            Request::CompareSet { key, expected, desired } => {
+                let current = match self.data.get_mut(&key) {
+                    None if expected.is_empty() => {
+                        self.data.insert(key.clone(), desired.clone());
+                        desired
+                    }
+                    None => expected,
+                    Some(cur) => {
+                        if *cur == expected {
+                            *cur = desired;
+                        }
+                        cur.clone()
+                    }
+                };
+                reply(blob(&current));
+                fx.replies.extend(self.wake_all(&key));
+            }
+            Request::Get { key } => reply(blob(self.data.get(&key).map(Vec::as_slice).unwrap_or_default())),
+            Request::Add { key, delta } => {
+                let v = self.add_value(&key, delta);
+                reply(v.to_le_bytes().to_vec());
+                fx.replies.extend(self.wake_all(&key));
+            }
+            Request::Check { keys } => reply(vec![if self.all_present(&keys) { CHECK_READY } else { CHECK_NOT_READY }]),
+            Request::Wait { keys } => {
+                if self.all_present(&keys) {
+                    reply(vec![WAIT_STOP_WAITING]);
+                } else {
+                    let mut n = 0;
+                    for k in keys.into_iter().filter(|k| !self.data.contains_key(k)) {
+                        self.waiting.entry(k).or_default().push(conn);
+                        n += 1;
+                    }
+                    self.awaited.insert(conn, n);
+                }
+            }
+            Request::GetNumKeys => reply((self.data.len() as i64).to_le_bytes().to_vec()),
+            Request::DeleteKey { key } => reply((self.data.remove(&key).is_some() as i64).to_le_bytes().to_vec()),
+            Request::Append { key, value } => {
+                self.data.entry(key.clone()).or_default().extend_from_slice(&value);
+                fx.replies.extend(self.wake_all(&key));
+            }
+            Request::MultiGet { keys } => {
+                let mut out = Vec::new();
+                for k in &keys {
+                    out.extend(blob(self.data.get(k).map(Vec::as_slice).unwrap_or_default()));
+                }
+                reply(out);
+            }
+            Request::MultiSet { pairs } => {
+                for (k, v) in pairs {
+                    self.data.insert(k.clone(), v);
+                    fx.replies.extend(self.wake_all(&k));
+                }
+            }
+            Request::CancelWait => {
+                self.forget_waits(conn);
+                reply(vec![WAIT_CANCELED]);
+            }
+            Request::QueuePush { key, value } => {
+                self.queues.entry(key.clone()).or_default().push_back(value);
+                fx.replies.extend(self.wake_one(&key));
+            }
+            Request::QueuePop { key } => {
+                let q = self.queues.entry(key).or_default();
+                let mut out = (q.len() as i64).to_le_bytes().to_vec();
+                if let Some(v) = q.pop_front() {
+                    out.extend(blob(&v));
+                }
+                reply(out);
+            }
+            Request::QueueLen { key } => reply((self.queues.get(&key).map_or(0, VecDeque::len) as i64).to_le_bytes().to_vec()),
+        }
+        fx
+    }
+
+    /// A connection went away: drop its waits.
+    pub fn disconnect(&mut self, conn: ConnId) {
+        self.forget_waits(conn);
+        self.validated.remove(&conn);
+    }
+
+    fn add_value(&mut self, key: &[u8], delta: i64) -> i64 {
+        let old = self.data.get(key).and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<i64>().ok()).unwrap_or(0);
+        let new = old.wrapping_add(delta);
+        self.data.insert(key.to_vec(), new.to_string().into_bytes());
+        new
+    }
+
+    fn all_present(&self, keys: &[Vec<u8>]) -> bool {
+        keys.iter().all(|k| self.data.contains_key(k) || self.queues.get(k).is_some_and(|q| !q.is_empty()))
+    }
+
+    fn wake_all(&mut self, key: &[u8]) -> Vec<(ConnId, Vec<u8>)> {
+        let Some(conns) = self.waiting.remove(key) else { return Vec::new() };
+        conns.into_iter().filter(|c| self.count_down(*c)).map(|c| (c, vec![WAIT_STOP_WAITING])).collect()
+    }
+
+    fn wake_one(&mut self, key: &[u8]) -> Vec<(ConnId, Vec<u8>)> {
+        let Some(conns) = self.waiting.get(key).cloned() else { return Vec::new() };
+        conns.into_iter().find(|c| self.count_down(*c)).map(|c| vec![(c, vec![WAIT_STOP_WAITING])]).unwrap_or_default()
+    }
+
+    /// One awaited key arrived for `conn`; true when it has them all.
+    fn count_down(&mut self, conn: ConnId) -> bool {
+        match self.awaited.get_mut(&conn) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                self.awaited.remove(&conn);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn forget_waits(&mut self, conn: ConnId) {
+        if self.awaited.remove(&conn).is_some() {
+            self.waiting.retain(|_, conns| {
+                conns.retain(|c| *c != conn);
+                !conns.is_empty()
+            });
+        }
+    }
+}
+
+/// Re-export for callers that only need the codec's decode.
+pub use codec::decode_request as decode;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn validated(s: &mut StoreState, conn: ConnId) {
+        assert_eq!(s.apply(conn, Request::Validate(VALIDATION_MAGIC)), Effects::default());
+    }
+
+    #[test]
+    fn requests_before_validation_close_the_connection() {
+        let mut s = StoreState::new();
+        assert!(s.apply(1, Request::GetNumKeys).close);
+        assert!(s.apply(2, Request::Validate(1)).close);
+    }
+
+    #[test]
+    fn wait_wakes_when_the_last_key_arrives() {
+        let mut s = StoreState::new();
+        validated(&mut s, 1);
+        validated(&mut s, 2);
+        assert!(s.apply(1, Request::Wait { keys: vec![b"a".to_vec(), b"b".to_vec()] }).replies.is_empty());
+        assert!(s.apply(2, Request::Set { key: b"a".to_vec(), value: vec![] }).replies.is_empty());
+        let fx = s.apply(2, Request::Add { key: b"b".to_vec(), delta: 1 });
+        assert!(fx.replies.contains(&(1, vec![WAIT_STOP_WAITING])));
+    }
+
+    #[test]
+    fn cancel_wait_forgets_and_answers() {
+        let mut s = StoreState::new();
+        validated(&mut s, 1);
+        s.apply(1, Request::Wait { keys: vec![b"x".to_vec()] });
+        assert_eq!(s.apply(1, Request::CancelWait).replies, vec![(1, vec![WAIT_CANCELED])]);
+        validated(&mut s, 2);
+        assert!(s.apply(2, Request::Set { key: b"x".to_vec(), value: vec![] }).replies.is_empty());
+    }
+
+    #[test]
+    fn queues_push_pop_len_and_wake_one() {
+        let mut s = StoreState::new();
+        for c in 1..=3 {
+            validated(&mut s, c);
+        }
+        s.apply(1, Request::Wait { keys: vec![b"q".to_vec()] });
+        s.apply(2, Request::Wait { keys: vec![b"q".to_vec()] });
+        let fx = s.apply(3, Request::QueuePush { key: b"q".to_vec(), value: b"v1".to_vec() });
+        assert_eq!(fx.replies, vec![(1, vec![WAIT_STOP_WAITING])]);
+        assert_eq!(s.apply(3, Request::QueueLen { key: b"q".to_vec() }).replies[0].1, 1i64.to_le_bytes());
+        let pop = &s.apply(3, Request::QueuePop { key: b"q".to_vec() }).replies[0].1;
+        assert_eq!(&pop[..8], &1i64.to_le_bytes());
+        assert_eq!(&pop[8..], blob(b"v1").as_slice());
+        assert_eq!(s.apply(3, Request::QueuePop { key: b"q".to_vec() }).replies[0].1, 0i64.to_le_bytes());
+    }
+
+    #[test]
+    fn compare_set_semantics_match_libuv() {
+        let mut s = StoreState::new();
+        validated(&mut s, 1);
+        let cas = |s: &mut StoreState, e: &[u8], d: &[u8]| s.apply(1, Request::CompareSet { key: b"k".to_vec(), expected: e.to_vec(), desired: d.to_vec() }).replies[0].1.clone();
+        assert_eq!(cas(&mut s, b"x", b"y"), blob(b"x"), "missing key, non-empty expected: echoes expected");
+        assert_eq!(cas(&mut s, b"", b"new"), blob(b"new"));
+        assert_eq!(cas(&mut s, b"bad", b"z"), blob(b"new"));
+        assert_eq!(cas(&mut s, b"new", b"z"), blob(b"z"));
+    }
+}
