@@ -3,3 +3,4 @@
 
 pub mod paths;
 pub mod probe;
+pub mod store;

@@ -10,6 +10,7 @@ pub mod nccl_vars;
 pub mod preflight;
 pub mod smi_topo;
 pub mod store;
+pub mod torchrun;
 pub mod units;
 pub mod version;
 pub mod visible_devices;

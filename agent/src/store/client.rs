@@ -1,0 +1,245 @@
+//! A TCPStore client speaking PyTorch's protocol (keys get PyTorch's "/" prefix, so
+//! Python clients of the same store see the same names).
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use toporun_shared::store::codec::{encode_request, CHECK_READY, VALIDATION_MAGIC, WAIT_STOP_WAITING};
+use toporun_shared::store::Request;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("could not connect to the store at {addr} within {waited:?}: {source}")]
+    Connect { addr: String, waited: Duration, source: std::io::Error },
+    #[error("store at {addr}: {source}")]
+    Io { addr: String, source: std::io::Error },
+    #[error("timed out after {0:?} waiting for store keys {1:?}")]
+    WaitTimeout(Duration, Vec<String>),
+    #[error("store answered ping {got:#x}, expected {want:#x}: not a TCPStore")]
+    BadPing { got: u32, want: u32 },
+}
+
+pub struct StoreClient {
+    stream: TcpStream,
+    addr: String,
+}
+
+fn prefixed(key: &str) -> Vec<u8> {
+    format!("/{key}").into_bytes()
+}
+
+impl StoreClient {
+    /// Connects with exponential backoff (capped at 1 s) until `timeout`, then runs the
+    /// validation handshake and a ping.
+    pub async fn connect(host: &str, port: u16, timeout: Duration) -> Result<StoreClient, StoreError> {
+        let addr = if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        let start = Instant::now();
+        let mut delay = Duration::from_millis(10);
+        let stream = loop {
+            match TcpStream::connect(&addr).await {
+                Ok(s) => break s,
+                Err(e) if start.elapsed() + delay >= timeout => return Err(StoreError::Connect { addr, waited: start.elapsed(), source: e }),
+                Err(_) => {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(1));
+                }
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let mut c = StoreClient { stream, addr };
+        let nonce = std::process::id();
+        let mut hello = encode_request(&Request::Validate(VALIDATION_MAGIC));
+        hello.extend(encode_request(&Request::Ping(nonce)));
+        c.write(&hello).await?;
+        let got = c.read_u32().await?;
+        if got != nonce {
+            return Err(StoreError::BadPing { got, want: nonce });
+        }
+        Ok(c)
+    }
+
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.stream.peer_addr().ok()
+    }
+
+    fn io(&self, source: std::io::Error) -> StoreError {
+        StoreError::Io { addr: self.addr.clone(), source }
+    }
+
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
+        self.stream.write_all(bytes).await.map_err(|e| StoreError::Io { addr: self.addr.clone(), source: e })
+    }
+
+    async fn send(&mut self, req: Request) -> Result<(), StoreError> {
+        self.write(&encode_request(&req)).await
+    }
+
+    async fn read_u32(&mut self) -> Result<u32, StoreError> {
+        self.stream.read_u32_le().await.map_err(|e| self.io(e))
+    }
+
+    async fn read_i64(&mut self) -> Result<i64, StoreError> {
+        self.stream.read_i64_le().await.map_err(|e| self.io(e))
+    }
+
+    async fn read_u8(&mut self) -> Result<u8, StoreError> {
+        self.stream.read_u8().await.map_err(|e| self.io(e))
+    }
+
+    async fn read_blob(&mut self) -> Result<Vec<u8>, StoreError> {
+        let len = self.stream.read_u64_le().await.map_err(|e| self.io(e))?;
+        let mut v = vec![0u8; len as usize];
+        self.stream.read_exact(&mut v).await.map_err(|e| self.io(e))?;
+        Ok(v)
+    }
+
+    pub async fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.send(Request::Set { key: prefixed(key), value: value.to_vec() }).await
+    }
+
+    pub async fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
+        self.send(Request::Add { key: prefixed(key), delta }).await?;
+        self.read_i64().await
+    }
+
+    pub async fn append(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.send(Request::Append { key: prefixed(key), value: value.to_vec() }).await
+    }
+
+    pub async fn compare_set(&mut self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
+        self.send(Request::CompareSet { key: prefixed(key), expected: expected.to_vec(), desired: desired.to_vec() }).await?;
+        self.read_blob().await
+    }
+
+    /// Whether every key exists now.
+    pub async fn check(&mut self, keys: &[&str]) -> Result<bool, StoreError> {
+        self.send(Request::Check { keys: keys.iter().map(|k| prefixed(k)).collect() }).await?;
+        Ok(self.read_u8().await? == CHECK_READY)
+    }
+
+    /// Waits for keys; on timeout cancels the wait on the server, as PyTorch does.
+    pub async fn wait(&mut self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
+        self.send(Request::Wait { keys: keys.iter().map(|k| prefixed(k)).collect() }).await?;
+        match tokio::time::timeout(timeout, self.read_u8()).await {
+            Ok(r) => r.map(|_| ()),
+            Err(_) => {
+                self.send(Request::CancelWait).await?;
+                // Either the late STOP_WAITING then WAIT_CANCELED, or just WAIT_CANCELED.
+                if self.read_u8().await? == WAIT_STOP_WAITING {
+                    self.read_u8().await?;
+                }
+                Err(StoreError::WaitTimeout(timeout, keys.iter().map(|k| k.to_string()).collect()))
+            }
+        }
+    }
+
+    /// Waits for the key, then reads it (PyTorch's get).
+    pub async fn get(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
+        self.wait(&[key], timeout).await?;
+        self.send(Request::Get { key: prefixed(key) }).await?;
+        self.read_blob().await
+    }
+
+    pub async fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.wait(keys, timeout).await?;
+        self.send(Request::MultiGet { keys: keys.iter().map(|k| prefixed(k)).collect() }).await?;
+        let mut out = Vec::with_capacity(keys.len());
+        for _ in keys {
+            out.push(self.read_blob().await?);
+        }
+        Ok(out)
+    }
+
+    pub async fn multi_set(&mut self, pairs: &[(&str, &[u8])]) -> Result<(), StoreError> {
+        self.send(Request::MultiSet { pairs: pairs.iter().map(|(k, v)| (prefixed(k), v.to_vec())).collect() }).await
+    }
+
+    pub async fn delete_key(&mut self, key: &str) -> Result<bool, StoreError> {
+        self.send(Request::DeleteKey { key: prefixed(key) }).await?;
+        Ok(self.read_i64().await? > 0)
+    }
+
+    pub async fn num_keys(&mut self) -> Result<i64, StoreError> {
+        self.send(Request::GetNumKeys).await?;
+        self.read_i64().await
+    }
+
+    pub async fn queue_push(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.send(Request::QueuePush { key: prefixed(key), value: value.to_vec() }).await
+    }
+
+    /// Pops the front of a queue, waiting up to `timeout` for one to arrive.
+    pub async fn queue_pop(&mut self, key: &str, timeout: Duration) -> Result<Vec<u8>, StoreError> {
+        self.wait(&[key], timeout).await?;
+        self.send(Request::QueuePop { key: prefixed(key) }).await?;
+        let len = self.read_i64().await?;
+        if len > 0 {
+            self.read_blob().await
+        } else {
+            Ok(Vec::new())
+        }
+    }
+
+    pub async fn queue_len(&mut self, key: &str) -> Result<i64, StoreError> {
+        self.send(Request::QueueLen { key: prefixed(key) }).await?;
+        self.read_i64().await
+    }
+
+    pub async fn ping(&mut self, nonce: u32) -> Result<u32, StoreError> {
+        self.send(Request::Ping(nonce)).await?;
+        self.read_u32().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::StoreServer;
+
+    #[tokio::test]
+    async fn every_operation_against_our_server() {
+        let server = StoreServer::bind(0).unwrap();
+        let t = Duration::from_secs(2);
+        let mut c = StoreClient::connect("127.0.0.1", server.port(), t).await.unwrap();
+        c.set("k", b"v").await.unwrap();
+        assert_eq!(c.get("k", t).await.unwrap(), b"v");
+        assert_eq!(server.get(b"/k").unwrap(), b"v");
+        assert_eq!(c.add("n", 5).await.unwrap(), 5);
+        assert_eq!(c.add("n", -2).await.unwrap(), 3);
+        assert_eq!(c.compare_set("k", b"v", b"w").await.unwrap(), b"w");
+        assert!(c.check(&["k", "n"]).await.unwrap());
+        assert!(!c.check(&["nope"]).await.unwrap());
+        assert!(matches!(c.wait(&["nope"], Duration::from_millis(50)).await, Err(StoreError::WaitTimeout(..))));
+        c.append("a", b"x").await.unwrap();
+        c.append("a", b"y").await.unwrap();
+        c.multi_set(&[("m1", b"1"), ("m2", b"2")]).await.unwrap();
+        assert_eq!(c.multi_get(&["a", "m1", "m2"], t).await.unwrap(), vec![b"xy".to_vec(), b"1".to_vec(), b"2".to_vec()]);
+        assert_eq!(c.num_keys().await.unwrap(), 5);
+        assert!(c.delete_key("a").await.unwrap());
+        assert!(!c.delete_key("a").await.unwrap());
+        c.queue_push("q", b"first").await.unwrap();
+        assert_eq!(c.queue_len("q").await.unwrap(), 1);
+        assert_eq!(c.queue_pop("q", t).await.unwrap(), b"first");
+        assert_eq!(c.ping(42).await.unwrap(), 42);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_client_wakes_when_another_sets() {
+        let server = StoreServer::bind(0).unwrap();
+        let port = server.port();
+        let waiter = tokio::spawn(async move {
+            let mut c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(2)).await.unwrap();
+            c.get("late", Duration::from_secs(5)).await.unwrap()
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        server.set(b"/late", b"here".to_vec());
+        assert_eq!(waiter.await.unwrap(), b"here");
+    }
+
+    #[tokio::test]
+    async fn connect_gives_up_after_the_timeout_saying_where() {
+        let err = StoreClient::connect("127.0.0.1", 1, Duration::from_millis(100)).await.err().unwrap();
+        assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+}

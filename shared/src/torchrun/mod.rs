@@ -1,0 +1,9 @@
+//! torchrun's contract: its options (with PET_* precedence), rendezvous endpoints,
+//! and the environment and command line every worker gets.
+
+pub mod endpoint;
+pub mod options;
+pub mod std_spec;
+pub mod worker;
+
+pub use options::{resolve, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, OPTIONS};

@@ -1,0 +1,370 @@
+//! torchrun's options as one table (the launcher builds its parser from it) and their
+//! resolution: command line > PET_<DEST> environment > default.
+
+use super::endpoint;
+use super::std_spec::StdSpec;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// One option: dest name (PET_<DEST>), long spellings, short letter, flag or value.
+#[derive(Debug, Clone, Copy)]
+pub struct OptionDef {
+    pub dest: &'static str,
+    pub longs: &'static [&'static str],
+    pub short: Option<char>,
+    pub flag: bool,
+    pub help: &'static str,
+    /// Accepted for compatibility but meaningless outside Python: the word to say.
+    pub note: Option<&'static str>,
+}
+
+const fn opt(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
+    OptionDef { dest, longs, short: None, flag: false, help, note: None }
+}
+
+const fn flag(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
+    OptionDef { dest, longs, short: None, flag: true, help, note: None }
+}
+
+const PYTHON_ONLY: &str = "toporun starts workers as separate processes; this torchrun option only affects Python's multiprocessing and is ignored";
+
+pub const OPTIONS: &[OptionDef] = &[
+    opt("nnodes", &["nnodes"], "number of nodes, N or MIN:MAX"),
+    opt("nproc_per_node", &["nproc-per-node", "nproc_per_node"], "ranks per node: a number, gpu, cpu or auto"),
+    opt("rdzv_backend", &["rdzv-backend", "rdzv_backend"], "rendezvous backend: static or c10d"),
+    opt("rdzv_endpoint", &["rdzv-endpoint", "rdzv_endpoint"], "rendezvous endpoint HOST[:PORT]"),
+    opt("rdzv_id", &["rdzv-id", "rdzv_id"], "job id shared by all nodes"),
+    opt("rdzv_conf", &["rdzv-conf", "rdzv_conf"], "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, close_timeout, read_timeout, is_host)"),
+    flag("standalone", &["standalone"], "single node: rendezvous on localhost with a free port and a random id"),
+    opt("max_restarts", &["max-restarts", "max_restarts"], "restarts of all ranks after a failure"),
+    opt("monitor_interval", &["monitor-interval", "monitor_interval"], "seconds between worker checks (toporun reacts to exits at once)"),
+    OptionDef { note: Some(PYTHON_ONLY), ..opt("start_method", &["start-method", "start_method"], "spawn, fork or forkserver") },
+    opt("role", &["role"], "worker role name"),
+    OptionDef { short: Some('m'), ..flag("module", &["module"], "run the entrypoint as python -m") },
+    flag("no_python", &["no-python", "no_python"], "run the entrypoint directly, not through python"),
+    OptionDef { note: Some("toporun runs the entrypoint as `python -u script` (the same as --run-path does for a script path)"), ..flag("run_path", &["run-path", "run_path"], "run the entrypoint with runpy.run_path inside the agent") },
+    opt("log_dir", &["log-dir", "log_dir"], "directory for per-rank logs and error files"),
+    OptionDef { short: Some('r'), ..opt("redirects", &["redirects"], "send output to log files: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2") },
+    OptionDef { short: Some('t'), ..opt("tee", &["tee"], "copy output to log files and the console, same values as --redirects") },
+    opt("local_ranks_filter", &["local-ranks-filter", "local_ranks_filter"], "show only these local ranks' output on the console (0,3)"),
+    opt("node_rank", &["node-rank", "node_rank"], "this node's rank (static rendezvous)"),
+    opt("master_addr", &["master-addr", "master_addr"], "address of node 0 (static rendezvous)"),
+    opt("master_port", &["master-port", "master_port"], "port of node 0's store (static rendezvous)"),
+    opt("local_addr", &["local-addr", "local_addr"], "address this node advertises"),
+    opt("signals_to_handle", &["signals-to-handle", "signals_to_handle"], "signals forwarded to the ranks"),
+    opt("numa_binding", &["numa-binding", "numa_binding"], "bind ranks' CPUs to their GPU: none, node, socket, exclusive"),
+    opt("shutdown_timeout", &["shutdown-timeout", "shutdown_timeout"], "seconds between the stop signal and SIGKILL"),
+    OptionDef { note: Some(PYTHON_ONLY), ..opt("logs_specs", &["logs-specs", "logs_specs"], "a Python LogsSpecs class") },
+    OptionDef { note: Some(PYTHON_ONLY), ..opt("event_log_handler", &["event-log-handler", "event_log_handler"], "a Python event handler") },
+    OptionDef { note: Some(PYTHON_ONLY), ..flag("virtual_local_rank", &["virtual-local-rank", "virtual_local_rank"], "give every rank LOCAL_RANK=0") },
+    OptionDef { note: Some(PYTHON_ONLY), ..opt("duplicate_stdout_filters", &["duplicate-stdout-filters", "duplicate_stdout_filters"], "Python log filters") },
+    OptionDef { note: Some(PYTHON_ONLY), ..opt("duplicate_stderr_filters", &["duplicate-stderr-filters", "duplicate_stderr_filters"], "Python log filters") },
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NprocSpec {
+    Count(u32),
+    Gpu,
+    Cpu,
+    Auto,
+}
+
+impl NprocSpec {
+    /// Ranks per node given the GPUs and CPUs this container has.
+    pub fn resolve(self, gpus: usize, cpus: u32) -> Result<u32, String> {
+        match self {
+            NprocSpec::Count(n) => Ok(n),
+            NprocSpec::Gpu if gpus == 0 => Err("--nproc-per-node=gpu but no GPU is visible in this container (see `toporun preflight`)".into()),
+            NprocSpec::Gpu => Ok(gpus as u32),
+            NprocSpec::Cpu => Ok(cpus.max(1)),
+            NprocSpec::Auto => Ok(if gpus > 0 { gpus as u32 } else { cpus.max(1) }),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdzvBackend {
+    Static,
+    C10d,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NumaBinding {
+    None,
+    Node,
+    Socket,
+    Exclusive,
+}
+
+/// Everything the launch shape needs, resolved and validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LaunchOptions {
+    pub nnodes_min: u32,
+    pub nnodes_max: u32,
+    pub nproc: NprocSpec,
+    pub rdzv_backend: RdzvBackend,
+    /// The endpoint as given (empty for static).
+    pub rdzv_endpoint: String,
+    pub rdzv_id: Option<String>,
+    pub rdzv_conf: BTreeMap<String, String>,
+    pub standalone: bool,
+    pub max_restarts: u32,
+    pub role: String,
+    pub module: bool,
+    pub no_python: bool,
+    pub log_dir: Option<String>,
+    pub redirects: StdSpec,
+    pub tee: StdSpec,
+    pub local_ranks_filter: Option<Vec<u32>>,
+    pub node_rank: u32,
+    pub master_addr: String,
+    pub master_port: u16,
+    pub local_addr: Option<String>,
+    pub signals_to_handle: Vec<String>,
+    pub numa_binding: NumaBinding,
+    pub shutdown_timeout: Duration,
+    pub entrypoint: String,
+    pub args: Vec<String>,
+    /// Words for options accepted but ignored.
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct OptionsError(pub String);
+
+pub const DEFAULT_SIGNALS: &str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+const SIGNALS: &[&str] = &["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
+
+/// Resolves options. `cli` holds what the command line set (dest -> value; flags
+/// "true"), `env` the process environment (PET_* and TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
+pub fn resolve(cli: &BTreeMap<String, String>, env: &BTreeMap<String, String>, entrypoint: &str, args: &[String]) -> Result<LaunchOptions, OptionsError> {
+    let err = |m: String| OptionsError(m);
+    let pet = |dest: &str| env.get(&format!("PET_{}", dest.to_ascii_uppercase()));
+    let value = |dest: &str| cli.get(dest).or_else(|| pet(dest)).cloned();
+    // torchrun reads boolean PET_* values with bool(int(value)).
+    let flag = |dest: &str| -> Result<bool, OptionsError> {
+        if cli.contains_key(dest) {
+            return Ok(true);
+        }
+        match pet(dest) {
+            None => Ok(false),
+            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| err(format!("PET_{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", dest.to_ascii_uppercase()))),
+        }
+    };
+    let num = |dest: &str, default: u64| -> Result<u64, OptionsError> {
+        value(dest).map_or(Ok(default), |v| v.trim().parse::<u64>().map_err(|_| err(format!("--{}: '{v}' is not a non-negative integer", dest.replace('_', "-")))))
+    };
+    let standalone = flag("standalone")?;
+    let (nnodes_min, nnodes_max) = match value("nnodes") {
+        None => (1, 1),
+        Some(v) => parse_nnodes(&v).map_err(err)?,
+    };
+    if standalone && nnodes_max > 1 {
+        return Err(err(format!("--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}")));
+    }
+    let nproc = match value("nproc_per_node").as_deref().map(str::trim) {
+        None => NprocSpec::Count(1),
+        Some("gpu") => NprocSpec::Gpu,
+        Some("cpu") => NprocSpec::Cpu,
+        Some("auto") => NprocSpec::Auto,
+        Some("xpu") => return Err(err("--nproc-per-node=xpu: Intel XPUs are not supported by toporun; use a number".into())),
+        Some(n) => match n.parse::<u32>() {
+            Ok(v) if v > 0 => NprocSpec::Count(v),
+            _ => return Err(err(format!("Unsupported nproc_per_node value: {n} (use a positive number, gpu, cpu or auto)"))),
+        },
+    };
+    let mut rdzv_backend = match value("rdzv_backend").as_deref().map(str::trim) {
+        None | Some("static") => RdzvBackend::Static,
+        Some("c10d") => RdzvBackend::C10d,
+        Some(b @ ("etcd" | "etcd-v2")) => return Err(err(format!("--rdzv-backend={b}: toporun does not speak etcd; use c10d (every node runs toporun) or static"))),
+        Some(b) => return Err(err(format!("--rdzv-backend={b}: unknown backend (static or c10d)"))),
+    };
+    let mut rdzv_endpoint = value("rdzv_endpoint").unwrap_or_default();
+    let mut rdzv_id = value("rdzv_id");
+    if standalone {
+        rdzv_backend = RdzvBackend::C10d;
+        rdzv_endpoint = "localhost:0".into();
+        rdzv_id = None;
+    }
+    if !rdzv_endpoint.is_empty() {
+        endpoint::parse(&rdzv_endpoint).map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
+    } else if rdzv_backend == RdzvBackend::C10d {
+        return Err(err("--rdzv-backend=c10d needs --rdzv-endpoint HOST[:PORT]".into()));
+    }
+    let rdzv_conf = parse_conf(&value("rdzv_conf").unwrap_or_default()).map_err(err)?;
+    let module = flag("module")?;
+    let no_python = flag("no_python")?;
+    if module && no_python {
+        return Err(err("--no-python and -m/--module cannot be used together".into()));
+    }
+    let master_port = num("master_port", 29500)?;
+    let master_port = u16::try_from(master_port).map_err(|_| err(format!("--master-port {master_port} is not a port number")))?;
+    let node_rank = num("node_rank", 0)? as u32;
+    if rdzv_backend == RdzvBackend::Static && node_rank >= nnodes_max {
+        return Err(err(format!("--node-rank {node_rank} is not below --nnodes {nnodes_max}")));
+    }
+    let local_ranks_filter = match value("local_ranks_filter").filter(|v| !v.trim().is_empty()) {
+        None => None,
+        Some(v) => Some(v.split(',').map(|r| r.trim().parse::<u32>().map_err(|_| err(format!("--local-ranks-filter '{v}' must be comma-separated integers")))).collect::<Result<Vec<_>, _>>()?),
+    };
+    let signals: Vec<String> = value("signals_to_handle").unwrap_or_else(|| DEFAULT_SIGNALS.into()).split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    if let Some(bad) = signals.iter().find(|s| !SIGNALS.contains(&s.as_str())) {
+        return Err(err(format!("--signals-to-handle: {bad} is not one of {}", SIGNALS.join(", "))));
+    }
+    let numa_binding = match value("numa_binding").as_deref().map(str::trim) {
+        None | Some("none") => NumaBinding::None,
+        Some("node") => NumaBinding::Node,
+        Some("socket") => NumaBinding::Socket,
+        Some("exclusive") => NumaBinding::Exclusive,
+        Some(o) => return Err(err(format!("--numa-binding={o}: use none, node, socket or exclusive"))),
+    };
+    let shutdown = value("shutdown_timeout").or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned());
+    let shutdown_timeout = match shutdown {
+        None => Duration::from_secs(30),
+        Some(s) => Duration::from_secs_f64(s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| err(format!("--shutdown-timeout '{s}' is not a number of seconds")))?),
+    };
+    if let Some(mi) = value("monitor_interval") {
+        mi.trim().parse::<f64>().map_err(|_| err(format!("--monitor-interval '{mi}' is not a number of seconds")))?;
+    }
+    let redirects = StdSpec::parse(&value("redirects").unwrap_or_else(|| "0".into())).map_err(|e| err(format!("--redirects {e}")))?;
+    let tee = StdSpec::parse(&value("tee").unwrap_or_else(|| "0".into())).map_err(|e| err(format!("--tee {e}")))?;
+    if entrypoint.is_empty() {
+        return Err(err("missing the training script (or module, with -m, or program, with --no-python)".into()));
+    }
+    let notes = OPTIONS
+        .iter()
+        .filter(|o| o.note.is_some() && (cli.contains_key(o.dest) || pet(o.dest).is_some()))
+        .map(|o| format!("--{}: {}", o.longs[0], o.note.unwrap_or_default()))
+        .collect();
+    Ok(LaunchOptions {
+        nnodes_min,
+        nnodes_max,
+        nproc,
+        rdzv_backend,
+        rdzv_endpoint,
+        rdzv_id,
+        rdzv_conf,
+        standalone,
+        max_restarts: num("max_restarts", 0)? as u32,
+        role: value("role").unwrap_or_else(|| "default".into()),
+        module,
+        no_python,
+        log_dir: value("log_dir"),
+        redirects,
+        tee,
+        local_ranks_filter,
+        node_rank,
+        master_addr: value("master_addr").unwrap_or_else(|| "127.0.0.1".into()),
+        master_port,
+        local_addr: value("local_addr"),
+        signals_to_handle: signals,
+        numa_binding,
+        shutdown_timeout,
+        entrypoint: entrypoint.to_string(),
+        args: args.to_vec(),
+        notes,
+    })
+}
+
+fn parse_nnodes(v: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("--nnodes '{v}' must be N or MIN:MAX with 0 < MIN <= MAX");
+    let (lo, hi) = match v.trim().split_once(':') {
+        Some((a, b)) => (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?),
+        None => {
+            let n: u32 = v.trim().parse().map_err(|_| bad())?;
+            (n, n)
+        }
+    };
+    if lo == 0 || lo > hi {
+        return Err(bad());
+    }
+    Ok((lo, hi))
+}
+
+fn parse_conf(v: &str) -> Result<BTreeMap<String, String>, String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).ok_or_else(|| format!("--rdzv-conf '{kv}' is not key=value")))
+        .collect()
+}
+
+impl LaunchOptions {
+    /// A rendezvous setting in seconds, with torchrun's default.
+    pub fn conf_secs(&self, key: &str, default: f64) -> Result<Duration, OptionsError> {
+        match self.rdzv_conf.get(key) {
+            None => Ok(Duration::from_secs_f64(default)),
+            Some(v) => v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0).map(Duration::from_secs_f64).ok_or_else(|| OptionsError(format!("--rdzv-conf {key}={v} is not a number of seconds"))),
+        }
+    }
+
+    /// The job's run id as torchrun names it ("none" for static without --rdzv-id).
+    pub fn run_id(&self, random: &str) -> String {
+        match (&self.rdzv_id, self.standalone) {
+            (_, true) => random.to_string(),
+            (Some(id), _) => id.clone(),
+            (None, _) => "none".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn command_line_beats_pet_beats_default() {
+        let env = map(&[("PET_NPROC_PER_NODE", "4"), ("PET_NNODES", "2"), ("PET_NODE_RANK", "1")]);
+        let o = resolve(&map(&[("nproc_per_node", "2")]), &env, "train.py", &[]).unwrap();
+        assert_eq!(o.nproc, NprocSpec::Count(2));
+        assert_eq!((o.nnodes_min, o.nnodes_max, o.node_rank), (2, 2, 1));
+        assert_eq!(o.master_port, 29500);
+        assert_eq!(o.role, "default");
+    }
+
+    #[test]
+    fn pet_booleans_are_ints() {
+        let o = resolve(&map(&[]), &map(&[("PET_STANDALONE", "1")]), "t.py", &[]).unwrap();
+        assert!(o.standalone);
+        assert_eq!(o.rdzv_backend, RdzvBackend::C10d);
+        assert!(!resolve(&map(&[]), &map(&[("PET_STANDALONE", "0")]), "t.py", &[]).unwrap().standalone);
+        assert!(resolve(&map(&[]), &map(&[("PET_STANDALONE", "true")]), "t.py", &[]).unwrap_err().0.contains("bool(int"));
+    }
+
+    #[test]
+    fn bad_values_say_what_is_wrong() {
+        let e = |cli: &[(&str, &str)]| resolve(&map(cli), &map(&[]), "t.py", &[]).unwrap_err().0;
+        assert!(e(&[("nproc_per_node", "many")]).contains("Unsupported nproc_per_node"));
+        assert!(e(&[("nnodes", "3:2")]).contains("MIN <= MAX"));
+        assert!(e(&[("module", "true"), ("no_python", "true")]).contains("cannot be used together"));
+        assert!(e(&[("rdzv_backend", "c10d")]).contains("--rdzv-endpoint"));
+        assert!(e(&[("nnodes", "2"), ("node_rank", "2")]).contains("not below"));
+        assert!(e(&[("signals_to_handle", "SIGFOO")]).contains("SIGFOO"));
+    }
+
+    #[test]
+    fn nproc_keywords_resolve_from_the_host() {
+        assert_eq!(NprocSpec::Gpu.resolve(4, 64), Ok(4));
+        assert!(NprocSpec::Gpu.resolve(0, 64).is_err());
+        assert_eq!(NprocSpec::Auto.resolve(0, 2), Ok(2));
+        assert_eq!(NprocSpec::Cpu.resolve(8, 16), Ok(16));
+    }
+
+    #[test]
+    fn shutdown_timeout_from_torch_env() {
+        let o = resolve(&map(&[]), &map(&[("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5")]), "t.py", &[]).unwrap();
+        assert_eq!(o.shutdown_timeout, Duration::from_secs(5));
+        assert_eq!(o.run_id("x"), "none");
+    }
+
+    #[test]
+    fn python_only_options_get_a_note() {
+        let o = resolve(&map(&[("start_method", "fork")]), &map(&[]), "t.py", &[]).unwrap();
+        assert!(o.notes[0].contains("--start-method"));
+    }
+}
