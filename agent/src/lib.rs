@@ -4,3 +4,4 @@
 pub mod paths;
 pub mod probe;
 pub mod store;
+pub mod supervise;

@@ -7,6 +7,7 @@ pub mod finding;
 pub mod measured;
 pub mod nccl_env_check;
 pub mod nccl_vars;
+pub mod plan;
 pub mod preflight;
 pub mod smi_topo;
 pub mod store;

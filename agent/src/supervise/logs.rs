@@ -1,0 +1,154 @@
+//! Where a rank's stdout/stderr go: the console as is, a log file, or both with
+//! torchrun's `[default0]:` prefix. Lines are copied whole by one thread per pipe
+//! into a console queue, so a chatty rank never waits on a slow terminal.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::mpsc;
+use std::sync::OnceLock;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sink {
+    /// The console, unchanged (torchrun's default).
+    Inherit,
+    /// Discarded from the console (filtered out) and not redirected.
+    Null,
+    /// Only to this file (--redirects).
+    File(PathBuf),
+    /// To the console with a prefix, and to the file if given (--tee, filters).
+    Prefixed { prefix: String, file: Option<PathBuf>, stderr: bool },
+}
+
+/// Which console stream a line goes to.
+enum Line {
+    Out(Vec<u8>),
+    Err(Vec<u8>),
+}
+
+fn console() -> &'static mpsc::Sender<Line> {
+    static CONSOLE: OnceLock<mpsc::Sender<Line>> = OnceLock::new();
+    CONSOLE.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<Line>();
+        std::thread::spawn(move || {
+            for line in rx {
+                // One write per whole line: lines of different ranks never interleave.
+                let _ = match line {
+                    Line::Out(b) => std::io::stdout().lock().write_all(&b),
+                    Line::Err(b) => std::io::stderr().lock().write_all(&b),
+                };
+            }
+        });
+        tx
+    })
+}
+
+impl Sink {
+    pub(super) fn stdio(&self) -> std::io::Result<(Stdio, bool)> {
+        Ok(match self {
+            Sink::Inherit => (Stdio::inherit(), false),
+            Sink::Null => (Stdio::null(), false),
+            Sink::File(p) => (Stdio::from(File::create(p)?), false),
+            Sink::Prefixed { .. } => (Stdio::piped(), true),
+        })
+    }
+
+    pub(super) fn forward(&self, pipe: Option<File>, piped: bool, _local_rank: u32, _rank: u32) {
+        let (Sink::Prefixed { prefix, file, stderr }, Some(pipe), true) = (self, pipe, piped) else { return };
+        let mut log = file.as_ref().and_then(|p| File::create(p).ok());
+        let prefix = prefix.clone().into_bytes();
+        let is_err = *stderr;
+        let tx = console().clone();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::with_capacity(64 * 1024, pipe);
+            let mut buf = Vec::new();
+            loop {
+                buf.clear();
+                match reader.read_until(b'\n', &mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(_) => {}
+                }
+                if !buf.ends_with(b"\n") {
+                    buf.push(b'\n');
+                }
+                if let Some(f) = log.as_mut() {
+                    let _ = f.write_all(&buf);
+                }
+                let mut line = Vec::with_capacity(prefix.len() + buf.len());
+                line.extend_from_slice(&prefix);
+                line.extend_from_slice(&buf);
+                let _ = tx.send(if is_err { Line::Err(line) } else { Line::Out(line) });
+            }
+        });
+    }
+}
+
+/// torchrun's console prefix: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE with ${role_name},
+/// ${rank}, ${local_rank}; default `[${role_name}${local_rank}]:`.
+pub fn line_prefix(template: Option<&str>, role: &str, rank: u32, local_rank: u32) -> String {
+    match template {
+        Some(t) => t.replace("${role_name}", role).replace("${rank}", &rank.to_string()).replace("${local_rank}", &local_rank.to_string()),
+        None => format!("[{role}{local_rank}]:"),
+    }
+}
+
+/// The output plan of one rank, from --redirects, --tee and --local-ranks-filter.
+pub struct LogPlan<'a> {
+    pub redirect_out: bool,
+    pub redirect_err: bool,
+    pub tee_out: bool,
+    pub tee_err: bool,
+    pub shown: bool,
+    pub dir: &'a std::path::Path,
+    pub prefix: String,
+}
+
+impl LogPlan<'_> {
+    /// The sinks for stdout and stderr.
+    pub fn sinks(&self) -> (Sink, Sink) {
+        let one = |redirect: bool, tee: bool, name: &str, stderr: bool| {
+            let file = self.dir.join(name);
+            if redirect && !tee {
+                Sink::File(file)
+            } else if tee {
+                if self.shown { Sink::Prefixed { prefix: self.prefix.clone(), file: Some(file), stderr } } else { Sink::File(file) }
+            } else if !self.shown {
+                Sink::Null
+            } else if self.prefixed_console() {
+                Sink::Prefixed { prefix: self.prefix.clone(), file: None, stderr }
+            } else {
+                Sink::Inherit
+            }
+        };
+        (one(self.redirect_out, self.tee_out, "stdout.log", false), one(self.redirect_err, self.tee_err, "stderr.log", true))
+    }
+
+    fn prefixed_console(&self) -> bool {
+        self.tee_out || self.tee_err
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_template() {
+        assert_eq!(line_prefix(None, "default", 5, 1), "[default1]:");
+        assert_eq!(line_prefix(Some("[${role_name}-${rank}/${local_rank}] "), "trainer", 5, 1), "[trainer-5/1] ");
+    }
+
+    #[test]
+    fn sinks_follow_torchrun_semantics() {
+        let dir = std::path::Path::new("/logs/attempt_0/0");
+        let base = LogPlan { redirect_out: false, redirect_err: false, tee_out: false, tee_err: false, shown: true, dir, prefix: "[default0]:".into() };
+        assert_eq!(base.sinks(), (Sink::Inherit, Sink::Inherit));
+        let tee = LogPlan { tee_out: true, tee_err: true, ..base };
+        assert!(matches!(tee.sinks().0, Sink::Prefixed { file: Some(_), .. }));
+        let red = LogPlan { redirect_out: true, tee_out: false, tee_err: false, ..tee };
+        assert_eq!(red.sinks().0, Sink::File(dir.join("stdout.log")));
+        let hidden = LogPlan { redirect_out: false, shown: false, ..red };
+        assert_eq!(hidden.sinks(), (Sink::Null, Sink::Null));
+    }
+}

@@ -1,0 +1,144 @@
+//! Rank supervision: start every local rank in its own process group, forward
+//! signals, stop the rest when one fails, reap orphans, report failures.
+
+mod events;
+mod logs;
+mod spawn;
+mod summary;
+
+pub use events::{parse_signal, Event, Events};
+pub use logs::{line_prefix, LogPlan, Sink};
+pub use spawn::RankCmd;
+pub use summary::{failure_summary, Failure, WorkerError};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+/// How an attempt ended.
+#[derive(Debug)]
+pub enum Outcome {
+    Succeeded,
+    /// One or more ranks failed; the others were stopped.
+    Failed(Vec<Failure>),
+    /// toporun got a handled signal and stopped the ranks.
+    Interrupted(Signal),
+}
+
+/// Becomes a child subreaper, so orphaned grandchildren re-parent to toporun and are
+/// reaped (PID 1's duty, and useful anywhere).
+pub fn become_subreaper() {
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        tracing::debug!("PR_SET_CHILD_SUBREAPER failed: {e}");
+    }
+}
+
+struct Running {
+    cmd: RankCmd,
+    pid: Pid,
+    exit: Option<WaitStatus>,
+    at: Option<SystemTime>,
+}
+
+/// Runs one attempt of all local ranks until they all succeed, one fails (the others
+/// are stopped), or a handled signal arrives (forwarded, then the ranks are stopped).
+pub async fn run_attempt(cmds: Vec<RankCmd>, events: &mut Events, shutdown_timeout: Duration) -> std::io::Result<Outcome> {
+    let mut ranks: Vec<Running> = Vec::with_capacity(cmds.len());
+    for cmd in cmds {
+        match cmd.spawn() {
+            Ok(pid) => ranks.push(Running { cmd, pid, exit: None, at: None }),
+            Err(e) => {
+                stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+                return Err(std::io::Error::new(e.kind(), format!("could not start local rank {} ({}): {e}", cmd.local_rank, cmd.argv.first().map(String::as_str).unwrap_or("?"))));
+            }
+        }
+    }
+    let by_pid: HashMap<Pid, usize> = ranks.iter().enumerate().map(|(i, r)| (r.pid, i)).collect();
+    loop {
+        reap(&mut ranks, &by_pid);
+        if ranks.iter().any(|r| failed(r.exit)) {
+            stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+            let failures = ranks.iter().filter(|r| failed(r.exit)).map(to_failure).collect();
+            return Ok(Outcome::Failed(failures));
+        }
+        if ranks.iter().all(|r| r.exit.is_some()) {
+            kill_groups(&ranks, Signal::SIGKILL);
+            return Ok(Outcome::Succeeded);
+        }
+        match events.next().await {
+            Event::Child => {}
+            Event::Signal(sig) => {
+                tracing::warn!("received {sig}: forwarding it to {} rank(s), SIGKILL in {:?}", ranks.iter().filter(|r| r.exit.is_none()).count(), shutdown_timeout);
+                stop(&mut ranks, events, sig, shutdown_timeout).await;
+                return Ok(Outcome::Interrupted(sig));
+            }
+        }
+    }
+}
+
+fn failed(exit: Option<WaitStatus>) -> bool {
+    match exit {
+        Some(WaitStatus::Exited(_, code)) => code != 0,
+        Some(WaitStatus::Signaled(..)) => true,
+        _ => false,
+    }
+}
+
+fn to_failure(r: &Running) -> Failure {
+    Failure::new(&r.cmd, r.pid.as_raw(), r.exit.expect("failed ranks have exited"), r.at.unwrap_or_else(SystemTime::now))
+}
+
+/// Collects every exited child: our ranks' statuses, and orphans (just reaped).
+fn reap(ranks: &mut [Running], by_pid: &HashMap<Pid, usize>) {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return,
+            Ok(status @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _))) => {
+                if let Some(&i) = by_pid.get(&pid) {
+                    ranks[i].exit = Some(status);
+                    ranks[i].at = Some(SystemTime::now());
+                }
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+fn kill_groups(ranks: &[Running], sig: Signal) {
+    for r in ranks {
+        // ESRCH when the whole group is gone already.
+        let _ = killpg(r.pid, sig);
+    }
+}
+
+/// Sends `sig` to every live rank's group, waits up to `timeout`, then SIGKILLs them
+/// and whatever is left in their groups.
+async fn stop(ranks: &mut Vec<Running>, events: &mut Events, sig: Signal, timeout: Duration) {
+    let by_pid: HashMap<Pid, usize> = ranks.iter().enumerate().map(|(i, r)| (r.pid, i)).collect();
+    for r in ranks.iter().filter(|r| r.exit.is_none()) {
+        let _ = killpg(r.pid, sig);
+    }
+    let deadline = Instant::now() + timeout;
+    loop {
+        reap(ranks, &by_pid);
+        if ranks.iter().all(|r| r.exit.is_some()) {
+            break;
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            let alive: Vec<String> = ranks.iter().filter(|r| r.exit.is_none()).map(|r| format!("local rank {} (pid {})", r.cmd.local_rank, r.pid)).collect();
+            tracing::warn!("{} did not stop within {timeout:?} of {sig}: sending SIGKILL", alive.join(", "));
+            kill_groups(ranks, Signal::SIGKILL);
+            while ranks.iter().any(|r| r.exit.is_none()) {
+                let _ = tokio::time::timeout(Duration::from_millis(100), events.next_child()).await;
+                reap(ranks, &by_pid);
+            }
+            break;
+        }
+        // A second handled signal during shutdown changes nothing; children wake us.
+        let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), events.next_child()).await;
+    }
+    kill_groups(ranks, Signal::SIGKILL);
+}
