@@ -7,6 +7,7 @@ pub const PROC_SELF_NS: &str = "proc/self/ns";
 pub const PROC_SELF_MOUNTS: &str = "proc/self/mounts";
 pub const PROC_1_COMM: &str = "proc/1/comm";
 pub const PROC_BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
+pub const PROC_RANDOM_UUID: &str = "proc/sys/kernel/random/uuid";
 pub const PROC_NET_ROUTE: &str = "proc/net/route";
 pub const PROC_NET_IPV6_ROUTE: &str = "proc/net/ipv6_route";
 pub const SYS_CLASS_NET: &str = "sys/class/net";
@@ -63,13 +64,19 @@ impl Root {
 
     /// A small text file, trimmed; None when absent or unreadable.
     pub fn read(&self, rel: impl AsRef<Path>) -> Option<String> {
-        std::fs::read_to_string(self.join(rel)).ok().map(|s| s.trim().to_string())
+        std::fs::read_to_string(self.join(rel))
+            .ok()
+            .map(|s| s.trim().to_string())
     }
 
     /// Names in a directory, sorted; empty when it does not exist.
     pub fn list(&self, rel: impl AsRef<Path>) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.join(rel))
-            .map(|rd| rd.filter_map(|e| e.ok()).map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .map(|rd| {
+                rd.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
             .unwrap_or_default();
         names.sort();
         names

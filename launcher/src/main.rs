@@ -1,1 +1,56 @@
-fn main(){}
+//! toporun: a torchrun-compatible launcher that knows the GPU host and container.
+
+mod cli;
+mod commands;
+mod facts_source;
+mod launch;
+mod output;
+
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().collect();
+    let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or("toporun"))
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let rest = argv.get(1..).unwrap_or_default();
+    let code = if invoked_as == "torchrun" || cli::is_torchrun_form(rest) {
+        let name = if invoked_as == "torchrun" {
+            "torchrun"
+        } else {
+            "toporun"
+        };
+        match cli::launch_command(name).try_get_matches_from(&argv) {
+            Ok(m) => launch::run(&m),
+            Err(e) => exit_usage(e),
+        }
+    } else {
+        match cli::toporun_command().try_get_matches_from(&argv) {
+            Ok(m) => commands::dispatch(&m),
+            Err(e) => exit_usage(e),
+        }
+    };
+    ExitCode::from(code)
+}
+
+/// clap's own message; exit 2 for usage errors like torchrun, 0 for --help/--version.
+fn exit_usage(e: clap::Error) -> u8 {
+    let _ = e.print();
+    e.exit_code() as u8
+}
+
+/// Prints an error with its causes and returns the exit code: 2 when toporun could
+/// not run at all (bad input), else 1.
+pub fn report(err: &anyhow::Error) -> u8 {
+    eprintln!("toporun: error: {err:#}");
+    if err.downcast_ref::<facts_source::CannotRun>().is_some()
+        || err
+            .downcast_ref::<toporun_shared::torchrun::OptionsError>()
+            .is_some()
+    {
+        2
+    } else {
+        1
+    }
+}

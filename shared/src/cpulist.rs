@@ -36,7 +36,11 @@ pub fn format(cpus: &[u32]) -> String {
         while i + 1 < sorted.len() && sorted[i + 1] == sorted[i] + 1 {
             i += 1;
         }
-        out.push(if sorted[i] == start { start.to_string() } else { format!("{start}-{}", sorted[i]) });
+        out.push(if sorted[i] == start {
+            start.to_string()
+        } else {
+            format!("{start}-{}", sorted[i])
+        });
         i += 1;
     }
     out.join(",")

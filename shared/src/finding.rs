@@ -40,7 +40,13 @@ pub struct Finding {
 
 impl Finding {
     pub fn new(id: &str, severity: Severity, summary: impl Into<String>) -> Self {
-        Finding { id: id.to_string(), severity, summary: summary.into(), facts: BTreeMap::new(), remedy: None }
+        Finding {
+            id: id.to_string(),
+            severity,
+            summary: summary.into(),
+            facts: BTreeMap::new(),
+            remedy: None,
+        }
     }
 
     pub fn fact(mut self, name: &str, value: impl fmt::Display) -> Self {
@@ -56,5 +62,9 @@ impl Finding {
 
 /// The worst severity present, `Ok` for none.
 pub fn worst(findings: &[Finding]) -> Severity {
-    findings.iter().map(|f| f.severity).max().unwrap_or(Severity::Ok)
+    findings
+        .iter()
+        .map(|f| f.severity)
+        .max()
+        .unwrap_or(Severity::Ok)
 }

@@ -17,7 +17,17 @@ fn truthy(v: &str) -> bool {
 pub fn ifname_selects(spec: &str, iface: &str) -> bool {
     let (exclude, list) = spec.strip_prefix('^').map_or((false, spec), |s| (true, s));
     let (exact, list) = list.strip_prefix('=').map_or((false, list), |s| (true, s));
-    let hit = list.split(',').map(str::trim).filter(|p| !p.is_empty()).any(|p| if exact { iface == p } else { iface.starts_with(p) });
+    let hit = list
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .any(|p| {
+            if exact {
+                iface == p
+            } else {
+                iface.starts_with(p)
+            }
+        });
     hit != exclude
 }
 
@@ -25,19 +35,42 @@ pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> 
     let mut out = Vec::new();
     let g = &facts.gpus;
     let nvlink_pairs = g.pairs().filter(|(_, _, l)| l.is_nvlink()).count();
-    let warn = |summary: String, var: &str, value: &str| Finding::new(ID, Severity::Warning, summary).fact("variable", var).fact("value", value);
+    let warn = |summary: String, var: &str, value: &str| {
+        Finding::new(ID, Severity::Warning, summary)
+            .fact("variable", var)
+            .fact("value", value)
+    };
     for (name, value) in env.iter().filter(|(k, _)| k.starts_with("NCCL_")) {
         if !nccl_vars::is_known(name) {
-            let why = nccl_vars::folklore(name).map(String::from).or_else(|| nccl_vars::closest(name).map(|c| format!("did you mean {c}?"))).unwrap_or_else(|| "NCCL does not read it".into());
-            out.push(warn(format!("{name} is not an NCCL variable and has no effect: {why}"), name, value).remedy(format!("remove {name} from the job spec")));
+            let why = nccl_vars::folklore(name)
+                .map(String::from)
+                .or_else(|| nccl_vars::closest(name).map(|c| format!("did you mean {c}?")))
+                .unwrap_or_else(|| "NCCL does not read it".into());
+            out.push(
+                warn(
+                    format!("{name} is not an NCCL variable and has no effect: {why}"),
+                    name,
+                    value,
+                )
+                .remedy(format!("remove {name} from the job spec")),
+            );
         }
     }
     let get = |k: &str| env.get(k).map(String::as_str);
-    let p2p_off = get("NCCL_P2P_DISABLE").is_some_and(truthy) || get("NCCL_P2P_LEVEL").is_some_and(|v| matches!(v.trim(), "LOC" | "0"));
+    let p2p_off = get("NCCL_P2P_DISABLE").is_some_and(truthy)
+        || get("NCCL_P2P_LEVEL").is_some_and(|v| matches!(v.trim(), "LOC" | "0"));
     let shm_off = get("NCCL_SHM_DISABLE").is_some_and(truthy);
     if nvlink_pairs > 0 && p2p_off {
-        let (to, gbps) = if shm_off { ("TCP sockets", measured::SOCKET_GBPS) } else { ("host memory (SHM)", measured::SHM_GBPS) };
-        let var = if get("NCCL_P2P_DISABLE").is_some_and(truthy) { "NCCL_P2P_DISABLE" } else { "NCCL_P2P_LEVEL" };
+        let (to, gbps) = if shm_off {
+            ("TCP sockets", measured::SOCKET_GBPS)
+        } else {
+            ("host memory (SHM)", measured::SHM_GBPS)
+        };
+        let var = if get("NCCL_P2P_DISABLE").is_some_and(truthy) {
+            "NCCL_P2P_DISABLE"
+        } else {
+            "NCCL_P2P_LEVEL"
+        };
         out.push(
             warn(format!("{var}={} turns off P2P on {nvlink_pairs} NVLink pair(s): traffic goes through {to}", get(var).unwrap_or_default()), var, get(var).unwrap_or_default())
                 .fact("measured", format!("all_reduce busbw {gbps} GB/s vs {} GB/s over NVLink on 4x H200 ({})", measured::NVLINK_P2P_GBPS, slowdown(measured::NVLINK_P2P_GBPS, gbps)))
@@ -47,7 +80,9 @@ pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> 
         out.push(warn("NCCL_SHM_DISABLE=1 on a host where some GPU pairs have no P2P path: they fall back to TCP sockets".into(), "NCCL_SHM_DISABLE", "1").remedy("unset NCCL_SHM_DISABLE"));
     }
     if let Some(proto) = get("NCCL_PROTO") {
-        let simple_only = proto.split(',').all(|p| p.trim().eq_ignore_ascii_case("simple"));
+        let simple_only = proto
+            .split(',')
+            .all(|p| p.trim().eq_ignore_ascii_case("simple"));
         if simple_only && nvlink_pairs > 0 && facts.efa_devices().next().is_none() {
             out.push(
                 warn(format!("NCCL_PROTO={proto} on an NVLink host: small messages lose the low-latency protocols"), "NCCL_PROTO", proto)
@@ -57,7 +92,10 @@ pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> 
         }
     }
     if let Some(spec) = get("NCCL_SOCKET_IFNAME") {
-        if !spec.starts_with('^') && !facts.nics.is_empty() && !facts.nics.iter().any(|n| ifname_selects(spec, &n.name)) {
+        if !spec.starts_with('^')
+            && !facts.nics.is_empty()
+            && !facts.nics.iter().any(|n| ifname_selects(spec, &n.name))
+        {
             let names: Vec<&str> = facts.nics.iter().map(|n| n.name.as_str()).collect();
             out.push(warn(format!("NCCL_SOCKET_IFNAME={spec} matches no interface here ({}): NCCL fails with \"no socket interface found\"", names.join(", ")), "NCCL_SOCKET_IFNAME", spec).remedy("unset it and let toporun plan it, or name an existing interface with =NAME"));
         }
@@ -69,10 +107,22 @@ pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> 
             let traps: Vec<String> = list
                 .split(',')
                 .map(|p| p.split(':').next().unwrap_or_default().trim())
-                .flat_map(|p| names.iter().filter(move |n| n.starts_with(p) && **n != p).map(move |n| format!("{p} also matches {n}")))
+                .flat_map(|p| {
+                    names
+                        .iter()
+                        .filter(move |n| n.starts_with(p) && **n != p)
+                        .map(move |n| format!("{p} also matches {n}"))
+                })
                 .collect();
             if !traps.is_empty() {
-                out.push(warn(format!("NCCL_IB_HCA={spec} is a prefix match: {}", traps.join("; ")), "NCCL_IB_HCA", spec).remedy(format!("use exact matching: NCCL_IB_HCA=={}", list)));
+                out.push(
+                    warn(
+                        format!("NCCL_IB_HCA={spec} is a prefix match: {}", traps.join("; ")),
+                        "NCCL_IB_HCA",
+                        spec,
+                    )
+                    .remedy(format!("use exact matching: NCCL_IB_HCA=={}", list)),
+                );
             }
         }
     }
@@ -85,12 +135,18 @@ mod tests {
     use crate::preflight::testutil::healthy;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn folklore_variables_are_flagged() {
-        let out = check(&healthy(), &env(&[("NCCL_P2P_DIRECT_WRITE", "1"), ("NCCL_P2P_LEVEL", "NVL")]));
+        let out = check(
+            &healthy(),
+            &env(&[("NCCL_P2P_DIRECT_WRITE", "1"), ("NCCL_P2P_LEVEL", "NVL")]),
+        );
         assert_eq!(out.len(), 1);
         assert!(out[0].summary.contains("NCCL_P2P_DIRECT_WRITE"));
     }
@@ -99,7 +155,10 @@ mod tests {
     fn p2p_disable_on_nvlink_quotes_the_measured_cost() {
         let out = check(&healthy(), &env(&[("NCCL_P2P_DISABLE", "1")]));
         assert!(out[0].facts["measured"].contains("27.5"));
-        let out = check(&healthy(), &env(&[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]));
+        let out = check(
+            &healthy(),
+            &env(&[("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1")]),
+        );
         assert!(out[0].facts["measured"].contains("4.6"));
     }
 

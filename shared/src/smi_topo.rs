@@ -50,7 +50,9 @@ pub fn strip_ansi(text: &str) -> String {
 }
 
 fn is_indexed(token: &str, prefix: &str) -> bool {
-    token.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    token
+        .strip_prefix(prefix)
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
 }
 
 fn is_gpu(token: &str) -> bool {
@@ -58,7 +60,10 @@ fn is_gpu(token: &str) -> bool {
 }
 
 fn is_nic(token: &str) -> bool {
-    is_indexed(token, "NIC") || token.starts_with("mlx") || token.starts_with("rdmap") || token.starts_with("efa")
+    is_indexed(token, "NIC")
+        || token.starts_with("mlx")
+        || token.starts_with("rdmap")
+        || token.starts_with("efa")
 }
 
 /// The matrix part of a capture: header columns and the rows that follow.
@@ -79,7 +84,10 @@ fn grid(text: &str) -> Result<Grid<'_>, SmiTopoError> {
         .map(|l| l.split_whitespace().collect::<Vec<_>>())
         .take_while(|t| !t.is_empty() && !t[0].starts_with("Legend"))
         .collect();
-    Ok(Grid { columns: header, rows })
+    Ok(Grid {
+        columns: header,
+        rows,
+    })
 }
 
 /// Parses `nvidia-smi topo -m`.
@@ -87,24 +95,39 @@ pub fn parse_matrix(raw: &str) -> Result<SmiTopo, SmiTopoError> {
     let text = strip_ansi(raw);
     let g = grid(&text)?;
     let n = g.columns.iter().take_while(|t| is_gpu(t)).count();
-    let nic_cols: Vec<&str> = g.columns[n..].iter().copied().take_while(|t| is_nic(t)).collect();
+    let nic_cols: Vec<&str> = g.columns[n..]
+        .iter()
+        .copied()
+        .take_while(|t| is_nic(t))
+        .collect();
     let gpu_rows: Vec<&Vec<&str>> = g.rows.iter().filter(|r| is_gpu(r[0])).collect();
     if gpu_rows.len() != n {
-        return Err(SmiTopoError::RowCount { header: n, rows: gpu_rows.len() });
+        return Err(SmiTopoError::RowCount {
+            header: n,
+            rows: gpu_rows.len(),
+        });
     }
     let mut links = Vec::with_capacity(n);
     let mut cpu_affinity = Vec::with_capacity(n);
     let mut numa = Vec::with_capacity(n);
     for (i, row) in gpu_rows.iter().enumerate() {
-        let err = |detail: String| SmiTopoError::Row { row: row[0].to_string(), detail };
+        let err = |detail: String| SmiTopoError::Row {
+            row: row[0].to_string(),
+            detail,
+        };
         if row[0] != format!("GPU{i}") {
             return Err(err(format!("expected GPU{i} here")));
         }
         if row.len() < 1 + n {
             return Err(err(format!("{} link columns, expected {n}", row.len() - 1)));
         }
-        let parsed: Vec<LinkKind> =
-            row[1..=n].iter().map(|c| c.parse().map_err(|e: crate::facts::LinkParseError| err(e.to_string()))).collect::<Result<_, _>>()?;
+        let parsed: Vec<LinkKind> = row[1..=n]
+            .iter()
+            .map(|c| {
+                c.parse()
+                    .map_err(|e: crate::facts::LinkParseError| err(e.to_string()))
+            })
+            .collect::<Result<_, _>>()?;
         if parsed[i] != LinkKind::Own {
             return Err(err(format!("diagonal is {}, expected X", parsed[i])));
         }
@@ -118,13 +141,24 @@ pub fn parse_matrix(raw: &str) -> Result<SmiTopo, SmiTopoError> {
             if links[i][j] != links[j][i] {
                 return Err(SmiTopoError::Row {
                     row: format!("GPU{i}"),
-                    detail: format!("GPU{i}->GPU{j} is {} but GPU{j}->GPU{i} is {}", links[i][j], links[j][i]),
+                    detail: format!(
+                        "GPU{i}->GPU{j} is {} but GPU{j}->GPU{i} is {}",
+                        links[i][j], links[j][i]
+                    ),
                 });
             }
         }
     }
-    let nics = nic_cols.iter().map(|c| resolve_nic_name(&text, c)).collect();
-    Ok(SmiTopo { links, cpu_affinity, numa, nics })
+    let nics = nic_cols
+        .iter()
+        .map(|c| resolve_nic_name(&text, c))
+        .collect();
+    Ok(SmiTopo {
+        links,
+        cpu_affinity,
+        numa,
+        nics,
+    })
 }
 
 /// `NIC0` resolves through the "NIC Legend" (`NIC0: mlx5_0`); other names stay.
@@ -147,7 +181,10 @@ pub fn parse_p2p(raw: &str) -> Result<Vec<Vec<Option<P2pState>>>, SmiTopoError> 
         .filter(|r| is_gpu(r[0]))
         .map(|row| {
             if row.len() < 1 + n {
-                return Err(SmiTopoError::Row { row: row[0].into(), detail: format!("expected {n} columns") });
+                return Err(SmiTopoError::Row {
+                    row: row[0].into(),
+                    detail: format!("expected {n} columns"),
+                });
             }
             Ok(row[1..=n].iter().map(|c| P2pState::from_smi(c)).collect())
         })
@@ -156,7 +193,11 @@ pub fn parse_p2p(raw: &str) -> Result<Vec<Vec<Option<P2pState>>>, SmiTopoError> 
 
 impl SmiTopo {
     /// GPU facts from the capture: links, and devices with their CPU/NUMA affinity.
-    pub fn into_gpu_facts(self, read: Option<&[Vec<Option<P2pState>>]>, write: Option<&[Vec<Option<P2pState>>]>) -> GpuFacts {
+    pub fn into_gpu_facts(
+        self,
+        read: Option<&[Vec<Option<P2pState>>]>,
+        write: Option<&[Vec<Option<P2pState>>]>,
+    ) -> GpuFacts {
         let n = self.links.len();
         let devices = (0..n)
             .map(|i| Gpu {
@@ -167,17 +208,29 @@ impl SmiTopo {
             })
             .collect();
         let state = |m: Option<&[Vec<Option<P2pState>>]>, a: usize, b: usize| {
-            m.and_then(|m| m.get(a)?.get(b).copied().flatten()).unwrap_or(P2pState::Unknown)
+            m.and_then(|m| m.get(a)?.get(b).copied().flatten())
+                .unwrap_or(P2pState::Unknown)
         };
         let p2p = if read.is_some() || write.is_some() {
             (0..n)
                 .flat_map(|a| ((a + 1)..n).map(move |b| (a, b)))
-                .map(|(a, b)| P2pPair { a, b, read: state(read, a, b), write: state(write, a, b) })
+                .map(|(a, b)| P2pPair {
+                    a,
+                    b,
+                    read: state(read, a, b),
+                    write: state(write, a, b),
+                })
                 .collect()
         } else {
             Vec::new()
         };
-        GpuFacts { source: GpuSource::NvidiaSmiTopo, devices, links: self.links, p2p, ..Default::default() }
+        GpuFacts {
+            source: GpuSource::NvidiaSmiTopo,
+            devices,
+            links: self.links,
+            p2p,
+            ..Default::default()
+        }
     }
 }
 
@@ -192,7 +245,10 @@ mod tests {
     fn h200_capture_with_ansi_and_tabs() {
         let t = parse_matrix(H200).unwrap();
         assert_eq!(t.links.len(), 4);
-        assert!(t.links.iter().enumerate().all(|(i, r)| r.iter().enumerate().all(|(j, l)| (i == j) == (*l == LinkKind::Own))));
+        assert!(t.links.iter().enumerate().all(|(i, r)| r
+            .iter()
+            .enumerate()
+            .all(|(j, l)| (i == j) == (*l == LinkKind::Own))));
         assert_eq!(t.links[0][3], LinkKind::NvLink(18));
         assert_eq!(t.cpu_affinity[2].as_ref().unwrap().len(), 64);
         assert_eq!(t.numa[0], Some(0));
@@ -213,7 +269,13 @@ NIC0\tPIX\tPXB\t X \tSYS\n\
 NIC1\tSYS\tSYS\tSYS\t X \n\n\
 Legend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n";
         let t = parse_matrix(text).unwrap();
-        assert_eq!(t.links, vec![vec![LinkKind::Own, LinkKind::Pxb], vec![LinkKind::Pxb, LinkKind::Own]]);
+        assert_eq!(
+            t.links,
+            vec![
+                vec![LinkKind::Own, LinkKind::Pxb],
+                vec![LinkKind::Pxb, LinkKind::Own]
+            ]
+        );
         assert_eq!(t.nics, vec!["mlx5_0", "mlx5_1"]);
         assert_eq!(t.cpu_affinity[1].as_ref().unwrap().len(), 12);
     }
@@ -229,11 +291,17 @@ Legend:\n\n  X    = Self\n\nNIC Legend:\n\n  NIC0: mlx5_0\n  NIC1: mlx5_1\n";
 
     #[test]
     fn p2p_matrix_reads_ok_and_ns() {
-        let m = parse_p2p(include_str!("../../tests/fixtures/topo/h200x4-p2p-read.txt")).unwrap();
+        let m = parse_p2p(include_str!(
+            "../../tests/fixtures/topo/h200x4-p2p-read.txt"
+        ))
+        .unwrap();
         assert_eq!(m.len(), 4);
         assert_eq!(m[0][1], Some(P2pState::Ok));
         assert_eq!(m[0][0], None);
-        let prop = parse_p2p(include_str!("../../tests/fixtures/topo/h200x4-p2p-prop.txt")).unwrap();
+        let prop = parse_p2p(include_str!(
+            "../../tests/fixtures/topo/h200x4-p2p-prop.txt"
+        ))
+        .unwrap();
         assert_eq!(prop[0][1], Some(P2pState::NotSupported));
     }
 }

@@ -3,7 +3,9 @@
 /// Parses a size; binary (Ki/Mi/Gi/Ti) and decimal (K/M/G/T, with or without B) units.
 pub fn parse_size(text: &str) -> Option<u64> {
     let t = text.trim();
-    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
     let value: f64 = num.parse().ok()?;
     let mult: u64 = match unit.trim().to_ascii_lowercase().trim_end_matches('b') {

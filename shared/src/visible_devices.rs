@@ -36,8 +36,16 @@ pub fn mismatch(cvd: VisibleDevices, visible: usize, gpus: &GpuFacts) -> Option<
             if i >= visible {
                 return Some(format!("it names device {i} but only {visible} GPU(s) exist here (0..{}); CUDA ignores it and everything after it", visible.saturating_sub(1)));
             }
-        } else if entry.starts_with("GPU-") && !gpus.devices.is_empty() && !gpus.devices.iter().any(|d| d.uuid.starts_with(entry.as_str())) {
-            return Some(format!("it names {entry}, which is not one of this container's GPUs"));
+        } else if entry.starts_with("GPU-")
+            && !gpus.devices.is_empty()
+            && !gpus
+                .devices
+                .iter()
+                .any(|d| d.uuid.starts_with(entry.as_str()))
+        {
+            return Some(format!(
+                "it names {entry}, which is not one of this container's GPUs"
+            ));
         }
     }
     None
@@ -51,13 +59,18 @@ mod tests {
     fn parses_the_forms() {
         assert_eq!(VisibleDevices::parse("all"), VisibleDevices::All);
         assert_eq!(VisibleDevices::parse("void"), VisibleDevices::None);
-        assert_eq!(VisibleDevices::parse("0, 2"), VisibleDevices::List(vec!["0".into(), "2".into()]));
+        assert_eq!(
+            VisibleDevices::parse("0, 2"),
+            VisibleDevices::List(vec!["0".into(), "2".into()])
+        );
     }
 
     #[test]
     fn index_out_of_range_is_named() {
         let g = GpuFacts::default();
-        assert!(mismatch(VisibleDevices::parse("0,1"), 1, &g).unwrap().contains("device 1"));
+        assert!(mismatch(VisibleDevices::parse("0,1"), 1, &g)
+            .unwrap()
+            .contains("device 1"));
         assert_eq!(mismatch(VisibleDevices::parse("0"), 1, &g), None);
     }
 }

@@ -6,11 +6,18 @@ use std::collections::BTreeMap;
 use toporun_shared::store::{decode_request, StoreState};
 
 fn unhex(s: &str) -> Vec<u8> {
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
 }
 
 fn replay(path: &str) -> usize {
-    let text = std::fs::read_to_string(format!("{}/../tests/fixtures/source/tcpstore/{path}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+    let text = std::fs::read_to_string(format!(
+        "{}/../tests/fixtures/source/tcpstore/{path}",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
     let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
     let mut state = StoreState::new();
     let mut inbox: BTreeMap<u64, Vec<u8>> = BTreeMap::new();
@@ -35,7 +42,11 @@ fn replay(path: &str) -> usize {
         }
     }
     for (conn, want) in &theirs {
-        assert_eq!(ours.get(conn).map(Vec::as_slice).unwrap_or_default(), want.as_slice(), "{path}: connection {conn}");
+        assert_eq!(
+            ours.get(conn).map(Vec::as_slice).unwrap_or_default(),
+            want.as_slice(),
+            "{path}: connection {conn}"
+        );
     }
     theirs.values().map(Vec::len).sum()
 }

@@ -21,10 +21,21 @@ const NS_KINDS: &[&str] = &["ipc", "pid", "net", "uts", "mnt", "cgroup", "user"]
 /// Variables that matter to a launch, kept in the facts.
 pub fn relevant_env(name: &str) -> bool {
     const EXACT: &[&str] = &[
-        "NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "OMP_NUM_THREADS", "MASTER_ADDR",
-        "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "HOSTNAME",
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "CUDA_DEVICE_ORDER",
+        "OMP_NUM_THREADS",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "HOSTNAME",
     ];
-    EXACT.contains(&name) || ["NCCL_", "FI_", "PET_", "TORCH", "TOPORUN_"].iter().any(|p| name.starts_with(p))
+    EXACT.contains(&name)
+        || ["NCCL_", "FI_", "PET_", "TORCH", "TOPORUN_"]
+            .iter()
+            .any(|p| name.starts_with(p))
 }
 
 pub fn probe(root: &Root, env: impl Iterator<Item = (String, String)>) -> ContainerFacts {
@@ -39,10 +50,16 @@ pub fn probe(root: &Root, env: impl Iterator<Item = (String, String)>) -> Contai
         rlimits: rlimits(),
         cgroup_memory_limit: cgroup_memory_limit(root),
         boot_id: root.read(paths::PROC_BOOT_ID),
-        hostname: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
-        cpu_count: std::thread::available_parallelism().map_or(1, |n| n.get() as u32).max(online_cpus(root)),
+        hostname: nix::unistd::gethostname()
+            .map(|h| h.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        cpu_count: std::thread::available_parallelism()
+            .map_or(1, |n| n.get() as u32)
+            .max(online_cpus(root)),
         cpu_affinity: affinity(),
-        env: env.filter(|(k, _)| relevant_env(k)).collect::<BTreeMap<_, _>>(),
+        env: env
+            .filter(|(k, _)| relevant_env(k))
+            .collect::<BTreeMap<_, _>>(),
     }
 }
 
@@ -51,8 +68,17 @@ fn namespaces(root: &Root) -> BTreeMap<String, Namespace> {
         .iter()
         .filter_map(|kind| {
             let meta = std::fs::metadata(root.join(paths::PROC_SELF_NS).join(kind)).ok()?;
-            let initial = INITIAL_NS.iter().find(|(k, _)| k == kind).map(|(_, ino)| meta.ino() == *ino);
-            Some((kind.to_string(), Namespace { inode: meta.ino(), initial }))
+            let initial = INITIAL_NS
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map(|(_, ino)| meta.ino() == *ino);
+            Some((
+                kind.to_string(),
+                Namespace {
+                    inode: meta.ino(),
+                    initial,
+                },
+            ))
         })
         .collect()
 }
@@ -62,16 +88,27 @@ fn shm(root: &Root) -> Option<ShmFacts> {
     let st = nix::sys::statvfs::statvfs(&path).ok()?;
     let frsize = st.fragment_size() as u64;
     let mounts = root.read(paths::PROC_SELF_MOUNTS).unwrap_or_default();
-    let fs_type = mounts.lines().filter_map(|l| {
-        let mut f = l.split_whitespace();
-        let (_dev, mnt, ty) = (f.next()?, f.next()?, f.next()?);
-        (mnt == "/dev/shm").then(|| ty.to_string())
-    }).last();
-    Some(ShmFacts { total_bytes: frsize * st.blocks() as u64, free_bytes: frsize * st.blocks_available() as u64, fs_type })
+    let fs_type = mounts
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let (_dev, mnt, ty) = (f.next()?, f.next()?, f.next()?);
+            (mnt == "/dev/shm").then(|| ty.to_string())
+        })
+        .last();
+    Some(ShmFacts {
+        total_bytes: frsize * st.blocks() as u64,
+        free_bytes: frsize * st.blocks_available() as u64,
+        fs_type,
+    })
 }
 
 fn caps_facts() -> CapsFacts {
-    let mask = |set| caps::read(None, set).map(|s| s.iter().map(|c| c.bitmask()).fold(0, |a, b| a | b)).unwrap_or(0);
+    let mask = |set| {
+        caps::read(None, set)
+            .map(|s| s.iter().map(|c| c.bitmask()).fold(0, |a, b| a | b))
+            .unwrap_or(0)
+    };
     CapsFacts {
         effective: mask(caps::CapSet::Effective),
         permitted: mask(caps::CapSet::Permitted),
@@ -81,7 +118,10 @@ fn caps_facts() -> CapsFacts {
 
 fn limit(resource: Resource) -> Limit {
     let conv = |v| (v != RLIM_INFINITY).then_some(v);
-    getrlimit(resource).map_or(Limit::default(), |(soft, hard)| Limit { soft: conv(soft), hard: conv(hard) })
+    getrlimit(resource).map_or(Limit::default(), |(soft, hard)| Limit {
+        soft: conv(soft),
+        hard: conv(hard),
+    })
 }
 
 fn rlimits() -> Rlimits {
@@ -101,14 +141,19 @@ fn cgroup_memory_limit(root: &Root) -> Option<u64> {
 }
 
 fn online_cpus(root: &Root) -> u32 {
-    root.read(paths::SYS_CPU_ONLINE).and_then(|l| toporun_shared::cpulist::parse(&l)).map_or(1, |c| c.len() as u32)
+    root.read(paths::SYS_CPU_ONLINE)
+        .and_then(|l| toporun_shared::cpulist::parse(&l))
+        .map_or(1, |c| c.len() as u32)
 }
 
 fn affinity() -> Vec<u32> {
     let Ok(set) = nix::sched::sched_getaffinity(nix::unistd::Pid::from_raw(0)) else {
         return Vec::new();
     };
-    (0..nix::sched::CpuSet::count()).filter(|&c| set.is_set(c).unwrap_or(false)).map(|c| c as u32).collect()
+    (0..nix::sched::CpuSet::count())
+        .filter(|&c| set.is_set(c).unwrap_or(false))
+        .map(|c| c as u32)
+        .collect()
 }
 
 #[cfg(test)]
@@ -146,7 +191,10 @@ mod tests {
     fn shm_matches_statvfs_of_dev_shm() {
         let s = shm(&Root::live()).expect("/dev/shm mounted here");
         let st = nix::sys::statvfs::statvfs("/dev/shm").unwrap();
-        assert_eq!(s.total_bytes, st.fragment_size() as u64 * st.blocks() as u64);
+        assert_eq!(
+            s.total_bytes,
+            st.fragment_size() as u64 * st.blocks() as u64
+        );
         assert!(s.free_bytes <= s.total_bytes);
     }
 
@@ -155,7 +203,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("dev/shm")).unwrap();
         std::fs::create_dir_all(dir.path().join("proc/self")).unwrap();
-        std::fs::write(dir.path().join("proc/self/mounts"), "shm /dev/shm tmpfs rw,size=65536k 0 0\n").unwrap();
+        std::fs::write(
+            dir.path().join("proc/self/mounts"),
+            "shm /dev/shm tmpfs rw,size=65536k 0 0\n",
+        )
+        .unwrap();
         let s = shm(&Root::at(dir.path())).unwrap();
         assert_eq!(s.fs_type.as_deref(), Some("tmpfs"));
     }
@@ -163,8 +215,14 @@ mod tests {
     #[test]
     fn rlimits_match_getrlimit_and_env_is_filtered() {
         let (soft, _) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-        assert_eq!(rlimits().nofile.soft, (soft != RLIM_INFINITY).then_some(soft));
-        let env = vec![("NCCL_DEBUG".to_string(), "INFO".to_string()), ("SECRET_TOKEN".into(), "x".into())];
+        assert_eq!(
+            rlimits().nofile.soft,
+            (soft != RLIM_INFINITY).then_some(soft)
+        );
+        let env = vec![
+            ("NCCL_DEBUG".to_string(), "INFO".to_string()),
+            ("SECRET_TOKEN".into(), "x".into()),
+        ];
         let facts = probe(&Root::live(), env.into_iter());
         assert!(facts.env.contains_key("NCCL_DEBUG"));
         assert!(!facts.env.contains_key("SECRET_TOKEN"));

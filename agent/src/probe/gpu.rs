@@ -2,10 +2,15 @@
 //! machine without it yields facts saying so, not an error).
 
 use crate::paths::{self, Root};
-use nvml_wrapper::enum_wrappers::device::{ComputeMode, P2pCapabilitiesIndex, P2pStatus, TopologyLevel};
+use nvml_wrapper::enum_wrappers::device::{
+    ComputeMode, P2pCapabilitiesIndex, P2pStatus, TopologyLevel,
+};
 use nvml_wrapper::{Device, Nvml};
 use toporun_shared::cpulist;
-use toporun_shared::facts::{classify_link, FabricState, Gpu, GpuFacts, GpuSource, LinkKind, NvlinkInfo, P2pPair, P2pState, PcieAncestor};
+use toporun_shared::facts::{
+    classify_link, FabricState, Gpu, GpuFacts, GpuSource, LinkKind, NvlinkInfo, P2pPair, P2pState,
+    PcieAncestor,
+};
 
 /// Where GPU facts come from: NVML live, or a fixture in tests.
 pub trait GpuProbe {
@@ -27,8 +32,14 @@ impl GpuProbe for FixedGpus {
 impl GpuProbe for NvmlProbe {
     fn probe(&self) -> GpuFacts {
         match Nvml::init() {
-            Ok(nvml) => probe_nvml(&nvml).unwrap_or_else(|e| GpuFacts { nvml_error: Some(format!("NVML query failed: {e}")), ..Default::default() }),
-            Err(e) => GpuFacts { nvml_error: Some(format!("NVML unavailable: {e}")), ..Default::default() },
+            Ok(nvml) => probe_nvml(&nvml).unwrap_or_else(|e| GpuFacts {
+                nvml_error: Some(format!("NVML query failed: {e}")),
+                ..Default::default()
+            }),
+            Err(e) => GpuFacts {
+                nvml_error: Some(format!("NVML unavailable: {e}")),
+                ..Default::default()
+            },
         }
     }
 }
@@ -38,27 +49,48 @@ const MAX_NVLINKS: u32 = 18;
 
 fn probe_nvml(nvml: &Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError> {
     let count = nvml.device_count()?;
-    let devices: Vec<Device> = (0..count).map(|i| nvml.device_by_index(i)).collect::<Result<_, _>>()?;
-    let gpus: Vec<Gpu> = devices.iter().enumerate().map(|(i, d)| gpu(nvml, i as u32, d)).collect();
+    let devices: Vec<Device> = (0..count)
+        .map(|i| nvml.device_by_index(i))
+        .collect::<Result<_, _>>()?;
+    let gpus: Vec<Gpu> = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| gpu(nvml, i as u32, d))
+        .collect();
     let bus_ids: Vec<String> = gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
     let n = devices.len();
     let mut links = vec![vec![LinkKind::Own; n]; n];
     let mut p2p = Vec::new();
     for a in 0..n {
         for b in (a + 1)..n {
-            let ancestor = nvml.topology_common_ancestor(&devices[a], &devices[b]).ok().map(ancestor);
+            let ancestor = nvml
+                .topology_common_ancestor(&devices[a], &devices[b])
+                .ok()
+                .map(ancestor);
             let link = classify_link(&gpus[a], &gpus[b], &bus_ids, ancestor);
             links[a][b] = link;
             links[b][a] = link;
-            let status = |idx| devices[a].p2p_status(&devices[b], idx).map_or(P2pState::Unknown, p2p_state);
-            p2p.push(P2pPair { a, b, read: status(P2pCapabilitiesIndex::Read), write: status(P2pCapabilitiesIndex::Write) });
+            let status = |idx| {
+                devices[a]
+                    .p2p_status(&devices[b], idx)
+                    .map_or(P2pState::Unknown, p2p_state)
+            };
+            p2p.push(P2pPair {
+                a,
+                b,
+                read: status(P2pCapabilitiesIndex::Read),
+                write: status(P2pCapabilitiesIndex::Write),
+            });
         }
     }
     Ok(GpuFacts {
         source: GpuSource::Nvml,
         nvml_error: None,
         driver_version: nvml.sys_driver_version().ok(),
-        cuda_driver_version: nvml.sys_cuda_driver_version().ok().map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
+        cuda_driver_version: nvml
+            .sys_cuda_driver_version()
+            .ok()
+            .map(|v| format!("{}.{}", v / 1000, (v % 1000) / 10)),
         devices: gpus,
         links,
         p2p,
@@ -71,7 +103,11 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
     let remotes: Vec<String> = (0..MAX_NVLINKS)
         .map(|l| d.link_wrapper_for(l))
         .filter(|l| l.is_active().unwrap_or(false))
-        .map(|l| l.remote_pci_info().map(|p| p.bus_id).unwrap_or_else(|_| toporun_shared::facts::INVISIBLE_REMOTE.to_string()))
+        .map(|l| {
+            l.remote_pci_info()
+                .map(|p| p.bus_id)
+                .unwrap_or_else(|_| toporun_shared::facts::INVISIBLE_REMOTE.to_string())
+        })
         .collect();
     Gpu {
         index,
@@ -90,9 +126,15 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
         }),
         persistence_mode: d.is_in_persistent_mode().ok(),
         numa_node: d.numa_node_id().ok(),
-        cpu_affinity: d.cpu_affinity(words).map(|w| cpulist::from_mask_words(&w.iter().map(|x| *x as u64).collect::<Vec<_>>())).unwrap_or_default(),
+        cpu_affinity: d
+            .cpu_affinity(words)
+            .map(|w| cpulist::from_mask_words(&w.iter().map(|x| *x as u64).collect::<Vec<_>>()))
+            .unwrap_or_default(),
         fabric: fabric_state(nvml, d),
-        nvlink: NvlinkInfo { active_links: remotes.len() as u32, remotes },
+        nvlink: NvlinkInfo {
+            active_links: remotes.len() as u32,
+            remotes,
+        },
     }
 }
 
@@ -147,7 +189,11 @@ fn p2p_state(s: P2pStatus) -> P2pState {
 
 /// /dev/nvidia* nodes (nvidiactl, nvidia-uvm, nvidiaN).
 pub fn device_nodes(root: &Root) -> Vec<String> {
-    root.list(paths::DEV).into_iter().filter(|n| n.starts_with("nvidia") && n != "nvidia-caps").map(|n| format!("/dev/{n}")).collect()
+    root.list(paths::DEV)
+        .into_iter()
+        .filter(|n| n.starts_with("nvidia") && n != "nvidia-caps")
+        .map(|n| format!("/dev/{n}"))
+        .collect()
 }
 
 #[cfg(test)]

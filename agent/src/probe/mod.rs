@@ -12,7 +12,11 @@ use crate::paths::Root;
 use toporun_shared::facts::{HostFacts, FACTS_SCHEMA};
 
 /// Probes everything. GPU facts come from `gpus` (NVML live, a fixture in tests).
-pub fn probe_host(root: &Root, gpus: &dyn GpuProbe, env: impl Iterator<Item = (String, String)>) -> HostFacts {
+pub fn probe_host(
+    root: &Root,
+    gpus: &dyn GpuProbe,
+    env: impl Iterator<Item = (String, String)>,
+) -> HostFacts {
     let mut facts = HostFacts {
         schema: FACTS_SCHEMA,
         source: format!("probe (toporun {})", env!("CARGO_PKG_VERSION")),

@@ -19,7 +19,10 @@ pub fn probe(root: &Root) -> PlatformFacts {
                 ofi_nccl_plugins.push(format!("/{dir}/{f}"));
             }
             // libnccl.so.2.28.9: the version is in the real file's name.
-            if let Some(v) = f.strip_prefix("libnccl.so.").filter(|v| v.matches('.').count() == 2) {
+            if let Some(v) = f
+                .strip_prefix("libnccl.so.")
+                .filter(|v| v.matches('.').count() == 2)
+            {
                 nccl_version.get_or_insert_with(|| v.to_string());
             }
         }
@@ -29,11 +32,18 @@ pub fn probe(root: &Root) -> PlatformFacts {
         .unwrap_or_default()
         .lines()
         .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| l.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())))
+        .filter_map(|l| {
+            l.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        })
         .collect();
     PlatformFacts {
-        product_name: root.read(format!("{}/product_name", paths::SYS_DMI_ID)).filter(|s| !s.is_empty()),
-        sys_vendor: root.read(format!("{}/sys_vendor", paths::SYS_DMI_ID)).filter(|s| !s.is_empty()),
+        product_name: root
+            .read(format!("{}/product_name", paths::SYS_DMI_ID))
+            .filter(|s| !s.is_empty()),
+        sys_vendor: root
+            .read(format!("{}/sys_vendor", paths::SYS_DMI_ID))
+            .filter(|s| !s.is_empty()),
         topology_files,
         ofi_nccl_plugins,
         nccl_version,
@@ -51,9 +61,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         fs::create_dir_all(p.join("sys/devices/virtual/dmi/id")).unwrap();
-        fs::write(p.join("sys/devices/virtual/dmi/id/product_name"), "p4d.24xlarge\n").unwrap();
+        fs::write(
+            p.join("sys/devices/virtual/dmi/id/product_name"),
+            "p4d.24xlarge\n",
+        )
+        .unwrap();
         fs::create_dir_all(p.join("opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml")).unwrap();
-        fs::write(p.join("opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml"), "<system/>").unwrap();
+        fs::write(
+            p.join("opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml"),
+            "<system/>",
+        )
+        .unwrap();
         fs::create_dir_all(p.join("opt/amazon/ofi-nccl/lib")).unwrap();
         fs::write(p.join("opt/amazon/ofi-nccl/lib/libnccl-net-ofi.so"), "").unwrap();
         fs::create_dir_all(p.join("usr/lib/x86_64-linux-gnu")).unwrap();
@@ -62,7 +80,10 @@ mod tests {
         fs::write(p.join("etc/nccl.conf"), "# comment\nNCCL_DEBUG=WARN\n").unwrap();
         let f = probe(&Root::at(p));
         assert_eq!(f.product_name.as_deref(), Some("p4d.24xlarge"));
-        assert_eq!(f.topology_files, vec!["/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml"]);
+        assert_eq!(
+            f.topology_files,
+            vec!["/opt/amazon/ofi-nccl/share/aws-ofi-nccl/xml/p4d-24xl-topo.xml"]
+        );
         assert_eq!(f.ofi_nccl_plugins.len(), 1);
         assert_eq!(f.nccl_version.as_deref(), Some("2.21.5"));
         assert_eq!(f.nccl_conf["NCCL_DEBUG"], "WARN");

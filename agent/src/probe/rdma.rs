@@ -20,13 +20,19 @@ pub fn probe(root: &Root) -> Vec<RdmaDevice> {
                     let roce_v2 = root
                         .list(&gid_types)
                         .into_iter()
-                        .filter(|i| root.read(format!("{gid_types}/{i}")).is_some_and(|t| t.eq_ignore_ascii_case("RoCE v2")))
+                        .filter(|i| {
+                            root.read(format!("{gid_types}/{i}"))
+                                .is_some_and(|t| t.eq_ignore_ascii_case("RoCE v2"))
+                        })
                         .filter_map(|i| i.parse().ok())
                         .collect();
                     Some(RdmaPort {
                         port: p.parse().ok()?,
                         // "4: ACTIVE" -> "ACTIVE"
-                        state: root.read(format!("{pdir}/state")).map(|s| s.rsplit(' ').next().unwrap_or_default().to_string()).unwrap_or_default(),
+                        state: root
+                            .read(format!("{pdir}/state"))
+                            .map(|s| s.rsplit(' ').next().unwrap_or_default().to_string())
+                            .unwrap_or_default(),
                         link_layer: root.read(format!("{pdir}/link_layer")).unwrap_or_default(),
                         roce_v2_gid_indices: roce_v2,
                     })
@@ -34,18 +40,40 @@ pub fn probe(root: &Root) -> Vec<RdmaDevice> {
                 .collect();
             let kind = if vendor.as_deref() == Some(EFA_VENDOR) {
                 RdmaKind::Efa
-            } else if ports.iter().any(|p| p.link_layer.eq_ignore_ascii_case("Ethernet")) {
+            } else if ports
+                .iter()
+                .any(|p| p.link_layer.eq_ignore_ascii_case("Ethernet"))
+            {
                 RdmaKind::Roce
-            } else if ports.iter().any(|p| p.link_layer.eq_ignore_ascii_case("InfiniBand")) {
+            } else if ports
+                .iter()
+                .any(|p| p.link_layer.eq_ignore_ascii_case("InfiniBand"))
+            {
                 RdmaKind::Infiniband
             } else {
                 RdmaKind::Unknown
             };
-            let uverbs = root.list(format!("{dir}/device/infiniband_verbs")).into_iter().next().map(|u| format!("/{}/{u}", paths::DEV_INFINIBAND));
+            let uverbs = root
+                .list(format!("{dir}/device/infiniband_verbs"))
+                .into_iter()
+                .next()
+                .map(|u| format!("/{}/{u}", paths::DEV_INFINIBAND));
             let uverbs_openable = uverbs.as_ref().is_some_and(|u| {
-                std::fs::OpenOptions::new().read(true).write(true).open(root.join(u.trim_start_matches('/'))).is_ok()
+                std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(root.join(u.trim_start_matches('/')))
+                    .is_ok()
             });
-            RdmaDevice { pci_device: root.read(format!("{dir}/device/device")), pci_vendor: vendor, name, kind, ports, uverbs, uverbs_openable }
+            RdmaDevice {
+                pci_device: root.read(format!("{dir}/device/device")),
+                pci_vendor: vendor,
+                name,
+                kind,
+                ports,
+                uverbs,
+                uverbs_openable,
+            }
         })
         .collect()
 }
@@ -69,7 +97,17 @@ mod tests {
         fs::write(dir.path().join("dev/infiniband/uverbs0"), "").unwrap();
         let mlx = ib.join("mlx5_0");
         fs::create_dir_all(mlx.join("ports/1/gid_attrs/types")).unwrap();
-        fs::write(mlx.join("device/vendor").parent().map(|p| { fs::create_dir_all(p).unwrap(); p.join("vendor") }).unwrap(), "0x15b3\n").unwrap();
+        fs::write(
+            mlx.join("device/vendor")
+                .parent()
+                .map(|p| {
+                    fs::create_dir_all(p).unwrap();
+                    p.join("vendor")
+                })
+                .unwrap(),
+            "0x15b3\n",
+        )
+        .unwrap();
         fs::write(mlx.join("ports/1/state"), "4: ACTIVE\n").unwrap();
         fs::write(mlx.join("ports/1/link_layer"), "Ethernet\n").unwrap();
         fs::write(mlx.join("ports/1/gid_attrs/types/0"), "IB/RoCE v1\n").unwrap();

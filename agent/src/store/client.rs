@@ -5,15 +5,24 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use toporun_shared::store::codec::{encode_request, CHECK_READY, VALIDATION_MAGIC, WAIT_STOP_WAITING};
+use toporun_shared::store::codec::{
+    encode_request, CHECK_READY, VALIDATION_MAGIC, WAIT_STOP_WAITING,
+};
 use toporun_shared::store::Request;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("could not connect to the store at {addr} within {waited:?}: {source}")]
-    Connect { addr: String, waited: Duration, source: std::io::Error },
+    Connect {
+        addr: String,
+        waited: Duration,
+        source: std::io::Error,
+    },
     #[error("store at {addr}: {source}")]
-    Io { addr: String, source: std::io::Error },
+    Io {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error("timed out after {0:?} waiting for store keys {1:?}")]
     WaitTimeout(Duration, Vec<String>),
     #[error("store answered ping {got:#x}, expected {want:#x}: not a TCPStore")]
@@ -32,14 +41,28 @@ fn prefixed(key: &str) -> Vec<u8> {
 impl StoreClient {
     /// Connects with exponential backoff (capped at 1 s) until `timeout`, then runs the
     /// validation handshake and a ping.
-    pub async fn connect(host: &str, port: u16, timeout: Duration) -> Result<StoreClient, StoreError> {
-        let addr = if host.contains(':') && !host.starts_with('[') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+    pub async fn connect(
+        host: &str,
+        port: u16,
+        timeout: Duration,
+    ) -> Result<StoreClient, StoreError> {
+        let addr = if host.contains(':') && !host.starts_with('[') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
         let start = Instant::now();
         let mut delay = Duration::from_millis(10);
         let stream = loop {
             match TcpStream::connect(&addr).await {
                 Ok(s) => break s,
-                Err(e) if start.elapsed() + delay >= timeout => return Err(StoreError::Connect { addr, waited: start.elapsed(), source: e }),
+                Err(e) if start.elapsed() + delay >= timeout => {
+                    return Err(StoreError::Connect {
+                        addr,
+                        waited: start.elapsed(),
+                        source: e,
+                    })
+                }
                 Err(_) => {
                     tokio::time::sleep(delay).await;
                     delay = (delay * 2).min(Duration::from_secs(1));
@@ -64,11 +87,20 @@ impl StoreClient {
     }
 
     fn io(&self, source: std::io::Error) -> StoreError {
-        StoreError::Io { addr: self.addr.clone(), source }
+        StoreError::Io {
+            addr: self.addr.clone(),
+            source,
+        }
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        self.stream.write_all(bytes).await.map_err(|e| StoreError::Io { addr: self.addr.clone(), source: e })
+        self.stream
+            .write_all(bytes)
+            .await
+            .map_err(|e| StoreError::Io {
+                addr: self.addr.clone(),
+                source: e,
+            })
     }
 
     async fn send(&mut self, req: Request) -> Result<(), StoreError> {
@@ -90,37 +122,68 @@ impl StoreClient {
     async fn read_blob(&mut self) -> Result<Vec<u8>, StoreError> {
         let len = self.stream.read_u64_le().await.map_err(|e| self.io(e))?;
         let mut v = vec![0u8; len as usize];
-        self.stream.read_exact(&mut v).await.map_err(|e| self.io(e))?;
+        self.stream
+            .read_exact(&mut v)
+            .await
+            .map_err(|e| self.io(e))?;
         Ok(v)
     }
 
     pub async fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.send(Request::Set { key: prefixed(key), value: value.to_vec() }).await
+        self.send(Request::Set {
+            key: prefixed(key),
+            value: value.to_vec(),
+        })
+        .await
     }
 
     pub async fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
-        self.send(Request::Add { key: prefixed(key), delta }).await?;
+        self.send(Request::Add {
+            key: prefixed(key),
+            delta,
+        })
+        .await?;
         self.read_i64().await
     }
 
     pub async fn append(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.send(Request::Append { key: prefixed(key), value: value.to_vec() }).await
+        self.send(Request::Append {
+            key: prefixed(key),
+            value: value.to_vec(),
+        })
+        .await
     }
 
-    pub async fn compare_set(&mut self, key: &str, expected: &[u8], desired: &[u8]) -> Result<Vec<u8>, StoreError> {
-        self.send(Request::CompareSet { key: prefixed(key), expected: expected.to_vec(), desired: desired.to_vec() }).await?;
+    pub async fn compare_set(
+        &mut self,
+        key: &str,
+        expected: &[u8],
+        desired: &[u8],
+    ) -> Result<Vec<u8>, StoreError> {
+        self.send(Request::CompareSet {
+            key: prefixed(key),
+            expected: expected.to_vec(),
+            desired: desired.to_vec(),
+        })
+        .await?;
         self.read_blob().await
     }
 
     /// Whether every key exists now.
     pub async fn check(&mut self, keys: &[&str]) -> Result<bool, StoreError> {
-        self.send(Request::Check { keys: keys.iter().map(|k| prefixed(k)).collect() }).await?;
+        self.send(Request::Check {
+            keys: keys.iter().map(|k| prefixed(k)).collect(),
+        })
+        .await?;
         Ok(self.read_u8().await? == CHECK_READY)
     }
 
     /// Waits for keys; on timeout cancels the wait on the server, as PyTorch does.
     pub async fn wait(&mut self, keys: &[&str], timeout: Duration) -> Result<(), StoreError> {
-        self.send(Request::Wait { keys: keys.iter().map(|k| prefixed(k)).collect() }).await?;
+        self.send(Request::Wait {
+            keys: keys.iter().map(|k| prefixed(k)).collect(),
+        })
+        .await?;
         match tokio::time::timeout(timeout, self.read_u8()).await {
             Ok(r) => r.map(|_| ()),
             Err(_) => {
@@ -129,7 +192,10 @@ impl StoreClient {
                 if self.read_u8().await? == WAIT_STOP_WAITING {
                     self.read_u8().await?;
                 }
-                Err(StoreError::WaitTimeout(timeout, keys.iter().map(|k| k.to_string()).collect()))
+                Err(StoreError::WaitTimeout(
+                    timeout,
+                    keys.iter().map(|k| k.to_string()).collect(),
+                ))
             }
         }
     }
@@ -141,9 +207,16 @@ impl StoreClient {
         self.read_blob().await
     }
 
-    pub async fn multi_get(&mut self, keys: &[&str], timeout: Duration) -> Result<Vec<Vec<u8>>, StoreError> {
+    pub async fn multi_get(
+        &mut self,
+        keys: &[&str],
+        timeout: Duration,
+    ) -> Result<Vec<Vec<u8>>, StoreError> {
         self.wait(keys, timeout).await?;
-        self.send(Request::MultiGet { keys: keys.iter().map(|k| prefixed(k)).collect() }).await?;
+        self.send(Request::MultiGet {
+            keys: keys.iter().map(|k| prefixed(k)).collect(),
+        })
+        .await?;
         let mut out = Vec::with_capacity(keys.len());
         for _ in keys {
             out.push(self.read_blob().await?);
@@ -152,7 +225,13 @@ impl StoreClient {
     }
 
     pub async fn multi_set(&mut self, pairs: &[(&str, &[u8])]) -> Result<(), StoreError> {
-        self.send(Request::MultiSet { pairs: pairs.iter().map(|(k, v)| (prefixed(k), v.to_vec())).collect() }).await
+        self.send(Request::MultiSet {
+            pairs: pairs
+                .iter()
+                .map(|(k, v)| (prefixed(k), v.to_vec()))
+                .collect(),
+        })
+        .await
     }
 
     pub async fn delete_key(&mut self, key: &str) -> Result<bool, StoreError> {
@@ -166,7 +245,11 @@ impl StoreClient {
     }
 
     pub async fn queue_push(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.send(Request::QueuePush { key: prefixed(key), value: value.to_vec() }).await
+        self.send(Request::QueuePush {
+            key: prefixed(key),
+            value: value.to_vec(),
+        })
+        .await
     }
 
     /// Pops the front of a queue, waiting up to `timeout` for one to arrive.
@@ -201,7 +284,9 @@ mod tests {
     async fn every_operation_against_our_server() {
         let server = StoreServer::bind(0).unwrap();
         let t = Duration::from_secs(2);
-        let mut c = StoreClient::connect("127.0.0.1", server.port(), t).await.unwrap();
+        let mut c = StoreClient::connect("127.0.0.1", server.port(), t)
+            .await
+            .unwrap();
         c.set("k", b"v").await.unwrap();
         assert_eq!(c.get("k", t).await.unwrap(), b"v");
         assert_eq!(server.get(b"/k").unwrap(), b"v");
@@ -210,11 +295,17 @@ mod tests {
         assert_eq!(c.compare_set("k", b"v", b"w").await.unwrap(), b"w");
         assert!(c.check(&["k", "n"]).await.unwrap());
         assert!(!c.check(&["nope"]).await.unwrap());
-        assert!(matches!(c.wait(&["nope"], Duration::from_millis(50)).await, Err(StoreError::WaitTimeout(..))));
+        assert!(matches!(
+            c.wait(&["nope"], Duration::from_millis(50)).await,
+            Err(StoreError::WaitTimeout(..))
+        ));
         c.append("a", b"x").await.unwrap();
         c.append("a", b"y").await.unwrap();
         c.multi_set(&[("m1", b"1"), ("m2", b"2")]).await.unwrap();
-        assert_eq!(c.multi_get(&["a", "m1", "m2"], t).await.unwrap(), vec![b"xy".to_vec(), b"1".to_vec(), b"2".to_vec()]);
+        assert_eq!(
+            c.multi_get(&["a", "m1", "m2"], t).await.unwrap(),
+            vec![b"xy".to_vec(), b"1".to_vec(), b"2".to_vec()]
+        );
         assert_eq!(c.num_keys().await.unwrap(), 5);
         assert!(c.delete_key("a").await.unwrap());
         assert!(!c.delete_key("a").await.unwrap());
@@ -229,7 +320,9 @@ mod tests {
         let server = StoreServer::bind(0).unwrap();
         let port = server.port();
         let waiter = tokio::spawn(async move {
-            let mut c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(2)).await.unwrap();
+            let mut c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(2))
+                .await
+                .unwrap();
             c.get("late", Duration::from_secs(5)).await.unwrap()
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -239,7 +332,10 @@ mod tests {
 
     #[tokio::test]
     async fn connect_gives_up_after_the_timeout_saying_where() {
-        let err = StoreClient::connect("127.0.0.1", 1, Duration::from_millis(100)).await.err().unwrap();
+        let err = StoreClient::connect("127.0.0.1", 1, Duration::from_millis(100))
+            .await
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     }
 }

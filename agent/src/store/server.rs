@@ -38,14 +38,19 @@ pub struct StoreServer {
 /// is large so thousands of nodes can connect at once.
 fn listen(port: u16, host: Option<std::net::IpAddr>) -> std::io::Result<TcpListener> {
     let try_bind = |addr: SocketAddr| -> std::io::Result<TcpListener> {
-        let sock = if addr.is_ipv6() { TcpSocket::new_v6()? } else { TcpSocket::new_v4()? };
+        let sock = if addr.is_ipv6() {
+            TcpSocket::new_v6()?
+        } else {
+            TcpSocket::new_v4()?
+        };
         sock.set_reuseaddr(true)?;
         sock.bind(addr)?;
         sock.listen(8192)
     };
     match host {
         Some(ip) => try_bind(SocketAddr::new(ip, port)),
-        None => try_bind(SocketAddr::from(([0u16; 8], port))).or_else(|_| try_bind(SocketAddr::from(([0, 0, 0, 0], port)))),
+        None => try_bind(SocketAddr::from(([0u16; 8], port)))
+            .or_else(|_| try_bind(SocketAddr::from(([0, 0, 0, 0], port)))),
     }
 }
 
@@ -58,7 +63,11 @@ impl StoreServer {
 
     pub fn bind_on(port: u16, host: Option<std::net::IpAddr>) -> std::io::Result<StoreServer> {
         let listener = listen(port, host)?;
-        let server = StoreServer { addr: listener.local_addr()?, inner: Arc::default(), connections: Arc::default() };
+        let server = StoreServer {
+            addr: listener.local_addr()?,
+            inner: Arc::default(),
+            connections: Arc::default(),
+        };
         tokio::spawn(server.clone().accept_loop(listener));
         Ok(server)
     }
@@ -79,7 +88,12 @@ impl StoreServer {
 
     /// Reads a key as a worker would see it (client keys carry a leading "/").
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.inner.lock().expect("store lock").state.get(key).cloned()
+        self.inner
+            .lock()
+            .expect("store lock")
+            .state
+            .get(key)
+            .cloned()
     }
 
     /// Sets a key from inside the agent, waking waiting clients.
@@ -119,7 +133,11 @@ impl StoreServer {
         let _ = stream.set_nodelay(true);
         let (mut rd, mut wr) = stream.into_split();
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        self.inner.lock().expect("store lock").outboxes.insert(id, tx);
+        self.inner
+            .lock()
+            .expect("store lock")
+            .outboxes
+            .insert(id, tx);
         let writer = tokio::spawn(async move {
             while let Some(mut bytes) = rx.recv().await {
                 // Coalesce replies that are already queued into one write.

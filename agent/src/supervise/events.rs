@@ -18,7 +18,10 @@ impl Events {
     /// Installs handlers for `handled` and SIGCHLD now; call first thing in main.
     pub fn install(handled: &[Signal]) -> std::io::Result<Events> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut kinds: Vec<(SignalKind, Event)> = handled.iter().map(|s| (SignalKind::from_raw(*s as i32), Event::Signal(*s))).collect();
+        let mut kinds: Vec<(SignalKind, Event)> = handled
+            .iter()
+            .map(|s| (SignalKind::from_raw(*s as i32), Event::Signal(*s)))
+            .collect();
         kinds.push((SignalKind::child(), Event::Child));
         for (kind, ev) in kinds {
             let mut stream = signal(kind)?;

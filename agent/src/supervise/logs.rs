@@ -18,7 +18,11 @@ pub enum Sink {
     /// Only to this file (--redirects).
     File(PathBuf),
     /// To the console with a prefix, and to the file if given (--tee, filters).
-    Prefixed { prefix: String, file: Option<PathBuf>, stderr: bool },
+    Prefixed {
+        prefix: String,
+        file: Option<PathBuf>,
+        stderr: bool,
+    },
 }
 
 /// Which console stream a line goes to.
@@ -55,7 +59,18 @@ impl Sink {
     }
 
     pub(super) fn forward(&self, pipe: Option<File>, piped: bool, _local_rank: u32, _rank: u32) {
-        let (Sink::Prefixed { prefix, file, stderr }, Some(pipe), true) = (self, pipe, piped) else { return };
+        let (
+            Sink::Prefixed {
+                prefix,
+                file,
+                stderr,
+            },
+            Some(pipe),
+            true,
+        ) = (self, pipe, piped)
+        else {
+            return;
+        };
         let mut log = file.as_ref().and_then(|p| File::create(p).ok());
         let prefix = prefix.clone().into_bytes();
         let is_err = *stderr;
@@ -78,7 +93,11 @@ impl Sink {
                 let mut line = Vec::with_capacity(prefix.len() + buf.len());
                 line.extend_from_slice(&prefix);
                 line.extend_from_slice(&buf);
-                let _ = tx.send(if is_err { Line::Err(line) } else { Line::Out(line) });
+                let _ = tx.send(if is_err {
+                    Line::Err(line)
+                } else {
+                    Line::Out(line)
+                });
             }
         });
     }
@@ -88,7 +107,10 @@ impl Sink {
 /// ${rank}, ${local_rank}; default `[${role_name}${local_rank}]:`.
 pub fn line_prefix(template: Option<&str>, role: &str, rank: u32, local_rank: u32) -> String {
     match template {
-        Some(t) => t.replace("${role_name}", role).replace("${rank}", &rank.to_string()).replace("${local_rank}", &local_rank.to_string()),
+        Some(t) => t
+            .replace("${role_name}", role)
+            .replace("${rank}", &rank.to_string())
+            .replace("${local_rank}", &local_rank.to_string()),
         None => format!("[{role}{local_rank}]:"),
     }
 }
@@ -112,16 +134,31 @@ impl LogPlan<'_> {
             if redirect && !tee {
                 Sink::File(file)
             } else if tee {
-                if self.shown { Sink::Prefixed { prefix: self.prefix.clone(), file: Some(file), stderr } } else { Sink::File(file) }
+                if self.shown {
+                    Sink::Prefixed {
+                        prefix: self.prefix.clone(),
+                        file: Some(file),
+                        stderr,
+                    }
+                } else {
+                    Sink::File(file)
+                }
             } else if !self.shown {
                 Sink::Null
             } else if self.prefixed_console() {
-                Sink::Prefixed { prefix: self.prefix.clone(), file: None, stderr }
+                Sink::Prefixed {
+                    prefix: self.prefix.clone(),
+                    file: None,
+                    stderr,
+                }
             } else {
                 Sink::Inherit
             }
         };
-        (one(self.redirect_out, self.tee_out, "stdout.log", false), one(self.redirect_err, self.tee_err, "stderr.log", true))
+        (
+            one(self.redirect_out, self.tee_out, "stdout.log", false),
+            one(self.redirect_err, self.tee_err, "stderr.log", true),
+        )
     }
 
     fn prefixed_console(&self) -> bool {
@@ -136,19 +173,51 @@ mod tests {
     #[test]
     fn prefix_template() {
         assert_eq!(line_prefix(None, "default", 5, 1), "[default1]:");
-        assert_eq!(line_prefix(Some("[${role_name}-${rank}/${local_rank}] "), "trainer", 5, 1), "[trainer-5/1] ");
+        assert_eq!(
+            line_prefix(
+                Some("[${role_name}-${rank}/${local_rank}] "),
+                "trainer",
+                5,
+                1
+            ),
+            "[trainer-5/1] "
+        );
     }
 
     #[test]
     fn sinks_follow_torchrun_semantics() {
         let dir = std::path::Path::new("/logs/attempt_0/0");
-        let base = LogPlan { redirect_out: false, redirect_err: false, tee_out: false, tee_err: false, shown: true, dir, prefix: "[default0]:".into() };
+        let base = LogPlan {
+            redirect_out: false,
+            redirect_err: false,
+            tee_out: false,
+            tee_err: false,
+            shown: true,
+            dir,
+            prefix: "[default0]:".into(),
+        };
         assert_eq!(base.sinks(), (Sink::Inherit, Sink::Inherit));
-        let tee = LogPlan { tee_out: true, tee_err: true, ..base };
-        assert!(matches!(tee.sinks().0, Sink::Prefixed { file: Some(_), .. }));
-        let red = LogPlan { redirect_out: true, tee_out: false, tee_err: false, ..tee };
+        let tee = LogPlan {
+            tee_out: true,
+            tee_err: true,
+            ..base
+        };
+        assert!(matches!(
+            tee.sinks().0,
+            Sink::Prefixed { file: Some(_), .. }
+        ));
+        let red = LogPlan {
+            redirect_out: true,
+            tee_out: false,
+            tee_err: false,
+            ..tee
+        };
         assert_eq!(red.sinks().0, Sink::File(dir.join("stdout.log")));
-        let hidden = LogPlan { redirect_out: false, shown: false, ..red };
+        let hidden = LogPlan {
+            redirect_out: false,
+            shown: false,
+            ..red
+        };
         assert_eq!(hidden.sinks(), (Sink::Null, Sink::Null));
     }
 }

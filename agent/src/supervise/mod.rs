@@ -44,14 +44,30 @@ struct Running {
 
 /// Runs one attempt of all local ranks until they all succeed, one fails (the others
 /// are stopped), or a handled signal arrives (forwarded, then the ranks are stopped).
-pub async fn run_attempt(cmds: Vec<RankCmd>, events: &mut Events, shutdown_timeout: Duration) -> std::io::Result<Outcome> {
+pub async fn run_attempt(
+    cmds: Vec<RankCmd>,
+    events: &mut Events,
+    shutdown_timeout: Duration,
+) -> std::io::Result<Outcome> {
     let mut ranks: Vec<Running> = Vec::with_capacity(cmds.len());
     for cmd in cmds {
         match cmd.spawn() {
-            Ok(pid) => ranks.push(Running { cmd, pid, exit: None, at: None }),
+            Ok(pid) => ranks.push(Running {
+                cmd,
+                pid,
+                exit: None,
+                at: None,
+            }),
             Err(e) => {
                 stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
-                return Err(std::io::Error::new(e.kind(), format!("could not start local rank {} ({}): {e}", cmd.local_rank, cmd.argv.first().map(String::as_str).unwrap_or("?"))));
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "could not start local rank {} ({}): {e}",
+                        cmd.local_rank,
+                        cmd.argv.first().map(String::as_str).unwrap_or("?")
+                    ),
+                ));
             }
         }
     }
@@ -60,7 +76,11 @@ pub async fn run_attempt(cmds: Vec<RankCmd>, events: &mut Events, shutdown_timeo
         reap(&mut ranks, &by_pid);
         if ranks.iter().any(|r| failed(r.exit)) {
             stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
-            let failures = ranks.iter().filter(|r| failed(r.exit)).map(to_failure).collect();
+            let failures = ranks
+                .iter()
+                .filter(|r| failed(r.exit))
+                .map(to_failure)
+                .collect();
             return Ok(Outcome::Failed(failures));
         }
         if ranks.iter().all(|r| r.exit.is_some()) {
@@ -70,7 +90,11 @@ pub async fn run_attempt(cmds: Vec<RankCmd>, events: &mut Events, shutdown_timeo
         match events.next().await {
             Event::Child => {}
             Event::Signal(sig) => {
-                tracing::warn!("received {sig}: forwarding it to {} rank(s), SIGKILL in {:?}", ranks.iter().filter(|r| r.exit.is_none()).count(), shutdown_timeout);
+                tracing::warn!(
+                    "received {sig}: forwarding it to {} rank(s), SIGKILL in {:?}",
+                    ranks.iter().filter(|r| r.exit.is_none()).count(),
+                    shutdown_timeout
+                );
                 stop(&mut ranks, events, sig, shutdown_timeout).await;
                 return Ok(Outcome::Interrupted(sig));
             }
@@ -87,7 +111,12 @@ fn failed(exit: Option<WaitStatus>) -> bool {
 }
 
 fn to_failure(r: &Running) -> Failure {
-    Failure::new(&r.cmd, r.pid.as_raw(), r.exit.expect("failed ranks have exited"), r.at.unwrap_or_else(SystemTime::now))
+    Failure::new(
+        &r.cmd,
+        r.pid.as_raw(),
+        r.exit.expect("failed ranks have exited"),
+        r.at.unwrap_or_else(SystemTime::now),
+    )
 }
 
 /// Collects every exited child: our ranks' statuses, and orphans (just reaped).
@@ -128,8 +157,15 @@ async fn stop(ranks: &mut Vec<Running>, events: &mut Events, sig: Signal, timeou
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
-            let alive: Vec<String> = ranks.iter().filter(|r| r.exit.is_none()).map(|r| format!("local rank {} (pid {})", r.cmd.local_rank, r.pid)).collect();
-            tracing::warn!("{} did not stop within {timeout:?} of {sig}: sending SIGKILL", alive.join(", "));
+            let alive: Vec<String> = ranks
+                .iter()
+                .filter(|r| r.exit.is_none())
+                .map(|r| format!("local rank {} (pid {})", r.cmd.local_rank, r.pid))
+                .collect();
+            tracing::warn!(
+                "{} did not stop within {timeout:?} of {sig}: sending SIGKILL",
+                alive.join(", ")
+            );
             kill_groups(ranks, Signal::SIGKILL);
             while ranks.iter().any(|r| r.exit.is_none()) {
                 let _ = tokio::time::timeout(Duration::from_millis(100), events.next_child()).await;
@@ -138,7 +174,8 @@ async fn stop(ranks: &mut Vec<Running>, events: &mut Events, sig: Signal, timeou
             break;
         }
         // A second handled signal during shutdown changes nothing; children wake us.
-        let _ = tokio::time::timeout(left.min(Duration::from_millis(200)), events.next_child()).await;
+        let _ =
+            tokio::time::timeout(left.min(Duration::from_millis(200)), events.next_child()).await;
     }
     kill_groups(ranks, Signal::SIGKILL);
 }

@@ -26,7 +26,10 @@ impl RankCmd {
     /// Forks and execs the rank. Must run on a thread that lives as long as the job:
     /// PR_SET_PDEATHSIG fires when the forking *thread* exits.
     pub fn spawn(&self) -> std::io::Result<Pid> {
-        let (prog, args) = self.argv.split_first().ok_or_else(|| std::io::Error::other("empty command line"))?;
+        let (prog, args) = self
+            .argv
+            .split_first()
+            .ok_or_else(|| std::io::Error::other("empty command line"))?;
         let mut cmd = Command::new(prog);
         cmd.args(args).envs(&self.env).stdin(Stdio::null());
         let (out, out_pipe) = self.stdout.stdio()?;
@@ -54,8 +57,24 @@ impl RankCmd {
             });
         }
         let mut child = cmd.spawn()?;
-        self.stdout.forward(child.stdout.take().map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))), out_pipe, self.local_rank, self.rank);
-        self.stderr.forward(child.stderr.take().map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))), err_pipe, self.local_rank, self.rank);
+        self.stdout.forward(
+            child
+                .stdout
+                .take()
+                .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
+            out_pipe,
+            self.local_rank,
+            self.rank,
+        );
+        self.stderr.forward(
+            child
+                .stderr
+                .take()
+                .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
+            err_pipe,
+            self.local_rank,
+            self.rank,
+        );
         Ok(Pid::from_raw(child.id() as i32))
     }
 }

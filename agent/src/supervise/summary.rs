@@ -59,9 +59,17 @@ impl WorkerError {
         Some(match file.message {
             ErrorMessage::Structured { message, extra } => {
                 let extra = extra.unwrap_or_default();
-                WorkerError { message, traceback: extra.py_callstack, timestamp: extra.timestamp.and_then(|t| t.parse().ok()) }
+                WorkerError {
+                    message,
+                    traceback: extra.py_callstack,
+                    timestamp: extra.timestamp.and_then(|t| t.parse().ok()),
+                }
             }
-            ErrorMessage::Plain(message) => WorkerError { message, traceback: String::new(), timestamp: None },
+            ErrorMessage::Plain(message) => WorkerError {
+                message,
+                traceback: String::new(),
+                timestamp: None,
+            },
         })
     }
 }
@@ -74,11 +82,27 @@ impl Failure {
             _ => (1, None),
         };
         let error = WorkerError::read(&cmd.error_file);
-        Failure { local_rank: cmd.local_rank, rank: cmd.rank, pid, exitcode, signal, at, error_file: cmd.error_file.clone(), error }
+        Failure {
+            local_rank: cmd.local_rank,
+            rank: cmd.rank,
+            pid,
+            exitcode,
+            signal,
+            at,
+            error_file: cmd.error_file.clone(),
+            error,
+        }
     }
 
     fn when(&self) -> f64 {
-        self.error.as_ref().and_then(|e| e.timestamp).unwrap_or_else(|| self.at.duration_since(SystemTime::UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64()))
+        self.error
+            .as_ref()
+            .and_then(|e| e.timestamp)
+            .unwrap_or_else(|| {
+                self.at
+                    .duration_since(SystemTime::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64())
+            })
     }
 }
 
@@ -95,7 +119,12 @@ fn utc(secs: f64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}_{:02}:{:02}:{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}_{:02}:{:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
 }
 
 fn block(idx: usize, f: &Failure, host: &str) -> String {
@@ -104,8 +133,18 @@ fn block(idx: usize, f: &Failure, host: &str) -> String {
         None => format!("{} (pid: {})", f.exitcode, f.pid),
     };
     let (file, tb) = match &f.error {
-        Some(e) => (f.error_file.display().to_string(), if e.traceback.is_empty() { e.message.clone() } else { e.traceback.trim_end().to_string() }),
-        None => ("<N/A>".into(), "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html".into()),
+        Some(e) => (
+            f.error_file.display().to_string(),
+            if e.traceback.is_empty() {
+                e.message.clone()
+            } else {
+                e.traceback.trim_end().to_string()
+            },
+        ),
+        None => (
+            "<N/A>".into(),
+            "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html".into(),
+        ),
     };
     format!(
         "[{idx}]:\n  time      : {}\n  host      : {host}\n  rank      : {} (local_rank: {})\n  exitcode  : {exit}\n  error_file: {file}\n  traceback : {tb}\n",
@@ -121,7 +160,15 @@ pub fn failure_summary(entrypoint: &str, host: &str, failures: &[Failure]) -> St
     sorted.sort_by(|a, b| a.when().total_cmp(&b.when()));
     let rule = "=".repeat(60);
     let thin = "-".repeat(60);
-    let others = if sorted.len() > 1 { sorted[1..].iter().enumerate().map(|(i, f)| block(i + 1, f, host)).collect::<String>() } else { "  <NO_OTHER_FAILURES>\n".into() };
+    let others = if sorted.len() > 1 {
+        sorted[1..]
+            .iter()
+            .enumerate()
+            .map(|(i, f)| block(i + 1, f, host))
+            .collect::<String>()
+    } else {
+        "  <NO_OTHER_FAILURES>\n".into()
+    };
     format!(
         "{rule}\n{entrypoint} FAILED\n{thin}\nFailures:\n{others}{thin}\nRoot Cause (first observed failure):\n{}{rule}\n",
         sorted.first().map(|f| block(0, f, host)).unwrap_or_default()

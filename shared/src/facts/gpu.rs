@@ -58,7 +58,8 @@ impl GpuFacts {
 
     /// Whether P2P read and write are both OK, unknown counting as OK (no evidence).
     pub fn p2p_ok(&self, a: usize, b: usize) -> bool {
-        self.p2p(a, b).is_none_or(|p| p.read.ok_or_unknown() && p.write.ok_or_unknown())
+        self.p2p(a, b)
+            .is_none_or(|p| p.read.ok_or_unknown() && p.write.ok_or_unknown())
     }
 }
 
@@ -199,12 +200,21 @@ pub fn classify_link(
     gpu_bus_ids: &[String],
     ancestor: Option<PcieAncestor>,
 ) -> LinkKind {
-    let direct = a.nvlink.remotes.iter().filter(|r| same_bus(r, &b.pci_bus_id)).count() as u32;
+    let direct = a
+        .nvlink
+        .remotes
+        .iter()
+        .filter(|r| same_bus(r, &b.pci_bus_id))
+        .count() as u32;
     if direct > 0 {
         return LinkKind::NvLink(direct);
     }
     let to_switch = |g: &Gpu| {
-        g.nvlink.remotes.iter().filter(|r| !gpu_bus_ids.iter().any(|id| same_bus(r, id))).count() as u32
+        g.nvlink
+            .remotes
+            .iter()
+            .filter(|r| !gpu_bus_ids.iter().any(|id| same_bus(r, id)))
+            .count() as u32
     };
     let (sa, sb) = (to_switch(a), to_switch(b));
     if sa > 0 && sb > 0 {
@@ -247,17 +257,33 @@ mod tests {
         let a = gpu("00000000:00:06.0", &[INVISIBLE_REMOTE; 18]);
         let b = gpu("00000000:00:07.0", &[INVISIBLE_REMOTE; 18]);
         let ids = vec![a.pci_bus_id.clone(), b.pci_bus_id.clone()];
-        assert_eq!(classify_link(&a, &b, &ids, Some(PcieAncestor::HostBridge)), LinkKind::NvLink(18));
+        assert_eq!(
+            classify_link(&a, &b, &ids, Some(PcieAncestor::HostBridge)),
+            LinkKind::NvLink(18)
+        );
     }
 
     #[test]
     fn direct_links_count_only_those_to_the_peer() {
-        let a = gpu("0000:01:00.0", &["0000:02:00.0", "0000:02:00.0", "0000:03:00.0"]);
+        let a = gpu(
+            "0000:01:00.0",
+            &["0000:02:00.0", "0000:02:00.0", "0000:03:00.0"],
+        );
         let b = gpu("0000:02:00.0", &["0000:01:00.0", "0000:01:00.0"]);
         let c = gpu("0000:04:00.0", &[]);
-        let ids: Vec<String> = ["0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0"].map(String::from).into();
+        let ids: Vec<String> = [
+            "0000:01:00.0",
+            "0000:02:00.0",
+            "0000:03:00.0",
+            "0000:04:00.0",
+        ]
+        .map(String::from)
+        .into();
         assert_eq!(classify_link(&a, &b, &ids, None), LinkKind::NvLink(2));
-        assert_eq!(classify_link(&a, &c, &ids, Some(PcieAncestor::Node)), LinkKind::Node);
+        assert_eq!(
+            classify_link(&a, &c, &ids, Some(PcieAncestor::Node)),
+            LinkKind::Node
+        );
     }
 
     #[test]
@@ -269,12 +295,23 @@ mod tests {
     #[test]
     fn unknown_p2p_counts_as_ok_but_not_supported_does_not() {
         let facts = GpuFacts {
-            links: vec![vec![LinkKind::Own, LinkKind::NvLink(4)], vec![LinkKind::NvLink(4), LinkKind::Own]],
-            p2p: vec![P2pPair { a: 0, b: 1, read: P2pState::Ok, write: P2pState::NotSupported }],
+            links: vec![
+                vec![LinkKind::Own, LinkKind::NvLink(4)],
+                vec![LinkKind::NvLink(4), LinkKind::Own],
+            ],
+            p2p: vec![P2pPair {
+                a: 0,
+                b: 1,
+                read: P2pState::Ok,
+                write: P2pState::NotSupported,
+            }],
             ..Default::default()
         };
         assert!(!facts.p2p_ok(1, 0));
-        let unknown = GpuFacts { p2p: vec![], ..facts };
+        let unknown = GpuFacts {
+            p2p: vec![],
+            ..facts
+        };
         assert!(unknown.p2p_ok(0, 1));
     }
 }

@@ -30,7 +30,10 @@ impl LinkKind {
 
     /// Whether NCCL's default P2P level (PXB) lets P2P take this path.
     pub fn p2p_by_default(self) -> bool {
-        matches!(self, LinkKind::Own | LinkKind::NvLink(_) | LinkKind::Pix | LinkKind::Pxb)
+        matches!(
+            self,
+            LinkKind::Own | LinkKind::NvLink(_) | LinkKind::Pix | LinkKind::Pxb
+        )
     }
 }
 

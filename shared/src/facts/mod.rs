@@ -207,7 +207,9 @@ pub struct RdmaDevice {
 
 impl RdmaDevice {
     pub fn is_active(&self) -> bool {
-        self.ports.iter().any(|p| p.state.eq_ignore_ascii_case("ACTIVE"))
+        self.ports
+            .iter()
+            .any(|p| p.state.eq_ignore_ascii_case("ACTIVE"))
     }
 }
 

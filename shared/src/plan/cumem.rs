@@ -10,9 +10,16 @@ pub(crate) fn decide(facts: &HostFacts) -> Option<Decision> {
         return None;
     }
     if facts.container.caps.has_effective(cap::SYS_NICE) {
-        return Some(Decision::leave(NAME, "CAP_SYS_NICE is present: cuMem host allocations work"));
+        return Some(Decision::leave(
+            NAME,
+            "CAP_SYS_NICE is present: cuMem host allocations work",
+        ));
     }
-    let nccl = facts.platform.nccl_version.as_deref().and_then(Version::parse);
+    let nccl = facts
+        .platform
+        .nccl_version
+        .as_deref()
+        .and_then(Version::parse);
     Some(match nccl {
         Some(v) if v >= Version::new(2, 26, 5) => Decision::leave(NAME, format!("no CAP_SYS_NICE, but NCCL {v} falls back to /dev/shm by itself")),
         _ => Decision::set(NAME, "0", format!("no CAP_SYS_NICE and NCCL {}: cuMem host allocations need get_mempolicy, which Docker's seccomp refuses without it", nccl.map_or("of unknown version".to_string(), |v| format!("{v} (< 2.26.5)")))),

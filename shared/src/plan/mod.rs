@@ -63,15 +63,31 @@ pub(crate) struct Decision {
 
 impl Decision {
     pub fn set(name: &'static str, value: impl Into<String>, reason: impl Into<String>) -> Self {
-        Decision { name, value: Some(value.into()), reason: reason.into() }
+        Decision {
+            name,
+            value: Some(value.into()),
+            reason: reason.into(),
+        }
     }
     pub fn leave(name: &'static str, reason: impl Into<String>) -> Self {
-        Decision { name, value: None, reason: reason.into() }
+        Decision {
+            name,
+            value: None,
+            reason: reason.into(),
+        }
     }
 }
 
-pub fn plan(facts: &HostFacts, user_env: &BTreeMap<String, String>, shape: &LaunchShape, mode: PlanMode) -> Plan {
-    let mut decisions = vec![p2p_level::decide(facts, user_env), socket_ifname::decide(facts, shape)];
+pub fn plan(
+    facts: &HostFacts,
+    user_env: &BTreeMap<String, String>,
+    shape: &LaunchShape,
+    mode: PlanMode,
+) -> Plan {
+    let mut decisions = vec![
+        p2p_level::decide(facts, user_env),
+        socket_ifname::decide(facts, shape),
+    ];
     decisions.push(proto(facts));
     decisions.push(topo_file::decide(facts));
     decisions.extend(rdma::decide(facts));
@@ -79,18 +95,42 @@ pub fn plan(facts: &HostFacts, user_env: &BTreeMap<String, String>, shape: &Laun
     let mut variables = Vec::new();
     for d in decisions {
         // NCCL_P2P_DISABLE set by the user owns the P2P decision too.
-        let user = user_env.get(d.name).or_else(|| (d.name == "NCCL_P2P_LEVEL").then(|| user_env.get("NCCL_P2P_DISABLE")).flatten());
+        let user = user_env.get(d.name).or_else(|| {
+            (d.name == "NCCL_P2P_LEVEL")
+                .then(|| user_env.get("NCCL_P2P_DISABLE"))
+                .flatten()
+        });
         let var = match (mode, user) {
             (_, Some(v)) => PlannedVar {
                 name: d.name.into(),
-                value: user_env.get(d.name).cloned().or_else(|| Some(v.clone())).filter(|_| user_env.contains_key(d.name)),
+                value: user_env
+                    .get(d.name)
+                    .cloned()
+                    .or_else(|| Some(v.clone()))
+                    .filter(|_| user_env.contains_key(d.name)),
                 source: Source::User,
-                reason: if user_env.contains_key(d.name) { format!("set by the user, kept (toporun would have {})", describe(&d)) } else { format!("NCCL_P2P_DISABLE={v} set by the user decides P2P; kept") },
+                reason: if user_env.contains_key(d.name) {
+                    format!(
+                        "set by the user, kept (toporun would have {})",
+                        describe(&d)
+                    )
+                } else {
+                    format!("NCCL_P2P_DISABLE={v} set by the user decides P2P; kept")
+                },
             },
-            (PlanMode::Off, None) => PlannedVar { name: d.name.into(), value: None, source: Source::LeftToNccl, reason: "--nccl-env=off: toporun plans nothing".into() },
+            (PlanMode::Off, None) => PlannedVar {
+                name: d.name.into(),
+                value: None,
+                source: Source::LeftToNccl,
+                reason: "--nccl-env=off: toporun plans nothing".into(),
+            },
             (PlanMode::On, None) => PlannedVar {
                 name: d.name.into(),
-                source: if d.value.is_some() { Source::Planned } else { Source::LeftToNccl },
+                source: if d.value.is_some() {
+                    Source::Planned
+                } else {
+                    Source::LeftToNccl
+                },
                 value: d.value,
                 reason: d.reason,
             },
@@ -98,11 +138,25 @@ pub fn plan(facts: &HostFacts, user_env: &BTreeMap<String, String>, shape: &Laun
         variables.push(var);
     }
     // Every other NCCL_*/FI_* variable of the user's, kept.
-    let kept: Vec<(&String, &String)> = user_env.iter().filter(|(k, _)| (k.starts_with("NCCL_") || k.starts_with("FI_")) && !variables.iter().any(|p| &p.name == *k)).collect();
+    let kept: Vec<(&String, &String)> = user_env
+        .iter()
+        .filter(|(k, _)| {
+            (k.starts_with("NCCL_") || k.starts_with("FI_"))
+                && !variables.iter().any(|p| &p.name == *k)
+        })
+        .collect();
     for (k, v) in kept {
-        variables.push(PlannedVar { name: k.clone(), value: Some(v.clone()), source: Source::User, reason: "set by the user, kept".into() });
+        variables.push(PlannedVar {
+            name: k.clone(),
+            value: Some(v.clone()),
+            source: Source::User,
+            reason: "set by the user, kept".into(),
+        });
     }
-    Plan { variables, findings: crate::nccl_env_check::check(facts, user_env) }
+    Plan {
+        variables,
+        findings: crate::nccl_env_check::check(facts, user_env),
+    }
 }
 
 fn describe(d: &Decision) -> String {
@@ -123,12 +177,19 @@ fn proto(facts: &HostFacts) -> Decision {
 impl Plan {
     /// Every NCCL_*/FI_* variable the ranks will run with, planned or kept.
     pub fn env(&self) -> BTreeMap<String, String> {
-        self.variables.iter().filter_map(|v| Some((v.name.clone(), v.value.clone()?))).collect()
+        self.variables
+            .iter()
+            .filter_map(|v| Some((v.name.clone(), v.value.clone()?)))
+            .collect()
     }
 
     /// Only what toporun adds to the ranks' environment (the user's are inherited).
     pub fn planned(&self) -> BTreeMap<String, String> {
-        self.variables.iter().filter(|v| v.source == Source::Planned).filter_map(|v| Some((v.name.clone(), v.value.clone()?))).collect()
+        self.variables
+            .iter()
+            .filter(|v| v.source == Source::Planned)
+            .filter_map(|v| Some((v.name.clone(), v.value.clone()?)))
+            .collect()
     }
 
     pub fn get(&self, name: &str) -> Option<&PlannedVar> {
@@ -142,12 +203,19 @@ mod tests {
     use crate::preflight::testutil::healthy;
 
     fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn user_values_are_never_changed() {
-        let user = env(&[("NCCL_P2P_LEVEL", "SYS"), ("NCCL_SOCKET_IFNAME", "eth0"), ("NCCL_DEBUG", "INFO")]);
+        let user = env(&[
+            ("NCCL_P2P_LEVEL", "SYS"),
+            ("NCCL_SOCKET_IFNAME", "eth0"),
+            ("NCCL_DEBUG", "INFO"),
+        ]);
         let p = plan(&healthy(), &user, &LaunchShape::default(), PlanMode::On);
         for (k, v) in &user {
             let var = p.get(k).unwrap();
@@ -160,23 +228,41 @@ mod tests {
 
     #[test]
     fn p2p_disable_from_user_owns_the_level() {
-        let p = plan(&healthy(), &env(&[("NCCL_P2P_DISABLE", "1")]), &LaunchShape::default(), PlanMode::On);
+        let p = plan(
+            &healthy(),
+            &env(&[("NCCL_P2P_DISABLE", "1")]),
+            &LaunchShape::default(),
+            PlanMode::On,
+        );
         let level = p.get("NCCL_P2P_LEVEL").unwrap();
         assert_eq!(level.source, Source::User);
         assert_eq!(level.value, None);
-        assert!(p.findings.iter().any(|f| f.facts.get("measured").is_some_and(|m| m.contains("27.5"))));
+        assert!(p
+            .findings
+            .iter()
+            .any(|f| f.facts.get("measured").is_some_and(|m| m.contains("27.5"))));
     }
 
     #[test]
     fn off_plans_nothing() {
-        let p = plan(&healthy(), &env(&[("NCCL_DEBUG", "INFO")]), &LaunchShape::default(), PlanMode::Off);
+        let p = plan(
+            &healthy(),
+            &env(&[("NCCL_DEBUG", "INFO")]),
+            &LaunchShape::default(),
+            PlanMode::Off,
+        );
         assert!(p.planned().is_empty());
         assert_eq!(p.env().len(), 1);
     }
 
     #[test]
     fn nvlink_host_gets_nvl_and_no_proto() {
-        let p = plan(&healthy(), &BTreeMap::new(), &LaunchShape::default(), PlanMode::On);
+        let p = plan(
+            &healthy(),
+            &BTreeMap::new(),
+            &LaunchShape::default(),
+            PlanMode::On,
+        );
         assert_eq!(p.env()["NCCL_P2P_LEVEL"], "NVL");
         assert!(!p.env().contains_key("NCCL_PROTO"));
     }

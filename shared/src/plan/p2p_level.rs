@@ -10,16 +10,26 @@ pub(crate) fn decide(facts: &HostFacts, _user: &BTreeMap<String, String>) -> Dec
     let g = &facts.gpus;
     let pairs: Vec<(usize, usize, LinkKind)> = g.pairs().collect();
     if pairs.is_empty() {
-        return Decision::leave(NAME, format!("{} GPU(s): no GPU pair to connect", g.count()));
+        return Decision::leave(
+            NAME,
+            format!("{} GPU(s): no GPU pair to connect", g.count()),
+        );
     }
-    let broken: Vec<String> = pairs.iter().filter(|(a, b, l)| l.is_nvlink() && !g.p2p_ok(*a, *b)).map(|(a, b, _)| format!("GPU{a}-GPU{b}")).collect();
+    let broken: Vec<String> = pairs
+        .iter()
+        .filter(|(a, b, l)| l.is_nvlink() && !g.p2p_ok(*a, *b))
+        .map(|(a, b, _)| format!("GPU{a}-GPU{b}"))
+        .collect();
     if !broken.is_empty() {
         // NCCL aborts on NVLink pairs whose P2P NVML reports disabled; LOC keeps it
         // from trying and stages through /dev/shm instead.
         return Decision::set(NAME, "LOC", format!("NVML reports P2P read/write not supported on NVLink pair(s) {}: NCCL would abort; P2P off (SHM, ~13x slower) is the working fallback (see finding gpu.p2p)", broken.join(", ")));
     }
     let nv = pairs.iter().filter(|(_, _, l)| l.is_nvlink()).count();
-    let pcie_switch = pairs.iter().filter(|(_, _, l)| matches!(l, LinkKind::Pix | LinkKind::Pxb)).count();
+    let pcie_switch = pairs
+        .iter()
+        .filter(|(_, _, l)| matches!(l, LinkKind::Pix | LinkKind::Pxb))
+        .count();
     let n = pairs.len();
     let link = pairs.first().map(|p| p.2.to_string()).unwrap_or_default();
     if nv == n {
@@ -44,7 +54,11 @@ mod tests {
     fn set_links(f: &mut HostFacts, link: impl Fn(usize, usize) -> LinkKind) {
         for (i, row) in f.gpus.links.iter_mut().enumerate() {
             for (j, l) in row.iter_mut().enumerate() {
-                *l = if i == j { LinkKind::Own } else { link(i.min(j), i.max(j)) };
+                *l = if i == j {
+                    LinkKind::Own
+                } else {
+                    link(i.min(j), i.max(j))
+                };
             }
         }
     }
@@ -56,14 +70,31 @@ mod tests {
         assert_eq!(decide(&f, &empty).value.as_deref(), Some("NVL"));
         set_links(&mut f, |_, _| LinkKind::Node);
         assert_eq!(decide(&f, &empty).value.as_deref(), Some("PXB"));
-        set_links(&mut f, |a, b| if a / 2 == b / 2 { LinkKind::NvLink(4) } else { LinkKind::Pxb });
+        set_links(&mut f, |a, b| {
+            if a / 2 == b / 2 {
+                LinkKind::NvLink(4)
+            } else {
+                LinkKind::Pxb
+            }
+        });
         let d = decide(&f, &empty);
         assert_eq!(d.value.as_deref(), Some("PXB"));
         assert!(d.reason.contains("mixed"));
-        set_links(&mut f, |a, b| if a / 2 == b / 2 { LinkKind::NvLink(4) } else { LinkKind::Sys });
+        set_links(&mut f, |a, b| {
+            if a / 2 == b / 2 {
+                LinkKind::NvLink(4)
+            } else {
+                LinkKind::Sys
+            }
+        });
         assert_eq!(decide(&f, &empty).value.as_deref(), Some("NVL"));
         let mut broken = healthy();
-        broken.gpus.p2p = vec![P2pPair { a: 0, b: 1, read: P2pState::NotSupported, write: P2pState::NotSupported }];
+        broken.gpus.p2p = vec![P2pPair {
+            a: 0,
+            b: 1,
+            read: P2pState::NotSupported,
+            write: P2pState::NotSupported,
+        }];
         assert_eq!(decide(&broken, &empty).value.as_deref(), Some("LOC"));
         broken.gpus = Default::default();
         assert_eq!(decide(&broken, &empty).value, None);

@@ -65,10 +65,22 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
 const CUMEM_HOST_FALLBACK: Version = Version::new(2, 26, 5);
 
 fn sys_nice(facts: &HostFacts) -> Finding {
-    let nccl = facts.platform.nccl_version.as_deref().and_then(Version::parse);
-    let f = |sev, s: String| Finding::new("caps.sys_nice", sev, s).fact("nccl_version", facts.platform.nccl_version.as_deref().unwrap_or("unknown"));
+    let nccl = facts
+        .platform
+        .nccl_version
+        .as_deref()
+        .and_then(Version::parse);
+    let f = |sev, s: String| {
+        Finding::new("caps.sys_nice", sev, s).fact(
+            "nccl_version",
+            facts.platform.nccl_version.as_deref().unwrap_or("unknown"),
+        )
+    };
     if facts.container.caps.has_effective(cap::SYS_NICE) {
-        return f(Severity::Ok, "CAP_SYS_NICE is effective: NCCL's cuMem host allocations can use get_mempolicy".into());
+        return f(
+            Severity::Ok,
+            "CAP_SYS_NICE is effective: NCCL's cuMem host allocations can use get_mempolicy".into(),
+        );
     }
     match nccl {
         Some(v) if v >= CUMEM_HOST_FALLBACK => f(Severity::Info, format!("no CAP_SYS_NICE; NCCL {v} falls back to /dev/shm for host buffers by itself")),
@@ -89,8 +101,15 @@ mod tests {
     fn efa_without_pinning() -> HostFacts {
         let mut f = healthy();
         f.container.caps.effective = 0;
-        f.container.rlimits.memlock = Limit { soft: Some(8 << 20), hard: Some(8 << 20) };
-        f.rdma = vec![RdmaDevice { name: "rdmap16s27".into(), kind: RdmaKind::Efa, ..Default::default() }];
+        f.container.rlimits.memlock = Limit {
+            soft: Some(8 << 20),
+            hard: Some(8 << 20),
+        };
+        f.rdma = vec![RdmaDevice {
+            name: "rdmap16s27".into(),
+            kind: RdmaKind::Efa,
+            ..Default::default()
+        }];
         f
     }
 
@@ -118,7 +137,10 @@ mod tests {
     fn no_rdma_means_no_error() {
         let mut f = efa_without_pinning();
         f.rdma.clear();
-        assert!(check(&f).iter().filter(|x| x.id != "caps.sys_nice").all(|x| x.severity < Severity::Warning));
+        assert!(check(&f)
+            .iter()
+            .filter(|x| x.id != "caps.sys_nice")
+            .all(|x| x.severity < Severity::Warning));
     }
 
     #[test]

@@ -30,27 +30,48 @@ fn visible(facts: &HostFacts, opts: &PreflightOptions) -> Finding {
         let wanted = opts.expect_gpus.is_some_and(|e| e > 0)
             || opts.requires(Requirement::Nvlink)
             || nvd.is_some_and(|v| !matches!(v, "void" | "none" | ""));
-        let why = g.nvml_error.as_deref().map(|e| format!(" (NVML: {e})")).unwrap_or_default();
+        let why = g
+            .nvml_error
+            .as_deref()
+            .map(|e| format!(" (NVML: {e})"))
+            .unwrap_or_default();
         return if wanted {
-            f(Severity::Error, format!("no GPU visible{why}")).remedy(format!("{gpu_remedy}; check that the NVIDIA container runtime is the pod's runtimeClass"))
+            f(Severity::Error, format!("no GPU visible{why}")).remedy(format!(
+                "{gpu_remedy}; check that the NVIDIA container runtime is the pod's runtimeClass"
+            ))
         } else {
             f(Severity::Warning, format!("no GPU visible{why}: ranks will run on CPU (gloo); pass --expect-gpus N to make this an error"))
         };
     }
     if let Some(expect) = opts.expect_gpus.filter(|e| (n as u32) < *e) {
-        return f(Severity::Error, format!("{n} of {expect} expected GPUs visible")).fact("expected", expect).remedy(gpu_remedy);
+        return f(
+            Severity::Error,
+            format!("{n} of {expect} expected GPUs visible"),
+        )
+        .fact("expected", expect)
+        .remedy(gpu_remedy);
     }
-    if let Some(problem) = cvd.and_then(|c| visible_devices::mismatch(VisibleDevices::parse(c), n, g)) {
+    if let Some(problem) =
+        cvd.and_then(|c| visible_devices::mismatch(VisibleDevices::parse(c), n, g))
+    {
         return f(Severity::Error, format!("CUDA_VISIBLE_DEVICES does not match the GPUs this container has: {problem}"))
             .remedy("unset CUDA_VISIBLE_DEVICES in the pod spec: the device plugin already exposes exactly the allocated GPUs, renumbered from 0");
     }
     if g.source == GpuSource::Nvml {
         let has = |p: &str| g.device_nodes.iter().any(|d| d == p);
         let missing: Vec<String> = std::iter::once("/dev/nvidiactl".to_string())
-            .chain((0..n).map(|i| format!("/dev/nvidia{i}")).filter(|_| !g.device_nodes.is_empty()))
+            .chain(
+                (0..n)
+                    .map(|i| format!("/dev/nvidia{i}"))
+                    .filter(|_| !g.device_nodes.is_empty()),
+            )
             .filter(|p| !has(p))
             .collect();
-        let per_gpu_nodes = g.device_nodes.iter().filter(|d| d.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok()).count();
+        let per_gpu_nodes = g
+            .device_nodes
+            .iter()
+            .filter(|d| d.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+            .count();
         if !has("/dev/nvidiactl") || per_gpu_nodes < n {
             return f(Severity::Error, format!("NVML sees {n} GPU(s) but only {per_gpu_nodes} /dev/nvidiaN node(s) exist{}", if has("/dev/nvidiactl") { String::new() } else { " and /dev/nvidiactl is missing".into() }))
                 .fact("missing_example", missing.first().cloned().unwrap_or_default())
@@ -60,7 +81,11 @@ fn visible(facts: &HostFacts, opts: &PreflightOptions) -> Finding {
     let exclusive: Vec<String> = g
         .devices
         .iter()
-        .filter(|d| d.compute_mode.as_deref().is_some_and(|m| m.starts_with("exclusive")))
+        .filter(|d| {
+            d.compute_mode
+                .as_deref()
+                .is_some_and(|m| m.starts_with("exclusive"))
+        })
         .map(|d| format!("GPU{}", d.index))
         .collect();
     if !exclusive.is_empty() {
@@ -74,8 +99,22 @@ fn fabric(facts: &HostFacts) -> Option<Finding> {
     let devs = &facts.gpus.devices;
     let not_ready: Vec<String> = devs
         .iter()
-        .filter(|d| matches!(d.fabric, Some(FabricState::NotStarted | FabricState::InProgress)))
-        .map(|d| format!("GPU{} ({})", d.index, serde_json::to_value(d.fabric).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default()))
+        .filter(|d| {
+            matches!(
+                d.fabric,
+                Some(FabricState::NotStarted | FabricState::InProgress)
+            )
+        })
+        .map(|d| {
+            format!(
+                "GPU{} ({})",
+                d.index,
+                serde_json::to_value(d.fabric)
+                    .ok()
+                    .and_then(|v| v.as_str().map(String::from))
+                    .unwrap_or_default()
+            )
+        })
         .collect();
     if !not_ready.is_empty() {
         return Some(
@@ -84,8 +123,17 @@ fn fabric(facts: &HostFacts) -> Option<Finding> {
                 .remedy("start the fabric manager on the host (systemctl enable --now nvidia-fabricmanager; the GPU operator's fabric-manager daemonset) and wait for `nvidia-smi -q` to show Fabric State: Completed"),
         );
     }
-    let completed = devs.iter().filter(|d| d.fabric == Some(FabricState::Completed)).count();
-    (completed > 0).then(|| Finding::new("gpu.fabric", Severity::Ok, format!("NVSwitch fabric completed on {completed} GPU(s)")))
+    let completed = devs
+        .iter()
+        .filter(|d| d.fabric == Some(FabricState::Completed))
+        .count();
+    (completed > 0).then(|| {
+        Finding::new(
+            "gpu.fabric",
+            Severity::Ok,
+            format!("NVSwitch fabric completed on {completed} GPU(s)"),
+        )
+    })
 }
 
 fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
@@ -109,10 +157,25 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     }
     let all_nvlink = pairs.iter().all(|(_, _, l)| l.is_nvlink());
     let any_nvlink = pairs.iter().any(|(_, _, l)| l.is_nvlink());
-    let no_p2p: Vec<String> = pairs.iter().filter(|(_, _, l)| !l.p2p_by_default()).map(|(a, b, l)| format!("GPU{a}-GPU{b} ({l})")).collect();
-    let sev_if_required = if opts.requires(Requirement::Nvlink) { Severity::Error } else { Severity::Warning };
+    let no_p2p: Vec<String> = pairs
+        .iter()
+        .filter(|(_, _, l)| !l.p2p_by_default())
+        .map(|(a, b, l)| format!("GPU{a}-GPU{b} ({l})"))
+        .collect();
+    let sev_if_required = if opts.requires(Requirement::Nvlink) {
+        Severity::Error
+    } else {
+        Severity::Warning
+    };
     Some(if all_nvlink {
-        Finding::new("gpu.p2p", Severity::Ok, format!("all {} GPU pairs NVLink-connected with P2P read/write OK", pairs.len()))
+        Finding::new(
+            "gpu.p2p",
+            Severity::Ok,
+            format!(
+                "all {} GPU pairs NVLink-connected with P2P read/write OK",
+                pairs.len()
+            ),
+        )
     } else if !no_p2p.is_empty() {
         Finding::new(
             "gpu.p2p",
@@ -122,9 +185,18 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         .fact("nvlink_pairs", pairs.iter().filter(|(_, _, l)| l.is_nvlink()).count())
         .remedy(if any_nvlink { "place the job on GPUs of one NVLink domain" } else { "PCIe-only host: expect SHM-speed collectives; choose an NVLink instance type for tensor parallelism" })
     } else if opts.requires(Requirement::Nvlink) {
-        Finding::new("gpu.p2p", Severity::Error, "not every GPU pair is NVLink-connected (P2P over PCIe switches only)").remedy("schedule on an NVLink host")
+        Finding::new(
+            "gpu.p2p",
+            Severity::Error,
+            "not every GPU pair is NVLink-connected (P2P over PCIe switches only)",
+        )
+        .remedy("schedule on an NVLink host")
     } else {
-        Finding::new("gpu.p2p", Severity::Info, "PCIe host: P2P through PCIe switches (PIX/PXB) only")
+        Finding::new(
+            "gpu.p2p",
+            Severity::Info,
+            "PCIe host: P2P through PCIe switches (PIX/PXB) only",
+        )
     })
 }
 
@@ -136,7 +208,10 @@ mod tests {
 
     #[test]
     fn fewer_gpus_than_expected_is_an_error() {
-        let opts = PreflightOptions { expect_gpus: Some(8), ..Default::default() };
+        let opts = PreflightOptions {
+            expect_gpus: Some(8),
+            ..Default::default()
+        };
         let out = check(&healthy(), &opts);
         assert_eq!(out[0].severity, Severity::Error);
         assert!(out[0].summary.contains("4 of 8"));
@@ -145,25 +220,44 @@ mod tests {
     #[test]
     fn cuda_visible_devices_beyond_the_container_is_an_error() {
         let mut f = healthy();
-        f.container.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3,4,5,6,7".into());
-        assert_eq!(visible(&f, &PreflightOptions::default()).severity, Severity::Error);
-        f.container.env.insert("CUDA_VISIBLE_DEVICES".into(), "0,1".into());
-        assert_eq!(visible(&f, &PreflightOptions::default()).severity, Severity::Ok);
+        f.container
+            .env
+            .insert("CUDA_VISIBLE_DEVICES".into(), "0,1,2,3,4,5,6,7".into());
+        assert_eq!(
+            visible(&f, &PreflightOptions::default()).severity,
+            Severity::Error
+        );
+        f.container
+            .env
+            .insert("CUDA_VISIBLE_DEVICES".into(), "0,1".into());
+        assert_eq!(
+            visible(&f, &PreflightOptions::default()).severity,
+            Severity::Ok
+        );
     }
 
     #[test]
     fn missing_device_nodes_are_an_error() {
         let mut f = healthy();
         f.gpus.device_nodes.retain(|d| d != "/dev/nvidia3");
-        assert_eq!(visible(&f, &PreflightOptions::default()).severity, Severity::Error);
+        assert_eq!(
+            visible(&f, &PreflightOptions::default()).severity,
+            Severity::Error
+        );
     }
 
     #[test]
     fn no_gpu_is_a_warning_unless_expected() {
         let mut f = healthy();
         f.gpus = Default::default();
-        assert_eq!(visible(&f, &PreflightOptions::default()).severity, Severity::Warning);
-        let opts = PreflightOptions { expect_gpus: Some(1), ..Default::default() };
+        assert_eq!(
+            visible(&f, &PreflightOptions::default()).severity,
+            Severity::Warning
+        );
+        let opts = PreflightOptions {
+            expect_gpus: Some(1),
+            ..Default::default()
+        };
         assert_eq!(visible(&f, &opts).severity, Severity::Error);
     }
 
@@ -179,7 +273,12 @@ mod tests {
     #[test]
     fn nvlink_pair_without_p2p_is_an_error_with_cost() {
         let mut f = healthy();
-        f.gpus.p2p = vec![P2pPair { a: 0, b: 1, read: P2pState::NotSupported, write: P2pState::NotSupported }];
+        f.gpus.p2p = vec![P2pPair {
+            a: 0,
+            b: 1,
+            read: P2pState::NotSupported,
+            write: P2pState::NotSupported,
+        }];
         let out = p2p(&f, &PreflightOptions::default()).unwrap();
         assert_eq!(out.severity, Severity::Error);
         assert!(out.facts["cost"].contains("27.5"));
@@ -195,8 +294,14 @@ mod tests {
                 }
             }
         }
-        assert_eq!(p2p(&f, &PreflightOptions::default()).unwrap().severity, Severity::Warning);
-        let opts = PreflightOptions { require: vec![Requirement::Nvlink], ..Default::default() };
+        assert_eq!(
+            p2p(&f, &PreflightOptions::default()).unwrap().severity,
+            Severity::Warning
+        );
+        let opts = PreflightOptions {
+            require: vec![Requirement::Nvlink],
+            ..Default::default()
+        };
         assert_eq!(p2p(&f, &opts).unwrap().severity, Severity::Error);
     }
 }

@@ -7,7 +7,11 @@ use crate::finding::{Finding, Severity};
 pub fn check(facts: &HostFacts) -> Option<Finding> {
     let ns = facts.container.namespaces.get("ipc")?;
     let gpus = facts.gpus.count();
-    let f = |sev, s: &str| Finding::new("ipc.namespace", sev, s).fact("ipc_inode", ns.inode).fact("visible_gpus", gpus);
+    let f = |sev, s: &str| {
+        Finding::new("ipc.namespace", sev, s)
+            .fact("ipc_inode", ns.inode)
+            .fact("visible_gpus", gpus)
+    };
     Some(match ns.initial {
         Some(true) => f(Severity::Info, "host IPC namespace (hostIPC: true): ranks in other pods on this host can share CUDA IPC handles"),
         _ if gpus == 1 => f(
@@ -41,7 +45,13 @@ mod tests {
     #[test]
     fn host_ipc_is_reported() {
         let mut f = healthy();
-        f.container.namespaces.insert("ipc".into(), Namespace { inode: 4026531839, initial: Some(true) });
+        f.container.namespaces.insert(
+            "ipc".into(),
+            Namespace {
+                inode: 4026531839,
+                initial: Some(true),
+            },
+        );
         assert!(check(&f).unwrap().summary.contains("hostIPC"));
     }
 }

@@ -33,7 +33,11 @@ pub const DEFAULT_MIN_SHM: u64 = 1 << 30;
 
 impl Default for PreflightOptions {
     fn default() -> Self {
-        PreflightOptions { expect_gpus: None, min_shm_bytes: DEFAULT_MIN_SHM, require: Vec::new() }
+        PreflightOptions {
+            expect_gpus: None,
+            min_shm_bytes: DEFAULT_MIN_SHM,
+            require: Vec::new(),
+        }
     }
 }
 
@@ -63,25 +67,76 @@ pub(crate) mod testutil {
     /// A healthy 4-GPU NVLink host, the base the unit tests break one fact at a time.
     pub fn healthy() -> HostFacts {
         let n = 4;
-        let mut f = HostFacts { schema: FACTS_SCHEMA, ..Default::default() };
-        f.container.shm = Some(ShmFacts { total_bytes: 64 << 30, free_bytes: 64 << 30, fs_type: Some("tmpfs".into()) });
+        let mut f = HostFacts {
+            schema: FACTS_SCHEMA,
+            ..Default::default()
+        };
+        f.container.shm = Some(ShmFacts {
+            total_bytes: 64 << 30,
+            free_bytes: 64 << 30,
+            fs_type: Some("tmpfs".into()),
+        });
         f.container.caps.effective = (1 << cap::IPC_LOCK) | (1 << cap::SYS_NICE);
-        f.container.rlimits.memlock = Limit { soft: None, hard: None };
-        f.container.namespaces.insert("ipc".into(), Namespace { inode: 4026532000, initial: Some(false) });
+        f.container.rlimits.memlock = Limit {
+            soft: None,
+            hard: None,
+        };
+        f.container.namespaces.insert(
+            "ipc".into(),
+            Namespace {
+                inode: 4026532000,
+                initial: Some(false),
+            },
+        );
         f.gpus.source = GpuSource::Nvml;
         f.gpus.devices = (0..n)
-            .map(|i| Gpu { index: i, fabric: Some(FabricState::Completed), ..Default::default() })
+            .map(|i| Gpu {
+                index: i,
+                fabric: Some(FabricState::Completed),
+                ..Default::default()
+            })
             .collect();
         f.gpus.links = (0..n as usize)
-            .map(|i| (0..n as usize).map(|j| if i == j { LinkKind::Own } else { LinkKind::NvLink(18) }).collect())
+            .map(|i| {
+                (0..n as usize)
+                    .map(|j| {
+                        if i == j {
+                            LinkKind::Own
+                        } else {
+                            LinkKind::NvLink(18)
+                        }
+                    })
+                    .collect()
+            })
             .collect();
-        f.gpus.device_nodes = ["/dev/nvidiactl", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia2", "/dev/nvidia3"].map(String::from).into();
-        f.nics = vec![Nic { name: "eth0".into(), state: "up".into(), default_route: true, addresses: vec![NicAddress { addr: "10.0.0.5".into(), prefix_len: 24 }], ..Default::default() }];
+        f.gpus.device_nodes = [
+            "/dev/nvidiactl",
+            "/dev/nvidia0",
+            "/dev/nvidia1",
+            "/dev/nvidia2",
+            "/dev/nvidia3",
+        ]
+        .map(String::from)
+        .into();
+        f.nics = vec![Nic {
+            name: "eth0".into(),
+            state: "up".into(),
+            default_route: true,
+            addresses: vec![NicAddress {
+                addr: "10.0.0.5".into(),
+                prefix_len: 24,
+            }],
+            ..Default::default()
+        }];
         f
     }
 
     pub fn ids(findings: &[crate::finding::Finding], sev: crate::finding::Severity) -> Vec<String> {
-        findings.iter().filter(|f| f.severity == sev).map(|f| f.id.clone()).collect()
+        findings
+            .iter()
+            .filter(|f| f.severity == sev)
+            .map(|f| f.id.clone())
+            .collect()
     }
 }
 
@@ -95,8 +150,18 @@ mod tests {
     fn healthy_host_has_no_error_or_warning() {
         let findings = run(&healthy(), &PreflightOptions::default());
         assert!(ids(&findings, Severity::Error).is_empty(), "{findings:#?}");
-        assert!(ids(&findings, Severity::Warning).is_empty(), "{findings:#?}");
-        for id in ["shm.size", "ipc.namespace", "gpu.visible", "gpu.p2p", "gpu.fabric", "net.interface"] {
+        assert!(
+            ids(&findings, Severity::Warning).is_empty(),
+            "{findings:#?}"
+        );
+        for id in [
+            "shm.size",
+            "ipc.namespace",
+            "gpu.visible",
+            "gpu.p2p",
+            "gpu.fabric",
+            "net.interface",
+        ] {
             assert!(findings.iter().any(|f| f.id == id), "missing {id}");
         }
     }

@@ -19,7 +19,12 @@ fn expected_efa(product: &str) -> Option<usize> {
 pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let efa: Vec<_> = facts.efa_devices().collect();
     let gpus = facts.gpus.count();
-    let f = |sev, s: String| Finding::new("efa.devices", sev, s).fact("efa", efa.len()).fact("rdma", facts.rdma.len()).fact("gpus", gpus);
+    let f = |sev, s: String| {
+        Finding::new("efa.devices", sev, s)
+            .fact("efa", efa.len())
+            .fact("rdma", facts.rdma.len())
+            .fact("gpus", gpus)
+    };
     if facts.rdma.is_empty() {
         return if opts.requires(Requirement::Efa) || opts.requires(Requirement::Rdma) {
             Some(f(Severity::Error, "no RDMA device (EFA/InfiniBand/RoCE) visible: NCCL will use TCP sockets between nodes".into())
@@ -29,19 +34,41 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         };
     }
     if opts.requires(Requirement::Efa) && efa.is_empty() {
-        return Some(f(Severity::Error, "EFA required but only non-EFA RDMA devices are visible".into()));
+        return Some(f(
+            Severity::Error,
+            "EFA required but only non-EFA RDMA devices are visible".into(),
+        ));
     }
-    let no_uverbs: Vec<&str> = facts.rdma.iter().filter(|d| d.uverbs.is_none() || !d.uverbs_openable).map(|d| d.name.as_str()).collect();
+    let no_uverbs: Vec<&str> = facts
+        .rdma
+        .iter()
+        .filter(|d| d.uverbs.is_none() || !d.uverbs_openable)
+        .map(|d| d.name.as_str())
+        .collect();
     if !no_uverbs.is_empty() {
         return Some(f(Severity::Error, format!("RDMA device(s) without a usable /dev/infiniband/uverbs node: {}", no_uverbs.join(", ")))
             .remedy("the device plugin must mount /dev/infiniband/uverbsN into the container (vpc.amazonaws.com/efa or the RDMA shared device plugin)"));
     }
-    let inactive: Vec<&str> = facts.rdma.iter().filter(|d| !d.is_active() && !d.ports.is_empty()).map(|d| d.name.as_str()).collect();
+    let inactive: Vec<&str> = facts
+        .rdma
+        .iter()
+        .filter(|d| !d.is_active() && !d.ports.is_empty())
+        .map(|d| d.name.as_str())
+        .collect();
     if !inactive.is_empty() {
-        return Some(f(Severity::Warning, format!("RDMA port(s) not ACTIVE: {}", inactive.join(", "))));
+        return Some(f(
+            Severity::Warning,
+            format!("RDMA port(s) not ACTIVE: {}", inactive.join(", ")),
+        ));
     }
     if !efa.is_empty() {
-        if let Some(want) = facts.platform.product_name.as_deref().and_then(expected_efa).filter(|w| efa.len() < *w) {
+        if let Some(want) = facts
+            .platform
+            .product_name
+            .as_deref()
+            .and_then(expected_efa)
+            .filter(|w| efa.len() < *w)
+        {
             return Some(f(Severity::Warning, format!("{} of the {want} EFA devices of a {} are visible: inter-node bandwidth is capped accordingly", efa.len(), facts.platform.product_name.as_deref().unwrap_or_default()))
                 .remedy(format!("request all of them: resources.limits: {{vpc.amazonaws.com/efa: {want}}}")));
         }
@@ -49,10 +76,33 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
             return Some(f(Severity::Warning, format!("{} EFA device(s) but no aws-ofi-nccl plugin found: NCCL will not use EFA and falls back to TCP sockets", efa.len()))
                 .remedy("use an image with aws-ofi-nccl (AWS Deep Learning Containers ship it under /opt/amazon/ofi-nccl) and put its lib directory on LD_LIBRARY_PATH"));
         }
-        return Some(f(Severity::Ok, format!("{} EFA device(s) for {gpus} GPU(s), aws-ofi-nccl present", efa.len())));
+        return Some(f(
+            Severity::Ok,
+            format!(
+                "{} EFA device(s) for {gpus} GPU(s), aws-ofi-nccl present",
+                efa.len()
+            ),
+        ));
     }
-    let kinds: Vec<String> = facts.rdma.iter().map(|d| format!("{} ({})", d.name, if d.kind == RdmaKind::Roce { "RoCE" } else { "InfiniBand" })).collect();
-    Some(f(Severity::Ok, format!("RDMA devices: {}", kinds.join(", "))))
+    let kinds: Vec<String> = facts
+        .rdma
+        .iter()
+        .map(|d| {
+            format!(
+                "{} ({})",
+                d.name,
+                if d.kind == RdmaKind::Roce {
+                    "RoCE"
+                } else {
+                    "InfiniBand"
+                }
+            )
+        })
+        .collect();
+    Some(f(
+        Severity::Ok,
+        format!("RDMA devices: {}", kinds.join(", ")),
+    ))
 }
 
 #[cfg(test)]
@@ -68,7 +118,11 @@ mod tests {
                 kind: RdmaKind::Efa,
                 uverbs: Some(format!("/dev/infiniband/uverbs{i}")),
                 uverbs_openable: true,
-                ports: vec![RdmaPort { port: 1, state: "ACTIVE".into(), ..Default::default() }],
+                ports: vec![RdmaPort {
+                    port: 1,
+                    state: "ACTIVE".into(),
+                    ..Default::default()
+                }],
                 ..Default::default()
             })
             .collect()
@@ -80,9 +134,15 @@ mod tests {
         f.rdma = efa(4);
         f.platform.product_name = Some("p4d.24xlarge".into());
         f.platform.ofi_nccl_plugins = vec!["/opt/amazon/ofi-nccl/lib/libnccl-net.so".into()];
-        assert_eq!(check(&f, &PreflightOptions::default()).unwrap().severity, Severity::Ok);
+        assert_eq!(
+            check(&f, &PreflightOptions::default()).unwrap().severity,
+            Severity::Ok
+        );
         f.rdma.truncate(1);
-        assert_eq!(check(&f, &PreflightOptions::default()).unwrap().severity, Severity::Warning);
+        assert_eq!(
+            check(&f, &PreflightOptions::default()).unwrap().severity,
+            Severity::Warning
+        );
     }
 
     #[test]
@@ -90,12 +150,18 @@ mod tests {
         let mut f = healthy();
         f.rdma = efa(2);
         f.rdma[1].uverbs = None;
-        assert_eq!(check(&f, &PreflightOptions::default()).unwrap().severity, Severity::Error);
+        assert_eq!(
+            check(&f, &PreflightOptions::default()).unwrap().severity,
+            Severity::Error
+        );
     }
 
     #[test]
     fn required_but_absent() {
-        let opts = PreflightOptions { require: vec![Requirement::Efa], ..Default::default() };
+        let opts = PreflightOptions {
+            require: vec![Requirement::Efa],
+            ..Default::default()
+        };
         assert_eq!(check(&healthy(), &opts).unwrap().severity, Severity::Error);
         assert!(check(&healthy(), &PreflightOptions::default()).is_none());
     }

@@ -12,9 +12,13 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let min = format_size(opts.min_shm_bytes);
     let Some(shm) = &facts.container.shm else {
         return Some(
-            Finding::new("shm.size", Severity::Error, "/dev/shm is not mounted: NCCL's SHM transport and DataLoader workers will fail")
-                .fact("required", &min)
-                .remedy(REMEDY),
+            Finding::new(
+                "shm.size",
+                Severity::Error,
+                "/dev/shm is not mounted: NCCL's SHM transport and DataLoader workers will fail",
+            )
+            .fact("required", &min)
+            .remedy(REMEDY),
         );
     };
     let f = |sev, summary: String| {
@@ -28,10 +32,22 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         f(Severity::Error, format!("/dev/shm is {}, below {min}: NCCL fails with \"unhandled system error\", DataLoader workers with \"Bus error\"", format_size(shm.total_bytes)))
             .remedy(REMEDY)
     } else if shm.free_bytes < opts.min_shm_bytes {
-        f(Severity::Warning, format!("/dev/shm has only {} free of {}", format_size(shm.free_bytes), format_size(shm.total_bytes)))
-            .remedy("remove stale files from /dev/shm (leftover nccl-* or torch_* segments) or enlarge it")
+        f(
+            Severity::Warning,
+            format!(
+                "/dev/shm has only {} free of {}",
+                format_size(shm.free_bytes),
+                format_size(shm.total_bytes)
+            ),
+        )
+        .remedy(
+            "remove stale files from /dev/shm (leftover nccl-* or torch_* segments) or enlarge it",
+        )
     } else {
-        f(Severity::Ok, format!("/dev/shm is {}", format_size(shm.total_bytes)))
+        f(
+            Severity::Ok,
+            format!("/dev/shm is {}", format_size(shm.total_bytes)),
+        )
     })
 }
 
@@ -54,15 +70,24 @@ mod tests {
     fn min_shm_option_moves_the_bar() {
         let mut f = healthy();
         f.container.shm.as_mut().unwrap().total_bytes = 2 << 30;
-        let opts = PreflightOptions { min_shm_bytes: 16 << 30, ..Default::default() };
+        let opts = PreflightOptions {
+            min_shm_bytes: 16 << 30,
+            ..Default::default()
+        };
         assert_eq!(check(&f, &opts).unwrap().severity, Severity::Error);
-        assert_eq!(check(&f, &PreflightOptions::default()).unwrap().severity, Severity::Ok);
+        assert_eq!(
+            check(&f, &PreflightOptions::default()).unwrap().severity,
+            Severity::Ok
+        );
     }
 
     #[test]
     fn missing_mount_is_an_error() {
         let mut f = healthy();
         f.container.shm = None;
-        assert_eq!(check(&f, &PreflightOptions::default()).unwrap().severity, Severity::Error);
+        assert_eq!(
+            check(&f, &PreflightOptions::default()).unwrap().severity,
+            Severity::Error
+        );
     }
 }

@@ -38,22 +38,54 @@ pub enum QueryType {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Validate(u32),
-    Set { key: Vec<u8>, value: Vec<u8> },
-    CompareSet { key: Vec<u8>, expected: Vec<u8>, desired: Vec<u8> },
-    Get { key: Vec<u8> },
-    Add { key: Vec<u8>, delta: i64 },
-    Check { keys: Vec<Vec<u8>> },
-    Wait { keys: Vec<Vec<u8>> },
+    Set {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    CompareSet {
+        key: Vec<u8>,
+        expected: Vec<u8>,
+        desired: Vec<u8>,
+    },
+    Get {
+        key: Vec<u8>,
+    },
+    Add {
+        key: Vec<u8>,
+        delta: i64,
+    },
+    Check {
+        keys: Vec<Vec<u8>>,
+    },
+    Wait {
+        keys: Vec<Vec<u8>>,
+    },
     GetNumKeys,
-    DeleteKey { key: Vec<u8> },
-    Append { key: Vec<u8>, value: Vec<u8> },
-    MultiGet { keys: Vec<Vec<u8>> },
-    MultiSet { pairs: Vec<(Vec<u8>, Vec<u8>)> },
+    DeleteKey {
+        key: Vec<u8>,
+    },
+    Append {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    MultiGet {
+        keys: Vec<Vec<u8>>,
+    },
+    MultiSet {
+        pairs: Vec<(Vec<u8>, Vec<u8>)>,
+    },
     CancelWait,
     Ping(u32),
-    QueuePush { key: Vec<u8>, value: Vec<u8> },
-    QueuePop { key: Vec<u8> },
-    QueueLen { key: Vec<u8> },
+    QueuePush {
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    QueuePop {
+        key: Vec<u8>,
+    },
+    QueueLen {
+        key: Vec<u8>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -87,13 +119,17 @@ impl<'a> Reader<'a> {
         self.take(1).map(|b| b[0])
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
     }
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
     }
     fn bytes(&mut self, limit: u64, err: fn(u64) -> CodecError) -> Step<Vec<u8>> {
-        let Some(len) = self.u64() else { return Ok(None) };
+        let Some(len) = self.u64() else {
+            return Ok(None);
+        };
         if len > limit {
             return Err(err(len));
         }
@@ -112,10 +148,14 @@ impl<'a> Reader<'a> {
         }
     }
     fn keys(&mut self) -> Step<Vec<Vec<u8>>> {
-        let Some(n) = self.count()? else { return Ok(None) };
+        let Some(n) = self.count()? else {
+            return Ok(None);
+        };
         let mut keys = Vec::with_capacity(n.min(1024) as usize);
         for _ in 0..n {
-            let Some(k) = self.key()? else { return Ok(None) };
+            let Some(k) = self.key()? else {
+                return Ok(None);
+            };
             keys.push(k);
         }
         Ok(Some(keys))
@@ -138,16 +178,39 @@ pub fn decode_request(buf: &[u8]) -> Result<Option<(Request, usize)>, CodecError
     let q = need!(r.u8());
     let req = match q {
         0 => Request::Validate(need!(r.u32())),
-        1 => Request::Set { key: need!(r.key()?), value: need!(r.value()?) },
-        2 => Request::CompareSet { key: need!(r.key()?), expected: need!(r.value()?), desired: need!(r.value()?) },
-        3 => Request::Get { key: need!(r.key()?) },
-        4 => Request::Add { key: need!(r.key()?), delta: need!(r.u64()) as i64 },
-        5 => Request::Check { keys: need!(r.keys()?) },
-        6 => Request::Wait { keys: need!(r.keys()?) },
+        1 => Request::Set {
+            key: need!(r.key()?),
+            value: need!(r.value()?),
+        },
+        2 => Request::CompareSet {
+            key: need!(r.key()?),
+            expected: need!(r.value()?),
+            desired: need!(r.value()?),
+        },
+        3 => Request::Get {
+            key: need!(r.key()?),
+        },
+        4 => Request::Add {
+            key: need!(r.key()?),
+            delta: need!(r.u64()) as i64,
+        },
+        5 => Request::Check {
+            keys: need!(r.keys()?),
+        },
+        6 => Request::Wait {
+            keys: need!(r.keys()?),
+        },
         7 => Request::GetNumKeys,
-        8 => Request::DeleteKey { key: need!(r.key()?) },
-        9 => Request::Append { key: need!(r.key()?), value: need!(r.value()?) },
-        10 => Request::MultiGet { keys: need!(r.keys()?) },
+        8 => Request::DeleteKey {
+            key: need!(r.key()?),
+        },
+        9 => Request::Append {
+            key: need!(r.key()?),
+            value: need!(r.value()?),
+        },
+        10 => Request::MultiGet {
+            keys: need!(r.keys()?),
+        },
         11 => {
             let n = need!(r.count()?);
             let mut pairs = Vec::with_capacity(n.min(1024) as usize);
@@ -158,9 +221,16 @@ pub fn decode_request(buf: &[u8]) -> Result<Option<(Request, usize)>, CodecError
         }
         12 => Request::CancelWait,
         13 => Request::Ping(need!(r.u32())),
-        14 => Request::QueuePush { key: need!(r.key()?), value: need!(r.value()?) },
-        15 => Request::QueuePop { key: need!(r.key()?) },
-        16 => Request::QueueLen { key: need!(r.key()?) },
+        14 => Request::QueuePush {
+            key: need!(r.key()?),
+            value: need!(r.value()?),
+        },
+        15 => Request::QueuePop {
+            key: need!(r.key()?),
+        },
+        16 => Request::QueueLen {
+            key: need!(r.key()?),
+        },
         other => return Err(CodecError::UnknownQuery(other)),
     };
     Ok(Some((req, r.pos)))
@@ -190,7 +260,11 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
             put_bytes(&mut out, key);
             put_bytes(&mut out, value);
         }
-        Request::CompareSet { key, expected, desired } => {
+        Request::CompareSet {
+            key,
+            expected,
+            desired,
+        } => {
             out.push(q(QueryType::CompareSet));
             put_bytes(&mut out, key);
             put_bytes(&mut out, expected);
@@ -272,28 +346,63 @@ mod tests {
     fn every_request_round_trips_and_partial_input_waits() {
         let reqs = vec![
             Request::Validate(VALIDATION_MAGIC),
-            Request::Set { key: b"/k".to_vec(), value: b"v".to_vec() },
-            Request::CompareSet { key: b"/k".to_vec(), expected: vec![], desired: b"n".to_vec() },
-            Request::Get { key: b"/k".to_vec() },
-            Request::Add { key: b"/c".to_vec(), delta: -2 },
-            Request::Check { keys: vec![b"/a".to_vec(), b"/b".to_vec()] },
-            Request::Wait { keys: vec![b"/a".to_vec()] },
+            Request::Set {
+                key: b"/k".to_vec(),
+                value: b"v".to_vec(),
+            },
+            Request::CompareSet {
+                key: b"/k".to_vec(),
+                expected: vec![],
+                desired: b"n".to_vec(),
+            },
+            Request::Get {
+                key: b"/k".to_vec(),
+            },
+            Request::Add {
+                key: b"/c".to_vec(),
+                delta: -2,
+            },
+            Request::Check {
+                keys: vec![b"/a".to_vec(), b"/b".to_vec()],
+            },
+            Request::Wait {
+                keys: vec![b"/a".to_vec()],
+            },
             Request::GetNumKeys,
-            Request::DeleteKey { key: b"/k".to_vec() },
-            Request::Append { key: b"/k".to_vec(), value: b"x".to_vec() },
-            Request::MultiGet { keys: vec![b"/a".to_vec()] },
-            Request::MultiSet { pairs: vec![(b"/a".to_vec(), b"1".to_vec())] },
+            Request::DeleteKey {
+                key: b"/k".to_vec(),
+            },
+            Request::Append {
+                key: b"/k".to_vec(),
+                value: b"x".to_vec(),
+            },
+            Request::MultiGet {
+                keys: vec![b"/a".to_vec()],
+            },
+            Request::MultiSet {
+                pairs: vec![(b"/a".to_vec(), b"1".to_vec())],
+            },
             Request::CancelWait,
             Request::Ping(7),
-            Request::QueuePush { key: b"q".to_vec(), value: b"1".to_vec() },
+            Request::QueuePush {
+                key: b"q".to_vec(),
+                value: b"1".to_vec(),
+            },
             Request::QueuePop { key: b"q".to_vec() },
             Request::QueueLen { key: b"q".to_vec() },
         ];
         for req in reqs {
             let bytes = encode_request(&req);
-            assert_eq!(decode_request(&bytes).unwrap(), Some((req.clone(), bytes.len())));
+            assert_eq!(
+                decode_request(&bytes).unwrap(),
+                Some((req.clone(), bytes.len()))
+            );
             for cut in 0..bytes.len() {
-                assert_eq!(decode_request(&bytes[..cut]).unwrap(), None, "{req:?} cut at {cut}");
+                assert_eq!(
+                    decode_request(&bytes[..cut]).unwrap(),
+                    None,
+                    "{req:?} cut at {cut}"
+                );
             }
         }
     }
@@ -302,7 +411,10 @@ mod tests {
     fn limits_are_pytorchs() {
         let mut bytes = vec![QueryType::Get as u8];
         bytes.extend_from_slice(&(MAX_KEY_LEN + 1).to_le_bytes());
-        assert_eq!(decode_request(&bytes), Err(CodecError::KeyTooLong(MAX_KEY_LEN + 1)));
+        assert_eq!(
+            decode_request(&bytes),
+            Err(CodecError::KeyTooLong(MAX_KEY_LEN + 1))
+        );
         assert_eq!(decode_request(&[99]), Err(CodecError::UnknownQuery(99)));
     }
 }

@@ -1,7 +1,10 @@
 //! The store's state machine, with the semantics of PyTorch's libuv server: requests
 //! in, replies out (addressed to connections). No I/O, so transcripts replay in tests.
 
-use super::codec::{self, blob, Request, CHECK_NOT_READY, CHECK_READY, VALIDATION_MAGIC, WAIT_CANCELED, WAIT_STOP_WAITING};
+use super::codec::{
+    self, blob, Request, CHECK_NOT_READY, CHECK_READY, VALIDATION_MAGIC, WAIT_CANCELED,
+    WAIT_STOP_WAITING,
+};
 use std::collections::{HashMap, HashSet, VecDeque};
 
 pub type ConnId = u64;
@@ -79,7 +82,11 @@ impl StoreState {
                 self.data.insert(key.clone(), value);
                 fx.replies.extend(self.wake_all(&key));
             }
-            Request::CompareSet { key, expected, desired } => {
+            Request::CompareSet {
+                key,
+                expected,
+                desired,
+            } => {
                 let current = match self.data.get_mut(&key) {
                     None if expected.is_empty() => {
                         self.data.insert(key.clone(), desired.clone());
@@ -96,13 +103,19 @@ impl StoreState {
                 reply(blob(&current));
                 fx.replies.extend(self.wake_all(&key));
             }
-            Request::Get { key } => reply(blob(self.data.get(&key).map(Vec::as_slice).unwrap_or_default())),
+            Request::Get { key } => reply(blob(
+                self.data.get(&key).map(Vec::as_slice).unwrap_or_default(),
+            )),
             Request::Add { key, delta } => {
                 let v = self.add_value(&key, delta);
                 reply(v.to_le_bytes().to_vec());
                 fx.replies.extend(self.wake_all(&key));
             }
-            Request::Check { keys } => reply(vec![if self.all_present(&keys) { CHECK_READY } else { CHECK_NOT_READY }]),
+            Request::Check { keys } => reply(vec![if self.all_present(&keys) {
+                CHECK_READY
+            } else {
+                CHECK_NOT_READY
+            }]),
             Request::Wait { keys } => {
                 if self.all_present(&keys) {
                     reply(vec![WAIT_STOP_WAITING]);
@@ -116,15 +129,24 @@ impl StoreState {
                 }
             }
             Request::GetNumKeys => reply((self.data.len() as i64).to_le_bytes().to_vec()),
-            Request::DeleteKey { key } => reply((self.data.remove(&key).is_some() as i64).to_le_bytes().to_vec()),
+            Request::DeleteKey { key } => reply(
+                (self.data.remove(&key).is_some() as i64)
+                    .to_le_bytes()
+                    .to_vec(),
+            ),
             Request::Append { key, value } => {
-                self.data.entry(key.clone()).or_default().extend_from_slice(&value);
+                self.data
+                    .entry(key.clone())
+                    .or_default()
+                    .extend_from_slice(&value);
                 fx.replies.extend(self.wake_all(&key));
             }
             Request::MultiGet { keys } => {
                 let mut out = Vec::new();
                 for k in &keys {
-                    out.extend(blob(self.data.get(k).map(Vec::as_slice).unwrap_or_default()));
+                    out.extend(blob(
+                        self.data.get(k).map(Vec::as_slice).unwrap_or_default(),
+                    ));
                 }
                 reply(out);
             }
@@ -150,7 +172,11 @@ impl StoreState {
                 }
                 reply(out);
             }
-            Request::QueueLen { key } => reply((self.queues.get(&key).map_or(0, VecDeque::len) as i64).to_le_bytes().to_vec()),
+            Request::QueueLen { key } => reply(
+                (self.queues.get(&key).map_or(0, VecDeque::len) as i64)
+                    .to_le_bytes()
+                    .to_vec(),
+            ),
         }
         fx
     }
@@ -162,24 +188,41 @@ impl StoreState {
     }
 
     fn add_value(&mut self, key: &[u8], delta: i64) -> i64 {
-        let old = self.data.get(key).and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<i64>().ok()).unwrap_or(0);
+        let old = self
+            .data
+            .get(key)
+            .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<i64>().ok())
+            .unwrap_or(0);
         let new = old.wrapping_add(delta);
         self.data.insert(key.to_vec(), new.to_string().into_bytes());
         new
     }
 
     fn all_present(&self, keys: &[Vec<u8>]) -> bool {
-        keys.iter().all(|k| self.data.contains_key(k) || self.queues.get(k).is_some_and(|q| !q.is_empty()))
+        keys.iter()
+            .all(|k| self.data.contains_key(k) || self.queues.get(k).is_some_and(|q| !q.is_empty()))
     }
 
     fn wake_all(&mut self, key: &[u8]) -> Vec<(ConnId, Vec<u8>)> {
-        let Some(conns) = self.waiting.remove(key) else { return Vec::new() };
-        conns.into_iter().filter(|c| self.count_down(*c)).map(|c| (c, vec![WAIT_STOP_WAITING])).collect()
+        let Some(conns) = self.waiting.remove(key) else {
+            return Vec::new();
+        };
+        conns
+            .into_iter()
+            .filter(|c| self.count_down(*c))
+            .map(|c| (c, vec![WAIT_STOP_WAITING]))
+            .collect()
     }
 
     fn wake_one(&mut self, key: &[u8]) -> Vec<(ConnId, Vec<u8>)> {
-        let Some(conns) = self.waiting.get(key).cloned() else { return Vec::new() };
-        conns.into_iter().find(|c| self.count_down(*c)).map(|c| vec![(c, vec![WAIT_STOP_WAITING])]).unwrap_or_default()
+        let Some(conns) = self.waiting.get(key).cloned() else {
+            return Vec::new();
+        };
+        conns
+            .into_iter()
+            .find(|c| self.count_down(*c))
+            .map(|c| vec![(c, vec![WAIT_STOP_WAITING])])
+            .unwrap_or_default()
     }
 
     /// One awaited key arrived for `conn`; true when it has them all.
@@ -215,7 +258,10 @@ mod tests {
     use super::*;
 
     fn validated(s: &mut StoreState, conn: ConnId) {
-        assert_eq!(s.apply(conn, Request::Validate(VALIDATION_MAGIC)), Effects::default());
+        assert_eq!(
+            s.apply(conn, Request::Validate(VALIDATION_MAGIC)),
+            Effects::default()
+        );
     }
 
     #[test]
@@ -230,9 +276,32 @@ mod tests {
         let mut s = StoreState::new();
         validated(&mut s, 1);
         validated(&mut s, 2);
-        assert!(s.apply(1, Request::Wait { keys: vec![b"a".to_vec(), b"b".to_vec()] }).replies.is_empty());
-        assert!(s.apply(2, Request::Set { key: b"a".to_vec(), value: vec![] }).replies.is_empty());
-        let fx = s.apply(2, Request::Add { key: b"b".to_vec(), delta: 1 });
+        assert!(s
+            .apply(
+                1,
+                Request::Wait {
+                    keys: vec![b"a".to_vec(), b"b".to_vec()]
+                }
+            )
+            .replies
+            .is_empty());
+        assert!(s
+            .apply(
+                2,
+                Request::Set {
+                    key: b"a".to_vec(),
+                    value: vec![]
+                }
+            )
+            .replies
+            .is_empty());
+        let fx = s.apply(
+            2,
+            Request::Add {
+                key: b"b".to_vec(),
+                delta: 1,
+            },
+        );
         assert!(fx.replies.contains(&(1, vec![WAIT_STOP_WAITING])));
     }
 
@@ -240,10 +309,27 @@ mod tests {
     fn cancel_wait_forgets_and_answers() {
         let mut s = StoreState::new();
         validated(&mut s, 1);
-        s.apply(1, Request::Wait { keys: vec![b"x".to_vec()] });
-        assert_eq!(s.apply(1, Request::CancelWait).replies, vec![(1, vec![WAIT_CANCELED])]);
+        s.apply(
+            1,
+            Request::Wait {
+                keys: vec![b"x".to_vec()],
+            },
+        );
+        assert_eq!(
+            s.apply(1, Request::CancelWait).replies,
+            vec![(1, vec![WAIT_CANCELED])]
+        );
         validated(&mut s, 2);
-        assert!(s.apply(2, Request::Set { key: b"x".to_vec(), value: vec![] }).replies.is_empty());
+        assert!(s
+            .apply(
+                2,
+                Request::Set {
+                    key: b"x".to_vec(),
+                    value: vec![]
+                }
+            )
+            .replies
+            .is_empty());
     }
 
     #[test]
@@ -252,23 +338,61 @@ mod tests {
         for c in 1..=3 {
             validated(&mut s, c);
         }
-        s.apply(1, Request::Wait { keys: vec![b"q".to_vec()] });
-        s.apply(2, Request::Wait { keys: vec![b"q".to_vec()] });
-        let fx = s.apply(3, Request::QueuePush { key: b"q".to_vec(), value: b"v1".to_vec() });
+        s.apply(
+            1,
+            Request::Wait {
+                keys: vec![b"q".to_vec()],
+            },
+        );
+        s.apply(
+            2,
+            Request::Wait {
+                keys: vec![b"q".to_vec()],
+            },
+        );
+        let fx = s.apply(
+            3,
+            Request::QueuePush {
+                key: b"q".to_vec(),
+                value: b"v1".to_vec(),
+            },
+        );
         assert_eq!(fx.replies, vec![(1, vec![WAIT_STOP_WAITING])]);
-        assert_eq!(s.apply(3, Request::QueueLen { key: b"q".to_vec() }).replies[0].1, 1i64.to_le_bytes());
+        assert_eq!(
+            s.apply(3, Request::QueueLen { key: b"q".to_vec() }).replies[0].1,
+            1i64.to_le_bytes()
+        );
         let pop = &s.apply(3, Request::QueuePop { key: b"q".to_vec() }).replies[0].1;
         assert_eq!(&pop[..8], &1i64.to_le_bytes());
         assert_eq!(&pop[8..], blob(b"v1").as_slice());
-        assert_eq!(s.apply(3, Request::QueuePop { key: b"q".to_vec() }).replies[0].1, 0i64.to_le_bytes());
+        assert_eq!(
+            s.apply(3, Request::QueuePop { key: b"q".to_vec() }).replies[0].1,
+            0i64.to_le_bytes()
+        );
     }
 
     #[test]
     fn compare_set_semantics_match_libuv() {
         let mut s = StoreState::new();
         validated(&mut s, 1);
-        let cas = |s: &mut StoreState, e: &[u8], d: &[u8]| s.apply(1, Request::CompareSet { key: b"k".to_vec(), expected: e.to_vec(), desired: d.to_vec() }).replies[0].1.clone();
-        assert_eq!(cas(&mut s, b"x", b"y"), blob(b"x"), "missing key, non-empty expected: echoes expected");
+        let cas = |s: &mut StoreState, e: &[u8], d: &[u8]| {
+            s.apply(
+                1,
+                Request::CompareSet {
+                    key: b"k".to_vec(),
+                    expected: e.to_vec(),
+                    desired: d.to_vec(),
+                },
+            )
+            .replies[0]
+                .1
+                .clone()
+        };
+        assert_eq!(
+            cas(&mut s, b"x", b"y"),
+            blob(b"x"),
+            "missing key, non-empty expected: echoes expected"
+        );
         assert_eq!(cas(&mut s, b"", b"new"), blob(b"new"));
         assert_eq!(cas(&mut s, b"bad", b"z"), blob(b"new"));
         assert_eq!(cas(&mut s, b"new", b"z"), blob(b"z"));

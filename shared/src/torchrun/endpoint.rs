@@ -12,7 +12,9 @@ pub fn parse(text: &str) -> Result<Endpoint, String> {
         return Err("the endpoint is empty".into());
     }
     let (host, port) = if let Some(rest) = t.strip_prefix('[') {
-        let (h, after) = rest.split_once(']').ok_or_else(|| format!("'{t}': an IPv6 endpoint needs a closing ']'"))?;
+        let (h, after) = rest
+            .split_once(']')
+            .ok_or_else(|| format!("'{t}': an IPv6 endpoint needs a closing ']'"))?;
         (h.to_string(), after.strip_prefix(':'))
     } else if t.matches(':').count() > 1 {
         // A bare IPv6 address: no port can be given without brackets.
@@ -24,7 +26,10 @@ pub fn parse(text: &str) -> Result<Endpoint, String> {
         }
     };
     let port = match port {
-        Some(p) => Some(p.parse::<u16>().map_err(|_| format!("'{t}': the port '{p}' is not a number from 0 to 65535"))?),
+        Some(p) => Some(
+            p.parse::<u16>()
+                .map_err(|_| format!("'{t}': the port '{p}' is not a number from 0 to 65535"))?,
+        ),
         None => None,
     };
     if host.is_empty() {
@@ -48,9 +53,21 @@ mod tests {
 
     #[test]
     fn forms_torch_accepts() {
-        assert_eq!(parse("node0:29400").unwrap(), Endpoint { host: "node0".into(), port: Some(29400) });
+        assert_eq!(
+            parse("node0:29400").unwrap(),
+            Endpoint {
+                host: "node0".into(),
+                port: Some(29400)
+            }
+        );
         assert_eq!(parse("node0").unwrap().port, None);
-        assert_eq!(parse("[::1]:29400").unwrap(), Endpoint { host: "::1".into(), port: Some(29400) });
+        assert_eq!(
+            parse("[::1]:29400").unwrap(),
+            Endpoint {
+                host: "::1".into(),
+                port: Some(29400)
+            }
+        );
         assert_eq!(parse("::1").unwrap().host, "::1");
         assert!(parse("host:http").unwrap_err().contains("not a number"));
         assert!(parse("[::1:5").is_err());

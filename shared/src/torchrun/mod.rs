@@ -6,4 +6,6 @@ pub mod options;
 pub mod std_spec;
 pub mod worker;
 
-pub use options::{resolve, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, OPTIONS};
+pub use options::{
+    resolve, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, OPTIONS,
+};

@@ -19,11 +19,25 @@ pub struct OptionDef {
 }
 
 const fn opt(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
-    OptionDef { dest, longs, short: None, flag: false, help, note: None }
+    OptionDef {
+        dest,
+        longs,
+        short: None,
+        flag: false,
+        help,
+        note: None,
+    }
 }
 
 const fn flag(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
-    OptionDef { dest, longs, short: None, flag: true, help, note: None }
+    OptionDef {
+        dest,
+        longs,
+        short: None,
+        flag: true,
+        help,
+        note: None,
+    }
 }
 
 const PYTHON_ONLY: &str = "toporun starts workers as separate processes; this torchrun option only affects Python's multiprocessing and is ignored";
@@ -134,11 +148,18 @@ pub struct LaunchOptions {
 pub struct OptionsError(pub String);
 
 pub const DEFAULT_SIGNALS: &str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
-const SIGNALS: &[&str] = &["SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"];
+const SIGNALS: &[&str] = &[
+    "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
+];
 
 /// Resolves options. `cli` holds what the command line set (dest -> value; flags
 /// "true"), `env` the process environment (PET_* and TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
-pub fn resolve(cli: &BTreeMap<String, String>, env: &BTreeMap<String, String>, entrypoint: &str, args: &[String]) -> Result<LaunchOptions, OptionsError> {
+pub fn resolve(
+    cli: &BTreeMap<String, String>,
+    env: &BTreeMap<String, String>,
+    entrypoint: &str,
+    args: &[String],
+) -> Result<LaunchOptions, OptionsError> {
     let err = |m: String| OptionsError(m);
     let pet = |dest: &str| env.get(&format!("PET_{}", dest.to_ascii_uppercase()));
     let value = |dest: &str| cli.get(dest).or_else(|| pet(dest)).cloned();
@@ -153,7 +174,14 @@ pub fn resolve(cli: &BTreeMap<String, String>, env: &BTreeMap<String, String>, e
         }
     };
     let num = |dest: &str, default: u64| -> Result<u64, OptionsError> {
-        value(dest).map_or(Ok(default), |v| v.trim().parse::<u64>().map_err(|_| err(format!("--{}: '{v}' is not a non-negative integer", dest.replace('_', "-")))))
+        value(dest).map_or(Ok(default), |v| {
+            v.trim().parse::<u64>().map_err(|_| {
+                err(format!(
+                    "--{}: '{v}' is not a non-negative integer",
+                    dest.replace('_', "-")
+                ))
+            })
+        })
     };
     let standalone = flag("standalone")?;
     let (nnodes_min, nnodes_max) = match value("nnodes") {
@@ -161,17 +189,26 @@ pub fn resolve(cli: &BTreeMap<String, String>, env: &BTreeMap<String, String>, e
         Some(v) => parse_nnodes(&v).map_err(err)?,
     };
     if standalone && nnodes_max > 1 {
-        return Err(err(format!("--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}")));
+        return Err(err(format!(
+            "--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}"
+        )));
     }
     let nproc = match value("nproc_per_node").as_deref().map(str::trim) {
         None => NprocSpec::Count(1),
         Some("gpu") => NprocSpec::Gpu,
         Some("cpu") => NprocSpec::Cpu,
         Some("auto") => NprocSpec::Auto,
-        Some("xpu") => return Err(err("--nproc-per-node=xpu: Intel XPUs are not supported by toporun; use a number".into())),
+        Some("xpu") => {
+            return Err(err(
+                "--nproc-per-node=xpu: Intel XPUs are not supported by toporun; use a number"
+                    .into(),
+            ))
+        }
         Some(n) => match n.parse::<u32>() {
             Ok(v) if v > 0 => NprocSpec::Count(v),
-            _ => return Err(err(format!("Unsupported nproc_per_node value: {n} (use a positive number, gpu, cpu or auto)"))),
+            _ => return Err(err(format!(
+                "Unsupported nproc_per_node value: {n} (use a positive number, gpu, cpu or auto)"
+            ))),
         },
     };
     let mut rdzv_backend = match value("rdzv_backend").as_deref().map(str::trim) {
@@ -190,47 +227,95 @@ pub fn resolve(cli: &BTreeMap<String, String>, env: &BTreeMap<String, String>, e
     if !rdzv_endpoint.is_empty() {
         endpoint::parse(&rdzv_endpoint).map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
     } else if rdzv_backend == RdzvBackend::C10d {
-        return Err(err("--rdzv-backend=c10d needs --rdzv-endpoint HOST[:PORT]".into()));
+        return Err(err(
+            "--rdzv-backend=c10d needs --rdzv-endpoint HOST[:PORT]".into()
+        ));
     }
     let rdzv_conf = parse_conf(&value("rdzv_conf").unwrap_or_default()).map_err(err)?;
     let module = flag("module")?;
     let no_python = flag("no_python")?;
     if module && no_python {
-        return Err(err("--no-python and -m/--module cannot be used together".into()));
+        return Err(err(
+            "--no-python and -m/--module cannot be used together".into()
+        ));
     }
     let master_port = num("master_port", 29500)?;
-    let master_port = u16::try_from(master_port).map_err(|_| err(format!("--master-port {master_port} is not a port number")))?;
+    let master_port = u16::try_from(master_port)
+        .map_err(|_| err(format!("--master-port {master_port} is not a port number")))?;
     let node_rank = num("node_rank", 0)? as u32;
     if rdzv_backend == RdzvBackend::Static && node_rank >= nnodes_max {
-        return Err(err(format!("--node-rank {node_rank} is not below --nnodes {nnodes_max}")));
+        return Err(err(format!(
+            "--node-rank {node_rank} is not below --nnodes {nnodes_max}"
+        )));
     }
     let local_ranks_filter = match value("local_ranks_filter").filter(|v| !v.trim().is_empty()) {
         None => None,
-        Some(v) => Some(v.split(',').map(|r| r.trim().parse::<u32>().map_err(|_| err(format!("--local-ranks-filter '{v}' must be comma-separated integers")))).collect::<Result<Vec<_>, _>>()?),
+        Some(v) => Some(
+            v.split(',')
+                .map(|r| {
+                    r.trim().parse::<u32>().map_err(|_| {
+                        err(format!(
+                            "--local-ranks-filter '{v}' must be comma-separated integers"
+                        ))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
     };
-    let signals: Vec<String> = value("signals_to_handle").unwrap_or_else(|| DEFAULT_SIGNALS.into()).split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+    let signals: Vec<String> = value("signals_to_handle")
+        .unwrap_or_else(|| DEFAULT_SIGNALS.into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
     if let Some(bad) = signals.iter().find(|s| !SIGNALS.contains(&s.as_str())) {
-        return Err(err(format!("--signals-to-handle: {bad} is not one of {}", SIGNALS.join(", "))));
+        return Err(err(format!(
+            "--signals-to-handle: {bad} is not one of {}",
+            SIGNALS.join(", ")
+        )));
     }
     let numa_binding = match value("numa_binding").as_deref().map(str::trim) {
         None | Some("none") => NumaBinding::None,
         Some("node") => NumaBinding::Node,
         Some("socket") => NumaBinding::Socket,
         Some("exclusive") => NumaBinding::Exclusive,
-        Some(o) => return Err(err(format!("--numa-binding={o}: use none, node, socket or exclusive"))),
+        Some(o) => {
+            return Err(err(format!(
+                "--numa-binding={o}: use none, node, socket or exclusive"
+            )))
+        }
     };
-    let shutdown = value("shutdown_timeout").or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned());
+    let shutdown =
+        value("shutdown_timeout").or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned());
     let shutdown_timeout = match shutdown {
         None => Duration::from_secs(30),
-        Some(s) => Duration::from_secs_f64(s.trim().parse::<f64>().ok().filter(|v| v.is_finite() && *v >= 0.0).ok_or_else(|| err(format!("--shutdown-timeout '{s}' is not a number of seconds")))?),
+        Some(s) => Duration::from_secs_f64(
+            s.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    err(format!(
+                        "--shutdown-timeout '{s}' is not a number of seconds"
+                    ))
+                })?,
+        ),
     };
     if let Some(mi) = value("monitor_interval") {
-        mi.trim().parse::<f64>().map_err(|_| err(format!("--monitor-interval '{mi}' is not a number of seconds")))?;
+        mi.trim().parse::<f64>().map_err(|_| {
+            err(format!(
+                "--monitor-interval '{mi}' is not a number of seconds"
+            ))
+        })?;
     }
-    let redirects = StdSpec::parse(&value("redirects").unwrap_or_else(|| "0".into())).map_err(|e| err(format!("--redirects {e}")))?;
-    let tee = StdSpec::parse(&value("tee").unwrap_or_else(|| "0".into())).map_err(|e| err(format!("--tee {e}")))?;
+    let redirects = StdSpec::parse(&value("redirects").unwrap_or_else(|| "0".into()))
+        .map_err(|e| err(format!("--redirects {e}")))?;
+    let tee = StdSpec::parse(&value("tee").unwrap_or_else(|| "0".into()))
+        .map_err(|e| err(format!("--tee {e}")))?;
     if entrypoint.is_empty() {
-        return Err(err("missing the training script (or module, with -m, or program, with --no-python)".into()));
+        return Err(err(
+            "missing the training script (or module, with -m, or program, with --no-python)".into(),
+        ));
     }
     let notes = OPTIONS
         .iter()
@@ -270,7 +355,10 @@ pub fn resolve(cli: &BTreeMap<String, String>, env: &BTreeMap<String, String>, e
 fn parse_nnodes(v: &str) -> Result<(u32, u32), String> {
     let bad = || format!("--nnodes '{v}' must be N or MIN:MAX with 0 < MIN <= MAX");
     let (lo, hi) = match v.trim().split_once(':') {
-        Some((a, b)) => (a.trim().parse().map_err(|_| bad())?, b.trim().parse().map_err(|_| bad())?),
+        Some((a, b)) => (
+            a.trim().parse().map_err(|_| bad())?,
+            b.trim().parse().map_err(|_| bad())?,
+        ),
         None => {
             let n: u32 = v.trim().parse().map_err(|_| bad())?;
             (n, n)
@@ -286,7 +374,11 @@ fn parse_conf(v: &str) -> Result<BTreeMap<String, String>, String> {
     v.split(',')
         .map(str::trim)
         .filter(|kv| !kv.is_empty())
-        .map(|kv| kv.split_once('=').map(|(k, v)| (k.trim().to_string(), v.trim().to_string())).ok_or_else(|| format!("--rdzv-conf '{kv}' is not key=value")))
+        .map(|kv| {
+            kv.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("--rdzv-conf '{kv}' is not key=value"))
+        })
         .collect()
 }
 
@@ -295,7 +387,14 @@ impl LaunchOptions {
     pub fn conf_secs(&self, key: &str, default: f64) -> Result<Duration, OptionsError> {
         match self.rdzv_conf.get(key) {
             None => Ok(Duration::from_secs_f64(default)),
-            Some(v) => v.parse::<f64>().ok().filter(|x| x.is_finite() && *x >= 0.0).map(Duration::from_secs_f64).ok_or_else(|| OptionsError(format!("--rdzv-conf {key}={v} is not a number of seconds"))),
+            Some(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|x| x.is_finite() && *x >= 0.0)
+                .map(Duration::from_secs_f64)
+                .ok_or_else(|| {
+                    OptionsError(format!("--rdzv-conf {key}={v} is not a number of seconds"))
+                }),
         }
     }
 
@@ -314,12 +413,19 @@ mod tests {
     use super::*;
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
     fn command_line_beats_pet_beats_default() {
-        let env = map(&[("PET_NPROC_PER_NODE", "4"), ("PET_NNODES", "2"), ("PET_NODE_RANK", "1")]);
+        let env = map(&[
+            ("PET_NPROC_PER_NODE", "4"),
+            ("PET_NNODES", "2"),
+            ("PET_NODE_RANK", "1"),
+        ]);
         let o = resolve(&map(&[("nproc_per_node", "2")]), &env, "train.py", &[]).unwrap();
         assert_eq!(o.nproc, NprocSpec::Count(2));
         assert_eq!((o.nnodes_min, o.nnodes_max, o.node_rank), (2, 2, 1));
@@ -332,8 +438,17 @@ mod tests {
         let o = resolve(&map(&[]), &map(&[("PET_STANDALONE", "1")]), "t.py", &[]).unwrap();
         assert!(o.standalone);
         assert_eq!(o.rdzv_backend, RdzvBackend::C10d);
-        assert!(!resolve(&map(&[]), &map(&[("PET_STANDALONE", "0")]), "t.py", &[]).unwrap().standalone);
-        assert!(resolve(&map(&[]), &map(&[("PET_STANDALONE", "true")]), "t.py", &[]).unwrap_err().0.contains("bool(int"));
+        assert!(
+            !resolve(&map(&[]), &map(&[("PET_STANDALONE", "0")]), "t.py", &[])
+                .unwrap()
+                .standalone
+        );
+        assert!(
+            resolve(&map(&[]), &map(&[("PET_STANDALONE", "true")]), "t.py", &[])
+                .unwrap_err()
+                .0
+                .contains("bool(int")
+        );
     }
 
     #[test]
@@ -357,7 +472,13 @@ mod tests {
 
     #[test]
     fn shutdown_timeout_from_torch_env() {
-        let o = resolve(&map(&[]), &map(&[("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5")]), "t.py", &[]).unwrap();
+        let o = resolve(
+            &map(&[]),
+            &map(&[("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5")]),
+            "t.py",
+            &[],
+        )
+        .unwrap();
         assert_eq!(o.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(o.run_id("x"), "none");
     }

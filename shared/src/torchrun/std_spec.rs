@@ -9,7 +9,10 @@ pub struct Std {
 
 impl Std {
     fn from_code(code: u8) -> Option<Std> {
-        (code <= 3).then_some(Std { stdout: code & 1 != 0, stderr: code & 2 != 0 })
+        (code <= 3).then_some(Std {
+            stdout: code & 1 != 0,
+            stderr: code & 2 != 0,
+        })
     }
 }
 
@@ -30,12 +33,17 @@ impl StdSpec {
         let bad = || format!("'{text}' is not 0, 1, 2, 3 or a map like 0:1,1:3");
         let t = text.trim();
         if !t.contains(':') {
-            return Std::from_code(t.parse().map_err(|_| bad())?).map(StdSpec::All).ok_or_else(bad);
+            return Std::from_code(t.parse().map_err(|_| bad())?)
+                .map(StdSpec::All)
+                .ok_or_else(bad);
         }
         t.split(',')
             .map(|pair| {
                 let (r, c) = pair.split_once(':').ok_or_else(bad)?;
-                Ok((r.trim().parse().map_err(|_| bad())?, Std::from_code(c.trim().parse().map_err(|_| bad())?).ok_or_else(bad)?))
+                Ok((
+                    r.trim().parse().map_err(|_| bad())?,
+                    Std::from_code(c.trim().parse().map_err(|_| bad())?).ok_or_else(bad)?,
+                ))
             })
             .collect::<Result<_, _>>()
             .map(StdSpec::PerRank)
@@ -44,7 +52,11 @@ impl StdSpec {
     pub fn for_rank(&self, local_rank: u32) -> Std {
         match self {
             StdSpec::All(s) => *s,
-            StdSpec::PerRank(m) => m.iter().find(|(r, _)| *r == local_rank).map(|(_, s)| *s).unwrap_or_default(),
+            StdSpec::PerRank(m) => m
+                .iter()
+                .find(|(r, _)| *r == local_rank)
+                .map(|(_, s)| *s)
+                .unwrap_or_default(),
         }
     }
 
@@ -62,7 +74,13 @@ mod tests {
 
     #[test]
     fn codes_and_maps() {
-        assert_eq!(StdSpec::parse("3").unwrap().for_rank(5), Std { stdout: true, stderr: true });
+        assert_eq!(
+            StdSpec::parse("3").unwrap().for_rank(5),
+            Std {
+                stdout: true,
+                stderr: true
+            }
+        );
         let m = StdSpec::parse("0:1,1:2").unwrap();
         assert!(m.for_rank(0).stdout && !m.for_rank(0).stderr);
         assert!(m.for_rank(1).stderr);

@@ -49,7 +49,11 @@ pub struct JobEnv {
 
 /// The variables torchrun adds for one worker. `parent` is the launcher's environment
 /// (TORCH_NCCL_ASYNC_ERROR_HANDLING and OMP_NUM_THREADS are inherited when set).
-pub fn worker_env(place: &RankPlace, job: &JobEnv, parent: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+pub fn worker_env(
+    place: &RankPlace,
+    job: &JobEnv,
+    parent: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
     let mut env = BTreeMap::new();
     let mut put = |k: &str, v: String| {
         env.insert(k.to_string(), v);
@@ -68,9 +72,21 @@ pub fn worker_env(place: &RankPlace, job: &JobEnv, parent: &BTreeMap<String, Str
     put("TORCHELASTIC_RESTART_COUNT", job.restart_count.to_string());
     put("TORCHELASTIC_MAX_RESTARTS", job.max_restarts.to_string());
     put("TORCHELASTIC_RUN_ID", job.run_id.clone());
-    put("TORCHELASTIC_USE_AGENT_STORE", if job.use_agent_store { "True" } else { "False" }.into());
-    put("TORCH_NCCL_ASYNC_ERROR_HANDLING", parent.get("TORCH_NCCL_ASYNC_ERROR_HANDLING").cloned().unwrap_or_else(|| "1".into()));
-    put("TORCHELASTIC_ERROR_FILE", format!("{}/{}/error.json", job.attempt_dir, place.local_rank));
+    put(
+        "TORCHELASTIC_USE_AGENT_STORE",
+        if job.use_agent_store { "True" } else { "False" }.into(),
+    );
+    put(
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        parent
+            .get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+            .cloned()
+            .unwrap_or_else(|| "1".into()),
+    );
+    put(
+        "TORCHELASTIC_ERROR_FILE",
+        format!("{}/{}/error.json", job.attempt_dir, place.local_rank),
+    );
     put("TORCHELASTIC_SIGNALS_TO_HANDLE", job.signals.clone());
     if let Some(omp) = omp_num_threads(place.local_world_size, parent) {
         put("OMP_NUM_THREADS", omp);
@@ -124,7 +140,10 @@ fn substitute(arg: &str, local_rank: u32) -> String {
         } else if let Some(r) = after.strip_prefix("{local_rank}") {
             out.push_str(&rank);
             rest = r;
-        } else if let Some(r) = after.strip_prefix("local_rank").filter(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_')) {
+        } else if let Some(r) = after
+            .strip_prefix("local_rank")
+            .filter(|r| !r.starts_with(|c: char| c.is_alphanumeric() || c == '_'))
+        {
             out.push_str(&rank);
             rest = r;
         } else {
@@ -151,7 +170,10 @@ mod tests {
 
     #[test]
     fn env_matches_the_torchrun_fixture_names() {
-        let fixture: serde_json::Value = serde_json::from_str(include_str!("../../../tests/fixtures/source/torchrun-env/torchrun-2.11-4gpu.json")).unwrap();
+        let fixture: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../tests/fixtures/source/torchrun-env/torchrun-2.11-4gpu.json"
+        ))
+        .unwrap();
         let want = &fixture["runs"]["static"]["ranks"][3]["env"];
         let job = JobEnv {
             master_addr: "127.0.0.1".into(),
@@ -181,11 +203,30 @@ mod tests {
     #[test]
     fn argv_forms_and_substitution() {
         let empty = BTreeMap::new();
-        let args = vec!["--out=/tmp/${local_rank}".to_string(), "$local_rank".into(), "$$HOME".into(), "${other}".into()];
+        let args = vec![
+            "--out=/tmp/${local_rank}".to_string(),
+            "$local_rank".into(),
+            "$$HOME".into(),
+            "${other}".into(),
+        ];
         let mut o = resolve(&empty, &empty, "train.py", &args).unwrap();
-        assert_eq!(worker_argv(&o, "python3", 2), vec!["python3", "-u", "train.py", "--out=/tmp/2", "2", "$HOME", "${other}"]);
+        assert_eq!(
+            worker_argv(&o, "python3", 2),
+            vec![
+                "python3",
+                "-u",
+                "train.py",
+                "--out=/tmp/2",
+                "2",
+                "$HOME",
+                "${other}"
+            ]
+        );
         o.module = true;
-        assert_eq!(worker_argv(&o, "python3", 0)[..4], ["python3", "-u", "-m", "train.py"]);
+        assert_eq!(
+            worker_argv(&o, "python3", 0)[..4],
+            ["python3", "-u", "-m", "train.py"]
+        );
         o.module = false;
         o.no_python = true;
         assert_eq!(worker_argv(&o, "python3", 0)[0], "train.py");

@@ -1,0 +1,187 @@
+//! The command line: torchrun's options (built from the shared option table, so the
+//! real launch and `launch --dry-run` share one parser) and toporun's subcommands.
+
+use clap::{Arg, ArgAction, ArgMatches, Command};
+use std::collections::BTreeMap;
+use toporun_shared::torchrun::OPTIONS;
+
+pub const SUBCOMMANDS: &[&str] = &["probe", "topo", "preflight", "launch", "help"];
+
+fn global_args(cmd: Command) -> Command {
+    cmd.arg(
+        Arg::new("facts")
+            .long("facts")
+            .global(true)
+            .value_name("FILE")
+            .help("use a captured facts file (toporun probe --format json) instead of probing"),
+    )
+    .arg(
+        Arg::new("nvidia_smi_topo")
+            .long("nvidia-smi-topo")
+            .global(true)
+            .value_name("FILE")
+            .help("take GPU links from a `nvidia-smi topo -m` capture"),
+    )
+}
+
+fn format_arg(values: &'static [&'static str], default: &'static str) -> Arg {
+    Arg::new("format")
+        .long("format")
+        .value_parser(clap::builder::PossibleValuesParser::new(values))
+        .default_value(default)
+        .help("output format")
+}
+
+/// torchrun's options plus toporun's launch extras.
+pub fn launch_command(name: &'static str) -> Command {
+    let mut cmd = Command::new(name)
+        .about("Start one rank per GPU as torchrun would (same options, PET_* variables and worker environment)")
+        .infer_long_args(true)
+        .override_usage(format!("{name} [OPTIONS] ENTRYPOINT [ARGS]..."));
+    for o in OPTIONS {
+        let mut arg = Arg::new(o.dest).long(o.longs[0]).help(o.help);
+        for alias in &o.longs[1..] {
+            arg = arg.alias(*alias);
+        }
+        if let Some(s) = o.short {
+            arg = arg.short(s);
+        }
+        arg = if o.flag {
+            arg.action(ArgAction::SetTrue)
+        } else {
+            arg.action(ArgAction::Set).allow_hyphen_values(false)
+        };
+        cmd = cmd.arg(arg);
+    }
+    cmd = cmd
+        .arg(
+            Arg::new("dry_run")
+                .long("dry-run")
+                .action(ArgAction::SetTrue)
+                .help("print the plan and every rank's environment and command; start nothing"),
+        )
+        .arg(format_arg(&["text", "shell", "env", "json"], "text"))
+        .arg(
+            Arg::new("nccl_env")
+                .long("nccl-env")
+                .value_parser(["on", "off"])
+                .default_value("on")
+                .help("off: plan no NCCL variable, keep the environment as is"),
+        )
+        .arg(
+            Arg::new("command")
+                .value_name("ENTRYPOINT [ARGS]")
+                .num_args(1..)
+                .trailing_var_arg(true)
+                .allow_hyphen_values(true)
+                .required(true),
+        );
+    global_args(cmd)
+}
+
+pub fn toporun_command() -> Command {
+    let preflight = Command::new("preflight")
+        .about("Check that this container is fit for distributed training; exit 1 on any error finding")
+        .arg(format_arg(&["text", "json", "junit"], "text"))
+        .arg(Arg::new("expect_gpus").long("expect-gpus").value_parser(clap::value_parser!(u32)).value_name("N").help("error when fewer GPUs are visible"))
+        .arg(Arg::new("min_shm").long("min-shm").value_name("SIZE").default_value("1Gi").help("smallest acceptable /dev/shm (16Gi, 1G, bytes)"))
+        .arg(Arg::new("require").long("require").value_parser(["nvlink", "rdma", "efa"]).action(ArgAction::Append).value_delimiter(',').help("make these an error when absent"));
+    let cmd = Command::new("toporun")
+        .version(env!("CARGO_PKG_VERSION"))
+        .about("A torchrun-compatible launcher that knows the GPU host and the container it runs in.\n\n`toporun [torchrun options] ENTRYPOINT [ARGS]` launches like torchrun.")
+        .subcommand_required(true)
+        .subcommand(Command::new("probe").about("Print the host facts toporun sees").arg(format_arg(&["text", "json"], "text")))
+        .subcommand(Command::new("topo").about("The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices").arg(format_arg(&["text", "json"], "text")))
+        .subcommand(preflight)
+        .subcommand(launch_command("launch"));
+    global_args(cmd)
+}
+
+/// The options the command line set (dest -> value), for PET_* precedence.
+pub fn set_on_command_line(m: &ArgMatches) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for o in OPTIONS {
+        if m.value_source(o.dest) != Some(clap::parser::ValueSource::CommandLine) {
+            continue;
+        }
+        let v = if o.flag {
+            "true".to_string()
+        } else {
+            m.get_one::<String>(o.dest).cloned().unwrap_or_default()
+        };
+        out.insert(o.dest.to_string(), v);
+    }
+    out
+}
+
+/// Whether argv (after the program name) is the torchrun form rather than a subcommand.
+pub fn is_torchrun_form(args: &[String]) -> bool {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "--facts" || a == "--nvidia-smi-topo" {
+            i += 2;
+            continue;
+        }
+        if a.starts_with("--facts=") || a.starts_with("--nvidia-smi-topo=") {
+            i += 1;
+            continue;
+        }
+        return !(SUBCOMMANDS.contains(&a) || matches!(a, "-h" | "--help" | "-V" | "--version"));
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<ArgMatches, clap::Error> {
+        launch_command("torchrun")
+            .try_get_matches_from(std::iter::once("torchrun").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn both_spellings_prefixes_and_trailing_args() {
+        let m = parse(&[
+            "--nproc_per_node=2",
+            "--nnodes",
+            "1",
+            "--redir=3",
+            "train.py",
+            "--lr",
+            "0.1",
+            "--nnodes=9",
+        ])
+        .unwrap();
+        let set = set_on_command_line(&m);
+        assert_eq!(set["nproc_per_node"], "2");
+        assert_eq!(set["redirects"], "3");
+        assert_eq!(set["nnodes"], "1");
+        let cmd: Vec<&String> = m.get_many::<String>("command").unwrap().collect();
+        assert_eq!(cmd, ["train.py", "--lr", "0.1", "--nnodes=9"]);
+    }
+
+    #[test]
+    fn module_flag_and_short_forms() {
+        let m = parse(&["-m", "-t", "3", "pkg.train", "-x"]).unwrap();
+        let set = set_on_command_line(&m);
+        assert_eq!(set["module"], "true");
+        assert_eq!(set["tee"], "3");
+    }
+
+    #[test]
+    fn unknown_option_and_missing_script_are_usage_errors() {
+        assert_eq!(parse(&["--bogus", "t.py"]).unwrap_err().exit_code(), 2);
+        assert_eq!(parse(&["--nproc-per-node=2"]).unwrap_err().exit_code(), 2);
+    }
+
+    #[test]
+    fn subcommand_or_torchrun_form() {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert!(!is_torchrun_form(&v(&["--facts", "f.json", "preflight"])));
+        assert!(is_torchrun_form(&v(&["--nproc-per-node=2", "train.py"])));
+        assert!(is_torchrun_form(&v(&["train.py"])));
+        assert!(!is_torchrun_form(&v(&["--help"])));
+    }
+}

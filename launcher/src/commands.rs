@@ -1,0 +1,194 @@
+//! `probe`, `topo`, `preflight`.
+
+use crate::facts_source::{self, CannotRun};
+use crate::output::{self, Style};
+use anyhow::Result;
+use clap::ArgMatches;
+use toporun_shared::finding::{worst, Severity};
+use toporun_shared::preflight::{self, PreflightOptions, Requirement};
+use toporun_shared::units::parse_size;
+
+pub fn dispatch(m: &ArgMatches) -> u8 {
+    let result = match m.subcommand() {
+        Some(("probe", sub)) => probe(m, sub),
+        Some(("topo", sub)) => topo(m, sub),
+        Some(("preflight", sub)) => preflight(m, sub),
+        Some(("launch", sub)) => return crate::launch::run(sub),
+        _ => Ok(2),
+    };
+    result.unwrap_or_else(|e| crate::report(&e))
+}
+
+fn facts(m: &ArgMatches, sub: &ArgMatches) -> Result<toporun_shared::facts::HostFacts> {
+    let pick = |id: &str| {
+        sub.get_one::<String>(id)
+            .or_else(|| m.get_one::<String>(id))
+    };
+    facts_source::load(pick("facts"), pick("nvidia_smi_topo"))
+}
+
+fn format(sub: &ArgMatches) -> &str {
+    sub.get_one::<String>("format")
+        .map(String::as_str)
+        .unwrap_or("text")
+}
+
+fn probe(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
+    let f = facts(m, sub)?;
+    match format(sub) {
+        "json" => println!("{}", f.to_json()),
+        _ => print!(
+            "{}{}",
+            output::host_summary(&f),
+            if f.gpus.count() > 0 {
+                output::matrix_text(&f)
+            } else {
+                String::new()
+            }
+        ),
+    }
+    Ok(0)
+}
+
+fn topo(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
+    let f = facts(m, sub)?;
+    if format(sub) == "json" {
+        let p2p: Vec<serde_json::Value> = f
+            .gpus
+            .p2p
+            .iter()
+            .map(|p| serde_json::json!({"a": p.a, "b": p.b, "read": p.read, "write": p.write}))
+            .collect();
+        let doc = serde_json::json!({
+            "gpus": f.gpus.devices.iter().map(|d| serde_json::json!({"index": d.index, "name": d.name, "uuid": d.uuid, "pci_bus_id": d.pci_bus_id, "cpu_affinity": toporun_shared::cpulist::format(&d.cpu_affinity), "numa_node": d.numa_node})).collect::<Vec<_>>(),
+            "matrix": f.gpus.links,
+            "p2p": p2p,
+            "nics": f.nics,
+            "rdma": f.rdma,
+            "source": f.gpus.source,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+        return Ok(0);
+    }
+    if f.gpus.count() == 0 {
+        println!(
+            "no GPU visible{}",
+            f.gpus
+                .nvml_error
+                .as_ref()
+                .map(|e| format!(" ({e})"))
+                .unwrap_or_default()
+        );
+    } else {
+        print!("{}", output::matrix_text(&f));
+        let bad: Vec<String> = f
+            .gpus
+            .p2p
+            .iter()
+            .filter(|p| !(p.read.ok_or_unknown() && p.write.ok_or_unknown()))
+            .map(|p| {
+                format!(
+                    "GPU{}-GPU{} read {:?} write {:?}",
+                    p.a, p.b, p.read, p.write
+                )
+            })
+            .collect();
+        println!(
+            "\nP2P: {}",
+            if f.gpus.p2p.is_empty() {
+                "unknown (no NVML data)".to_string()
+            } else if bad.is_empty() {
+                "read/write OK for every pair".into()
+            } else {
+                bad.join("; ")
+            }
+        );
+    }
+    println!(
+        "NICs: {}",
+        f.nics
+            .iter()
+            .map(|n| format!(
+                "{} ({}{}{})",
+                n.name,
+                n.state,
+                n.speed_mbps
+                    .map(|s| format!(", {} Gb/s", s / 1000))
+                    .unwrap_or_default(),
+                if n.default_route {
+                    ", default route"
+                } else {
+                    ""
+                }
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
+        "RDMA: {}",
+        if f.rdma.is_empty() {
+            "none".into()
+        } else {
+            f.rdma
+                .iter()
+                .map(|d| format!("{} ({:?})", d.name, d.kind))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    Ok(0)
+}
+
+fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
+    let min_shm = sub.get_one::<String>("min_shm").expect("has default");
+    let min_shm_bytes = parse_size(min_shm).ok_or_else(|| {
+        CannotRun(format!(
+            "--min-shm {min_shm}: not a size (use 1Gi, 16Gi, 512Mi, or bytes)"
+        ))
+    })?;
+    let require = sub
+        .get_many::<String>("require")
+        .into_iter()
+        .flatten()
+        .map(|r| match r.as_str() {
+            "nvlink" => Requirement::Nvlink,
+            "rdma" => Requirement::Rdma,
+            _ => Requirement::Efa,
+        })
+        .collect();
+    let opts = PreflightOptions {
+        expect_gpus: sub.get_one::<u32>("expect_gpus").copied(),
+        min_shm_bytes,
+        require,
+    };
+    let f = facts(m, sub)?;
+    let findings = preflight::run(&f, &opts);
+    match format(sub) {
+        "json" => println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &serde_json::json!({"ok": worst(&findings) < Severity::Error, "findings": findings})
+            )?
+        ),
+        "junit" => print!("{}", output::junit(&findings)),
+        _ => {
+            print!(
+                "{}",
+                output::findings_text(&findings, &Style::stdout(), false)
+            );
+            let errors = findings
+                .iter()
+                .filter(|f| f.severity == Severity::Error)
+                .count();
+            let warnings = findings
+                .iter()
+                .filter(|f| f.severity == Severity::Warning)
+                .count();
+            println!(
+                "\n{}: {errors} error(s), {warnings} warning(s)",
+                if errors == 0 { "fit" } else { "NOT FIT" }
+            );
+        }
+    }
+    Ok(u8::from(worst(&findings) == Severity::Error))
+}

@@ -1,0 +1,73 @@
+//! Where facts come from: a facts file, a live probe, and optionally GPU links from a
+//! `nvidia-smi topo -m` capture.
+
+use anyhow::Result;
+use std::path::Path;
+use toporun_agent::paths::Root;
+use toporun_agent::probe::{probe_host, NvmlProbe};
+use toporun_shared::facts::{Gpu, HostFacts};
+use toporun_shared::smi_topo;
+
+/// A failure to obtain facts: exit 2 ("could not run"), not 1.
+#[derive(Debug)]
+pub struct CannotRun(pub String);
+
+impl std::fmt::Display for CannotRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CannotRun {}
+
+pub fn load(facts_file: Option<&String>, smi_topo_file: Option<&String>) -> Result<HostFacts> {
+    let mut facts = match facts_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CannotRun(format!("cannot read facts file {path}: {e}")))?;
+            HostFacts::from_json(&text).map_err(|e| CannotRun(format!("{path}: {e}")))?
+        }
+        None => probe_host(&Root::live(), &NvmlProbe, std::env::vars()),
+    };
+    if let Some(path) = smi_topo_file {
+        apply_smi_topo(&mut facts, Path::new(path))?;
+    }
+    Ok(facts)
+}
+
+/// Replaces the GPU links with a capture's; `<name>-p2p-read.txt`/`-p2p-write.txt`
+/// beside it (nvidia-smi topo -p2p r|w) supply P2P status when present.
+fn apply_smi_topo(facts: &mut HostFacts, path: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        CannotRun(format!(
+            "cannot read nvidia-smi capture {}: {e}",
+            path.display()
+        ))
+    })?;
+    let topo =
+        smi_topo::parse_matrix(&text).map_err(|e| CannotRun(format!("{}: {e}", path.display())))?;
+    let sibling = |kind: &str| {
+        let stem = path.file_stem()?.to_string_lossy().into_owned();
+        let p = path.with_file_name(format!("{stem}-p2p-{kind}.txt"));
+        smi_topo::parse_p2p(&std::fs::read_to_string(p).ok()?).ok()
+    };
+    let (read, write) = (sibling("read"), sibling("write"));
+    let mut gpus = topo.into_gpu_facts(read.as_deref(), write.as_deref());
+    // Keep what the facts knew of each device (names, UUIDs) where counts agree.
+    if facts.gpus.devices.len() == gpus.devices.len() {
+        for (new, old) in gpus.devices.iter_mut().zip(&facts.gpus.devices) {
+            let affinity = std::mem::take(&mut new.cpu_affinity);
+            *new = Gpu {
+                cpu_affinity: if affinity.is_empty() {
+                    old.cpu_affinity.clone()
+                } else {
+                    affinity
+                },
+                ..old.clone()
+            };
+        }
+        gpus.device_nodes = facts.gpus.device_nodes.clone();
+    }
+    facts.gpus = gpus;
+    Ok(())
+}

@@ -1,0 +1,312 @@
+//! `toporun [launch] [--dry-run] [torchrun options] ENTRYPOINT ARGS`: plan, rendezvous,
+//! start and supervise the local ranks.
+
+mod dry_run;
+mod rendezvous;
+
+use crate::cli;
+use crate::facts_source;
+use anyhow::{bail, Context, Result};
+use clap::ArgMatches;
+use nix::sys::signal::Signal;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+use toporun_agent::supervise::{
+    self, failure_summary, line_prefix, parse_signal, Events, LogPlan, Outcome, RankCmd,
+};
+use toporun_shared::facts::HostFacts;
+use toporun_shared::plan::{self, LaunchShape, Plan, PlanMode};
+use toporun_shared::torchrun::options::NumaBinding;
+use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
+use toporun_shared::torchrun::{resolve, LaunchOptions};
+
+/// Everything a launch decided before starting ranks.
+pub struct Prepared {
+    pub opts: LaunchOptions,
+    pub facts: HostFacts,
+    pub nproc: u32,
+    pub plan: Plan,
+    pub parent_env: BTreeMap<String, String>,
+    pub python: String,
+}
+
+pub fn run(m: &ArgMatches) -> u8 {
+    let started = Instant::now();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toporun: error: cannot start the async runtime: {e}");
+            return 1;
+        }
+    };
+    rt.block_on(async {
+        match launch(m, started).await {
+            Ok(code) => code,
+            Err(e) => crate::report(&e),
+        }
+    })
+}
+
+fn prepare(m: &ArgMatches) -> Result<Prepared> {
+    let parent_env: BTreeMap<String, String> = std::env::vars().collect();
+    let command: Vec<String> = m
+        .get_many::<String>("command")
+        .map(|v| v.cloned().collect())
+        .unwrap_or_default();
+    let opts = resolve(
+        &cli::set_on_command_line(m),
+        &parent_env,
+        &command[0],
+        &command[1..],
+    )?;
+    let facts = facts_source::load(
+        m.get_one::<String>("facts"),
+        m.get_one::<String>("nvidia_smi_topo"),
+    )?;
+    let nproc = opts
+        .nproc
+        .resolve(facts.gpus.count(), facts.container.cpu_count)
+        .map_err(toporun_shared::torchrun::OptionsError)?;
+    let master = match opts.rdzv_backend {
+        toporun_shared::torchrun::RdzvBackend::Static => Some(opts.master_addr.clone()),
+        _ => toporun_shared::torchrun::endpoint::parse(&opts.rdzv_endpoint)
+            .ok()
+            .map(|e| e.host),
+    };
+    let shape = LaunchShape {
+        nnodes: opts.nnodes_max,
+        nproc_per_node: nproc,
+        master_addr: master.as_deref(),
+    };
+    let mode = if m.get_one::<String>("nccl_env").map(String::as_str) == Some("off") {
+        PlanMode::Off
+    } else {
+        PlanMode::On
+    };
+    let plan = plan::plan(&facts, &parent_env, &shape, mode);
+    let python = parent_env
+        .get("PYTHON_EXEC")
+        .cloned()
+        .unwrap_or_else(|| "python3".into());
+    Ok(Prepared {
+        opts,
+        facts,
+        nproc,
+        plan,
+        parent_env,
+        python,
+    })
+}
+
+async fn launch(m: &ArgMatches, started: Instant) -> Result<u8> {
+    // Handlers first, so a SIGTERM during probing or rendezvous is never lost.
+    let signals: Vec<Signal> = {
+        let env_or_cli = m
+            .get_one::<String>("signals_to_handle")
+            .cloned()
+            .or_else(|| std::env::var("PET_SIGNALS_TO_HANDLE").ok());
+        env_or_cli
+            .unwrap_or_else(|| toporun_shared::torchrun::options::DEFAULT_SIGNALS.into())
+            .split(',')
+            .filter_map(|s| parse_signal(s.trim()))
+            .collect()
+    };
+    let mut events = Events::install(&signals).context("installing signal handlers")?;
+    supervise::become_subreaper();
+    let p = prepare(m)?;
+    for note in &p.opts.notes {
+        eprintln!("toporun: note: {note}");
+    }
+    if m.get_flag("dry_run") {
+        let format = m
+            .get_one::<String>("format")
+            .map(String::as_str)
+            .unwrap_or("text");
+        print!("{}", dry_run::render(&p, format)?);
+        return Ok(0);
+    }
+    for f in p
+        .plan
+        .findings
+        .iter()
+        .filter(|f| f.severity >= toporun_shared::finding::Severity::Warning)
+    {
+        eprintln!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
+    }
+    let node = rendezvous::join(&p, &mut events).await?;
+    if let Some(sig) = events.pending_signal() {
+        eprintln!("toporun: received {sig} before the ranks started; exiting");
+        return Ok(1);
+    }
+    let Some(node) = node else { return Ok(1) };
+    if p.opts.nproc != toporun_shared::torchrun::NprocSpec::Count(p.nproc) || p.nproc > 1 {
+        if worker::omp_num_threads(p.nproc, &p.parent_env).is_some()
+            && !p.parent_env.contains_key("OMP_NUM_THREADS")
+        {
+            eprintln!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
+        }
+    }
+    let run_dir = RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?;
+    tracing::debug!("ready to start ranks after {:?}", started.elapsed());
+    let host = p.facts.container.hostname.clone();
+    for attempt in 0..=p.opts.max_restarts {
+        let cmds = rank_commands(&p, &node, &run_dir.path, attempt)?;
+        match supervise::run_attempt(cmds, &mut events, p.opts.shutdown_timeout).await? {
+            Outcome::Succeeded => return Ok(0),
+            Outcome::Interrupted(sig) => {
+                eprintln!("toporun: stopped the ranks after {sig}");
+                return Ok(1);
+            }
+            Outcome::Failed(failures) if attempt < p.opts.max_restarts => {
+                let f = &failures[0];
+                eprintln!("toporun: local rank {} exited with {}; restarting all ranks (restart {} of {})", f.local_rank, f.signal.clone().unwrap_or_else(|| f.exitcode.to_string()), attempt + 1, p.opts.max_restarts);
+            }
+            Outcome::Failed(failures) => {
+                eprint!("{}", failure_summary(&p.opts.entrypoint, &host, &failures));
+                return Ok(1);
+            }
+        }
+    }
+    bail!("unreachable: the restart loop always returns")
+}
+
+/// `<log_dir or a temp dir>/<run_id>_<random>`; the temp dir goes away at exit.
+struct RunDir {
+    path: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl RunDir {
+    fn create(log_dir: Option<&str>, run_id: &str) -> Result<RunDir> {
+        let (base, temp) = match log_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)
+                    .with_context(|| format!("--log-dir {d}: cannot create it"))?;
+                (PathBuf::from(d), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("torchelastic_")
+                    .tempdir()
+                    .context("creating the run directory")?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let run = tempfile::Builder::new()
+            .prefix(&format!("{run_id}_"))
+            .tempdir_in(&base)
+            .context("creating the run directory")?;
+        Ok(RunDir {
+            path: run.keep(),
+            _temp: temp,
+        })
+    }
+}
+
+/// This node's place once the rendezvous closed.
+pub struct NodePlace {
+    pub run_id: String,
+    pub places: Vec<RankPlace>,
+    pub master_addr: String,
+    pub master_port: u16,
+}
+
+fn cpus_for(p: &Prepared, local_rank: u32) -> Option<Vec<u32>> {
+    let gpus = &p.facts.gpus.devices;
+    if p.opts.numa_binding == NumaBinding::None || gpus.is_empty() {
+        return None;
+    }
+    let gpu = &gpus[local_rank as usize % gpus.len()];
+    if gpu.cpu_affinity.is_empty() {
+        return None;
+    }
+    if p.opts.numa_binding != NumaBinding::Exclusive {
+        return Some(gpu.cpu_affinity.clone());
+    }
+    // Exclusive: ranks whose GPUs share an affinity set split it evenly.
+    let sharing: Vec<u32> = (0..p.nproc)
+        .filter(|r| gpus[*r as usize % gpus.len()].cpu_affinity == gpu.cpu_affinity)
+        .collect();
+    let idx = sharing.iter().position(|r| *r == local_rank).unwrap_or(0);
+    let per = (gpu.cpu_affinity.len() / sharing.len()).max(1);
+    Some(
+        gpu.cpu_affinity
+            .iter()
+            .skip(idx * per)
+            .take(per)
+            .copied()
+            .collect(),
+    )
+}
+
+pub fn job_env(p: &Prepared, node: &NodePlace, attempt: u32, run_dir: &Path) -> JobEnv {
+    JobEnv {
+        master_addr: node.master_addr.clone(),
+        master_port: node.master_port,
+        run_id: node.run_id.clone(),
+        restart_count: attempt,
+        max_restarts: p.opts.max_restarts,
+        role: p.opts.role.clone(),
+        use_agent_store: true,
+        signals: p.opts.signals_to_handle.join(","),
+        attempt_dir: run_dir
+            .join(format!("attempt_{attempt}"))
+            .display()
+            .to_string(),
+    }
+}
+
+fn rank_commands(
+    p: &Prepared,
+    node: &NodePlace,
+    run_dir: &Path,
+    attempt: u32,
+) -> Result<Vec<RankCmd>> {
+    let job = job_env(p, node, attempt, run_dir);
+    let template = p
+        .parent_env
+        .get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
+        .map(String::as_str);
+    node.places
+        .iter()
+        .map(|place| {
+            let dir = PathBuf::from(&job.attempt_dir).join(place.local_rank.to_string());
+            std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+            let mut env = p.plan.planned();
+            env.extend(worker::worker_env(place, &job, &p.parent_env));
+            let (r, t) = (
+                p.opts.redirects.for_rank(place.local_rank),
+                p.opts.tee.for_rank(place.local_rank),
+            );
+            let shown = p
+                .opts
+                .local_ranks_filter
+                .as_ref()
+                .is_none_or(|f| f.contains(&place.local_rank));
+            let plan = LogPlan {
+                redirect_out: r.stdout,
+                redirect_err: r.stderr,
+                tee_out: t.stdout,
+                tee_err: t.stderr,
+                shown,
+                dir: &dir,
+                prefix: line_prefix(template, &p.opts.role, place.rank, place.local_rank),
+            };
+            let (stdout, stderr) = plan.sinks();
+            Ok(RankCmd {
+                local_rank: place.local_rank,
+                rank: place.rank,
+                argv: worker::worker_argv(&p.opts, &p.python, place.local_rank),
+                env,
+                cpus: cpus_for(p, place.local_rank),
+                error_file: dir.join("error.json"),
+                stdout,
+                stderr,
+            })
+        })
+        .collect()
+}

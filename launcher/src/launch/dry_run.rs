@@ -1,0 +1,201 @@
+//! `launch --dry-run`: the host, what is wrong, the NCCL plan with reasons, and every
+//! local rank's complete environment and command line. Starts nothing.
+
+use super::{job_env, NodePlace, Prepared};
+use crate::output::{findings_text, host_summary, Style};
+use anyhow::Result;
+use std::collections::BTreeMap;
+use std::path::Path;
+use toporun_shared::finding::{Finding, Severity};
+use toporun_shared::plan::Source;
+use toporun_shared::preflight::{self, PreflightOptions};
+use toporun_shared::torchrun::worker::{self, layout};
+use toporun_shared::torchrun::RdzvBackend;
+
+struct RankView {
+    local_rank: u32,
+    rank: Option<u32>,
+    gpu: Option<(u32, String)>,
+    cpus: Option<String>,
+    env: BTreeMap<String, String>,
+    argv: Vec<String>,
+}
+
+fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
+    let o = &p.opts;
+    // Static rendezvous knows this node's rank; assume every node runs as many ranks.
+    let known = o.rdzv_backend == RdzvBackend::Static || o.nnodes_max == 1;
+    let node_rank = if known { o.node_rank as usize } else { 0 };
+    let sizes = vec![p.nproc; o.nnodes_max as usize];
+    let port = if o.standalone {
+        0
+    } else if o.rdzv_backend == RdzvBackend::Static {
+        o.master_port
+    } else {
+        toporun_shared::torchrun::endpoint::parse(&o.rdzv_endpoint)
+            .ok()
+            .and_then(|e| e.port)
+            .unwrap_or(29400)
+    };
+    let master = if o.standalone {
+        "localhost".to_string()
+    } else if o.rdzv_backend == RdzvBackend::Static {
+        o.master_addr.clone()
+    } else {
+        toporun_shared::torchrun::endpoint::parse(&o.rdzv_endpoint)
+            .map(|e| e.host)
+            .unwrap_or_default()
+    };
+    let node = NodePlace {
+        run_id: o.run_id("<random at start>"),
+        places: layout(&sizes, node_rank),
+        master_addr: master,
+        master_port: port,
+    };
+    let job = job_env(p, &node, 0, Path::new("<run dir>"));
+    let views = node
+        .places
+        .iter()
+        .map(|place| {
+            let mut env = p.plan.planned();
+            env.extend(worker::worker_env(place, &job, &p.parent_env));
+            if o.standalone {
+                env.insert("MASTER_PORT".into(), "<free port at start>".into());
+            }
+            if !known {
+                for k in ["RANK", "ROLE_RANK", "GROUP_RANK"] {
+                    env.insert(k.into(), "<assigned at rendezvous>".into());
+                }
+            }
+            let gpu = p
+                .facts
+                .gpus
+                .devices
+                .get(place.local_rank as usize)
+                .map(|d| (d.index, d.uuid.clone()));
+            RankView {
+                local_rank: place.local_rank,
+                rank: known.then_some(place.rank),
+                gpu,
+                cpus: super::cpus_for(p, place.local_rank)
+                    .map(|c| toporun_shared::cpulist::format(&c)),
+                env,
+                argv: worker::worker_argv(o, &p.python, place.local_rank),
+            }
+        })
+        .collect();
+    (
+        views,
+        if known {
+            "static"
+        } else {
+            "assigned at rendezvous"
+        },
+    )
+}
+
+fn findings(p: &Prepared) -> Vec<Finding> {
+    let mut all: Vec<Finding> = preflight::run(&p.facts, &PreflightOptions::default())
+        .into_iter()
+        .filter(|f| f.id != "nccl.env")
+        .collect();
+    all.extend(p.plan.findings.iter().cloned());
+    all.retain(|f| f.severity >= Severity::Warning);
+    all
+}
+
+fn shell_quote(v: &str) -> String {
+    format!("'{}'", v.replace('\'', "'\\''"))
+}
+
+pub fn render(p: &Prepared, format: &str) -> Result<String> {
+    let (views, ranking) = ranks(p);
+    Ok(match format {
+        "env" => p
+            .plan
+            .env()
+            .iter()
+            .map(|(k, v)| format!("{k}={v}\n"))
+            .collect(),
+        "shell" => {
+            let mut out = String::from(
+                "# toporun launch --dry-run --format shell: the node-wide NCCL environment\n",
+            );
+            for v in &p.plan.variables {
+                let reason = v.reason.replace('\n', " ");
+                match &v.value {
+                    Some(val) => out.push_str(&format!(
+                        "export {}={}  # {}: {reason}\n",
+                        v.name,
+                        shell_quote(val),
+                        if v.source == Source::User {
+                            "user"
+                        } else {
+                            "planned"
+                        }
+                    )),
+                    None => out.push_str(&format!("# {} left to NCCL: {reason}\n", v.name)),
+                }
+            }
+            out
+        }
+        "json" => {
+            let doc = serde_json::json!({
+                "host": {"hostname": p.facts.container.hostname, "gpus": p.facts.gpus.count(), "links": p.facts.gpus.links, "product": p.facts.platform.product_name},
+                "findings": findings(p),
+                "plan": p.plan.variables,
+                "nproc_per_node": p.nproc,
+                "nnodes": format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
+                "global_ranks": ranking,
+                "notes": p.opts.notes,
+                "ranks": views.iter().map(|r| serde_json::json!({"local_rank": r.local_rank, "rank": r.rank, "gpu": r.gpu.as_ref().map(|g| g.0), "gpu_uuid": r.gpu.as_ref().map(|g| &g.1), "cpus": r.cpus, "env": r.env, "argv": r.argv})).collect::<Vec<_>>(),
+            });
+            serde_json::to_string_pretty(&doc)? + "\n"
+        }
+        _ => {
+            let style = Style::stdout();
+            let mut out = host_summary(&p.facts);
+            let f = findings(p);
+            out.push_str(&format!("\nfindings ({}):\n", f.len()));
+            out.push_str(&if f.is_empty() {
+                "  none at warning or error level\n".to_string()
+            } else {
+                findings_text(&f, &style, false)
+            });
+            out.push_str("\nNCCL plan:\n");
+            for v in &p.plan.variables {
+                let (val, tag) = match (&v.value, v.source) {
+                    (Some(val), Source::User) => (format!("{}={val}", v.name), "user"),
+                    (Some(val), _) => (format!("{}={val}", v.name), "planned"),
+                    (None, _) => (v.name.clone(), "left to NCCL"),
+                };
+                out.push_str(&format!("  {val:<40} [{tag}] {}\n", v.reason));
+            }
+            out.push_str(&format!(
+                "\nranks: {} per node x {} node(s), global ranks {ranking}\n",
+                p.nproc, p.opts.nnodes_max
+            ));
+            for r in &views {
+                out.push_str(&format!(
+                    "\nlocal rank {} (rank {}){}{}\n  command: {}\n",
+                    r.local_rank,
+                    r.rank
+                        .map_or("assigned at rendezvous".into(), |x| x.to_string()),
+                    r.gpu
+                        .as_ref()
+                        .map(|g| format!(", GPU{} {}", g.0, g.1))
+                        .unwrap_or_default(),
+                    r.cpus
+                        .as_ref()
+                        .map(|c| format!(", CPUs {c}"))
+                        .unwrap_or_default(),
+                    r.argv.join(" ")
+                ));
+                for (k, v) in &r.env {
+                    out.push_str(&format!("  {k}={v}\n"));
+                }
+            }
+            out
+        }
+    })
+}
