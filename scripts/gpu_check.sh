@@ -8,10 +8,10 @@ T=$(readlink -f "$1"); OUT=$2; mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0 PYTHONUNBUFFERED=1
 B=examples/allreduce_bench.py
 nvidia-smi topo -m > "$OUT/smi-topo.txt"
-s=$(date +%s.%N); nvidia-smi topo -m > /dev/null; e=$(date +%s.%N); echo "nvidia-smi topo -m: $(echo "$e - $s" | bc) s" | tee "$OUT/timing.txt"
+s=$(date +%s.%N); nvidia-smi topo -m > /dev/null; e=$(date +%s.%N); echo "nvidia-smi topo -m: $(python3 -c "print(round($e - $s, 3))") s" | tee "$OUT/timing.txt"
 "$T" probe --format json > "$OUT/h200x4.json"
 "$T" topo --format json > "$OUT/topo.json"
-for i in 1 2 3 4 5; do s=$(date +%s.%N); "$T" preflight > "$OUT/preflight.txt"; rc=$?; e=$(date +%s.%N); echo "toporun preflight run $i: $(echo "$e - $s" | bc) s rc=$rc" | tee -a "$OUT/timing.txt"; done
+for i in 1 2 3 4 5; do s=$(date +%s.%N); "$T" preflight > "$OUT/preflight.txt"; rc=$?; e=$(date +%s.%N); echo "toporun preflight run $i: $(python3 -c "print(round($e - $s, 3))") s rc=$rc" | tee -a "$OUT/timing.txt"; done
 cat "$OUT/preflight.txt"
 "$T" launch --dry-run --nproc-per-node=gpu $B > "$OUT/dry-run.txt"
 "$T" launch --dry-run --format env --nproc-per-node=gpu $B > "$OUT/plan.env"; cat "$OUT/plan.env"
