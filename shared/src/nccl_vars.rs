@@ -157,9 +157,12 @@ const FOLKLORE: &[(&str, &str)] = &[
     ),
 ];
 
-/// Whether NCCL reads this variable.
+/// Set by NVIDIA's container images to describe the bundled NCCL; not a setting.
+const IMAGE_METADATA: &[&str] = &["NCCL_VERSION"];
+
+/// Whether NCCL reads this variable (or it is image metadata, never worth a warning).
 pub fn is_known(name: &str) -> bool {
-    KNOWN.contains(&name)
+    KNOWN.contains(&name) || IMAGE_METADATA.contains(&name)
 }
 
 /// Why a folklore variable is useless, if it is one.
@@ -202,6 +205,7 @@ mod tests {
     #[test]
     fn real_and_fake_names() {
         assert!(is_known("NCCL_P2P_LEVEL"));
+        assert!(is_known("NCCL_VERSION"), "NVIDIA images set it; seen on the H200 host");
         assert!(!is_known("NCCL_P2P_DIRECT_WRITE"));
         assert!(folklore("NCCL_P2P_DIRECT_WRITE").is_some());
         assert_eq!(closest("NCCL_SOCKET_IFNAM"), Some("NCCL_SOCKET_IFNAME"));
