@@ -1,0 +1,50 @@
+//! Helpers for end-to-end tests: the real binary, fixtures, the reference PyTorch.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub fn toporun() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_toporun"));
+    c.env_remove("NO_COLOR");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PET_") || k.starts_with("NCCL_") || k == "CUDA_VISIBLE_DEVICES" || k == "OMP_NUM_THREADS" {
+            c.env_remove(k);
+        }
+    }
+    c
+}
+
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures")
+}
+
+pub fn host(name: &str) -> String {
+    fixtures().join("hosts").join(format!("{name}.json")).display().to_string()
+}
+
+pub fn run(cmd: &mut Command) -> (i32, String, String) {
+    let Output { status, stdout, stderr } = cmd.output().expect("run toporun");
+    (status.code().unwrap_or(-1), String::from_utf8_lossy(&stdout).into_owned(), String::from_utf8_lossy(&stderr).into_owned())
+}
+
+/// The python of the cached virtualenv with real PyTorch (scripts/setup-venv.sh).
+pub fn python() -> PathBuf {
+    if let Ok(p) = std::env::var("TOPORUN_PYTHON") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
+    let venv = std::env::var("TOPORUN_VENV").unwrap_or_else(|_| format!("{home}/.cache/toporun-venv"));
+    let py = PathBuf::from(venv).join("bin/python");
+    assert!(py.exists(), "{} missing: run scripts/setup-venv.sh first (the README's test command does)", py.display());
+    py
+}
+
+pub fn torchrun() -> PathBuf {
+    python().with_file_name("torchrun")
+}
+
+pub fn scripts() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")
+}

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Creates (once) the cached virtualenv with real PyTorch that the end-to-end tests use
+# as the reference torchrun, TCPStore and gloo workers. Prints the python path.
+set -euo pipefail
+VENV=${TOPORUN_VENV:-$HOME/.cache/toporun-venv}
+if ! "$VENV/bin/python" -c "import torch, numpy" >/dev/null 2>&1; then
+  echo "setup-venv: installing torch into $VENV (about 5 GB, once)" >&2
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install -q --disable-pip-version-check torch numpy >&2
+fi
+echo "$VENV/bin/python"
