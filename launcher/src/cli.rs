@@ -114,6 +114,21 @@ pub fn set_on_command_line(m: &ArgMatches) -> BTreeMap<String, String> {
     out
 }
 
+/// argparse rejects an unknown `-x` before the entrypoint; clap's trailing argument
+/// would take it as the script. Parses like argparse: a dash-led entrypoint is an
+/// unknown option unless it came after `--`.
+pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::Error> {
+    let mut cmd = cmd;
+    let m = cmd.try_get_matches_from_mut(argv)?;
+    if let Some(first) = m.get_many::<String>("command").and_then(|mut v| v.next()) {
+        let after_dashdash = argv.iter().position(|a| a == "--").is_some_and(|i| argv.get(i + 1) == Some(first));
+        if first.starts_with('-') && first != "-" && !after_dashdash {
+            return Err(cmd.error(clap::error::ErrorKind::UnknownArgument, format!("unrecognized option '{first}' (options go before the entrypoint; use -- before an entrypoint that starts with '-')")));
+        }
+    }
+    Ok(m)
+}
+
 /// Whether argv (after the program name) is the torchrun form rather than a subcommand.
 pub fn is_torchrun_form(args: &[String]) -> bool {
     let mut i = 0;
@@ -137,8 +152,8 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<ArgMatches, clap::Error> {
-        launch_command("torchrun")
-            .try_get_matches_from(std::iter::once("torchrun").chain(args.iter().copied()))
+        let argv: Vec<String> = std::iter::once("torchrun").chain(args.iter().copied()).map(String::from).collect();
+        parse_launch(launch_command("torchrun"), &argv)
     }
 
     #[test]

@@ -13,7 +13,15 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
         Some(("probe", sub)) => probe(m, sub),
         Some(("topo", sub)) => topo(m, sub),
         Some(("preflight", sub)) => preflight(m, sub),
-        Some(("launch", sub)) => return crate::launch::run(sub),
+        Some(("launch", sub)) => {
+            // Re-check the launch form's entrypoint as argparse would.
+            let argv: Vec<String> = std::env::args().collect();
+            let at = argv.iter().position(|a| a == "launch").unwrap_or(0);
+            return match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..]) {
+                Ok(_) => crate::launch::run(sub),
+                Err(e) => crate::exit_usage(e),
+            };
+        }
         _ => Ok(2),
     };
     result.unwrap_or_else(|e| crate::report(&e))

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
         } else {
             "toporun"
         };
-        match cli::launch_command(name).try_get_matches_from(&argv) {
+        match cli::parse_launch(cli::launch_command(name), &argv) {
             Ok(m) => launch::run(&m),
             Err(e) => exit_usage(e),
         }
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
 }
 
 /// clap's own message; exit 2 for usage errors like torchrun, 0 for --help/--version.
-fn exit_usage(e: clap::Error) -> u8 {
+pub fn exit_usage(e: clap::Error) -> u8 {
     let _ = e.print();
     e.exit_code() as u8
 }
