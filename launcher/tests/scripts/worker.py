@@ -13,6 +13,7 @@ else:
     signal.signal(signal.SIGTERM, on_term)
 if mode == "exit3" and rank == 0:
     time.sleep(0.5)
+    open(f"{out}/exit{rank}", "w").write(str(time.time()))
     sys.exit(3)
 if mode == "raise" and rank == 0:
     from torch.distributed.elastic.multiprocessing.errors import record
