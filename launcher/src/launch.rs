@@ -87,7 +87,10 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
     } else {
         PlanMode::On
     };
-    let plan = plan::plan(&facts, &parent_env, &shape, mode);
+    // A replayed pod's own NCCL/FI settings count as the user's; live ones win.
+    let mut user_env: BTreeMap<String, String> = facts.container.env.iter().filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("FI_")).map(|(k, v)| (k.clone(), v.clone())).collect();
+    user_env.extend(parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let plan = plan::plan(&facts, &user_env, &shape, mode);
     let python = parent_env
         .get("PYTHON_EXEC")
         .cloned()
