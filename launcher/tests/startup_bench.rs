@@ -1,0 +1,19 @@
+//! The start-up benchmark (scripts/bench_startup.py) against the real torchrun, run as
+//! a test so a regression fails CI: at least 50x faster, under 20 MB peak RSS.
+
+mod support;
+use support::*;
+
+#[test]
+fn fifty_times_faster_than_torchrun_and_small() {
+    let out = std::process::Command::new("python3")
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench_startup.py"))
+        .args(["-n", "5", "--json", "--toporun", env!("CARGO_BIN_EXE_toporun"), "--torchrun", torchrun().to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    eprintln!("startup benchmark: {v}");
+    assert!(v["speedup"].as_f64().unwrap() >= 50.0, "{v}");
+    assert!(v["toporun_peak_rss_mb"].as_f64().unwrap() < 20.0, "{v}");
+}

@@ -1,0 +1,42 @@
+#!/usr/bin/env python3
+"""Start-to-exit of `--standalone --nproc-per-node=8 --no-python /bin/true` under toporun
+and the real torchrun in the same run (ratios: shared machines are noisy): median of
+N runs and peak RSS (os.wait4's ru_maxrss: the launcher or its largest child).
+
+Usage: scripts/bench_startup.py [--toporun PATH] [--torchrun PATH] [-n N] [--json]"""
+import argparse, json, os, statistics, subprocess, sys, time
+
+def measure(argv, n):
+    walls, rss = [], []
+    for _ in range(n):
+        t = time.perf_counter()
+        p = subprocess.Popen(argv + ["--standalone", "--nproc-per-node=8", "--no-python", "/bin/true"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(p.pid, 0)
+        walls.append(time.perf_counter() - t)
+        if os.waitstatus_to_exitcode(status) != 0:
+            sys.exit(f"{argv[0]} failed with {status}")
+        rss.append(usage.ru_maxrss / 1024)
+    return statistics.median(walls), max(rss)
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--toporun", default=os.path.join(here, "..", "target", "release", "toporun"))
+    ap.add_argument("--torchrun", default=os.path.expanduser("~/.cache/toporun-venv/bin/torchrun"))
+    ap.add_argument("-n", type=int, default=5)
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    tw, tr = measure([a.toporun], a.n)
+    rw, rr = measure([a.torchrun], a.n)
+    res = {"runs": a.n, "toporun_s": round(tw, 4), "toporun_peak_rss_mb": round(tr, 1),
+           "torchrun_s": round(rw, 3), "torchrun_peak_rss_mb": round(rr, 1), "speedup": round(rw / tw, 1)}
+    if a.json:
+        print(json.dumps(res))
+        return
+    print(f"{'launcher':<9} {'median s':>9} {'peak RSS MB':>12}")
+    print(f"{'toporun':<9} {tw:>9.4f} {tr:>12.1f}")
+    print(f"{'torchrun':<9} {rw:>9.3f} {rr:>12.1f}")
+    print(f"toporun is {rw / tw:.0f}x faster from start to exit (median of {a.n})")
+
+main()
