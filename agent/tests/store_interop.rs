@@ -7,7 +7,12 @@ use std::time::Duration;
 use toporun_agent::store::{StoreClient, StoreError};
 
 fn python() -> String {
-    std::env::var("TOPORUN_PYTHON").unwrap_or_else(|_| format!("{}/.cache/toporun-venv/bin/python", std::env::var("HOME").unwrap_or_else(|_| "/root".into())))
+    std::env::var("TOPORUN_PYTHON").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/toporun-venv/bin/python",
+            std::env::var("HOME").unwrap_or_else(|_| "/root".into())
+        )
+    })
 }
 
 const SERVER: &str = r#"
@@ -22,7 +27,12 @@ print("SERVER_SAW_OUR_KEYS", flush=True)
 
 #[tokio::test]
 async fn our_client_against_pytorchs_server() {
-    let mut server = Command::new(python()).args(["-c", SERVER]).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("the venv python (scripts/setup-venv.sh)");
+    let mut server = Command::new(python())
+        .args(["-c", SERVER])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the venv python (scripts/setup-venv.sh)");
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
     let t = Duration::from_secs(5);
@@ -34,11 +44,17 @@ async fn our_client_against_pytorchs_server() {
     assert_eq!(c.compare_set("k", b"x", b"y").await.unwrap(), b"w");
     c.set("k", b"v").await.unwrap();
     assert!(c.check(&["k", "n"]).await.unwrap());
-    assert!(matches!(c.wait(&["absent"], Duration::from_millis(100)).await, Err(StoreError::WaitTimeout(..))));
+    assert!(matches!(
+        c.wait(&["absent"], Duration::from_millis(100)).await,
+        Err(StoreError::WaitTimeout(..))
+    ));
     c.append("a", b"1").await.unwrap();
     c.append("a", b"2").await.unwrap();
     c.multi_set(&[("m1", b"x"), ("m2", b"y")]).await.unwrap();
-    assert_eq!(c.multi_get(&["a", "m1", "m2"], t).await.unwrap(), vec![b"12".to_vec(), b"x".to_vec(), b"y".to_vec()]);
+    assert_eq!(
+        c.multi_get(&["a", "m1", "m2"], t).await.unwrap(),
+        vec![b"12".to_vec(), b"x".to_vec(), b"y".to_vec()]
+    );
     assert!(c.num_keys().await.unwrap() >= 5);
     assert!(c.delete_key("a").await.unwrap());
     c.queue_push("q", b"one").await.unwrap();

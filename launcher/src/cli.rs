@@ -121,7 +121,10 @@ pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::E
     let mut cmd = cmd;
     let m = cmd.try_get_matches_from_mut(argv)?;
     if let Some(first) = m.get_many::<String>("command").and_then(|mut v| v.next()) {
-        let after_dashdash = argv.iter().position(|a| a == "--").is_some_and(|i| argv.get(i + 1) == Some(first));
+        let after_dashdash = argv
+            .iter()
+            .position(|a| a == "--")
+            .is_some_and(|i| argv.get(i + 1) == Some(first));
         if first.starts_with('-') && first != "-" && !after_dashdash {
             return Err(cmd.error(clap::error::ErrorKind::UnknownArgument, format!("unrecognized option '{first}' (options go before the entrypoint; use -- before an entrypoint that starts with '-')")));
         }
@@ -152,7 +155,10 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<ArgMatches, clap::Error> {
-        let argv: Vec<String> = std::iter::once("torchrun").chain(args.iter().copied()).map(String::from).collect();
+        let argv: Vec<String> = std::iter::once("torchrun")
+            .chain(args.iter().copied())
+            .map(String::from)
+            .collect();
         parse_launch(launch_command("torchrun"), &argv)
     }
 

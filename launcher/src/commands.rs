@@ -17,7 +17,8 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
             // Re-check the launch form's entrypoint as argparse would.
             let argv: Vec<String> = std::env::args().collect();
             let at = argv.iter().position(|a| a == "launch").unwrap_or(0);
-            return match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..]) {
+            return match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..])
+            {
                 Ok(_) => crate::launch::run(sub),
                 Err(e) => crate::exit_usage(e),
             };

@@ -11,7 +11,6 @@ use clap::ArgMatches;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 use toporun_agent::supervise::{
     self, failure_summary, line_prefix, parse_signal, Events, LogPlan, Outcome, RankCmd,
 };
@@ -32,7 +31,6 @@ pub struct Prepared {
 }
 
 pub fn run(m: &ArgMatches) -> u8 {
-    let started = Instant::now();
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -44,7 +42,7 @@ pub fn run(m: &ArgMatches) -> u8 {
         }
     };
     rt.block_on(async {
-        match launch(m, started).await {
+        match launch(m).await {
             Ok(code) => code,
             Err(e) => crate::report(&e),
         }
@@ -88,7 +86,13 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
         PlanMode::On
     };
     // A replayed pod's own NCCL/FI settings count as the user's; live ones win.
-    let mut user_env: BTreeMap<String, String> = facts.container.env.iter().filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("FI_")).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut user_env: BTreeMap<String, String> = facts
+        .container
+        .env
+        .iter()
+        .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("FI_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     user_env.extend(parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let plan = plan::plan(&facts, &user_env, &shape, mode);
     let python = parent_env
@@ -105,7 +109,7 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
     })
 }
 
-async fn launch(m: &ArgMatches, started: Instant) -> Result<u8> {
+async fn launch(m: &ArgMatches) -> Result<u8> {
     // Handlers first, so a SIGTERM during probing or rendezvous is never lost.
     let signals: Vec<Signal> = {
         let env_or_cli = m
@@ -146,15 +150,11 @@ async fn launch(m: &ArgMatches, started: Instant) -> Result<u8> {
         return Ok(1);
     }
     let Some(node) = node else { return Ok(1) };
-    if p.opts.nproc != toporun_shared::torchrun::NprocSpec::Count(p.nproc) || p.nproc > 1 {
-        if worker::omp_num_threads(p.nproc, &p.parent_env).is_some()
-            && !p.parent_env.contains_key("OMP_NUM_THREADS")
-        {
-            eprintln!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
-        }
+    // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
+    if p.nproc > 1 && !p.parent_env.contains_key("OMP_NUM_THREADS") {
+        eprintln!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
     }
     let run_dir = RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?;
-    tracing::debug!("ready to start ranks after {:?}", started.elapsed());
     let host = p.facts.container.hostname.clone();
     for attempt in 0..=p.opts.max_restarts {
         let cmds = rank_commands(&p, &node, &run_dir.path, attempt)?;

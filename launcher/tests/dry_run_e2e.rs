@@ -5,11 +5,34 @@ mod support;
 use std::time::{Duration, Instant};
 use support::*;
 
-const HOSTS: &[&str] = &["h200x4", "p4d.24xlarge", "p5.48xlarge", "g6e.12xlarge", "broken-shm-64mib", "broken-efa-no-ipc-lock", "broken-fabric-not-started", "broken-1-of-8-gpus", "broken-p2p-not-supported", "broken-k8s-nccl-env"];
-const CAPTURES: &[&str] = &["h200x4", "p4d.24xlarge", "p5.48xlarge", "g6e.12xlarge", "dgx1-v100", "dgx-a100", "dgx2-16gpu", "pcie-mlx4-8gpu"];
+const HOSTS: &[&str] = &[
+    "h200x4",
+    "p4d.24xlarge",
+    "p5.48xlarge",
+    "g6e.12xlarge",
+    "broken-shm-64mib",
+    "broken-efa-no-ipc-lock",
+    "broken-fabric-not-started",
+    "broken-1-of-8-gpus",
+    "broken-p2p-not-supported",
+    "broken-k8s-nccl-env",
+];
+const CAPTURES: &[&str] = &[
+    "h200x4",
+    "p4d.24xlarge",
+    "p5.48xlarge",
+    "g6e.12xlarge",
+    "dgx1-v100",
+    "dgx-a100",
+    "dgx2-16gpu",
+    "pcie-mlx4-8gpu",
+];
 
 fn dry(args: &[&str]) -> (i32, String, String) {
-    run(toporun().args(["launch", "--dry-run"]).args(args).arg("train.py"))
+    run(toporun()
+        .args(["launch", "--dry-run"])
+        .args(args)
+        .arg("train.py"))
 }
 
 fn golden(name: &str, got: &str) {
@@ -18,14 +41,25 @@ fn golden(name: &str, got: &str) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(&path, got).unwrap();
     }
-    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| panic!("{} missing: run with UPDATE_GOLDEN=1 and review it", path.display()));
+    let want = std::fs::read_to_string(&path).unwrap_or_else(|_| {
+        panic!(
+            "{} missing: run with UPDATE_GOLDEN=1 and review it",
+            path.display()
+        )
+    });
     assert_eq!(got, want, "{name} differs from its golden file");
 }
 
 #[test]
 fn plans_for_every_fixture_host() {
     for h in HOSTS {
-        let (code, out, err) = dry(&["--facts", &host(h), "--format", "shell", "--nproc-per-node=gpu"]);
+        let (code, out, err) = dry(&[
+            "--facts",
+            &host(h),
+            "--format",
+            "shell",
+            "--nproc-per-node=gpu",
+        ]);
         assert_eq!(code, 0, "{h}: {err}");
         golden(&format!("plan-{h}.sh"), &out);
     }
@@ -35,7 +69,15 @@ fn plans_for_every_fixture_host() {
 fn plans_for_every_topology_capture() {
     for c in CAPTURES {
         let cap = fixtures().join("topo").join(format!("{c}.txt"));
-        let (code, out, err) = dry(&["--facts", &host("h200x4"), "--nvidia-smi-topo", cap.to_str().unwrap(), "--format", "shell", "--nproc-per-node=gpu"]);
+        let (code, out, err) = dry(&[
+            "--facts",
+            &host("h200x4"),
+            "--nvidia-smi-topo",
+            cap.to_str().unwrap(),
+            "--format",
+            "shell",
+            "--nproc-per-node=gpu",
+        ]);
         assert_eq!(code, 0, "{c}: {err}");
         golden(&format!("plan-topo-{c}.sh"), &out);
     }
@@ -45,7 +87,10 @@ fn plans_for_every_topology_capture() {
 fn shell_output_is_sourceable() {
     for h in HOSTS {
         let (_, out, _) = dry(&["--facts", &host(h), "--format", "shell"]);
-        let st = std::process::Command::new("bash").args(["-n", "-c", &out]).status().unwrap();
+        let st = std::process::Command::new("bash")
+            .args(["-n", "-c", &out])
+            .status()
+            .unwrap();
         assert!(st.success(), "{h}: bash -n failed on\n{out}");
     }
 }
@@ -55,42 +100,111 @@ fn env_format_lists_every_nccl_variable_ranks_get() {
     let (_, out, _) = dry(&["--facts", &host("broken-k8s-nccl-env"), "--format", "env"]);
     let lines: Vec<&str> = out.lines().collect();
     assert!(lines.contains(&"NCCL_P2P_LEVEL=NVL"), "{out}");
-    assert!(lines.contains(&"NCCL_P2P_DIRECT_WRITE=1"), "user values are kept: {out}");
+    assert!(
+        lines.contains(&"NCCL_P2P_DIRECT_WRITE=1"),
+        "user values are kept: {out}"
+    );
     assert!(lines.contains(&"NCCL_SOCKET_IFNAME==eth0"), "{out}");
-    assert!(lines.iter().all(|l| l.starts_with("NCCL_") || l.starts_with("FI_")), "{out}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("NCCL_") || l.starts_with("FI_")),
+        "{out}"
+    );
 }
 
 #[test]
 fn text_shows_findings_plan_and_every_rank() {
-    let (code, out, _) = dry(&["--facts", &host("broken-k8s-nccl-env"), "--nproc-per-node=4", "--nnodes=2", "--node-rank=1", "--master-addr=10.0.0.1"]);
+    let (code, out, _) = dry(&[
+        "--facts",
+        &host("broken-k8s-nccl-env"),
+        "--nproc-per-node=4",
+        "--nnodes=2",
+        "--node-rank=1",
+        "--master-addr=10.0.0.1",
+    ]);
     assert_eq!(code, 0);
-    assert!(out.contains("NCCL_P2P_DIRECT_WRITE is not an NCCL variable"), "{out}");
-    assert!(out.contains("NCCL_P2P_LEVEL=NVL") && out.contains("[user]"), "{out}");
+    assert!(
+        out.contains("NCCL_P2P_DIRECT_WRITE is not an NCCL variable"),
+        "{out}"
+    );
+    assert!(
+        out.contains("NCCL_P2P_LEVEL=NVL") && out.contains("[user]"),
+        "{out}"
+    );
     for r in 0..4 {
-        assert!(out.contains(&format!("local rank {r} (rank {})", 4 + r)), "{out}");
+        assert!(
+            out.contains(&format!("local rank {r} (rank {})", 4 + r)),
+            "{out}"
+        );
     }
-    assert!(out.contains("WORLD_SIZE=8") && out.contains("GROUP_RANK=1") && out.contains("MASTER_ADDR=10.0.0.1"), "{out}");
+    assert!(
+        out.contains("WORLD_SIZE=8")
+            && out.contains("GROUP_RANK=1")
+            && out.contains("MASTER_ADDR=10.0.0.1"),
+        "{out}"
+    );
     assert!(out.contains("command: python3 -u train.py"), "{out}");
-    let (_, out, _) = dry(&["--facts", &host("h200x4"), "--nproc-per-node=2", "--nnodes=2", "--rdzv-backend=c10d", "--rdzv-endpoint=head:29400"]);
+    let (_, out, _) = dry(&[
+        "--facts",
+        &host("h200x4"),
+        "--nproc-per-node=2",
+        "--nnodes=2",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=head:29400",
+    ]);
     assert!(out.contains("rank assigned at rendezvous"), "{out}");
 }
 
 #[test]
 fn user_warnings_fire_for_the_harmful_settings_measured() {
-    let (_, out, _) = run(toporun().args(["launch", "--dry-run", "--facts", &host("h200x4"), "--format", "json", "t.py"]).env("NCCL_P2P_DISABLE", "1").env("NCCL_PROTO", "Simple"));
+    let (_, out, _) = run(toporun()
+        .args([
+            "launch",
+            "--dry-run",
+            "--facts",
+            &host("h200x4"),
+            "--format",
+            "json",
+            "t.py",
+        ])
+        .env("NCCL_P2P_DISABLE", "1")
+        .env("NCCL_PROTO", "Simple"));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let text = v["findings"].to_string();
-    assert!(text.contains("27.5 GB/s") && text.contains("6.6x slower"), "{text}");
-    let level = v["plan"].as_array().unwrap().iter().find(|p| p["name"] == "NCCL_P2P_LEVEL").unwrap();
+    assert!(
+        text.contains("27.5 GB/s") && text.contains("6.6x slower"),
+        "{text}"
+    );
+    let level = v["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "NCCL_P2P_LEVEL")
+        .unwrap();
     assert_eq!(level["source"], "user");
-    let proto = v["plan"].as_array().unwrap().iter().find(|p| p["name"] == "NCCL_PROTO").unwrap();
+    let proto = v["plan"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "NCCL_PROTO")
+        .unwrap();
     assert_eq!(proto["value"], "Simple");
 }
 
 #[test]
 fn nccl_env_off_plans_nothing() {
-    let (_, out, _) = dry(&["--facts", &host("h200x4"), "--nccl-env=off", "--format", "env"]);
-    assert!(!out.contains("NCCL_P2P_LEVEL") && !out.contains("SOCKET_IFNAME"), "{out}");
+    let (_, out, _) = dry(&[
+        "--facts",
+        &host("h200x4"),
+        "--nccl-env=off",
+        "--format",
+        "env",
+    ]);
+    assert!(
+        !out.contains("NCCL_P2P_LEVEL") && !out.contains("SOCKET_IFNAME"),
+        "{out}"
+    );
 }
 
 #[test]

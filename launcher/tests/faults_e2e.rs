@@ -8,24 +8,46 @@ use support::*;
 
 fn job(mode: &str, out: &Path, extra: &[&str]) -> Command {
     let mut c = toporun();
-    c.args(["--standalone", "--nproc-per-node=3"]).args(extra).arg("worker.py");
-    c.env("MODE", mode).env("PROBE_OUT", out).env("PYTHON_EXEC", python()).current_dir(scripts());
+    c.args(["--standalone", "--nproc-per-node=3"])
+        .args(extra)
+        .arg("worker.py");
+    c.env("MODE", mode)
+        .env("PROBE_OUT", out)
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts());
     c
 }
 
 fn alive(pid: i32) -> bool {
     // A zombie counts as gone: it runs nothing.
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
 }
 
 fn pids(out: &Path, n: usize, timeout: Duration) -> Vec<i32> {
     let start = Instant::now();
     loop {
-        let got: Vec<i32> = (0..n).filter_map(|r| std::fs::read_to_string(out.join(format!("pid{r}"))).ok()?.trim().parse().ok()).collect();
+        let got: Vec<i32> = (0..n)
+            .filter_map(|r| {
+                std::fs::read_to_string(out.join(format!("pid{r}")))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .collect();
         if got.len() == n {
             return got;
         }
-        assert!(start.elapsed() < timeout, "ranks did not start within {timeout:?}");
+        assert!(
+            start.elapsed() < timeout,
+            "ranks did not start within {timeout:?}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -36,13 +58,20 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> (i32, Duration) {
         if let Some(s) = child.try_wait().unwrap() {
             return (s.code().unwrap_or(-1), start.elapsed());
         }
-        assert!(start.elapsed() < timeout, "toporun did not exit within {timeout:?}");
+        assert!(
+            start.elapsed() < timeout,
+            "toporun did not exit within {timeout:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 }
 
 fn term_time(out: &Path, rank: u32) -> Option<f64> {
-    std::fs::read_to_string(out.join(format!("term{rank}"))).ok()?.trim().parse().ok()
+    std::fs::read_to_string(out.join(format!("term{rank}")))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 #[test]
@@ -55,10 +84,18 @@ fn a_failing_rank_stops_the_others_within_a_second() {
     assert!(err.contains("worker.py FAILED"), "{err}");
     assert!(err.contains("exitcode  : 3"), "{err}");
     assert!(err.contains("rank      : 0 (local_rank: 0)"), "{err}");
-    let exited: f64 = std::fs::read_to_string(d.path().join("exit0")).unwrap().trim().parse().unwrap();
+    let exited: f64 = std::fs::read_to_string(d.path().join("exit0"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     for r in [1, 2] {
         let t = term_time(d.path(), r).unwrap_or_else(|| panic!("rank {r} got no SIGTERM"));
-        assert!(t - exited < 1.0, "rank {r} stopped {:.3}s after rank 0 failed", t - exited);
+        assert!(
+            t - exited < 1.0,
+            "rank {r} stopped {:.3}s after rank 0 failed",
+            t - exited
+        );
     }
     assert!(took < Duration::from_secs(15), "took {took:?}");
     for pid in pids(d.path(), 3, Duration::ZERO) {
@@ -69,13 +106,24 @@ fn a_failing_rank_stops_the_others_within_a_second() {
 #[test]
 fn a_rank_ignoring_sigterm_is_killed_after_the_shutdown_timeout() {
     let d = tempfile::tempdir().unwrap();
-    let mut child = job("ignore-term", d.path(), &["--shutdown-timeout=2"]).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = job("ignore-term", d.path(), &["--shutdown-timeout=2"])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let ps = pids(d.path(), 3, Duration::from_secs(30));
     // Rank 0 keeps running too: stop the job with SIGTERM to toporun.
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(10));
     assert_eq!(code, 1);
-    assert!(took >= Duration::from_millis(1800), "SIGKILL came before the timeout: {took:?}");
+    assert!(
+        took >= Duration::from_millis(1800),
+        "SIGKILL came before the timeout: {took:?}"
+    );
     assert!(took < Duration::from_secs(6), "{took:?}");
     for pid in ps {
         assert!(!alive(pid), "pid {pid} left behind");
@@ -85,9 +133,17 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_shutdown_timeout() {
 #[test]
 fn sigterm_to_toporun_reaches_every_rank() {
     let d = tempfile::tempdir().unwrap();
-    let mut child = job("", d.path(), &[]).stderr(Stdio::piped()).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = job("", d.path(), &[])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let ps = pids(d.path(), 3, Duration::from_secs(30));
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
     assert_eq!(code, 1);
     assert!(took < Duration::from_secs(5), "{took:?}");
@@ -102,7 +158,11 @@ fn sigterm_to_toporun_reaches_every_rank() {
 #[test]
 fn sigkill_to_toporun_leaves_no_rank_alive() {
     let d = tempfile::tempdir().unwrap();
-    let mut child = job("", d.path(), &[]).stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = job("", d.path(), &[])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     let ps = pids(d.path(), 3, Duration::from_secs(30));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -117,7 +177,10 @@ fn record_traceback_is_the_root_cause() {
     let d = tempfile::tempdir().unwrap();
     let (code, _, err) = run(&mut job("raise", d.path(), &[]));
     assert_eq!(code, 1);
-    let root = err.split("Root Cause").nth(1).unwrap_or_else(|| panic!("{err}"));
+    let root = err
+        .split("Root Cause")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{err}"));
     assert!(root.contains("ValueError: boom from rank 0"), "{root}");
     assert!(root.contains("error.json"), "{root}");
 }
@@ -125,17 +188,28 @@ fn record_traceback_is_the_root_cause() {
 #[test]
 fn grandchildren_of_a_failed_rank_are_killed() {
     let d = tempfile::tempdir().unwrap();
-    let mut child = job("grandchild", d.path(), &["--shutdown-timeout=1"]).stderr(Stdio::null()).stdout(Stdio::null()).spawn().unwrap();
+    let mut child = job("grandchild", d.path(), &["--shutdown-timeout=1"])
+        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
     pids(d.path(), 3, Duration::from_secs(30));
     let start = Instant::now();
     let gc = loop {
-        if let Some(p) = std::fs::read_to_string(d.path().join("grandchild")).ok().and_then(|s| s.trim().parse::<i32>().ok()) {
+        if let Some(p) = std::fs::read_to_string(d.path().join("grandchild"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i32>().ok())
+        {
             break p;
         }
         assert!(start.elapsed() < Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(20));
     };
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     wait_exit(&mut child, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!alive(gc), "grandchild {gc} survived");
@@ -145,20 +219,57 @@ fn grandchildren_of_a_failed_rank_are_killed() {
 fn tee_prefixes_whole_lines_and_writes_log_files() {
     let d = tempfile::tempdir().unwrap();
     let logs = d.path().join("logs");
-    let (code, out, err) = run(toporun()
-        .args(["--standalone", "--nproc-per-node=2", "--tee=3", "--log-dir", logs.to_str().unwrap(), "--no-python", "sh", "-c", "for i in 1 2 3; do echo line$i-$LOCAL_RANK; done; echo oops >&2"]));
+    let (code, out, err) = run(toporun().args([
+        "--standalone",
+        "--nproc-per-node=2",
+        "--tee=3",
+        "--log-dir",
+        logs.to_str().unwrap(),
+        "--no-python",
+        "sh",
+        "-c",
+        "for i in 1 2 3; do echo line$i-$LOCAL_RANK; done; echo oops >&2",
+    ]));
     assert_eq!(code, 0, "{err}");
     for r in 0..2 {
         for i in 1..=3 {
-            assert!(out.lines().any(|l| l == format!("[default{r}]:line{i}-{r}")), "{out}");
+            assert!(
+                out.lines()
+                    .any(|l| l == format!("[default{r}]:line{i}-{r}")),
+                "{out}"
+            );
         }
         assert!(err.contains(&format!("[default{r}]:oops")), "{err}");
     }
-    let run_dir = std::fs::read_dir(&logs).unwrap().next().unwrap().unwrap().path();
-    assert!(run_dir.file_name().unwrap().to_string_lossy().starts_with("none_") || run_dir.file_name().unwrap().to_string_lossy().len() > 10);
+    let run_dir = std::fs::read_dir(&logs)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(
+        run_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("none_")
+            || run_dir.file_name().unwrap().to_string_lossy().len() > 10
+    );
     let stdout1 = std::fs::read_to_string(run_dir.join("attempt_0/1/stdout.log")).unwrap();
     assert_eq!(stdout1, "line1-1\nline2-1\nline3-1\n");
-    let (code, out, _) = run(toporun().args(["--standalone", "--nproc-per-node=2", "--local-ranks-filter=1", "--tee=1", "--no-python", "sh", "-c", "echo hi-$LOCAL_RANK"]));
+    let (code, out, _) = run(toporun().args([
+        "--standalone",
+        "--nproc-per-node=2",
+        "--local-ranks-filter=1",
+        "--tee=1",
+        "--no-python",
+        "sh",
+        "-c",
+        "echo hi-$LOCAL_RANK",
+    ]));
     assert_eq!(code, 0);
-    assert!(out.contains("[default1]:hi-1") && !out.contains("hi-0"), "{out}");
+    assert!(
+        out.contains("[default1]:hi-1") && !out.contains("hi-0"),
+        "{out}"
+    );
 }

@@ -10,9 +10,16 @@ use support::*;
 type Env = BTreeMap<String, String>;
 
 /// Runs a launcher with the dump script; returns each rank's (argv, env added).
-fn dump(mut cmd: Command, out: &Path, extra_env: &[(&str, &str)]) -> BTreeMap<String, (Vec<String>, Env)> {
+fn dump(
+    mut cmd: Command,
+    out: &Path,
+    extra_env: &[(&str, &str)],
+) -> BTreeMap<String, (Vec<String>, Env)> {
     let parent: Env = std::env::vars().collect();
-    cmd.env("PROBE_OUT", out).env("PYTHON_EXEC", python()).env("PYTHONPATH", scripts()).current_dir(scripts());
+    cmd.env("PROBE_OUT", out)
+        .env("PYTHON_EXEC", python())
+        .env("PYTHONPATH", scripts())
+        .current_dir(scripts());
     for (k, v) in extra_env {
         cmd.env(k, v);
     }
@@ -21,10 +28,20 @@ fn dump(mut cmd: Command, out: &Path, extra_env: &[(&str, &str)]) -> BTreeMap<St
     let mut ranks = BTreeMap::new();
     for e in std::fs::read_dir(out).unwrap() {
         let p = e.unwrap().path();
-        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         let argv: Vec<String> = serde_json::from_value(v["argv"].clone()).unwrap();
         let env: Env = serde_json::from_value(v["env"].clone()).unwrap();
-        let mut added: Env = env.into_iter().filter(|(k, v)| parent.get(k) != Some(v) && !extra_env.iter().any(|(ek, _)| ek == k) && k != "PROBE_OUT" && k != "PYTHON_EXEC" && k != "PYTHONPATH").collect();
+        let mut added: Env = env
+            .into_iter()
+            .filter(|(k, v)| {
+                parent.get(k) != Some(v)
+                    && !extra_env.iter().any(|(ek, _)| ek == k)
+                    && k != "PROBE_OUT"
+                    && k != "PYTHON_EXEC"
+                    && k != "PYTHONPATH"
+            })
+            .collect();
         // Random by design: ports, run ids, temp dirs (only the layout below them counts).
         for k in ["MASTER_PORT", "TORCHELASTIC_RUN_ID"] {
             if let Some(v) = added.get_mut(k) {
@@ -35,17 +52,27 @@ fn dump(mut cmd: Command, out: &Path, extra_env: &[(&str, &str)]) -> BTreeMap<St
             let parts: Vec<&str> = v.rsplit('/').take(3).collect();
             *v = parts.into_iter().rev().collect::<Vec<_>>().join("/");
         }
-        ranks.insert(p.file_name().unwrap().to_string_lossy().into_owned(), (argv, added));
+        ranks.insert(
+            p.file_name().unwrap().to_string_lossy().into_owned(),
+            (argv, added),
+        );
     }
     ranks
 }
 
-fn compare(name: &str, args: &[&str], extra_env: &[(&str, &str)], port_arg: Option<(&str, u16, u16)>) {
+fn compare(
+    name: &str,
+    args: &[&str],
+    extra_env: &[(&str, &str)],
+    port_arg: Option<(&str, u16, u16)>,
+) {
     let with_port = |p: u16| -> Vec<String> {
-        args.iter().map(|a| match port_arg {
-            Some((tmpl, _, _)) if a.contains(tmpl) => a.replace(tmpl, &p.to_string()),
-            _ => a.to_string(),
-        }).collect()
+        args.iter()
+            .map(|a| match port_arg {
+                Some((tmpl, _, _)) if a.contains(tmpl) => a.replace(tmpl, &p.to_string()),
+                _ => a.to_string(),
+            })
+            .collect()
     };
     let (tp, op) = port_arg.map_or((0, 0), |(_, a, b)| (a, b));
     let d1 = tempfile::tempdir().unwrap();
@@ -57,7 +84,11 @@ fn compare(name: &str, args: &[&str], extra_env: &[(&str, &str)], port_arg: Opti
     o.arg("--nccl-env=off").args(with_port(op));
     let ours = dump(o, d2.path(), extra_env);
     assert!(!theirs.is_empty(), "{name}: torchrun produced nothing");
-    assert_eq!(ours.keys().collect::<Vec<_>>(), theirs.keys().collect::<Vec<_>>(), "{name}: ranks/attempts differ");
+    assert_eq!(
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>(),
+        "{name}: ranks/attempts differ"
+    );
     for (file, (targv, tenv)) in &theirs {
         let (oargv, oenv) = &ours[file];
         assert_eq!(oargv, targv, "{name} {file}: argv");
@@ -67,37 +98,148 @@ fn compare(name: &str, args: &[&str], extra_env: &[(&str, &str)], port_arg: Opti
 
 #[test]
 fn same_worker_environment_and_argv_as_torchrun() {
-    compare("standalone", &["--standalone", "--nproc-per-node=2", "dump_env.py", "a1", "--flag"], &[], None);
-    compare("static", &["--nnodes=1", "--node-rank=0", "--master-addr=127.0.0.1", "--master-port=PORT", "--nproc-per-node=2", "dump_env.py", "a1"], &[], Some(("PORT", 29611, 29612)));
-    compare("c10d", &["--nnodes=1", "--rdzv-backend=c10d", "--rdzv-endpoint=localhost:PORT", "--rdzv-id=job1", "--nproc_per_node=2", "dump_env.py"], &[], Some(("PORT", 29613, 29614)));
-    compare("pet-only", &["dump_env.py", "x"], &[("PET_NPROC_PER_NODE", "2"), ("PET_STANDALONE", "1")], None);
-    compare("module", &["--standalone", "--nproc-per-node=2", "-m", "dump_env", "--lr", "1"], &[], None);
-    compare("role-and-substitution", &["--standalone", "--nproc-per-node=2", "--role=trainer", "dump_env.py", "--out=/tmp/${local_rank}", "$$x"], &[], None);
-    compare("omp-set", &["--standalone", "--nproc-per-node=2", "dump_env.py"], &[("OMP_NUM_THREADS", "3")], None);
-    compare("single-rank-no-omp", &["--standalone", "--nproc-per-node=1", "dump_env.py"], &[], None);
-    compare("restarts", &["--standalone", "--nproc-per-node=2", "--max-restarts=1", "dump_env.py"], &[("FAIL_FIRST_ATTEMPT", "1")], None);
+    compare(
+        "standalone",
+        &[
+            "--standalone",
+            "--nproc-per-node=2",
+            "dump_env.py",
+            "a1",
+            "--flag",
+        ],
+        &[],
+        None,
+    );
+    compare(
+        "static",
+        &[
+            "--nnodes=1",
+            "--node-rank=0",
+            "--master-addr=127.0.0.1",
+            "--master-port=PORT",
+            "--nproc-per-node=2",
+            "dump_env.py",
+            "a1",
+        ],
+        &[],
+        Some(("PORT", 29611, 29612)),
+    );
+    compare(
+        "c10d",
+        &[
+            "--nnodes=1",
+            "--rdzv-backend=c10d",
+            "--rdzv-endpoint=localhost:PORT",
+            "--rdzv-id=job1",
+            "--nproc_per_node=2",
+            "dump_env.py",
+        ],
+        &[],
+        Some(("PORT", 29613, 29614)),
+    );
+    compare(
+        "pet-only",
+        &["dump_env.py", "x"],
+        &[("PET_NPROC_PER_NODE", "2"), ("PET_STANDALONE", "1")],
+        None,
+    );
+    compare(
+        "module",
+        &[
+            "--standalone",
+            "--nproc-per-node=2",
+            "-m",
+            "dump_env",
+            "--lr",
+            "1",
+        ],
+        &[],
+        None,
+    );
+    compare(
+        "role-and-substitution",
+        &[
+            "--standalone",
+            "--nproc-per-node=2",
+            "--role=trainer",
+            "dump_env.py",
+            "--out=/tmp/${local_rank}",
+            "$$x",
+        ],
+        &[],
+        None,
+    );
+    compare(
+        "omp-set",
+        &["--standalone", "--nproc-per-node=2", "dump_env.py"],
+        &[("OMP_NUM_THREADS", "3")],
+        None,
+    );
+    compare(
+        "single-rank-no-omp",
+        &["--standalone", "--nproc-per-node=1", "dump_env.py"],
+        &[],
+        None,
+    );
+    compare(
+        "restarts",
+        &[
+            "--standalone",
+            "--nproc-per-node=2",
+            "--max-restarts=1",
+            "dump_env.py",
+        ],
+        &[("FAIL_FIRST_ATTEMPT", "1")],
+        None,
+    );
 }
 
 #[test]
 fn no_python_runs_the_program_directly() {
     let py = python();
     let py = py.to_str().unwrap();
-    compare("no-python", &["--standalone", "--nproc-per-node=2", "--no-python", py, "dump_env.py", "z"], &[], None);
+    compare(
+        "no-python",
+        &[
+            "--standalone",
+            "--nproc-per-node=2",
+            "--no-python",
+            py,
+            "dump_env.py",
+            "z",
+        ],
+        &[],
+        None,
+    );
 }
 
 #[test]
 fn restart_after_a_failure_counts_up() {
     let d = tempfile::tempdir().unwrap();
     let mut o = toporun();
-    o.args(["--standalone", "--nproc-per-node=2", "--max-restarts=1", "dump_env.py"]);
+    o.args([
+        "--standalone",
+        "--nproc-per-node=2",
+        "--max-restarts=1",
+        "dump_env.py",
+    ]);
     let ranks = dump(o, d.path(), &[("FAIL_FIRST_ATTEMPT", "1")]);
-    assert_eq!(ranks["rank0_attempt1.json"].1["TORCHELASTIC_RESTART_COUNT"], "1");
-    assert_eq!(ranks["rank1_attempt1.json"].1["TORCHELASTIC_MAX_RESTARTS"], "1");
+    assert_eq!(
+        ranks["rank0_attempt1.json"].1["TORCHELASTIC_RESTART_COUNT"],
+        "1"
+    );
+    assert_eq!(
+        ranks["rank1_attempt1.json"].1["TORCHELASTIC_MAX_RESTARTS"],
+        "1"
+    );
 }
 
 #[test]
 fn real_gloo_all_reduce_through_toporuns_store() {
-    let (code, out, err) = run(toporun().args(["--standalone", "--nproc-per-node=4", "allreduce_gloo.py"]).env("PYTHON_EXEC", python()).current_dir(scripts()));
+    let (code, out, err) = run(toporun()
+        .args(["--standalone", "--nproc-per-node=4", "allreduce_gloo.py"])
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts()));
     assert_eq!(code, 0, "{out}\n{err}");
     for r in 0..4 {
         assert!(out.contains(&format!("OK rank {r} of 4 sum 10")), "{out}");
@@ -106,7 +248,10 @@ fn real_gloo_all_reduce_through_toporuns_store() {
 
 #[test]
 fn pytorch_tcpstore_client_passes_every_operation() {
-    let (code, out, err) = run(toporun().args(["--standalone", "--nproc-per-node=1", "store_ops.py"]).env("PYTHON_EXEC", python()).current_dir(scripts()));
+    let (code, out, err) = run(toporun()
+        .args(["--standalone", "--nproc-per-node=1", "store_ops.py"])
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts()));
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(out.contains("STORE_OPS_OK"), "{out}\n{err}");
 }
@@ -117,11 +262,20 @@ fn installed_as_torchrun_through_a_symlink() {
     let link = dir.path().join("torchrun");
     std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_toporun"), &link).unwrap();
     let d = tempfile::tempdir().unwrap();
-    let ranks = dump(Command::new(&link).args(["--standalone", "--nproc-per-node=2", "dump_env.py"]).to_owned_cmd(), d.path(), &[]);
+    let ranks = dump(
+        Command::new(&link)
+            .args(["--standalone", "--nproc-per-node=2", "dump_env.py"])
+            .to_owned_cmd(),
+        d.path(),
+        &[],
+    );
     assert_eq!(ranks.len(), 2);
     let (code, _, err) = run(Command::new(&link).arg("--bogus-option"));
     assert_eq!(code, 2);
-    assert!(err.contains("usage: torchrun") || err.contains("Usage: torchrun"), "{err}");
+    assert!(
+        err.contains("usage: torchrun") || err.contains("Usage: torchrun"),
+        "{err}"
+    );
 }
 
 trait Owned {
@@ -138,7 +292,13 @@ impl Owned for Command {
 
 #[test]
 fn argument_errors_exit_2_like_torchrun() {
-    for args in [&["--nproc-per-node=many", "t.py"][..], &["--nnodes=2:1", "t.py"], &["-m", "--no-python", "t.py"], &["--bogus", "t.py"], &[]] {
+    for args in [
+        &["--nproc-per-node=many", "t.py"][..],
+        &["--nnodes=2:1", "t.py"],
+        &["-m", "--no-python", "t.py"],
+        &["--bogus", "t.py"],
+        &[],
+    ] {
         let (code, _, err) = run(toporun().arg("launch").args(args));
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(!err.is_empty());

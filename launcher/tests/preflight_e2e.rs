@@ -4,16 +4,33 @@ mod support;
 use support::*;
 
 fn findings(host_name: &str, extra: &[&str]) -> (i32, serde_json::Value) {
-    let (code, out, err) = run(toporun().args(["--facts", &host(host_name), "preflight", "--format", "json"]).args(extra));
-    (code, serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}")))
+    let (code, out, err) = run(toporun()
+        .args(["--facts", &host(host_name), "preflight", "--format", "json"])
+        .args(extra));
+    (
+        code,
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}")),
+    )
 }
 
 fn error_ids(v: &serde_json::Value) -> Vec<String> {
-    v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "error").map(|f| f["id"].as_str().unwrap().to_string()).collect()
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "error")
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 fn warning_ids(v: &serde_json::Value) -> Vec<String> {
-    v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "warning").map(|f| f["id"].as_str().unwrap().to_string()).collect()
+    v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["severity"] == "warning")
+        .map(|f| f["id"].as_str().unwrap().to_string())
+        .collect()
 }
 
 #[test]
@@ -42,7 +59,11 @@ fn broken_pods_say_what_is_wrong() {
         ("broken-shm-64mib", &[], &["shm.size"]),
         ("broken-efa-no-ipc-lock", &[], &["caps.ipc_lock", "memlock"]),
         ("broken-fabric-not-started", &[], &["gpu.fabric"]),
-        ("broken-1-of-8-gpus", &["--expect-gpus", "8"], &["gpu.visible"]),
+        (
+            "broken-1-of-8-gpus",
+            &["--expect-gpus", "8"],
+            &["gpu.visible"],
+        ),
         ("broken-1-of-8-gpus", &[], &["gpu.visible"]),
         ("broken-p2p-not-supported", &[], &["gpu.p2p"]),
     ];
@@ -50,13 +71,27 @@ fn broken_pods_say_what_is_wrong() {
         let (code, v) = findings(h, extra);
         assert_eq!(code, 1, "{h}");
         assert_eq!(&error_ids(&v), want, "{h}");
-        for f in v["findings"].as_array().unwrap().iter().filter(|f| f["severity"] == "error") {
-            assert!(f["remedy"].as_str().is_some_and(|r| !r.is_empty()), "{h}: error without a fix: {f}");
+        for f in v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["severity"] == "error")
+        {
+            assert!(
+                f["remedy"].as_str().is_some_and(|r| !r.is_empty()),
+                "{h}: error without a fix: {f}"
+            );
         }
     }
     let (code, v) = findings("broken-k8s-nccl-env", &[]);
     assert_eq!(code, 0, "warnings only");
-    let unknown: Vec<&str> = v["findings"].as_array().unwrap().iter().filter(|f| f["id"] == "nccl.env").map(|f| f["facts"]["variable"].as_str().unwrap()).collect();
+    let unknown: Vec<&str> = v["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["id"] == "nccl.env")
+        .map(|f| f["facts"]["variable"].as_str().unwrap())
+        .collect();
     assert_eq!(unknown, ["NCCL_P2P_DIRECT_READ", "NCCL_P2P_DIRECT_WRITE"]);
 }
 
@@ -71,13 +106,25 @@ fn shm_alone_changed_to_64mib_fails_the_real_capture() {
     let (code, out, _) = run(toporun().args(["preflight", "--facts", p.to_str().unwrap()]));
     assert_eq!(code, 1);
     assert!(out.contains("shm.size") && out.contains("64 MiB"), "{out}");
-    let (code, _, _) = run(toporun().args(["preflight", "--min-shm", "32Mi", "--facts", p.to_str().unwrap()]));
+    let (code, _, _) = run(toporun().args([
+        "preflight",
+        "--min-shm",
+        "32Mi",
+        "--facts",
+        p.to_str().unwrap(),
+    ]));
     assert_eq!(code, 0);
 }
 
 #[test]
 fn junit_is_valid_xml_with_a_failure_per_error() {
-    let (code, out, _) = run(toporun().args(["--facts", &host("broken-efa-no-ipc-lock"), "preflight", "--format", "junit"]));
+    let (code, out, _) = run(toporun().args([
+        "--facts",
+        &host("broken-efa-no-ipc-lock"),
+        "preflight",
+        "--format",
+        "junit",
+    ]));
     assert_eq!(code, 1);
     let py = std::process::Command::new(python())
         .args(["-c", "import sys, xml.etree.ElementTree as E; r = E.fromstring(sys.stdin.read()); print(len(r.findall('.//testcase')), len(r.findall('.//failure')))"])
@@ -116,10 +163,25 @@ fn bad_input_exits_2_with_a_message() {
 
 #[test]
 fn topo_json_matrix_for_every_capture() {
-    let cases = [("h200x4.txt", 4, "NV18"), ("p4d.24xlarge.txt", 8, "NV12"), ("p5.48xlarge.txt", 8, "NV18"), ("g6e.12xlarge.txt", 4, "NODE"), ("dgx1-v100.txt", 8, ""), ("dgx-a100.txt", 8, "NV12"), ("dgx2-16gpu.txt", 16, "NV6"), ("pcie-mlx4-8gpu.txt", 8, "")];
+    let cases = [
+        ("h200x4.txt", 4, "NV18"),
+        ("p4d.24xlarge.txt", 8, "NV12"),
+        ("p5.48xlarge.txt", 8, "NV18"),
+        ("g6e.12xlarge.txt", 4, "NODE"),
+        ("dgx1-v100.txt", 8, ""),
+        ("dgx-a100.txt", 8, "NV12"),
+        ("dgx2-16gpu.txt", 16, "NV6"),
+        ("pcie-mlx4-8gpu.txt", 8, ""),
+    ];
     for (file, n, all) in cases {
         let path = fixtures().join("topo").join(file);
-        let (code, out, err) = run(toporun().args(["topo", "--format", "json", "--nvidia-smi-topo", path.to_str().unwrap()]));
+        let (code, out, err) = run(toporun().args([
+            "topo",
+            "--format",
+            "json",
+            "--nvidia-smi-topo",
+            path.to_str().unwrap(),
+        ]));
         assert_eq!(code, 0, "{file}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let m: Vec<Vec<String>> = serde_json::from_value(v["matrix"].clone()).unwrap();
@@ -140,18 +202,42 @@ fn topo_json_matrix_for_every_capture() {
 #[test]
 fn topo_json_for_public_captures_matches_their_text() {
     let path = fixtures().join("topo/dgx1-v100.txt");
-    let (_, out, _) = run(toporun().args(["topo", "--format", "json", "--nvidia-smi-topo", path.to_str().unwrap()]));
+    let (_, out, _) = run(toporun().args([
+        "topo",
+        "--format",
+        "json",
+        "--nvidia-smi-topo",
+        path.to_str().unwrap(),
+    ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     // DGX-1's hybrid cube mesh: GPU0 has NV1/NV2 to 1-4, SYS to 5-7 (captured as SOC).
-    assert_eq!(v["matrix"][0], serde_json::json!(["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"]));
+    assert_eq!(
+        v["matrix"][0],
+        serde_json::json!(["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"])
+    );
     assert_eq!(v["matrix"][5][1], "NV2");
     let path = fixtures().join("topo/pcie-mlx4-8gpu.txt");
-    let (_, out, _) = run(toporun().args(["topo", "--format", "json", "--nvidia-smi-topo", path.to_str().unwrap()]));
+    let (_, out, _) = run(toporun().args([
+        "topo",
+        "--format",
+        "json",
+        "--nvidia-smi-topo",
+        path.to_str().unwrap(),
+    ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["matrix"][0], serde_json::json!(["X", "PIX", "PHB", "PHB", "SYS", "SYS", "SYS", "SYS"]));
+    assert_eq!(
+        v["matrix"][0],
+        serde_json::json!(["X", "PIX", "PHB", "PHB", "SYS", "SYS", "SYS", "SYS"])
+    );
     assert_eq!(v["gpus"][4]["cpu_affinity"], "10-19,30-39");
     let path = fixtures().join("topo/dgx-a100.txt");
-    let (_, out, _) = run(toporun().args(["topo", "--format", "json", "--nvidia-smi-topo", path.to_str().unwrap()]));
+    let (_, out, _) = run(toporun().args([
+        "topo",
+        "--format",
+        "json",
+        "--nvidia-smi-topo",
+        path.to_str().unwrap(),
+    ]));
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["gpus"][2]["numa_node"], 1);
 }

@@ -8,10 +8,22 @@ use support::*;
 fn fifty_times_faster_than_torchrun_and_small() {
     let out = std::process::Command::new("python3")
         .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench_startup.py"))
-        .args(["-n", "5", "--json", "--toporun", env!("CARGO_BIN_EXE_toporun"), "--torchrun", torchrun().to_str().unwrap()])
+        .args([
+            "-n",
+            "5",
+            "--json",
+            "--toporun",
+            env!("CARGO_BIN_EXE_toporun"),
+            "--torchrun",
+            torchrun().to_str().unwrap(),
+        ])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     eprintln!("startup benchmark: {v}");
     assert!(v["speedup"].as_f64().unwrap() >= 50.0, "{v}");

@@ -205,7 +205,10 @@ mod tests {
     #[test]
     fn real_and_fake_names() {
         assert!(is_known("NCCL_P2P_LEVEL"));
-        assert!(is_known("NCCL_VERSION"), "NVIDIA images set it; seen on the H200 host");
+        assert!(
+            is_known("NCCL_VERSION"),
+            "NVIDIA images set it; seen on the H200 host"
+        );
         assert!(!is_known("NCCL_P2P_DIRECT_WRITE"));
         assert!(folklore("NCCL_P2P_DIRECT_WRITE").is_some());
         assert_eq!(closest("NCCL_SOCKET_IFNAM"), Some("NCCL_SOCKET_IFNAME"));

@@ -136,18 +136,17 @@ pub fn parse_matrix(raw: &str) -> Result<SmiTopo, SmiTopoError> {
         cpu_affinity.push(rest.first().and_then(|c| cpulist::parse(c)));
         numa.push(rest.get(1).and_then(|c| c.parse().ok()));
     }
-    for i in 0..n {
-        for j in 0..n {
-            if links[i][j] != links[j][i] {
-                return Err(SmiTopoError::Row {
-                    row: format!("GPU{i}"),
-                    detail: format!(
-                        "GPU{i}->GPU{j} is {} but GPU{j}->GPU{i} is {}",
-                        links[i][j], links[j][i]
-                    ),
-                });
-            }
-        }
+    let asymmetric = (0..n)
+        .flat_map(|i| (0..n).map(move |j| (i, j)))
+        .find(|&(i, j)| links[i][j] != links[j][i]);
+    if let Some((i, j)) = asymmetric {
+        return Err(SmiTopoError::Row {
+            row: format!("GPU{i}"),
+            detail: format!(
+                "GPU{i}->GPU{j} is {} but GPU{j}->GPU{i} is {}",
+                links[i][j], links[j][i]
+            ),
+        });
     }
     let nics = nic_cols
         .iter()

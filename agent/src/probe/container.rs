@@ -88,14 +88,16 @@ fn shm(root: &Root) -> Option<ShmFacts> {
     let st = nix::sys::statvfs::statvfs(&path).ok()?;
     let frsize = st.fragment_size() as u64;
     let mounts = root.read(paths::PROC_SELF_MOUNTS).unwrap_or_default();
+    // The last mount on /dev/shm is the one in effect.
     let fs_type = mounts
         .lines()
+        .rev()
         .filter_map(|l| {
             let mut f = l.split_whitespace();
             let (_dev, mnt, ty) = (f.next()?, f.next()?, f.next()?);
             (mnt == "/dev/shm").then(|| ty.to_string())
         })
-        .last();
+        .next();
     Some(ShmFacts {
         total_bytes: frsize * st.blocks() as u64,
         free_bytes: frsize * st.blocks_available() as u64,

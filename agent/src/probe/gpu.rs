@@ -128,7 +128,8 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
         numa_node: d.numa_node_id().ok(),
         cpu_affinity: d
             .cpu_affinity(words)
-            .map(|w| cpulist::from_mask_words(&w.iter().map(|x| *x as u64).collect::<Vec<_>>()))
+            // c_ulong is u64 on the 64-bit Linux targets toporun supports.
+            .map(|w| cpulist::from_mask_words(&w))
             .unwrap_or_default(),
         fabric: fabric_state(nvml, d),
         nvlink: NvlinkInfo {

@@ -25,7 +25,6 @@ pub fn probe_host(
         nics: net::probe(root),
         rdma: rdma::probe(root),
         platform: platform::probe(root),
-        ..Default::default()
     };
     facts.gpus.device_nodes = gpu::device_nodes(root);
     facts

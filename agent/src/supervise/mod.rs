@@ -144,7 +144,7 @@ fn kill_groups(ranks: &[Running], sig: Signal) {
 
 /// Sends `sig` to every live rank's group, waits up to `timeout`, then SIGKILLs them
 /// and whatever is left in their groups.
-async fn stop(ranks: &mut Vec<Running>, events: &mut Events, sig: Signal, timeout: Duration) {
+async fn stop(ranks: &mut [Running], events: &mut Events, sig: Signal, timeout: Duration) {
     let by_pid: HashMap<Pid, usize> = ranks.iter().enumerate().map(|(i, r)| (r.pid, i)).collect();
     for r in ranks.iter().filter(|r| r.exit.is_none()) {
         let _ = killpg(r.pid, sig);

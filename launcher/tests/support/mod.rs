@@ -9,7 +9,11 @@ pub fn toporun() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_toporun"));
     c.env_remove("NO_COLOR");
     for (k, _) in std::env::vars() {
-        if k.starts_with("PET_") || k.starts_with("NCCL_") || k == "CUDA_VISIBLE_DEVICES" || k == "OMP_NUM_THREADS" {
+        if k.starts_with("PET_")
+            || k.starts_with("NCCL_")
+            || k == "CUDA_VISIBLE_DEVICES"
+            || k == "OMP_NUM_THREADS"
+        {
             c.env_remove(k);
         }
     }
@@ -21,12 +25,24 @@ pub fn fixtures() -> PathBuf {
 }
 
 pub fn host(name: &str) -> String {
-    fixtures().join("hosts").join(format!("{name}.json")).display().to_string()
+    fixtures()
+        .join("hosts")
+        .join(format!("{name}.json"))
+        .display()
+        .to_string()
 }
 
 pub fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output { status, stdout, stderr } = cmd.output().expect("run toporun");
-    (status.code().unwrap_or(-1), String::from_utf8_lossy(&stdout).into_owned(), String::from_utf8_lossy(&stderr).into_owned())
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run toporun");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
 }
 
 /// The python of the cached virtualenv with real PyTorch (scripts/setup-venv.sh).
@@ -35,9 +51,14 @@ pub fn python() -> PathBuf {
         return PathBuf::from(p);
     }
     let home = std::env::var("HOME").unwrap_or_else(|_| "/root".into());
-    let venv = std::env::var("TOPORUN_VENV").unwrap_or_else(|_| format!("{home}/.cache/toporun-venv"));
+    let venv =
+        std::env::var("TOPORUN_VENV").unwrap_or_else(|_| format!("{home}/.cache/toporun-venv"));
     let py = PathBuf::from(venv).join("bin/python");
-    assert!(py.exists(), "{} missing: run scripts/setup-venv.sh first (the README's test command does)", py.display());
+    assert!(
+        py.exists(),
+        "{} missing: run scripts/setup-venv.sh first (the README's test command does)",
+        py.display()
+    );
     py
 }
 

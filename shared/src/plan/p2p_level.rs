@@ -32,9 +32,19 @@ pub(crate) fn decide(facts: &HostFacts, _user: &BTreeMap<String, String>) -> Dec
         .count();
     let n = pairs.len();
     let link = pairs.first().map(|p| p.2.to_string()).unwrap_or_default();
-    let p2p = if g.p2p.is_empty() { "P2P status not known (no NVML data), assumed OK" } else { "P2P read/write OK" };
+    let p2p = if g.p2p.is_empty() {
+        "P2P status not known (no NVML data), assumed OK"
+    } else {
+        "P2P read/write OK"
+    };
     if nv == n {
-        Decision::set(NAME, "NVL", format!("all {n} GPU pairs are NVLink-connected ({link}) with {p2p}: P2P only over NVLink"))
+        Decision::set(
+            NAME,
+            "NVL",
+            format!(
+                "all {n} GPU pairs are NVLink-connected ({link}) with {p2p}: P2P only over NVLink"
+            ),
+        )
     } else if nv > 0 && pcie_switch > 0 {
         Decision::set(NAME, "PXB", format!("mixed host: {nv} NVLink pair(s), {pcie_switch} behind PCIe switches: PXB keeps P2P on both, never across host bridges or sockets"))
     } else if nv > 0 {

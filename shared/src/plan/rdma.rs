@@ -75,12 +75,14 @@ mod tests {
 
     #[test]
     fn exact_hca_list_and_gid_by_version() {
-        let mut f = HostFacts::default();
-        f.rdma = vec![
-            dev("mlx5_0", RdmaKind::Roce, true, vec![3]),
-            dev("mlx5_1", RdmaKind::Roce, false, vec![]),
-            dev("mlx5_10", RdmaKind::Roce, true, vec![3]),
-        ];
+        let mut f = HostFacts {
+            rdma: vec![
+                dev("mlx5_0", RdmaKind::Roce, true, vec![3]),
+                dev("mlx5_1", RdmaKind::Roce, false, vec![]),
+                dev("mlx5_10", RdmaKind::Roce, true, vec![3]),
+            ],
+            ..Default::default()
+        };
         let d = decide(&f);
         assert_eq!(d[0].value.as_deref(), Some("=mlx5_0,mlx5_10"));
         assert_eq!(d[1].value.as_deref(), Some("3"));

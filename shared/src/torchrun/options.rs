@@ -206,9 +206,11 @@ pub fn resolve(
         }
         Some(n) => match n.parse::<u32>() {
             Ok(v) if v > 0 => NprocSpec::Count(v),
-            _ => return Err(err(format!(
+            _ => {
+                return Err(err(format!(
                 "Unsupported nproc_per_node value: {n} (use a positive number, gpu, cpu or auto)"
-            ))),
+            )))
+            }
         },
     };
     let mut rdzv_backend = match value("rdzv_backend").as_deref().map(str::trim) {
