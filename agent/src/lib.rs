@@ -3,5 +3,6 @@
 
 pub mod paths;
 pub mod probe;
+pub mod rendezvous;
 pub mod store;
 pub mod supervise;

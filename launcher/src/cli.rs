@@ -5,7 +5,7 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
 use toporun_shared::torchrun::OPTIONS;
 
-pub const SUBCOMMANDS: &[&str] = &["probe", "topo", "preflight", "launch", "help"];
+pub const SUBCOMMANDS: &[&str] = &["probe", "topo", "preflight", "launch", "bench", "help"];
 
 fn global_args(cmd: Command) -> Command {
     cmd.arg(
@@ -93,7 +93,17 @@ pub fn toporun_command() -> Command {
         .subcommand(Command::new("probe").about("Print the host facts toporun sees").arg(format_arg(&["text", "json"], "text")))
         .subcommand(Command::new("topo").about("The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices").arg(format_arg(&["text", "json"], "text")))
         .subcommand(preflight)
-        .subcommand(launch_command("launch"));
+        .subcommand(launch_command("launch"))
+        .subcommand(
+            Command::new("bench").about("Benchmarks for sizing a deployment").subcommand_required(true).subcommand(
+                Command::new("rendezvous")
+                    .about("N simulated nodes run the real join protocol against a store; prints the time to a complete rendezvous and the operation rate")
+                    .arg(Arg::new("nodes").long("nodes").required(true).value_parser(clap::value_parser!(u32).range(1..=1_000_000)).help("simulated nodes"))
+                    .arg(Arg::new("endpoint").long("endpoint").value_name("HOST:PORT").help("an existing store (toporun's or PyTorch's TCPStore); default: an in-process toporun store"))
+                    .arg(Arg::new("timeout").long("timeout").default_value("120").value_parser(clap::value_parser!(u64)).help("seconds"))
+                    .arg(format_arg(&["text", "json"], "text")),
+            ),
+        );
     global_args(cmd)
 }
 

@@ -23,6 +23,10 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
                 Err(e) => crate::exit_usage(e),
             };
         }
+        Some(("bench", sub)) => match sub.subcommand() {
+            Some(("rendezvous", b)) => bench_rendezvous(b),
+            _ => Ok(2),
+        },
         _ => Ok(2),
     };
     result.unwrap_or_else(|e| crate::report(&e))
@@ -200,4 +204,40 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
         }
     }
     Ok(u8::from(worst(&findings) == Severity::Error))
+}
+
+fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
+    let nodes = *b.get_one::<u32>("nodes").expect("required");
+    let timeout =
+        std::time::Duration::from_secs(*b.get_one::<u64>("timeout").expect("has default"));
+    let endpoint = match b.get_one::<String>("endpoint") {
+        None => None,
+        Some(e) => {
+            let ep = toporun_shared::torchrun::endpoint::parse(e)
+                .map_err(|m| CannotRun(format!("--endpoint {m}")))?;
+            Some((
+                ep.host,
+                ep.port.ok_or_else(|| {
+                    CannotRun(format!("--endpoint {e}: give the port too (HOST:PORT)"))
+                })?,
+            ))
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let r = rt
+        .block_on(toporun_agent::rendezvous::bench::bench(
+            nodes, endpoint, timeout,
+        ))
+        .map_err(|e| anyhow::anyhow!("rendezvous bench failed: {e}"))?;
+    match format(b) {
+        "json" => println!("{}", serde_json::to_string(&r)?),
+        _ => println!(
+            "{} nodes joined in {:.3} s against {}: {} store operations, {:.0} ops/s",
+            r.nodes, r.seconds, r.store, r.ops, r.ops_per_second
+        ),
+    }
+    Ok(0)
 }

@@ -11,6 +11,7 @@ use clap::ArgMatches;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 use toporun_agent::supervise::{
     self, failure_summary, line_prefix, parse_signal, Events, LogPlan, Outcome, RankCmd,
 };
@@ -144,33 +145,111 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     {
         eprintln!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
     }
-    let node = rendezvous::join(&p, &mut events).await?;
-    if let Some(sig) = events.pending_signal() {
-        eprintln!("toporun: received {sig} before the ranks started; exiting");
+    let Some(mut session) = rendezvous::Session::start(&p, &mut events).await? else {
+        eprintln!("toporun: received a signal while connecting to the rendezvous; exiting");
         return Ok(1);
-    }
-    let Some(node) = node else { return Ok(1) };
+    };
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
     if p.nproc > 1 && !p.parent_env.contains_key("OMP_NUM_THREADS") {
         eprintln!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
     }
-    let run_dir = RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?;
     let host = p.facts.container.hostname.clone();
-    for attempt in 0..=p.opts.max_restarts {
-        let cmds = rank_commands(&p, &node, &run_dir.path, attempt)?;
-        match supervise::run_attempt(cmds, &mut events, p.opts.shutdown_timeout).await? {
-            Outcome::Succeeded => return Ok(0),
+    let grace = Duration::from_secs_f64(
+        p.parent_env
+            .get("TOPORUN_INIT_WARN_SECS")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(30.0),
+    );
+    let mut run_dir: Option<RunDir> = None;
+    for round in 0..=p.opts.max_restarts {
+        let Some(node) = session.join(&p, round, &mut events).await? else {
+            eprintln!("toporun: received a signal during the rendezvous; exiting");
+            return Ok(1);
+        };
+        if let Some(sig) = events.pending_signal() {
+            eprintln!("toporun: received {sig} before the ranks started; exiting");
+            return Ok(1);
+        }
+        let dir = match &run_dir {
+            Some(d) => d.path.clone(),
+            None => run_dir
+                .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
+                .path
+                .clone(),
+        };
+        let cmds = rank_commands(&p, &node, &dir, round)?;
+        let stop = session.stop_watch(round, &node).await?;
+        let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
+        let outcome =
+            supervise::run_attempt(cmds, &mut events, p.opts.shutdown_timeout, stop).await;
+        if let Some(w) = init_watch {
+            w.abort();
+        }
+        let restart_left = round < p.opts.max_restarts;
+        match outcome? {
+            Outcome::Succeeded => {
+                match session.finish(round, &node).await? {
+                    None => return Ok(0),
+                    // Another node failed after this one finished: every node restarts.
+                    Some(reason)
+                        if restart_left
+                            && !reason.starts_with("fail")
+                            && !reason.starts_with("exit barrier") =>
+                    {
+                        eprintln!("toporun: {reason}; restarting this node's ranks too (restart {} of {})", round + 1, p.opts.max_restarts);
+                    }
+                    Some(reason) => {
+                        eprintln!(
+                            "toporun: this node's ranks succeeded, but the job did not: {reason}"
+                        );
+                        return Ok(1);
+                    }
+                }
+            }
             Outcome::Interrupted(sig) => {
+                session
+                    .stop_all(
+                        round,
+                        &format!("fail: node {} received {sig}", node.node_rank),
+                    )
+                    .await;
                 eprintln!("toporun: stopped the ranks after {sig}");
                 return Ok(1);
             }
-            Outcome::Failed(failures) if attempt < p.opts.max_restarts => {
-                let f = &failures[0];
-                eprintln!("toporun: local rank {} exited with {}; restarting all ranks (restart {} of {})", f.local_rank, f.signal.clone().unwrap_or_else(|| f.exitcode.to_string()), attempt + 1, p.opts.max_restarts);
-            }
             Outcome::Failed(failures) => {
-                eprint!("{}", failure_summary(&p.opts.entrypoint, &host, &failures));
-                return Ok(1);
+                let f = &failures[0];
+                let what = f
+                    .signal
+                    .clone()
+                    .unwrap_or_else(|| format!("exit code {}", f.exitcode));
+                let reason = format!(
+                    "{}: node {} local rank {} (rank {}) failed with {what}",
+                    if restart_left { "restart" } else { "fail" },
+                    node.node_rank,
+                    f.local_rank,
+                    f.rank
+                );
+                session.stop_all(round, &reason).await;
+                if !restart_left {
+                    eprint!("{}", failure_summary(&p.opts.entrypoint, &host, &failures));
+                    return Ok(1);
+                }
+                eprintln!(
+                    "toporun: {reason}; restarting every node's ranks (restart {} of {})",
+                    round + 1,
+                    p.opts.max_restarts
+                );
+            }
+            Outcome::Stopped(reason) => {
+                if reason.starts_with("fail") || !restart_left {
+                    eprintln!("toporun: the job stopped: {reason}");
+                    return Ok(1);
+                }
+                eprintln!(
+                    "toporun: {reason}; restarting this node's ranks (restart {} of {})",
+                    round + 1,
+                    p.opts.max_restarts
+                );
             }
         }
     }
@@ -216,6 +295,8 @@ pub struct NodePlace {
     pub places: Vec<RankPlace>,
     pub master_addr: String,
     pub master_port: u16,
+    pub node_rank: u32,
+    pub nnodes: u32,
 }
 
 fn cpus_for(p: &Prepared, local_rank: u32) -> Option<Vec<u32>> {

@@ -9,6 +9,21 @@ mod output;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    // The agent reports through tracing; show warnings and above as "toporun: ...".
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_max_level(tracing::Level::WARN)
+        .without_time()
+        .with_target(false)
+        .with_ansi(false)
+        .event_format(
+            tracing_subscriber::fmt::format()
+                .without_time()
+                .with_target(false)
+                .with_ansi(false)
+                .compact(),
+        )
+        .init();
     let argv: Vec<String> = std::env::args().collect();
     let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or("toporun"))
         .file_name()

@@ -189,7 +189,7 @@ fn same_worker_environment_and_argv_as_torchrun() {
             "--max-restarts=1",
             "dump_env.py",
         ],
-        &[("FAIL_FIRST_ATTEMPT", "1")],
+        &[("FAIL_RANK", "0")],
         None,
     );
 }
@@ -223,7 +223,7 @@ fn restart_after_a_failure_counts_up() {
         "--max-restarts=1",
         "dump_env.py",
     ]);
-    let ranks = dump(o, d.path(), &[("FAIL_FIRST_ATTEMPT", "1")]);
+    let ranks = dump(o, d.path(), &[("FAIL_RANK", "0")]);
     assert_eq!(
         ranks["rank0_attempt1.json"].1["TORCHELASTIC_RESTART_COUNT"],
         "1"

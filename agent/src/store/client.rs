@@ -12,13 +12,13 @@ use toporun_shared::store::Request;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    #[error("could not connect to the store at {addr} within {waited:?}: {source}")]
+    #[error("could not connect to the store at {addr} within {waited:.1?}")]
     Connect {
         addr: String,
         waited: Duration,
         source: std::io::Error,
     },
-    #[error("store at {addr}: {source}")]
+    #[error("lost the connection to the store at {addr}")]
     Io {
         addr: String,
         source: std::io::Error,
@@ -32,6 +32,17 @@ pub enum StoreError {
 pub struct StoreClient {
     stream: TcpStream,
     addr: String,
+    /// Requests sent, for the rendezvous bench's operation rate.
+    ops: u64,
+}
+
+/// `host:port`, bracketing IPv6 hosts.
+pub fn display(host: &str, port: u16) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
+    }
 }
 
 fn prefixed(key: &str) -> Vec<u8> {
@@ -46,31 +57,39 @@ impl StoreClient {
         port: u16,
         timeout: Duration,
     ) -> Result<StoreClient, StoreError> {
-        let addr = if host.contains(':') && !host.starts_with('[') {
-            format!("[{host}]:{port}")
-        } else {
-            format!("{host}:{port}")
-        };
+        let addr = display(host, port);
         let start = Instant::now();
         let mut delay = Duration::from_millis(10);
-        let stream = loop {
-            match TcpStream::connect(&addr).await {
-                Ok(s) => break s,
-                Err(e) if start.elapsed() + delay >= timeout => {
-                    return Err(StoreError::Connect {
-                        addr,
-                        waited: start.elapsed(),
-                        source: e,
-                    })
-                }
-                Err(_) => {
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(Duration::from_secs(1));
-                }
+        loop {
+            // A store under a connection storm may reset or close a fresh connection
+            // during the handshake: that is retried like a refused connect.
+            let err = match TcpStream::connect(&addr).await {
+                Ok(stream) => match Self::handshake(stream, &addr).await {
+                    Ok(c) => return Ok(c),
+                    Err(StoreError::Io { source, .. }) => source,
+                    Err(e) => return Err(e),
+                },
+                Err(e) => e,
+            };
+            if start.elapsed() + delay >= timeout {
+                return Err(StoreError::Connect {
+                    addr,
+                    waited: start.elapsed(),
+                    source: err,
+                });
             }
-        };
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    async fn handshake(stream: TcpStream, addr: &str) -> Result<StoreClient, StoreError> {
         let _ = stream.set_nodelay(true);
-        let mut c = StoreClient { stream, addr };
+        let mut c = StoreClient {
+            stream,
+            addr: addr.to_string(),
+            ops: 0,
+        };
         let nonce = std::process::id();
         let mut hello = encode_request(&Request::Validate(VALIDATION_MAGIC));
         hello.extend(encode_request(&Request::Ping(nonce)));
@@ -104,7 +123,13 @@ impl StoreClient {
     }
 
     async fn send(&mut self, req: Request) -> Result<(), StoreError> {
+        self.ops += 1;
         self.write(&encode_request(&req)).await
+    }
+
+    /// Requests sent on this connection.
+    pub fn ops(&self) -> u64 {
+        self.ops
     }
 
     async fn read_u32(&mut self) -> Result<u32, StoreError> {

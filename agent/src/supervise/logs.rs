@@ -25,10 +25,34 @@ pub enum Sink {
     },
 }
 
-/// Which console stream a line goes to.
+/// Which console stream a line goes to; Flush is acknowledged once all before it are
+/// written.
 enum Line {
     Out(Vec<u8>),
     Err(Vec<u8>),
+    Flush(mpsc::Sender<()>),
+}
+
+/// Forwarders still copying a pipe; each reports on its channel when its pipe closed.
+fn forwarders() -> &'static std::sync::Mutex<Vec<mpsc::Receiver<()>>> {
+    static F: OnceLock<std::sync::Mutex<Vec<mpsc::Receiver<()>>>> = OnceLock::new();
+    F.get_or_init(Default::default)
+}
+
+/// Waits until every rank's output has reached the console and log files: the pipes'
+/// forwarders finish at EOF, then the console queue is flushed. Bounded by `limit`,
+/// in case a detached grandchild keeps a pipe open.
+pub fn drain(limit: std::time::Duration) {
+    let deadline = std::time::Instant::now() + limit;
+    let pending: Vec<mpsc::Receiver<()>> =
+        std::mem::take(&mut *forwarders().lock().expect("forwarders lock"));
+    for done in pending {
+        let _ = done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+    }
+    let (tx, rx) = mpsc::channel();
+    if console().send(Line::Flush(tx)).is_ok() {
+        let _ = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+    }
 }
 
 fn console() -> &'static mpsc::Sender<Line> {
@@ -41,6 +65,11 @@ fn console() -> &'static mpsc::Sender<Line> {
                 let _ = match line {
                     Line::Out(b) => std::io::stdout().lock().write_all(&b),
                     Line::Err(b) => std::io::stderr().lock().write_all(&b),
+                    Line::Flush(ack) => {
+                        let _ = std::io::stdout().flush();
+                        let _ = ack.send(());
+                        Ok(())
+                    }
                 };
             }
         });
@@ -75,7 +104,10 @@ impl Sink {
         let prefix = prefix.clone().into_bytes();
         let is_err = *stderr;
         let tx = console().clone();
+        let (done_tx, done_rx) = mpsc::channel();
+        forwarders().lock().expect("forwarders lock").push(done_rx);
         std::thread::spawn(move || {
+            let _done = done_tx;
             let mut reader = BufReader::with_capacity(64 * 1024, pipe);
             let mut buf = Vec::new();
             loop {

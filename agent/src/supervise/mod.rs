@@ -7,7 +7,7 @@ mod spawn;
 mod summary;
 
 pub use events::{parse_signal, Event, Events};
-pub use logs::{line_prefix, LogPlan, Sink};
+pub use logs::{drain, line_prefix, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{failure_summary, Failure, WorkerError};
 
@@ -25,6 +25,8 @@ pub enum Outcome {
     Failed(Vec<Failure>),
     /// toporun got a handled signal and stopped the ranks.
     Interrupted(Signal),
+    /// Another node asked every node to stop (a failure elsewhere, a lost node).
+    Stopped(String),
 }
 
 /// Becomes a child subreaper, so orphaned grandchildren re-parent to toporun and are
@@ -48,7 +50,21 @@ pub async fn run_attempt(
     cmds: Vec<RankCmd>,
     events: &mut Events,
     shutdown_timeout: Duration,
+    stop_request: impl std::future::Future<Output = String>,
 ) -> std::io::Result<Outcome> {
+    let outcome = attempt(cmds, events, shutdown_timeout, stop_request).await;
+    // Every line the ranks wrote reaches the console before anything else is said.
+    drain(Duration::from_secs(2));
+    outcome
+}
+
+async fn attempt(
+    cmds: Vec<RankCmd>,
+    events: &mut Events,
+    shutdown_timeout: Duration,
+    stop_request: impl std::future::Future<Output = String>,
+) -> std::io::Result<Outcome> {
+    let mut stop_request = std::pin::pin!(stop_request);
     let mut ranks: Vec<Running> = Vec::with_capacity(cmds.len());
     for cmd in cmds {
         match cmd.spawn() {
@@ -87,7 +103,15 @@ pub async fn run_attempt(
             kill_groups(&ranks, Signal::SIGKILL);
             return Ok(Outcome::Succeeded);
         }
-        match events.next().await {
+        let event = tokio::select! {
+            ev = events.next() => ev,
+            reason = &mut stop_request => {
+                tracing::warn!("stopping the ranks: {reason}");
+                stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+                return Ok(Outcome::Stopped(reason));
+            }
+        };
+        match event {
             Event::Child => {}
             Event::Signal(sig) => {
                 tracing::warn!(

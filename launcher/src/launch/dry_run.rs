@@ -51,6 +51,8 @@ fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
         places: layout(&sizes, node_rank),
         master_addr: master,
         master_port: port,
+        node_rank: node_rank as u32,
+        nnodes: o.nnodes_max,
     };
     let job = job_env(p, &node, 0, Path::new("<run dir>"));
     let views = node

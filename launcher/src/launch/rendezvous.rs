@@ -1,42 +1,51 @@
-//! Hosting or joining the store, and agreeing on every node's place.
+//! Hosting or joining the store, and every round of the job: a single node hosts its
+//! own store; several nodes run the agent's rendezvous protocol (static or c10d) with
+//! keep-alives, stop requests across nodes and an exit barrier.
 
 use super::{NodePlace, Prepared};
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
-use std::time::{Duration, Instant};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 use toporun_agent::paths::{self, Root};
+use toporun_agent::rendezvous::{
+    barrier, coordinate, join, request_stop, Config, JoinError, NodeInfo, Shape, StopWatch,
+};
 use toporun_agent::store::{StoreClient, StoreServer};
-use toporun_agent::supervise::Events;
+use toporun_agent::supervise::{Event, Events};
 use toporun_shared::torchrun::endpoint;
-use toporun_shared::torchrun::worker::layout;
+use toporun_shared::torchrun::worker::{layout, RankPlace};
 use toporun_shared::torchrun::RdzvBackend;
 
 /// c10d's default port.
 const C10D_PORT: u16 = 29400;
-/// How often a waiting node says where it stands.
-const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// torchrun's exit barrier timeout.
+const EXIT_BARRIER: Duration = Duration::from_secs(300);
 
-/// What each node tells the others.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct NodeInfo {
-    pub node_rank: u32,
-    pub hostname: String,
-    pub addr: String,
-    pub nproc: u32,
-    pub gpus: usize,
-    pub boot_id: Option<String>,
-    pub ipc_ns: Option<u64>,
-    pub net_ns: Option<u64>,
+pub type StopFuture = Pin<Box<dyn Future<Output = String>>>;
+
+pub struct Session {
+    run_id: String,
+    store_host: String,
+    port: u16,
+    server: Option<StoreServer>,
+    multi: Option<Multi>,
+}
+
+struct Multi {
+    cfg: Config,
+    is_host: bool,
+    client: StoreClient,
+    info: NodeInfo,
 }
 
 fn bind(port: u16, what: &str) -> Result<StoreServer> {
     StoreServer::bind(port).map_err(|e| {
-        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+        anyhow::anyhow!(if e.kind() == std::io::ErrorKind::AddrInUse {
             format!("port {port} is already in use on this node (another job, or a torchrun left behind); choose another {what} or use --standalone for a free port")
         } else {
             format!("cannot listen on port {port}: {e}")
-        };
-        anyhow::anyhow!(hint)
+        })
     })
 }
 
@@ -46,138 +55,362 @@ fn random_id() -> String {
         .unwrap_or_else(|| format!("{:x}", std::process::id()))
 }
 
-/// Returns this node's place, or None when a handled signal arrived while waiting.
-pub async fn join(p: &Prepared, events: &mut Events) -> Result<Option<NodePlace>> {
-    let o = &p.opts;
-    let run_id = o.run_id(&random_id());
-    let (host, port) = match o.rdzv_backend {
-        RdzvBackend::Static => (o.master_addr.clone(), o.master_port),
-        RdzvBackend::C10d => {
-            let ep = endpoint::parse(&o.rdzv_endpoint)
-                .map_err(toporun_shared::torchrun::OptionsError)?;
-            (ep.host, ep.port.unwrap_or(C10D_PORT))
-        }
-    };
-    if o.nnodes_max == 1 {
-        let server = bind(
-            port,
-            if o.rdzv_backend == RdzvBackend::Static {
-                "--master-port"
-            } else {
-                "--rdzv-endpoint port"
-            },
-        )?;
-        let master_addr = if o.standalone {
-            "localhost".to_string()
-        } else {
-            host
-        };
-        return Ok(Some(NodePlace {
-            run_id,
-            places: layout(&[p.nproc], 0),
-            master_addr,
-            master_port: server.port(),
-        }));
+/// Whether this node should host the c10d store: `is_host` in --rdzv-conf, else the
+/// endpoint names this node (loopback, its hostname, or one of its addresses).
+fn hosts_c10d(p: &Prepared, host: &str) -> bool {
+    if let Some(v) = p.opts.rdzv_conf.get("is_host") {
+        return matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes");
     }
-    if o.rdzv_backend == RdzvBackend::C10d {
-        bail!("multi-node c10d rendezvous is not implemented in this toporun yet: use static rendezvous (--nnodes N --node-rank R --master-addr A --master-port P, or PET_* as TrainJob sets them)");
-    }
-    let join_timeout = o.conf_secs("join_timeout", 600.0)?;
-    if o.node_rank == 0 {
-        bind(port, "--master-port")?;
-    }
-    let start = Instant::now();
-    let mut client = tokio::select! {
-        c = StoreClient::connect(&host, port, join_timeout) => c.with_context(|| format!("node {} could not reach node 0's store at {}: check that {host} resolves (pod DNS), that node 0 is running (pod scheduled) and that port {port} is open", o.node_rank, endpoint::join(&host, port)))?,
-        _ = wait_signal(events) => return Ok(None),
-    };
     let c = &p.facts.container;
-    let me = NodeInfo {
-        node_rank: o.node_rank,
-        hostname: c.hostname.clone(),
-        addr: o.local_addr.clone().unwrap_or_else(|| c.hostname.clone()),
-        nproc: p.nproc,
-        gpus: p.facts.gpus.count(),
-        boot_id: c.boot_id.clone(),
-        ipc_ns: c.namespaces.get("ipc").map(|n| n.inode),
-        net_ns: c.namespaces.get("net").map(|n| n.inode),
-    };
-    let key = |r: u32| format!("toporun/{run_id}/node/{r}");
-    client
-        .set(&key(o.node_rank), &serde_json::to_vec(&me)?)
-        .await?;
-    let n = o.nnodes_max;
-    let keys: Vec<String> = (0..n).map(key).collect();
-    let mut last_progress = Instant::now();
-    loop {
-        let mut missing = Vec::new();
-        for (r, k) in keys.iter().enumerate() {
-            if !client.check(&[k]).await? {
-                missing.push(r);
+    if host == "localhost" || host == c.hostname || p.opts.local_addr.as_deref() == Some(host) {
+        return true;
+    }
+    let local: Vec<std::net::IpAddr> = p
+        .facts
+        .nics
+        .iter()
+        .flat_map(|n| n.addresses.iter().filter_map(|a| a.addr.parse().ok()))
+        .collect();
+    use std::net::ToSocketAddrs;
+    (host, 0u16)
+        .to_socket_addrs()
+        .map(|mut it| it.any(|a| a.ip().is_loopback() || local.contains(&a.ip())))
+        .unwrap_or(false)
+}
+
+async fn until_signal(events: &mut Events) {
+    while !matches!(events.next().await, Event::Signal(_)) {}
+}
+
+impl Session {
+    /// Binds or connects. None when a handled signal arrived meanwhile.
+    pub async fn start(p: &Prepared, events: &mut Events) -> Result<Option<Session>> {
+        let o = &p.opts;
+        let run_id = o.run_id(&random_id());
+        let (store_host, port) = match o.rdzv_backend {
+            RdzvBackend::Static => (o.master_addr.clone(), o.master_port),
+            RdzvBackend::C10d => {
+                let ep = endpoint::parse(&o.rdzv_endpoint)
+                    .map_err(toporun_shared::torchrun::OptionsError)?;
+                (ep.host, ep.port.unwrap_or(C10D_PORT))
+            }
+        };
+        if o.nnodes_max == 1 {
+            let server = bind(
+                port,
+                if o.rdzv_backend == RdzvBackend::Static {
+                    "--master-port"
+                } else {
+                    "--rdzv-endpoint port"
+                },
+            )?;
+            let store_host = if o.standalone {
+                "localhost".to_string()
+            } else {
+                store_host
+            };
+            return Ok(Some(Session {
+                run_id,
+                store_host,
+                port: server.port(),
+                server: Some(server),
+                multi: None,
+            }));
+        }
+        let mut is_host = match o.rdzv_backend {
+            RdzvBackend::Static => o.node_rank == 0,
+            RdzvBackend::C10d => hosts_c10d(p, &store_host),
+        };
+        let server = match (is_host, o.rdzv_backend) {
+            (false, _) => None,
+            (true, RdzvBackend::Static) => Some(bind(port, "--master-port")?),
+            // Several c10d nodes on one machine all match the endpoint: the first to
+            // bind hosts, the others join it (as torchrun does), unless is_host says so.
+            (true, RdzvBackend::C10d) => match StoreServer::bind(port) {
+                Ok(s) => Some(s),
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && !o.rdzv_conf.contains_key("is_host") =>
+                {
+                    is_host = false;
+                    None
+                }
+                Err(_) => Some(bind(port, "--rdzv-endpoint port")?),
+            },
+        };
+        let shape = match o.rdzv_backend {
+            RdzvBackend::Static => Shape::Static {
+                nnodes: o.nnodes_max,
+            },
+            RdzvBackend::C10d => Shape::Elastic {
+                min: o.nnodes_min,
+                max: o.nnodes_max,
+            },
+        };
+        let cfg = Config {
+            run_id: run_id.clone(),
+            shape,
+            join_timeout: o.conf_secs("join_timeout", 600.0)?,
+            last_call: o.conf_secs("last_call_timeout", 30.0)?,
+            keepalive_interval: o.conf_secs("keep_alive_interval", 5.0)?,
+            keepalive_misses: o
+                .rdzv_conf
+                .get("keep_alive_max_attempt")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(3),
+        };
+        let target = endpoint::join(&store_host, port);
+        eprintln!(
+            "toporun: rendezvous {run_id} ({}): {} the store at {target}",
+            if matches!(shape, Shape::Static { .. }) {
+                "static"
+            } else {
+                "c10d"
+            },
+            if is_host { "hosting" } else { "joining" }
+        );
+        let client = tokio::select! {
+            c = StoreClient::connect(&store_host, port, cfg.join_timeout) => c.with_context(|| format!(
+                "could not reach the rendezvous store at {target} within {:.0?}: check that {store_host} resolves from this pod (DNS), that the node hosting it is running (pod scheduled?) and that port {port} is open between nodes",
+                cfg.join_timeout))?,
+            _ = until_signal(events) => return Ok(None),
+        };
+        let c = &p.facts.container;
+        let info = NodeInfo {
+            node_rank: matches!(shape, Shape::Static { .. }).then_some(o.node_rank),
+            hostname: c.hostname.clone(),
+            addr: o.local_addr.clone().unwrap_or_else(|| c.hostname.clone()),
+            nproc: p.nproc,
+            gpus: p.facts.gpus.count(),
+            boot_id: c.boot_id.clone(),
+            ipc_ns: c.namespaces.get("ipc").map(|n| n.inode),
+            net_ns: c.namespaces.get("net").map(|n| n.inode),
+        };
+        Ok(Some(Session {
+            run_id,
+            store_host,
+            port,
+            server,
+            multi: Some(Multi {
+                cfg,
+                is_host,
+                client,
+                info,
+            }),
+        }))
+    }
+
+    /// This node's place in round `round`. None when a handled signal arrived.
+    pub async fn join(
+        &mut self,
+        p: &Prepared,
+        round: u32,
+        events: &mut Events,
+    ) -> Result<Option<NodePlace>> {
+        let Some(m) = self.multi.as_mut() else {
+            return Ok(Some(NodePlace {
+                run_id: self.run_id.clone(),
+                places: layout(&[p.nproc], 0),
+                master_addr: self.store_host.clone(),
+                master_port: self.port,
+                node_rank: 0,
+                nnodes: 1,
+            }));
+        };
+        let coordinator = if m.is_host {
+            let mut c = StoreClient::connect("127.0.0.1", self.port, m.cfg.join_timeout).await?;
+            let cfg = m.cfg.clone();
+            Some(tokio::spawn(async move {
+                let mut report = |joined: u32,
+                                  expected: u32,
+                                  missing: &[u32],
+                                  elapsed: Duration,
+                                  timeout: Duration| {
+                    let who = if missing.is_empty() {
+                        format!("{} more", expected.saturating_sub(joined))
+                    } else {
+                        format!("node rank(s) {missing:?}")
+                    };
+                    eprintln!("toporun: rendezvous {} round {round}: {joined}/{expected} nodes joined, waiting for {who}, {:.0}s of {:.0}s", cfg.run_id, elapsed.as_secs_f64(), timeout.as_secs_f64());
+                };
+                coordinate(&mut c, &cfg, round, &mut report).await
+            }))
+        } else {
+            None
+        };
+        let run_id = self.run_id.clone();
+        let is_host = m.is_host;
+        // The host's coordinator reports progress; the others say they are waiting.
+        let mut report = move |waited: Duration| {
+            if !is_host {
+                eprintln!("toporun: rendezvous {run_id} round {round}: waiting for the round to close at the host ({:.0}s)", waited.as_secs_f64());
+            }
+        };
+        let joining = join(&mut m.client, &m.cfg, round, &m.info, &mut report);
+        tokio::pin!(joining);
+        // Poll both: this node's own join and, on the host, the coordinator, which may
+        // fail (a timeout naming the missing nodes) while the join still waits.
+        let mut coordinator = coordinator;
+        let mut coordinated = None;
+        let joined = loop {
+            tokio::select! {
+                r = &mut joining => break r,
+                c = async { coordinator.as_mut().expect("guarded").await }, if coordinator.is_some() && coordinated.is_none() => {
+                    let c = c?;
+                    if let Err(e) = &c {
+                        bail!("rendezvous {}: {e}. Likely causes: the missing nodes' pods are not scheduled or crashed, {} does not resolve for them, or port {} is blocked between nodes", self.run_id, self.store_host, self.port);
+                    }
+                    coordinated = Some(c);
+                }
+                _ = until_signal(events) => return Ok(None),
+            }
+        };
+        if coordinated.is_none() {
+            if let Some(task) = coordinator {
+                coordinated = Some(task.await?);
             }
         }
-        if missing.is_empty() {
-            break;
+        if let Some(result) = coordinated {
+            match result {
+                Ok(infos) => {
+                    eprint!("{}", node_table(&self.run_id, round, &infos));
+                    for line in colocation(&infos) {
+                        eprintln!("toporun: {line}");
+                    }
+                }
+                Err(e) => bail!("rendezvous {}: {e}", self.run_id),
+            }
         }
-        let elapsed = start.elapsed();
-        if elapsed >= join_timeout {
-            bail!(
-                "rendezvous {run_id} timed out after {:.0?}: node rank(s) {missing:?} never joined ({} of {n} did). Likely causes: their pods are not scheduled or crashed, {host} does not resolve for them, or port {port} is blocked between nodes",
-                join_timeout,
-                n as usize - missing.len()
-            );
-        }
-        if last_progress.elapsed() >= PROGRESS_EVERY {
-            eprintln!("toporun: rendezvous {run_id} (static): {}/{n} nodes joined, waiting for node rank(s) {missing:?}, {:.0}s of {:.0}s", n as usize - missing.len(), elapsed.as_secs_f64(), join_timeout.as_secs_f64());
-            last_progress = Instant::now();
-        }
-        tokio::select! {
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-            _ = wait_signal(events) => return Ok(None),
+        let place = match joined {
+            Ok(place) => place,
+            Err(e @ JoinError::Surplus { .. }) => {
+                bail!("{e}; more nodes joined than --nnodes allows: this node is not needed")
+            }
+            Err(e) => return Err(e).context(format!("joining rendezvous {}", self.run_id)),
+        };
+        eprintln!(
+            "toporun: round {round}: this node is node rank {} of {}, global ranks {}-{} of {}",
+            place.node_rank,
+            place.nnodes,
+            place.offset,
+            place.offset + p.nproc - 1,
+            place.world
+        );
+        let places = (0..p.nproc)
+            .map(|l| RankPlace {
+                local_rank: l,
+                rank: place.offset + l,
+                group_rank: place.node_rank,
+                local_world_size: p.nproc,
+                world_size: place.world,
+                group_world_size: place.nnodes,
+            })
+            .collect();
+        Ok(Some(NodePlace {
+            run_id: self.run_id.clone(),
+            places,
+            master_addr: self.store_host.clone(),
+            master_port: self.port,
+            node_rank: place.node_rank,
+            nnodes: place.nnodes,
+        }))
+    }
+
+    /// A future that resolves when another node asks every node to stop.
+    pub async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
+        let Some(m) = self.multi.as_ref() else {
+            return Ok(Box::pin(std::future::pending()));
+        };
+        let client =
+            StoreClient::connect(&self.store_host, self.port, Duration::from_secs(30)).await?;
+        let watch = StopWatch {
+            client,
+            cfg: m.cfg.clone(),
+            round,
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            is_host: m.is_host,
+        };
+        Ok(Box::pin(watch.run()))
+    }
+
+    /// Tells every node to stop (first reason wins); returns the reason that won.
+    pub async fn stop_all(&mut self, round: u32, reason: &str) -> String {
+        match self.multi.as_mut() {
+            Some(m) => request_stop(&mut m.client, &m.cfg, round, reason)
+                .await
+                .unwrap_or_else(|_| reason.to_string()),
+            None => reason.to_string(),
         }
     }
-    let key_refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    let infos: Vec<NodeInfo> = client
-        .multi_get(&key_refs, join_timeout)
-        .await?
-        .iter()
-        .map(|b| serde_json::from_slice(b))
-        .collect::<Result<_, _>>()
-        .context("a node published an unreadable description")?;
-    let sizes: Vec<u32> = infos.iter().map(|i| i.nproc).collect();
-    eprint!("{}", node_table(&run_id, &infos, &sizes));
-    for line in colocation(&infos) {
-        eprintln!("toporun: {line}");
+
+    /// The exit barrier; None when every node finished.
+    pub async fn finish(&mut self, round: u32, node: &NodePlace) -> Result<Option<String>> {
+        let Some(m) = self.multi.as_mut() else {
+            return Ok(None);
+        };
+        eprintln!("toporun: this node's ranks finished; waiting for the other nodes (up to {EXIT_BARRIER:.0?})");
+        Ok(barrier(
+            &mut m.client,
+            &m.cfg,
+            round,
+            node.nnodes,
+            EXIT_BARRIER,
+            m.is_host,
+        )
+        .await?)
     }
-    Ok(Some(NodePlace {
-        run_id,
-        places: layout(&sizes, o.node_rank as usize),
-        master_addr: host,
-        master_port: port,
-    }))
+
+    /// Watches the agent store for the workers' TCPStore handshake ("init/" counter)
+    /// and says when some workers connected but others did not: the signature of a
+    /// rank hung in init_process_group.
+    pub fn watch_init(&self, world: u32, grace: Duration) -> Option<tokio::task::JoinHandle<()>> {
+        let server = self.server.clone()?;
+        let count = move || {
+            server
+                .get(b"init/")
+                .and_then(|v| String::from_utf8_lossy(&v).parse::<u32>().ok())
+                .unwrap_or(0)
+        };
+        let base = count();
+        Some(tokio::spawn(async move {
+            let mut waited = Duration::ZERO;
+            loop {
+                tokio::time::sleep(grace).await;
+                waited += grace;
+                let n = count().saturating_sub(base);
+                if n >= world {
+                    return;
+                }
+                if n > 0 {
+                    eprintln!("toporun: warning: only {n} of {world} workers have connected to the store after {:.0?}: the others are hung before or in init_process_group (crashed early, wrong MASTER_ADDR/MASTER_PORT, or blocked on a GPU); check their output", waited);
+                }
+            }
+        }))
+    }
 }
 
-async fn wait_signal(events: &mut Events) {
-    loop {
-        if let toporun_agent::supervise::Event::Signal(_) = events.next().await {
-            return;
-        }
+fn node_table(run_id: &str, round: u32, infos: &[NodeInfo]) -> String {
+    let total: u32 = infos.iter().map(|i| i.nproc).sum();
+    let mut out = format!(
+        "toporun: rendezvous {run_id} round {round} complete: {} nodes, {total} ranks\n",
+        infos.len()
+    );
+    if infos.len() > 64 {
+        return out;
     }
-}
-
-fn node_table(run_id: &str, infos: &[NodeInfo], sizes: &[u32]) -> String {
-    let mut out = format!("toporun: rendezvous {run_id} complete: {} nodes, {} ranks\n  node  hostname                 address                  ranks      GPUs\n", infos.len(), sizes.iter().sum::<u32>());
+    out.push_str("  node  hostname                 address                  ranks      GPUs\n");
     let mut base = 0;
-    for i in infos {
+    for (i, n) in infos.iter().enumerate() {
         out.push_str(&format!(
             "  {:<5} {:<24} {:<24} {:<10} {}\n",
-            i.node_rank,
-            i.hostname,
-            i.addr,
-            format!("{}-{}", base, base + i.nproc - 1),
-            i.gpus
+            i,
+            n.hostname,
+            n.addr,
+            format!("{}-{}", base, base + n.nproc.max(1) - 1),
+            n.gpus
         ));
-        base += i.nproc;
+        base += n.nproc;
     }
     out
 }
@@ -196,18 +429,20 @@ pub fn colocation(infos: &[NodeInfo]) -> Vec<String> {
             continue;
         }
         seen.push(boot);
-        let group: Vec<&NodeInfo> = infos
+        let group: Vec<(usize, &NodeInfo)> = infos
             .iter()
-            .filter(|j| j.boot_id.as_deref() == Some(boot))
+            .enumerate()
+            .filter(|(_, j)| j.boot_id.as_deref() == Some(boot))
             .collect();
         if group.len() < 2 {
             continue;
         }
-        let ranks: Vec<u32> = group.iter().map(|g| g.node_rank).collect();
-        let same_host = group.iter().all(|g| g.hostname == group[0].hostname);
+        let ranks: Vec<usize> = group.iter().map(|g| g.0).collect();
+        let first = group[0].1;
+        let same_host = group.iter().all(|g| g.1.hostname == first.hostname);
         let same_ns = group
             .iter()
-            .all(|g| g.ipc_ns == group[0].ipc_ns && g.net_ns == group[0].net_ns);
+            .all(|g| g.1.ipc_ns == first.ipc_ns && g.1.net_ns == first.net_ns);
         if same_host && same_ns {
             out.push(format!("info: rdzv.colocated: node ranks {ranks:?} run on one host (boot_id {boot}) with the same hostname and namespaces: NCCL sees one host and uses P2P/SHM between them"));
         } else {
@@ -224,9 +459,8 @@ pub fn colocation(infos: &[NodeInfo]) -> Vec<String> {
 mod tests {
     use super::*;
 
-    fn node(r: u32, host: &str, boot: &str, ipc: u64) -> NodeInfo {
+    fn node(host: &str, boot: &str, ipc: u64) -> NodeInfo {
         NodeInfo {
-            node_rank: r,
             hostname: host.into(),
             addr: host.into(),
             nproc: 2,
@@ -234,18 +468,19 @@ mod tests {
             boot_id: Some(boot.into()),
             ipc_ns: Some(ipc),
             net_ns: Some(1),
+            ..Default::default()
         }
     }
 
     #[test]
     fn colocated_pods_warn_same_container_informs() {
-        assert!(colocation(&[node(0, "a", "b1", 1), node(1, "b", "b2", 1)]).is_empty());
-        let pods = colocation(&[node(0, "pod-a", "b1", 1), node(1, "pod-b", "b1", 2)]);
+        assert!(colocation(&[node("a", "b1", 1), node("b", "b2", 1)]).is_empty());
+        let pods = colocation(&[node("pod-a", "b1", 1), node("pod-b", "b1", 2)]);
         assert!(
             pods[0].starts_with("warning: rdzv.colocated")
                 && pods[0].contains("different hostnames")
         );
-        let same = colocation(&[node(0, "h", "b1", 1), node(1, "h", "b1", 1)]);
+        let same = colocation(&[node("h", "b1", 1), node("h", "b1", 1)]);
         assert!(same[0].starts_with("info: rdzv.colocated"));
     }
 }

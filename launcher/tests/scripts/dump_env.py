@@ -5,5 +5,5 @@ rank = os.environ.get("RANK", "x")
 attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
 with open(f"{out}/rank{rank}_attempt{attempt}.json", "w") as f:
     json.dump({"argv": sys.argv, "env": dict(os.environ)}, f)
-if os.environ.get("FAIL_FIRST_ATTEMPT") == "1" and attempt == "0" and rank == "0":
+if os.environ.get("FAIL_RANK") == rank and attempt == "0":
     sys.exit(5)

@@ -1,0 +1,163 @@
+//! The coordinator: runs on the node that hosts the store. It watches joins, closes the
+//! round (static: all nodes; c10d: max nodes, or min nodes plus the last-call window),
+//! publishes every node's place, and says where it stands while it waits.
+
+use super::{Config, NodeInfo, Shape};
+use crate::store::{StoreClient, StoreError};
+use std::time::{Duration, Instant};
+
+/// Progress reports while waiting.
+pub trait Progress {
+    fn waiting(
+        &mut self,
+        joined: u32,
+        expected: u32,
+        missing: &[u32],
+        elapsed: Duration,
+        timeout: Duration,
+    );
+}
+
+impl<F: FnMut(u32, u32, &[u32], Duration, Duration)> Progress for F {
+    fn waiting(
+        &mut self,
+        joined: u32,
+        expected: u32,
+        missing: &[u32],
+        elapsed: Duration,
+        timeout: Duration,
+    ) {
+        self(joined, expected, missing, elapsed, timeout)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoordinateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("rendezvous timed out after {waited:.0?}: {joined} of {expected} node(s) joined{}", missing_text(.missing))]
+    Timeout {
+        waited: Duration,
+        joined: u32,
+        expected: u32,
+        missing: Vec<u32>,
+    },
+    #[error("{} nodes joined but node rank(s) {missing:?} did not: two nodes were given the same --node-rank", .missing.len())]
+    Duplicate { missing: Vec<u32> },
+    #[error("node {0} published an unreadable description: {1}")]
+    BadNode(u32, String),
+}
+
+fn missing_text(missing: &[u32]) -> String {
+    if missing.is_empty() {
+        String::new()
+    } else {
+        format!("; missing node rank(s) {missing:?}")
+    }
+}
+
+const POLL: Duration = Duration::from_millis(20);
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+/// Closes round `round` and publishes the layout; returns the node descriptions in
+/// node-rank order.
+pub async fn coordinate(
+    c: &mut StoreClient,
+    cfg: &Config,
+    round: u32,
+    progress: &mut (dyn Progress + Send),
+) -> Result<Vec<NodeInfo>, CoordinateError> {
+    let start = Instant::now();
+    let mut last_report = Instant::now();
+    let mut quorum_at: Option<Instant> = None;
+    let count = loop {
+        let joined = c.add(&cfg.key(round, "join"), 0).await? as u32;
+        let elapsed = start.elapsed();
+        let (expected, done) = match cfg.shape {
+            Shape::Static { nnodes } => (nnodes, joined >= nnodes),
+            Shape::Elastic { min, max } => {
+                if joined >= min && quorum_at.is_none() {
+                    quorum_at = Some(Instant::now());
+                }
+                (
+                    max,
+                    joined >= max || quorum_at.is_some_and(|t| t.elapsed() >= cfg.last_call),
+                )
+            }
+        };
+        if done {
+            break joined.min(cfg.max_nodes());
+        }
+        let need = match cfg.shape {
+            Shape::Static { nnodes } => nnodes,
+            Shape::Elastic { min, .. } => min,
+        };
+        if elapsed >= cfg.join_timeout && joined < need {
+            let missing = missing_static(c, cfg, round).await?;
+            return Err(CoordinateError::Timeout {
+                waited: elapsed,
+                joined,
+                expected: need,
+                missing,
+            });
+        }
+        if last_report.elapsed() >= PROGRESS_EVERY {
+            let missing = missing_static(c, cfg, round).await?;
+            progress.waiting(joined, expected, &missing, elapsed, cfg.join_timeout);
+            last_report = Instant::now();
+        }
+        tokio::time::sleep(POLL).await;
+    };
+    let keys: Vec<String> = (0..count)
+        .map(|i| cfg.key(round, &format!("node/{i}")))
+        .collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    if matches!(cfg.shape, Shape::Static { .. }) && !c.check(&refs).await? {
+        let missing = missing_static(c, cfg, round).await?;
+        return Err(CoordinateError::Duplicate { missing });
+    }
+    let raw = c.multi_get(&refs, cfg.join_timeout).await?;
+    let infos: Vec<NodeInfo> = raw
+        .iter()
+        .enumerate()
+        .map(|(i, b)| {
+            serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i as u32, e.to_string()))
+        })
+        .collect::<Result<_, _>>()?;
+    let world: u32 = infos.iter().map(|i| i.nproc).sum();
+    let mut offset = 0;
+    let mut layout: Vec<(String, Vec<u8>)> = Vec::with_capacity(infos.len());
+    for (i, info) in infos.iter().enumerate() {
+        layout.push((
+            cfg.key(round, &format!("layout/{i}")),
+            format!("{i},{offset},{world},{count}").into_bytes(),
+        ));
+        offset += info.nproc;
+    }
+    let pairs: Vec<(&str, &[u8])> = layout
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    c.multi_set(&pairs).await?;
+    c.set(&cfg.key(round, "closed"), count.to_string().as_bytes())
+        .await?;
+    Ok(infos)
+}
+
+/// Static node ranks whose description has not arrived (empty for c10d).
+async fn missing_static(
+    c: &mut StoreClient,
+    cfg: &Config,
+    round: u32,
+) -> Result<Vec<u32>, StoreError> {
+    let Shape::Static { nnodes } = cfg.shape else {
+        return Ok(Vec::new());
+    };
+    let mut missing = Vec::new();
+    for r in 0..nnodes {
+        if !c.check(&[&cfg.key(round, &format!("node/{r}"))]).await? {
+            missing.push(r);
+        }
+    }
+    Ok(missing)
+}

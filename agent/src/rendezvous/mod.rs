@@ -1,0 +1,230 @@
+//! toporun's rendezvous over a TCPStore: nodes join a round, one coordinator closes it
+//! and hands out places. Only standard store operations are used, so the same protocol
+//! runs against toporun's store or PyTorch's own TCPStore server, and every node does a
+//! constant number of operations (a round of N nodes costs O(N) in total).
+//!
+//! Keys, under `toporun/<run_id>/r<round>/`:
+//! - `join`: ADD counter; c10d nodes take their join index from it.
+//! - `node/<idx>`: the node's description (JSON, with its nproc).
+//! - `layout/<idx>`: "node_rank,offset,world,nnodes", set by the coordinator.
+//! - `closed`: the number of nodes, set once when the round closes (nodes WAIT on it).
+//! - `stop`: "restart ..." or "fail ..." (first writer wins): every node stops its ranks.
+//! - `alive/<idx>`: keep-alive counters; `done`: the exit barrier.
+
+pub mod bench;
+mod coordinator;
+mod node;
+
+pub use coordinator::{coordinate, CoordinateError, Progress};
+pub use node::{barrier, join, request_stop, JoinError, Place, StopWatch};
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// What each node tells the others.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    /// Static rendezvous: the node rank it was given; c10d: None.
+    pub node_rank: Option<u32>,
+    pub hostname: String,
+    pub addr: String,
+    pub nproc: u32,
+    pub gpus: usize,
+    pub boot_id: Option<String>,
+    pub ipc_ns: Option<u64>,
+    pub net_ns: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// Exactly `nnodes`, ranks given on the command line.
+    Static { nnodes: u32 },
+    /// Between min and max nodes; ranks by join order.
+    Elastic { min: u32, max: u32 },
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub run_id: String,
+    pub shape: Shape,
+    pub join_timeout: Duration,
+    pub last_call: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_misses: u32,
+}
+
+impl Config {
+    pub fn key(&self, round: u32, rest: &str) -> String {
+        format!("toporun/{}/r{round}/{rest}", self.run_id)
+    }
+
+    pub fn max_nodes(&self) -> u32 {
+        match self.shape {
+            Shape::Static { nnodes } => nnodes,
+            Shape::Elastic { max, .. } => max,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{StoreClient, StoreServer};
+
+    fn cfg(shape: Shape) -> Config {
+        Config {
+            run_id: "t".into(),
+            shape,
+            join_timeout: Duration::from_secs(5),
+            last_call: Duration::from_millis(300),
+            keepalive_interval: Duration::from_millis(100),
+            keepalive_misses: 3,
+        }
+    }
+
+    async fn client(port: u16) -> StoreClient {
+        StoreClient::connect("127.0.0.1", port, Duration::from_secs(2))
+            .await
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn static_heterogeneous_nodes_get_ranks_in_node_order() {
+        let s = StoreServer::bind(0).unwrap();
+        let cfg = cfg(Shape::Static { nnodes: 2 });
+        let mut handles = Vec::new();
+        for (rank, nproc) in [(1u32, 3u32), (0, 1)] {
+            let (cfg, port) = (cfg.clone(), s.port());
+            handles.push(tokio::spawn(async move {
+                let info = NodeInfo {
+                    node_rank: Some(rank),
+                    nproc,
+                    ..Default::default()
+                };
+                join(&mut client(port).await, &cfg, 0, &info, &mut |_| {})
+                    .await
+                    .unwrap()
+            }));
+        }
+        let infos = coordinate(
+            &mut client(s.port()).await,
+            &cfg,
+            0,
+            &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            infos.iter().map(|i| i.nproc).collect::<Vec<_>>(),
+            vec![1, 3]
+        );
+        let node1 = handles.remove(0).await.unwrap();
+        assert_eq!(
+            (node1.node_rank, node1.offset, node1.world, node1.nnodes),
+            (1, 1, 4, 2)
+        );
+        assert_eq!(handles.remove(0).await.unwrap().offset, 0);
+    }
+
+    #[tokio::test]
+    async fn static_timeout_names_the_missing_rank() {
+        let s = StoreServer::bind(0).unwrap();
+        let mut cfg = cfg(Shape::Static { nnodes: 2 });
+        cfg.join_timeout = Duration::from_millis(300);
+        let info = NodeInfo {
+            node_rank: Some(0),
+            nproc: 1,
+            ..Default::default()
+        };
+        let port = s.port();
+        let c2 = cfg.clone();
+        tokio::spawn(
+            async move { join(&mut client(port).await, &c2, 0, &info, &mut |_| {}).await },
+        );
+        let err = coordinate(
+            &mut client(port).await,
+            &cfg,
+            0,
+            &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("missing node rank(s) [1]"),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn elastic_closes_after_last_call_with_min_nodes() {
+        let s = StoreServer::bind(0).unwrap();
+        let cfg = cfg(Shape::Elastic { min: 2, max: 4 });
+        let mut handles = Vec::new();
+        for _ in 0..2 {
+            let (cfg, port) = (cfg.clone(), s.port());
+            handles.push(tokio::spawn(async move {
+                join(
+                    &mut client(port).await,
+                    &cfg,
+                    0,
+                    &NodeInfo {
+                        nproc: 2,
+                        ..Default::default()
+                    },
+                    &mut |_| {},
+                )
+                .await
+                .unwrap()
+            }));
+        }
+        let t = std::time::Instant::now();
+        let infos = coordinate(
+            &mut client(s.port()).await,
+            &cfg,
+            0,
+            &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
+        )
+        .await
+        .unwrap();
+        assert_eq!(infos.len(), 2);
+        assert!(
+            t.elapsed() >= Duration::from_millis(250),
+            "closed before the last call"
+        );
+        let mut ranks: Vec<u32> = Vec::new();
+        for h in handles {
+            let p = h.await.unwrap();
+            assert_eq!(p.world, 4);
+            ranks.push(p.node_rank);
+        }
+        ranks.sort();
+        assert_eq!(ranks, vec![0, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_silent_node_triggers_a_stop_on_the_host() {
+        let s = StoreServer::bind(0).unwrap();
+        let cfg = cfg(Shape::Static { nnodes: 2 });
+        let watch = StopWatch {
+            client: client(s.port()).await,
+            cfg: cfg.clone(),
+            round: 0,
+            node_rank: 0,
+            nnodes: 2,
+            is_host: true,
+        };
+        let reason = tokio::time::timeout(Duration::from_secs(3), watch.run())
+            .await
+            .unwrap();
+        assert!(reason.starts_with("node-lost: node 1"), "{reason}");
+    }
+
+    #[tokio::test]
+    async fn bench_a_thousand_nodes() {
+        let r = bench::bench(1000, None, Duration::from_secs(30))
+            .await
+            .unwrap();
+        assert_eq!(r.nodes, 1000);
+        assert!(r.ops >= 6000, "{r:?}");
+    }
+}
