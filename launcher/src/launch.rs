@@ -29,6 +29,8 @@ pub struct Prepared {
     pub plan: Plan,
     pub parent_env: BTreeMap<String, String>,
     pub python: String,
+    /// The GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES applied), in order.
+    pub cuda_gpus: Vec<usize>,
 }
 
 pub fn run(m: &ArgMatches) -> u8 {
@@ -66,9 +68,15 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
         m.get_one::<String>("facts"),
         m.get_one::<String>("nvidia_smi_topo"),
     )?;
+    // Like torch.cuda.device_count(): the GPUs left visible by CUDA_VISIBLE_DEVICES.
+    let cvd = parent_env
+        .get("CUDA_VISIBLE_DEVICES")
+        .or_else(|| facts.container.env.get("CUDA_VISIBLE_DEVICES"));
+    let cuda_gpus =
+        toporun_shared::visible_devices::cuda_devices(cvd.map(String::as_str), &facts.gpus);
     let nproc = opts
         .nproc
-        .resolve(facts.gpus.count(), facts.container.cpu_count)
+        .resolve(cuda_gpus.len(), facts.container.cpu_count)
         .map_err(toporun_shared::torchrun::OptionsError)?;
     let master = match opts.rdzv_backend {
         toporun_shared::torchrun::RdzvBackend::Static => Some(opts.master_addr.clone()),
@@ -107,6 +115,7 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
         plan,
         parent_env,
         python,
+        cuda_gpus,
     })
 }
 
@@ -299,12 +308,20 @@ pub struct NodePlace {
     pub nnodes: u32,
 }
 
+/// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the
+/// GPU count share them round-robin).
+pub fn gpu_of(p: &Prepared, local_rank: u32) -> Option<&toporun_shared::facts::Gpu> {
+    let idx = *p
+        .cuda_gpus
+        .get(local_rank as usize % p.cuda_gpus.len().max(1))?;
+    p.facts.gpus.devices.get(idx)
+}
+
 fn cpus_for(p: &Prepared, local_rank: u32) -> Option<Vec<u32>> {
-    let gpus = &p.facts.gpus.devices;
-    if p.opts.numa_binding == NumaBinding::None || gpus.is_empty() {
+    if p.opts.numa_binding == NumaBinding::None {
         return None;
     }
-    let gpu = &gpus[local_rank as usize % gpus.len()];
+    let gpu = gpu_of(p, local_rank)?;
     if gpu.cpu_affinity.is_empty() {
         return None;
     }
@@ -313,7 +330,7 @@ fn cpus_for(p: &Prepared, local_rank: u32) -> Option<Vec<u32>> {
     }
     // Exclusive: ranks whose GPUs share an affinity set split it evenly.
     let sharing: Vec<u32> = (0..p.nproc)
-        .filter(|r| gpus[*r as usize % gpus.len()].cpu_affinity == gpu.cpu_affinity)
+        .filter(|r| gpu_of(p, *r).is_some_and(|g| g.cpu_affinity == gpu.cpu_affinity))
         .collect();
     let idx = sharing.iter().position(|r| *r == local_rank).unwrap_or(0);
     let per = (gpu.cpu_affinity.len() / sharing.len()).max(1);

@@ -224,3 +224,36 @@ fn dry_run_takes_milliseconds() {
     // Debug build on a shared 2-core machine; the release figure is in the README.
     assert!(median < Duration::from_millis(200), "{median:?}");
 }
+
+#[test]
+fn nproc_gpu_counts_what_cuda_visible_devices_leaves() {
+    // Seen on the 4x H200 host: two nodes of 2 GPUs each must start 2 ranks, not 4.
+    let (code, out, _) = run(toporun()
+        .args([
+            "launch",
+            "--dry-run",
+            "--facts",
+            &host("h200x4"),
+            "--nproc-per-node=gpu",
+            "t.py",
+        ])
+        .env("CUDA_VISIBLE_DEVICES", "2,3"));
+    assert_eq!(code, 0);
+    assert!(out.contains("ranks: 2 per node"), "{out}");
+    assert!(
+        out.contains("local rank 0 (rank 0), GPU2") && out.contains("local rank 1 (rank 1), GPU3"),
+        "{out}"
+    );
+    let (code, _, err) = run(toporun()
+        .args([
+            "launch",
+            "--dry-run",
+            "--facts",
+            &host("h200x4"),
+            "--nproc-per-node=gpu",
+            "t.py",
+        ])
+        .env("CUDA_VISIBLE_DEVICES", ""));
+    assert_eq!(code, 2);
+    assert!(err.contains("no GPU is visible"), "{err}");
+}

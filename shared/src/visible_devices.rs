@@ -23,6 +23,34 @@ impl VisibleDevices {
     }
 }
 
+/// The GPUs (indices into `gpus.devices`) CUDA will use, in CUDA's order, given
+/// CUDA_VISIBLE_DEVICES: indices or UUID prefixes; CUDA stops at the first invalid
+/// entry; unset means all of them.
+pub fn cuda_devices(cvd: Option<&str>, gpus: &GpuFacts) -> Vec<usize> {
+    let n = gpus.count();
+    let list = match cvd.map(VisibleDevices::parse) {
+        None | Some(VisibleDevices::All) => return (0..n).collect(),
+        Some(VisibleDevices::None) => return Vec::new(),
+        Some(VisibleDevices::List(list)) => list,
+    };
+    let mut out = Vec::new();
+    for entry in &list {
+        let found = match entry.parse::<usize>() {
+            Ok(i) if i < n => Some(i),
+            Ok(_) => None,
+            Err(_) => gpus
+                .devices
+                .iter()
+                .position(|d| !d.uuid.is_empty() && d.uuid.starts_with(entry.as_str())),
+        };
+        match found {
+            Some(i) if !out.contains(&i) => out.push(i),
+            _ => break,
+        }
+    }
+    out
+}
+
 /// What is wrong with a CUDA_VISIBLE_DEVICES list given the GPUs this container has.
 pub fn mismatch(cvd: VisibleDevices, visible: usize, gpus: &GpuFacts) -> Option<String> {
     let VisibleDevices::List(list) = cvd else {
@@ -63,6 +91,26 @@ mod tests {
             VisibleDevices::parse("0, 2"),
             VisibleDevices::List(vec!["0".into(), "2".into()])
         );
+    }
+
+    #[test]
+    fn cuda_sees_the_listed_devices_up_to_the_first_invalid_one() {
+        use crate::facts::Gpu;
+        let g = GpuFacts {
+            devices: (0..4)
+                .map(|i| Gpu {
+                    index: i,
+                    uuid: format!("GPU-{i}abc"),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        assert_eq!(cuda_devices(None, &g), vec![0, 1, 2, 3]);
+        assert_eq!(cuda_devices(Some("2,3"), &g), vec![2, 3]);
+        assert_eq!(cuda_devices(Some("1,9,2"), &g), vec![1]);
+        assert_eq!(cuda_devices(Some("GPU-3"), &g), vec![3]);
+        assert_eq!(cuda_devices(Some(""), &g), Vec::<usize>::new());
     }
 
     #[test]

@@ -69,12 +69,7 @@ fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
                     env.insert(k.into(), "<assigned at rendezvous>".into());
                 }
             }
-            let gpu = p
-                .facts
-                .gpus
-                .devices
-                .get(place.local_rank as usize)
-                .map(|d| (d.index, d.uuid.clone()));
+            let gpu = super::gpu_of(p, place.local_rank).map(|d| (d.index, d.uuid.clone()));
             RankView {
                 local_rank: place.local_rank,
                 rank: known.then_some(place.rank),
