@@ -273,3 +273,114 @@ fn tee_prefixes_whole_lines_and_writes_log_files() {
         "{out}"
     );
 }
+
+#[test]
+fn prefix_template_is_honoured() {
+    let (code, out, _) = run(toporun()
+        .args([
+            "--standalone",
+            "--nproc-per-node=2",
+            "--role=trainer",
+            "--tee=1",
+            "--no-python",
+            "sh",
+            "-c",
+            "echo hello",
+        ])
+        .env(
+            "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE",
+            "<${role_name}:${rank}/${local_rank}> ",
+        ));
+    assert_eq!(code, 0);
+    assert!(
+        out.lines().any(|l| l == "<trainer:0/0> hello")
+            && out.lines().any(|l| l == "<trainer:1/1> hello"),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_chatty_rank_is_not_slowed_by_a_console_nobody_reads() {
+    // toporun's stdout is a pipe nobody reads until the rank has finished: the rank's
+    // 8 MB must not wait for the console (torchrun's tee would block it).
+    let d = tempfile::tempdir().unwrap();
+    let done = d.path().join("done");
+    let script = format!(
+        "head -c 8000000 /dev/zero | tr '\\0' 'x' | fold -w 100; touch {}",
+        done.display()
+    );
+    let mut child = toporun()
+        .args([
+            "--standalone",
+            "--nproc-per-node=1",
+            "--tee=3",
+            "--no-python",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while !done.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the rank was blocked by the unread console"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = String::new();
+    use std::io::Read;
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 80_000);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.len() == 100 + "[default0]:".len() && l.starts_with("[default0]:xxxx")),
+        "a line was split or interleaved"
+    );
+}
+
+#[test]
+fn numa_binding_pins_each_rank_to_its_gpus_cpus() {
+    let text = std::fs::read_to_string(host("h200x4")).unwrap();
+    let mut facts: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let online = std::thread::available_parallelism().unwrap().get();
+    for (i, d) in facts["gpus"]["devices"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .enumerate()
+    {
+        d["cpu_affinity"] = serde_json::json!([i % online]);
+    }
+    let d = tempfile::tempdir().unwrap();
+    let f = d.path().join("facts.json");
+    std::fs::write(&f, facts.to_string()).unwrap();
+    let (code, out, err) = run(toporun().args([
+        "--facts",
+        f.to_str().unwrap(),
+        "--standalone",
+        "--nproc-per-node=2",
+        "--numa-binding=node",
+        "--tee=1",
+        "--no-python",
+        "sh",
+        "-c",
+        "grep Cpus_allowed_list /proc/self/status",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("[default0]:Cpus_allowed_list:\t0"), "{out}");
+    if online > 1 {
+        assert!(out.contains("[default1]:Cpus_allowed_list:\t1"), "{out}");
+    }
+}

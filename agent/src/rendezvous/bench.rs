@@ -45,6 +45,8 @@ pub async fn bench(
         },
         join_timeout: timeout,
         last_call: Duration::ZERO,
+        close_timeout: timeout,
+        read_timeout: timeout,
         keepalive_interval: Duration::from_secs(5),
         keepalive_misses: 3,
     };

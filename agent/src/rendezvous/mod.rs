@@ -49,6 +49,11 @@ pub struct Config {
     pub shape: Shape,
     pub join_timeout: Duration,
     pub last_call: Duration,
+    /// How long a node waits, beyond the join timeout and last call, for the host to
+    /// close the round.
+    pub close_timeout: Duration,
+    /// Bound on single store reads (the round's layout).
+    pub read_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_misses: u32,
 }
@@ -77,6 +82,8 @@ mod tests {
             shape,
             join_timeout: Duration::from_secs(5),
             last_call: Duration::from_millis(300),
+            close_timeout: Duration::from_secs(5),
+            read_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_millis(100),
             keepalive_misses: 3,
         }

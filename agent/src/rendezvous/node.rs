@@ -54,7 +54,7 @@ pub async fn join(
         }
     };
     let start = Instant::now();
-    let deadline = cfg.join_timeout + cfg.last_call + Duration::from_secs(5);
+    let deadline = cfg.join_timeout + cfg.last_call + cfg.close_timeout;
     let closed = cfg.key(round, "closed");
     loop {
         match c.wait(&[&closed], PROGRESS_EVERY).await {
@@ -66,14 +66,14 @@ pub async fn join(
             Err(e) => return Err(e.into()),
         }
     }
-    let nnodes: u32 = String::from_utf8_lossy(&c.get(&closed, cfg.join_timeout).await?)
+    let nnodes: u32 = String::from_utf8_lossy(&c.get(&closed, cfg.read_timeout).await?)
         .parse()
         .map_err(|_| JoinError::BadLayout("closed".into()))?;
     if idx >= nnodes {
         return Err(JoinError::Surplus { round, idx, nnodes });
     }
     let raw = c
-        .get(&cfg.key(round, &format!("layout/{idx}")), cfg.join_timeout)
+        .get(&cfg.key(round, &format!("layout/{idx}")), cfg.read_timeout)
         .await?;
     let text = String::from_utf8_lossy(&raw).into_owned();
     let nums: Vec<u32> = text

@@ -152,6 +152,8 @@ impl Session {
             shape,
             join_timeout: o.conf_secs("join_timeout", 600.0)?,
             last_call: o.conf_secs("last_call_timeout", 30.0)?,
+            close_timeout: o.conf_secs("close_timeout", 60.0)?,
+            read_timeout: o.conf_secs("read_timeout", 60.0)?,
             keepalive_interval: o.conf_secs("keep_alive_interval", 5.0)?,
             keepalive_misses: o
                 .rdzv_conf
