@@ -132,14 +132,7 @@ pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::preflight::testutil::healthy;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::preflight::testutil::{env, healthy};
 
     #[test]
     fn folklore_variables_are_flagged() {

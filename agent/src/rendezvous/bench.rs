@@ -74,14 +74,9 @@ pub async fn bench(
     let mut coord = StoreClient::connect(&host, port, timeout)
         .await
         .map_err(|e| e.to_string())?;
-    coordinate(
-        &mut coord,
-        &cfg,
-        0,
-        &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    coordinate(&mut coord, &cfg, 0, &mut |_| {})
+        .await
+        .map_err(|e| e.to_string())?;
     let mut ops = coord.ops();
     let mut ranks = std::collections::BTreeSet::new();
     for t in tasks {

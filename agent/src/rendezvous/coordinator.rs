@@ -6,29 +6,15 @@ use super::{Config, NodeInfo, Shape};
 use crate::store::{StoreClient, StoreError};
 use std::time::{Duration, Instant};
 
-/// Progress reports while waiting.
-pub trait Progress {
-    fn waiting(
-        &mut self,
-        joined: u32,
-        expected: u32,
-        missing: &[u32],
-        elapsed: Duration,
-        timeout: Duration,
-    );
-}
-
-impl<F: FnMut(u32, u32, &[u32], Duration, Duration)> Progress for F {
-    fn waiting(
-        &mut self,
-        joined: u32,
-        expected: u32,
-        missing: &[u32],
-        elapsed: Duration,
-        timeout: Duration,
-    ) {
-        self(joined, expected, missing, elapsed, timeout)
-    }
+/// Where a round stands, reported every few seconds while it waits.
+#[derive(Debug, Clone)]
+pub struct Waiting {
+    pub joined: u32,
+    pub expected: u32,
+    /// Static node ranks not joined yet (empty for c10d).
+    pub missing: Vec<u32>,
+    pub elapsed: Duration,
+    pub timeout: Duration,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,7 +51,7 @@ pub async fn coordinate(
     c: &mut StoreClient,
     cfg: &Config,
     round: u32,
-    progress: &mut (dyn Progress + Send),
+    progress: &mut (dyn FnMut(&Waiting) + Send),
 ) -> Result<Vec<NodeInfo>, CoordinateError> {
     let start = Instant::now();
     let mut last_report = Instant::now();
@@ -103,7 +89,13 @@ pub async fn coordinate(
         }
         if last_report.elapsed() >= PROGRESS_EVERY {
             let missing = missing_static(c, cfg, round).await?;
-            progress.waiting(joined, expected, &missing, elapsed, cfg.join_timeout);
+            progress(&Waiting {
+                joined,
+                expected,
+                missing,
+                elapsed,
+                timeout: cfg.join_timeout,
+            });
             last_report = Instant::now();
         }
         tokio::time::sleep(POLL).await;

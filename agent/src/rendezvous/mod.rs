@@ -15,7 +15,7 @@ pub mod bench;
 mod coordinator;
 mod node;
 
-pub use coordinator::{coordinate, CoordinateError, Progress};
+pub use coordinator::{coordinate, CoordinateError, Waiting};
 pub use node::{barrier, join, request_stop, JoinError, Place, StopWatch};
 
 use serde::{Deserialize, Serialize};
@@ -113,14 +113,9 @@ mod tests {
                     .unwrap()
             }));
         }
-        let infos = coordinate(
-            &mut client(s.port()).await,
-            &cfg,
-            0,
-            &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
-        )
-        .await
-        .unwrap();
+        let infos = coordinate(&mut client(s.port()).await, &cfg, 0, &mut |_| {})
+            .await
+            .unwrap();
         assert_eq!(
             infos.iter().map(|i| i.nproc).collect::<Vec<_>>(),
             vec![1, 3]
@@ -148,14 +143,9 @@ mod tests {
         tokio::spawn(
             async move { join(&mut client(port).await, &c2, 0, &info, &mut |_| {}).await },
         );
-        let err = coordinate(
-            &mut client(port).await,
-            &cfg,
-            0,
-            &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
-        )
-        .await
-        .unwrap_err();
+        let err = coordinate(&mut client(port).await, &cfg, 0, &mut |_| {})
+            .await
+            .unwrap_err();
         assert!(
             err.to_string().contains("missing node rank(s) [1]"),
             "{err}"
@@ -185,14 +175,9 @@ mod tests {
             }));
         }
         let t = std::time::Instant::now();
-        let infos = coordinate(
-            &mut client(s.port()).await,
-            &cfg,
-            0,
-            &mut |_: u32, _: u32, _: &[u32], _: Duration, _: Duration| {},
-        )
-        .await
-        .unwrap();
+        let infos = coordinate(&mut client(s.port()).await, &cfg, 0, &mut |_| {})
+            .await
+            .unwrap();
         assert_eq!(infos.len(), 2);
         assert!(
             t.elapsed() >= Duration::from_millis(250),

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::time::Duration;
 use toporun_agent::paths::{self, Root};
 use toporun_agent::rendezvous::{
-    barrier, coordinate, join, request_stop, Config, JoinError, NodeInfo, Shape, StopWatch,
+    barrier, coordinate, join, request_stop, Config, JoinError, NodeInfo, Shape, StopWatch, Waiting,
 };
 use toporun_agent::store::{StoreClient, StoreServer};
 use toporun_agent::supervise::{Event, Events};
@@ -223,17 +223,13 @@ impl Session {
             let mut c = StoreClient::connect("127.0.0.1", self.port, m.cfg.join_timeout).await?;
             let cfg = m.cfg.clone();
             Some(tokio::spawn(async move {
-                let mut report = |joined: u32,
-                                  expected: u32,
-                                  missing: &[u32],
-                                  elapsed: Duration,
-                                  timeout: Duration| {
-                    let who = if missing.is_empty() {
-                        format!("{} more", expected.saturating_sub(joined))
+                let mut report = |w: &Waiting| {
+                    let who = if w.missing.is_empty() {
+                        format!("{} more", w.expected.saturating_sub(w.joined))
                     } else {
-                        format!("node rank(s) {missing:?}")
+                        format!("node rank(s) {:?}", w.missing)
                     };
-                    eprintln!("toporun: rendezvous {} round {round}: {joined}/{expected} nodes joined, waiting for {who}, {:.0}s of {:.0}s", cfg.run_id, elapsed.as_secs_f64(), timeout.as_secs_f64());
+                    eprintln!("toporun: rendezvous {} round {round}: {}/{} nodes joined, waiting for {who}, {:.0}s of {:.0}s", cfg.run_id, w.joined, w.expected, w.elapsed.as_secs_f64(), w.timeout.as_secs_f64());
                 };
                 coordinate(&mut c, &cfg, round, &mut report).await
             }))

@@ -56,6 +56,13 @@ impl GpuFacts {
         self.p2p.iter().find(|p| p.a == a && p.b == b)
     }
 
+    /// NVLink-connected pairs whose NVML P2P read/write is not OK: NCCL aborts on them.
+    pub fn nvlink_pairs_without_p2p(&self) -> Vec<(usize, usize, LinkKind)> {
+        self.pairs()
+            .filter(|(a, b, l)| l.is_nvlink() && !self.p2p_ok(*a, *b))
+            .collect()
+    }
+
     /// Whether P2P read and write are both OK, unknown counting as OK (no evidence).
     pub fn p2p_ok(&self, a: usize, b: usize) -> bool {
         self.p2p(a, b)

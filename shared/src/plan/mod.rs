@@ -200,14 +200,7 @@ impl Plan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::preflight::testutil::healthy;
-
-    fn env(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::preflight::testutil::{env, healthy};
 
     #[test]
     fn user_values_are_never_changed() {

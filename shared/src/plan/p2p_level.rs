@@ -15,9 +15,9 @@ pub(crate) fn decide(facts: &HostFacts, _user: &BTreeMap<String, String>) -> Dec
             format!("{} GPU(s): no GPU pair to connect", g.count()),
         );
     }
-    let broken: Vec<String> = pairs
+    let broken: Vec<String> = g
+        .nvlink_pairs_without_p2p()
         .iter()
-        .filter(|(a, b, l)| l.is_nvlink() && !g.p2p_ok(*a, *b))
         .map(|(a, b, _)| format!("GPU{a}-GPU{b}"))
         .collect();
     if !broken.is_empty() {

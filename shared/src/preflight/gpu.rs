@@ -142,9 +142,9 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         return None;
     }
     let pairs: Vec<(usize, usize, LinkKind)> = g.pairs().collect();
-    let broken: Vec<String> = pairs
+    let broken: Vec<String> = g
+        .nvlink_pairs_without_p2p()
         .iter()
-        .filter(|(a, b, l)| l.is_nvlink() && !g.p2p_ok(*a, *b))
         .map(|(a, b, l)| format!("GPU{a}-GPU{b} ({l})"))
         .collect();
     if !broken.is_empty() {

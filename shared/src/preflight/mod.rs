@@ -131,6 +131,13 @@ pub(crate) mod testutil {
         f
     }
 
+    pub fn env(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
     pub fn ids(findings: &[crate::finding::Finding], sev: crate::finding::Severity) -> Vec<String> {
         findings
             .iter()
