@@ -161,8 +161,22 @@ fn bad_input_exits_2_with_a_message() {
     assert_eq!(code, 2);
 }
 
+/// `toporun topo --format json` of a capture in tests/fixtures/topo.
+fn topo_json(file: &str) -> serde_json::Value {
+    let path = fixtures().join("topo").join(file);
+    let (code, out, err) = run(toporun().args([
+        "topo",
+        "--format",
+        "json",
+        "--nvidia-smi-topo",
+        path.to_str().unwrap(),
+    ]));
+    assert_eq!(code, 0, "{file}: {err}");
+    serde_json::from_str(&out).unwrap()
+}
+
 #[test]
-fn topo_json_matrix_for_every_capture() {
+fn topo_json_for_every_capture() {
     let cases = [
         ("h200x4.txt", 4, "NV18"),
         ("p4d.24xlarge.txt", 8, "NV12"),
@@ -174,17 +188,8 @@ fn topo_json_matrix_for_every_capture() {
         ("pcie-mlx4-8gpu.txt", 8, ""),
     ];
     for (file, n, all) in cases {
-        let path = fixtures().join("topo").join(file);
-        let (code, out, err) = run(toporun().args([
-            "topo",
-            "--format",
-            "json",
-            "--nvidia-smi-topo",
-            path.to_str().unwrap(),
-        ]));
-        assert_eq!(code, 0, "{file}: {err}");
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        let m: Vec<Vec<String>> = serde_json::from_value(v["matrix"].clone()).unwrap();
+        let m: Vec<Vec<String>> =
+            serde_json::from_value(topo_json(file)["matrix"].clone()).unwrap();
         assert_eq!(m.len(), n, "{file}");
         for (i, row) in m.iter().enumerate() {
             assert_eq!(row.len(), n);
@@ -201,43 +206,18 @@ fn topo_json_matrix_for_every_capture() {
 
 #[test]
 fn topo_json_for_public_captures_matches_their_text() {
-    let path = fixtures().join("topo/dgx1-v100.txt");
-    let (_, out, _) = run(toporun().args([
-        "topo",
-        "--format",
-        "json",
-        "--nvidia-smi-topo",
-        path.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = topo_json("dgx1-v100.txt");
     // DGX-1's hybrid cube mesh: GPU0 has NV1/NV2 to 1-4, SYS to 5-7 (captured as SOC).
     assert_eq!(
         v["matrix"][0],
         serde_json::json!(["X", "NV1", "NV1", "NV2", "NV2", "SYS", "SYS", "SYS"])
     );
     assert_eq!(v["matrix"][5][1], "NV2");
-    let path = fixtures().join("topo/pcie-mlx4-8gpu.txt");
-    let (_, out, _) = run(toporun().args([
-        "topo",
-        "--format",
-        "json",
-        "--nvidia-smi-topo",
-        path.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v = topo_json("pcie-mlx4-8gpu.txt");
     assert_eq!(
         v["matrix"][0],
         serde_json::json!(["X", "PIX", "PHB", "PHB", "SYS", "SYS", "SYS", "SYS"])
     );
     assert_eq!(v["gpus"][4]["cpu_affinity"], "10-19,30-39");
-    let path = fixtures().join("topo/dgx-a100.txt");
-    let (_, out, _) = run(toporun().args([
-        "topo",
-        "--format",
-        "json",
-        "--nvidia-smi-topo",
-        path.to_str().unwrap(),
-    ]));
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["gpus"][2]["numa_node"], 1);
+    assert_eq!(topo_json("dgx-a100.txt")["gpus"][2]["numa_node"], 1);
 }
