@@ -185,10 +185,7 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
         ),
         "junit" => print!("{}", output::junit(&findings)),
         _ => {
-            print!(
-                "{}",
-                output::findings_text(&findings, &Style::stdout(), false)
-            );
+            print!("{}", output::findings_text(&findings, &Style::stdout()));
             let errors = findings
                 .iter()
                 .filter(|f| f.severity == Severity::Error)

@@ -31,7 +31,8 @@ impl Style {
     }
 }
 
-pub fn findings_text(findings: &[Finding], style: &Style, verbose: bool) -> String {
+/// Findings, one line each; warnings and errors also with their facts and fix.
+pub fn findings_text(findings: &[Finding], style: &Style) -> String {
     let mut out = String::new();
     for f in findings {
         out.push_str(&format!(
@@ -40,7 +41,7 @@ pub fn findings_text(findings: &[Finding], style: &Style, verbose: bool) -> Stri
             f.id,
             f.summary
         ));
-        if verbose || f.severity >= Severity::Warning {
+        if f.severity >= Severity::Warning {
             if !f.facts.is_empty() {
                 let facts: Vec<String> = f.facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
                 out.push_str(&format!("        {:<15} facts: {}\n", "", facts.join(", ")));

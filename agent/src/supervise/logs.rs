@@ -87,7 +87,7 @@ impl Sink {
         })
     }
 
-    pub(super) fn forward(&self, pipe: Option<File>, piped: bool, _local_rank: u32, _rank: u32) {
+    pub(super) fn forward(&self, pipe: Option<File>, piped: bool) {
         let (
             Sink::Prefixed {
                 prefix,

@@ -63,8 +63,6 @@ impl RankCmd {
                 .take()
                 .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
             out_pipe,
-            self.local_rank,
-            self.rank,
         );
         self.stderr.forward(
             child
@@ -72,8 +70,6 @@ impl RankCmd {
                 .take()
                 .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
             err_pipe,
-            self.local_rank,
-            self.rank,
         );
         Ok(Pid::from_raw(child.id() as i32))
     }

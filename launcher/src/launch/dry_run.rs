@@ -157,7 +157,7 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
             out.push_str(&if f.is_empty() {
                 "  none at warning or error level\n".to_string()
             } else {
-                findings_text(&f, &style, false)
+                findings_text(&f, &style)
             });
             out.push_str("\nNCCL plan:\n");
             for v in &p.plan.variables {

@@ -171,11 +171,23 @@ impl Session {
             },
             if is_host { "hosting" } else { "joining" }
         );
-        let client = tokio::select! {
-            c = StoreClient::connect(&store_host, port, cfg.join_timeout) => c.with_context(|| format!(
-                "could not reach the rendezvous store at {target} within {:.0?}: check that {store_host} resolves from this pod (DNS), that the node hosting it is running (pod scheduled?) and that port {port} is open between nodes",
-                cfg.join_timeout))?,
-            _ = until_signal(events) => return Ok(None),
+        // Never wait silently: say every 5 s which store this node is still trying.
+        let host_for_connect = store_host.clone();
+        let connecting = StoreClient::connect(&host_for_connect, port, cfg.join_timeout);
+        tokio::pin!(connecting);
+        let started = std::time::Instant::now();
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::now() + Duration::from_secs(5),
+            Duration::from_secs(5),
+        );
+        let client = loop {
+            tokio::select! {
+                c = &mut connecting => break c.with_context(|| format!(
+                    "could not reach the rendezvous store at {target} within {:.0?}: check that {store_host} resolves from this pod (DNS), that the node hosting it is running (pod scheduled?) and that port {port} is open between nodes",
+                    cfg.join_timeout))?,
+                _ = tick.tick() => eprintln!("toporun: rendezvous {run_id}: still connecting to the store at {target} ({:.0}s of {:.0}s): is the node hosting it up?", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64()),
+                _ = until_signal(events) => return Ok(None),
+            }
         };
         let c = &p.facts.container;
         let info = NodeInfo {

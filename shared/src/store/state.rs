@@ -2,8 +2,7 @@
 //! in, replies out (addressed to connections). No I/O, so transcripts replay in tests.
 
 use super::codec::{
-    self, blob, Request, CHECK_NOT_READY, CHECK_READY, VALIDATION_MAGIC, WAIT_CANCELED,
-    WAIT_STOP_WAITING,
+    blob, Request, CHECK_NOT_READY, CHECK_READY, VALIDATION_MAGIC, WAIT_CANCELED, WAIT_STOP_WAITING,
 };
 use std::collections::{HashMap, HashSet, VecDeque};
 
@@ -249,9 +248,6 @@ impl StoreState {
         }
     }
 }
-
-/// Re-export for callers that only need the codec's decode.
-pub use codec::decode_request as decode;
 
 #[cfg(test)]
 mod tests {
