@@ -113,11 +113,7 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_shutdown_timeout() {
         .unwrap();
     let ps = pids(d.path(), 3, Duration::from_secs(30));
     // Rank 0 keeps running too: stop the job with SIGTERM to toporun.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&child);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(10));
     assert_eq!(code, 1);
     assert!(
@@ -139,11 +135,7 @@ fn sigterm_to_toporun_reaches_every_rank() {
         .spawn()
         .unwrap();
     let ps = pids(d.path(), 3, Duration::from_secs(30));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&child);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
     assert_eq!(code, 1);
     assert!(took < Duration::from_secs(5), "{took:?}");
@@ -205,11 +197,7 @@ fn grandchildren_of_a_failed_rank_are_killed() {
         assert!(start.elapsed() < Duration::from_secs(10));
         std::thread::sleep(Duration::from_millis(20));
     };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&child);
     wait_exit(&mut child, Duration::from_secs(10));
     std::thread::sleep(Duration::from_millis(300));
     assert!(!alive(gc), "grandchild {gc} survived");

@@ -273,21 +273,34 @@ fn a_rank_hung_before_init_process_group_is_reported() {
         assert!(start.elapsed() < Duration::from_secs(30), "{seen}");
     }
     assert!(seen.contains("init_process_group"), "{seen}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(c.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .unwrap();
+    sigterm(&c);
     c.wait().unwrap();
 }
 
 #[test]
 fn a_node_whose_host_never_comes_says_so_and_gives_up() {
     let d = tempfile::tempdir().unwrap();
-    let n1 = node(&static_args(2, 1, 29637, 1, &["--rdzv-conf=join_timeout=6"], "dump_env.py"), d.path(), &[]);
+    let n1 = node(
+        &static_args(
+            2,
+            1,
+            29637,
+            1,
+            &["--rdzv-conf=join_timeout=6"],
+            "dump_env.py",
+        ),
+        d.path(),
+        &[],
+    );
     let (code, _, err, took) = finish(n1, Duration::from_secs(30));
     assert_eq!(code, 1);
-    assert!(err.contains("still connecting to the store at 127.0.0.1:29637"), "progress while waiting: {err}");
-    assert!(err.contains("could not reach the rendezvous store") && err.contains("DNS"), "{err}");
+    assert!(
+        err.contains("still connecting to the store at 127.0.0.1:29637"),
+        "progress while waiting: {err}"
+    );
+    assert!(
+        err.contains("could not reach the rendezvous store") && err.contains("DNS"),
+        "{err}"
+    );
     assert!(took < Duration::from_secs(12), "{took:?}");
 }

@@ -69,3 +69,12 @@ pub fn torchrun() -> PathBuf {
 pub fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")
 }
+
+/// Sends SIGTERM to a child (toporun under test).
+pub fn sigterm(child: &std::process::Child) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("signal toporun");
+}
