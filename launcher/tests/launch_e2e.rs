@@ -28,6 +28,9 @@ fn dump(
     let mut ranks = BTreeMap::new();
     for e in std::fs::read_dir(out).unwrap() {
         let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "json") {
+            continue; // a rank stopped before it finished its dump
+        }
         let v: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(&p).unwrap()).unwrap();
         let argv: Vec<String> = serde_json::from_value(v["argv"].clone()).unwrap();
