@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_agent::supervise::{
-    self, failure_summary, line_prefix, parse_signal, Events, LogPlan, Outcome, RankCmd,
+    self, failure_summary, line_prefix, Events, LogPlan, Outcome, RankCmd,
 };
 use toporun_shared::facts::HostFacts;
 use toporun_shared::plan::{self, LaunchShape, Plan, PlanMode};
@@ -52,18 +52,26 @@ pub fn run(m: &ArgMatches) -> u8 {
     })
 }
 
-fn prepare(m: &ArgMatches) -> Result<Prepared> {
-    let parent_env: BTreeMap<String, String> = std::env::vars().collect();
+/// The launch options: command line > PET_* > defaults. Pure and fast, so it runs
+/// before the signal handlers that depend on it and before any probing.
+fn options(m: &ArgMatches, parent_env: &BTreeMap<String, String>) -> Result<LaunchOptions> {
     let command: Vec<String> = m
         .get_many::<String>("command")
         .map(|v| v.cloned().collect())
         .unwrap_or_default();
-    let opts = resolve(
+    Ok(resolve(
         &cli::set_on_command_line(m),
-        &parent_env,
+        parent_env,
         &command[0],
         &command[1..],
-    )?;
+    )?)
+}
+
+fn prepare(
+    m: &ArgMatches,
+    opts: LaunchOptions,
+    parent_env: BTreeMap<String, String>,
+) -> Result<Prepared> {
     let facts = facts_source::load(
         m.get_one::<String>("facts"),
         m.get_one::<String>("nvidia_smi_topo"),
@@ -78,16 +86,11 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
         .nproc
         .resolve(cuda_gpus.len(), facts.container.cpu_count)
         .map_err(toporun_shared::torchrun::OptionsError)?;
-    let master = match opts.rdzv_backend {
-        toporun_shared::torchrun::RdzvBackend::Static => Some(opts.master_addr.clone()),
-        _ => toporun_shared::torchrun::endpoint::parse(&opts.rdzv_endpoint)
-            .ok()
-            .map(|e| e.host),
-    };
+    let (master, _) = opts.store_address();
     let shape = LaunchShape {
         nnodes: opts.nnodes_max,
         nproc_per_node: nproc,
-        master_addr: master.as_deref(),
+        master_addr: Some(&master),
     };
     let mode = if m.get_one::<String>("nccl_env").map(String::as_str) == Some("off") {
         PlanMode::Off
@@ -120,21 +123,17 @@ fn prepare(m: &ArgMatches) -> Result<Prepared> {
 }
 
 async fn launch(m: &ArgMatches) -> Result<u8> {
-    // Handlers first, so a SIGTERM during probing or rendezvous is never lost.
-    let signals: Vec<Signal> = {
-        let env_or_cli = m
-            .get_one::<String>("signals_to_handle")
-            .cloned()
-            .or_else(|| std::env::var("PET_SIGNALS_TO_HANDLE").ok());
-        env_or_cli
-            .unwrap_or_else(|| toporun_shared::torchrun::options::DEFAULT_SIGNALS.into())
-            .split(',')
-            .filter_map(|s| parse_signal(s.trim()))
-            .collect()
-    };
+    let parent_env: BTreeMap<String, String> = std::env::vars().collect();
+    let opts = options(m, &parent_env)?;
+    // Handlers before probing, so a SIGTERM during probing or rendezvous is never lost.
+    let signals: Vec<Signal> = opts
+        .signals_to_handle
+        .iter()
+        .filter_map(|s| s.parse().ok())
+        .collect();
     let mut events = Events::install(&signals).context("installing signal handlers")?;
     supervise::become_subreaper();
-    let p = prepare(m)?;
+    let p = prepare(m, opts, parent_env)?;
     for note in &p.opts.notes {
         eprintln!("toporun: note: {note}");
     }

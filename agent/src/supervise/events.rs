@@ -60,8 +60,3 @@ impl Events {
         None
     }
 }
-
-/// Signal names as torchrun's --signals-to-handle spells them.
-pub fn parse_signal(name: &str) -> Option<Signal> {
-    name.parse().ok()
-}

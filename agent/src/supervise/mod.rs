@@ -6,7 +6,7 @@ mod logs;
 mod spawn;
 mod summary;
 
-pub use events::{parse_signal, Event, Events};
+pub use events::{Event, Events};
 pub use logs::{drain, line_prefix, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{failure_summary, Failure, WorkerError};
@@ -14,7 +14,6 @@ pub use summary::{failure_summary, Failure, WorkerError};
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
-use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 /// How an attempt ended.
@@ -87,9 +86,8 @@ async fn attempt(
             }
         }
     }
-    let by_pid: HashMap<Pid, usize> = ranks.iter().enumerate().map(|(i, r)| (r.pid, i)).collect();
     loop {
-        reap(&mut ranks, &by_pid);
+        reap(&mut ranks);
         if ranks.iter().any(|r| failed(r.exit)) {
             stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
             let failures = ranks
@@ -144,14 +142,14 @@ fn to_failure(r: &Running) -> Failure {
 }
 
 /// Collects every exited child: our ranks' statuses, and orphans (just reaped).
-fn reap(ranks: &mut [Running], by_pid: &HashMap<Pid, usize>) {
+fn reap(ranks: &mut [Running]) {
     loop {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(_) => return,
             Ok(status @ (WaitStatus::Exited(pid, _) | WaitStatus::Signaled(pid, _, _))) => {
-                if let Some(&i) = by_pid.get(&pid) {
-                    ranks[i].exit = Some(status);
-                    ranks[i].at = Some(SystemTime::now());
+                if let Some(r) = ranks.iter_mut().find(|r| r.pid == pid) {
+                    r.exit = Some(status);
+                    r.at = Some(SystemTime::now());
                 }
             }
             Ok(_) => {}
@@ -169,13 +167,12 @@ fn kill_groups(ranks: &[Running], sig: Signal) {
 /// Sends `sig` to every live rank's group, waits up to `timeout`, then SIGKILLs them
 /// and whatever is left in their groups.
 async fn stop(ranks: &mut [Running], events: &mut Events, sig: Signal, timeout: Duration) {
-    let by_pid: HashMap<Pid, usize> = ranks.iter().enumerate().map(|(i, r)| (r.pid, i)).collect();
     for r in ranks.iter().filter(|r| r.exit.is_none()) {
         let _ = killpg(r.pid, sig);
     }
     let deadline = Instant::now() + timeout;
     loop {
-        reap(ranks, &by_pid);
+        reap(ranks);
         if ranks.iter().all(|r| r.exit.is_some()) {
             break;
         }
@@ -193,7 +190,7 @@ async fn stop(ranks: &mut [Running], events: &mut Events, sig: Signal, timeout: 
             kill_groups(ranks, Signal::SIGKILL);
             while ranks.iter().any(|r| r.exit.is_none()) {
                 let _ = tokio::time::timeout(Duration::from_millis(100), events.next_child()).await;
-                reap(ranks, &by_pid);
+                reap(ranks);
             }
             break;
         }

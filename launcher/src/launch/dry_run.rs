@@ -27,25 +27,7 @@ fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
     let known = o.rdzv_backend == RdzvBackend::Static || o.nnodes_max == 1;
     let node_rank = if known { o.node_rank as usize } else { 0 };
     let sizes = vec![p.nproc; o.nnodes_max as usize];
-    let port = if o.standalone {
-        0
-    } else if o.rdzv_backend == RdzvBackend::Static {
-        o.master_port
-    } else {
-        toporun_shared::torchrun::endpoint::parse(&o.rdzv_endpoint)
-            .ok()
-            .and_then(|e| e.port)
-            .unwrap_or(29400)
-    };
-    let master = if o.standalone {
-        "localhost".to_string()
-    } else if o.rdzv_backend == RdzvBackend::Static {
-        o.master_addr.clone()
-    } else {
-        toporun_shared::torchrun::endpoint::parse(&o.rdzv_endpoint)
-            .map(|e| e.host)
-            .unwrap_or_default()
-    };
+    let (master, port) = o.store_address();
     let node = NodePlace {
         run_id: o.run_id("<random at start>"),
         places: layout(&sizes, node_rank),

@@ -17,8 +17,6 @@ use toporun_shared::torchrun::endpoint;
 use toporun_shared::torchrun::worker::{layout, RankPlace};
 use toporun_shared::torchrun::RdzvBackend;
 
-/// c10d's default port.
-const C10D_PORT: u16 = 29400;
 /// torchrun's exit barrier timeout.
 const EXIT_BARRIER: Duration = Duration::from_secs(300);
 
@@ -87,28 +85,9 @@ impl Session {
     pub async fn start(p: &Prepared, events: &mut Events) -> Result<Option<Session>> {
         let o = &p.opts;
         let run_id = o.run_id(&random_id());
-        let (store_host, port) = match o.rdzv_backend {
-            RdzvBackend::Static => (o.master_addr.clone(), o.master_port),
-            RdzvBackend::C10d => {
-                let ep = endpoint::parse(&o.rdzv_endpoint)
-                    .map_err(toporun_shared::torchrun::OptionsError)?;
-                (ep.host, ep.port.unwrap_or(C10D_PORT))
-            }
-        };
+        let (store_host, port) = o.store_address();
         if o.nnodes_max == 1 {
-            let server = bind(
-                port,
-                if o.rdzv_backend == RdzvBackend::Static {
-                    "--master-port"
-                } else {
-                    "--rdzv-endpoint port"
-                },
-            )?;
-            let store_host = if o.standalone {
-                "localhost".to_string()
-            } else {
-                store_host
-            };
+            let server = bind(port, o.store_port_option())?;
             return Ok(Some(Session {
                 run_id,
                 store_host,
@@ -123,7 +102,7 @@ impl Session {
         };
         let server = match (is_host, o.rdzv_backend) {
             (false, _) => None,
-            (true, RdzvBackend::Static) => Some(bind(port, "--master-port")?),
+            (true, RdzvBackend::Static) => Some(bind(port, o.store_port_option())?),
             // Several c10d nodes on one machine all match the endpoint: the first to
             // bind hosts, the others join it (as torchrun does), unless is_host says so.
             (true, RdzvBackend::C10d) => match StoreServer::bind(port) {
@@ -135,7 +114,7 @@ impl Session {
                     is_host = false;
                     None
                 }
-                Err(_) => Some(bind(port, "--rdzv-endpoint port")?),
+                Err(_) => Some(bind(port, o.store_port_option())?),
             },
         };
         let shape = match o.rdzv_backend {

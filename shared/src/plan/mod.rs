@@ -95,36 +95,35 @@ pub fn plan(
     let mut variables = Vec::new();
     for d in decisions {
         // NCCL_P2P_DISABLE set by the user owns the P2P decision too.
-        let user = user_env.get(d.name).or_else(|| {
-            (d.name == "NCCL_P2P_LEVEL")
-                .then(|| user_env.get("NCCL_P2P_DISABLE"))
-                .flatten()
-        });
-        let var = match (mode, user) {
-            (_, Some(v)) => PlannedVar {
+        let p2p_disable = (d.name == "NCCL_P2P_LEVEL")
+            .then(|| user_env.get("NCCL_P2P_DISABLE"))
+            .flatten();
+        let var = if let Some(v) = user_env.get(d.name) {
+            PlannedVar {
                 name: d.name.into(),
-                value: user_env
-                    .get(d.name)
-                    .cloned()
-                    .or_else(|| Some(v.clone()))
-                    .filter(|_| user_env.contains_key(d.name)),
+                value: Some(v.clone()),
                 source: Source::User,
-                reason: if user_env.contains_key(d.name) {
-                    format!(
-                        "set by the user, kept (toporun would have {})",
-                        describe(&d)
-                    )
-                } else {
-                    format!("NCCL_P2P_DISABLE={v} set by the user decides P2P; kept")
-                },
-            },
-            (PlanMode::Off, None) => PlannedVar {
+                reason: format!(
+                    "set by the user, kept (toporun would have {})",
+                    describe(&d)
+                ),
+            }
+        } else if let Some(v) = p2p_disable {
+            PlannedVar {
+                name: d.name.into(),
+                value: None,
+                source: Source::User,
+                reason: format!("NCCL_P2P_DISABLE={v} set by the user decides P2P; kept"),
+            }
+        } else if mode == PlanMode::Off {
+            PlannedVar {
                 name: d.name.into(),
                 value: None,
                 source: Source::LeftToNccl,
                 reason: "--nccl-env=off: toporun plans nothing".into(),
-            },
-            (PlanMode::On, None) => PlannedVar {
+            }
+        } else {
+            PlannedVar {
                 name: d.name.into(),
                 source: if d.value.is_some() {
                     Source::Planned
@@ -133,7 +132,7 @@ pub fn plan(
                 },
                 value: d.value,
                 reason: d.reason,
-            },
+            }
         };
         variables.push(var);
     }

@@ -147,6 +147,9 @@ pub struct LaunchOptions {
 #[error("{0}")]
 pub struct OptionsError(pub String);
 
+/// c10d's default rendezvous port.
+pub const C10D_PORT: u16 = 29400;
+
 pub const DEFAULT_SIGNALS: &str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 const SIGNALS: &[&str] = &[
     "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
@@ -400,6 +403,28 @@ impl LaunchOptions {
         }
     }
 
+    /// Where the store lives, for every node and worker: static rendezvous uses the
+    /// master address and port; c10d (and --standalone, resolved to localhost:0) the
+    /// rendezvous endpoint, port 29400 by default.
+    pub fn store_address(&self) -> (String, u16) {
+        match self.rdzv_backend {
+            RdzvBackend::Static => (self.master_addr.clone(), self.master_port),
+            // resolve() validated the endpoint.
+            RdzvBackend::C10d => match endpoint::parse(&self.rdzv_endpoint) {
+                Ok(ep) => (ep.host, ep.port.unwrap_or(C10D_PORT)),
+                Err(_) => (self.rdzv_endpoint.clone(), C10D_PORT),
+            },
+        }
+    }
+
+    /// The option a user changes when the store's port is taken.
+    pub fn store_port_option(&self) -> &'static str {
+        match self.rdzv_backend {
+            RdzvBackend::Static => "--master-port",
+            RdzvBackend::C10d => "--rdzv-endpoint port",
+        }
+    }
+
     /// The job's run id as torchrun names it ("none" for static without --rdzv-id).
     pub fn run_id(&self, random: &str) -> String {
         match (&self.rdzv_id, self.standalone) {
@@ -483,6 +508,29 @@ mod tests {
         .unwrap();
         assert_eq!(o.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(o.run_id("x"), "none");
+    }
+
+    #[test]
+    fn store_address_per_backend() {
+        let e = map(&[]);
+        let st = resolve(
+            &map(&[("master_addr", "n0"), ("master_port", "1234")]),
+            &e,
+            "t.py",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(st.store_address(), ("n0".into(), 1234));
+        let c = resolve(
+            &map(&[("rdzv_backend", "c10d"), ("rdzv_endpoint", "[::1]")]),
+            &e,
+            "t.py",
+            &[],
+        )
+        .unwrap();
+        assert_eq!(c.store_address(), ("::1".into(), C10D_PORT));
+        let sa = resolve(&map(&[("standalone", "true")]), &e, "t.py", &[]).unwrap();
+        assert_eq!(sa.store_address(), ("localhost".into(), 0));
     }
 
     #[test]
