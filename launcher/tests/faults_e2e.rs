@@ -372,3 +372,16 @@ fn numa_binding_pins_each_rank_to_its_gpus_cpus() {
         assert!(out.contains("[default1]:Cpus_allowed_list:\t1"), "{out}");
     }
 }
+
+#[test]
+fn a_missing_interpreter_says_how_to_fix_it() {
+    let (code, _, err) = run(toporun()
+        .args(["--standalone", "--nproc-per-node=1", "t.py"])
+        .env("PYTHON_EXEC", "/nonexistent/python"));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("could not start local rank 0 (/nonexistent/python)")
+            && err.contains("PYTHON_EXEC"),
+        "{err}"
+    );
+}

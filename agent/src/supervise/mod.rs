@@ -75,10 +75,15 @@ async fn attempt(
             }),
             Err(e) => {
                 stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+                let hint = if e.kind() == std::io::ErrorKind::NotFound {
+                    "; check the path, or put python3 on PATH / set PYTHON_EXEC to the interpreter (for --no-python, give the program's path)"
+                } else {
+                    ""
+                };
                 return Err(std::io::Error::new(
                     e.kind(),
                     format!(
-                        "could not start local rank {} ({}): {e}",
+                        "could not start local rank {} ({}): {e}{hint}",
                         cmd.local_rank,
                         cmd.argv.first().map(String::as_str).unwrap_or("?")
                     ),
