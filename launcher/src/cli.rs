@@ -5,7 +5,15 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
 use toporun_shared::torchrun::OPTIONS;
 
-pub const SUBCOMMANDS: &[&str] = &["probe", "topo", "preflight", "launch", "bench", "help"];
+pub const SUBCOMMANDS: &[&str] = &[
+    "probe",
+    "topo",
+    "preflight",
+    "launch",
+    "bench",
+    "nccl-log",
+    "help",
+];
 
 fn global_args(cmd: Command) -> Command {
     cmd.arg(
@@ -94,6 +102,12 @@ pub fn toporun_command() -> Command {
         .subcommand(Command::new("topo").about("The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices").arg(format_arg(&["text", "json"], "text")))
         .subcommand(preflight)
         .subcommand(launch_command("launch"))
+        .subcommand(
+            Command::new("nccl-log")
+                .about("Read NCCL INFO logs (files, or - for stdin): per communicator the ranks, nodes and the transport between ranks, whether each is the best the hardware allows (given --facts or --nvidia-smi-topo), and known failures with their fix. Exit 0 all best, 1 something is not or a failure was found, 2 nothing readable")
+                .arg(Arg::new("files").value_name("FILE").num_args(1..).required(true))
+                .arg(format_arg(&["text", "json"], "text")),
+        )
         .subcommand(
             Command::new("bench").about("Benchmarks for sizing a deployment").subcommand_required(true).subcommand(
                 Command::new("rendezvous")

@@ -23,6 +23,7 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
                 Err(e) => crate::exit_usage(e),
             };
         }
+        Some(("nccl-log", sub)) => crate::nccl_log_cmd::run(m, sub),
         Some(("bench", sub)) => match sub.subcommand() {
             Some(("rendezvous", b)) => bench_rendezvous(b),
             _ => Ok(2),

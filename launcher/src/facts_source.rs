@@ -35,6 +35,24 @@ pub fn load(facts_file: Option<&String>, smi_topo_file: Option<&String>) -> Resu
     Ok(facts)
 }
 
+/// Facts only where the user gave some (a file or a capture); never probes.
+pub fn load_given(
+    facts_file: Option<&String>,
+    smi_topo_file: Option<&String>,
+) -> Result<Option<HostFacts>> {
+    if facts_file.is_none() && smi_topo_file.is_none() {
+        return Ok(None);
+    }
+    let mut facts = match facts_file {
+        Some(_) => load(facts_file, None)?,
+        None => HostFacts::default(),
+    };
+    if let Some(path) = smi_topo_file {
+        apply_smi_topo(&mut facts, Path::new(path))?;
+    }
+    Ok(Some(facts))
+}
+
 /// Replaces the GPU links with a capture's; `<name>-p2p-read.txt`/`-p2p-write.txt`
 /// beside it (nvidia-smi topo -p2p r|w) supply P2P status when present.
 fn apply_smi_topo(facts: &mut HostFacts, path: &Path) -> Result<()> {

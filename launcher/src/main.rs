@@ -4,6 +4,7 @@ mod cli;
 mod commands;
 mod facts_source;
 mod launch;
+mod nccl_log_cmd;
 mod output;
 
 use std::process::ExitCode;

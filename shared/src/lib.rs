@@ -6,6 +6,7 @@ pub mod facts;
 pub mod finding;
 pub mod measured;
 pub mod nccl_env_check;
+pub mod nccl_log;
 pub mod nccl_vars;
 pub mod plan;
 pub mod preflight;
