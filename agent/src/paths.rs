@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 pub const PROC_SELF_NS: &str = "proc/self/ns";
 pub const PROC_SELF_MOUNTS: &str = "proc/self/mounts";
+pub const PROC_SELF_STATUS: &str = "proc/self/status";
 pub const PROC_1_COMM: &str = "proc/1/comm";
 pub const PROC_BOOT_ID: &str = "proc/sys/kernel/random/boot_id";
 pub const PROC_RANDOM_UUID: &str = "proc/sys/kernel/random/uuid";

@@ -173,6 +173,8 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
     let opts = PreflightOptions {
         expect_gpus: sub.get_one::<u32>("expect_gpus").copied(),
         min_shm_bytes,
+        min_shm_explicit: sub.value_source("min_shm")
+            == Some(clap::parser::ValueSource::CommandLine),
         require,
     };
     let f = facts(m, sub)?;

@@ -1,9 +1,11 @@
 //! The shared crate: toporun's domain with no I/O. Host facts, findings, the NCCL
 //! planner, the torchrun contract, parsers of foreign formats and the TCPStore codec.
 
+pub mod colocation;
 pub mod cpulist;
 pub mod facts;
 pub mod finding;
+pub mod host_buffers;
 pub mod measured;
 pub mod nccl_env_check;
 pub mod nccl_log;

@@ -15,3 +15,9 @@ pub const SMALL_SIMPLE_GBPS: f64 = 9.7;
 pub fn slowdown(fast: f64, slow: f64) -> String {
     format!("{:.1}x slower", fast / slow)
 }
+
+/// Two pods on one 2x H200 host (own network, UTS, IPC namespaces, private /dev),
+/// all_reduce busbw at 1 GiB: NCCL's default (sockets) and joined (shared /dev/shm,
+/// same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0: P2P/IPC). tests/fixtures/device/nccl-evidence.md.
+pub const POD_SOCKET_GBPS: f64 = 2.6;
+pub const POD_JOINED_GBPS: f64 = 327.0;

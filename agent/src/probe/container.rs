@@ -50,6 +50,8 @@ pub fn probe(root: &Root, env: impl Iterator<Item = (String, String)>) -> Contai
         rlimits: rlimits(),
         cgroup_memory_limit: cgroup_memory_limit(root),
         boot_id: root.read(paths::PROC_BOOT_ID),
+        seccomp: seccomp_mode(root),
+        get_mempolicy: Some(get_mempolicy_allowed()),
         hostname: nix::unistd::gethostname()
             .map(|h| h.to_string_lossy().into_owned())
             .unwrap_or_default(),
@@ -102,7 +104,37 @@ fn shm(root: &Root) -> Option<ShmFacts> {
         total_bytes: frsize * st.blocks() as u64,
         free_bytes: frsize * st.blocks_available() as u64,
         fs_type,
+        dev: std::fs::metadata(&path).ok().map(|m| m.dev()),
     })
+}
+
+/// `Seccomp:` of /proc/self/status: 0 none, 1 strict, 2 filter.
+fn seccomp_mode(root: &Root) -> Option<u32> {
+    root.read(paths::PROC_SELF_STATUS)?
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Calls get_mempolicy as NCCL's cuMem host allocation path does: a seccomp filter
+/// that refuses it (Docker's default without CAP_SYS_NICE) answers EPERM.
+fn get_mempolicy_allowed() -> bool {
+    let mut mode: libc::c_int = 0;
+    // SAFETY: asks only for the calling thread's policy mode into a local int; no
+    // node mask (null, 0) and no address.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut mode as *mut libc::c_int,
+            std::ptr::null_mut::<libc::c_ulong>(),
+            0 as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            0 as libc::c_ulong,
+        )
+    };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM)
 }
 
 fn caps_facts() -> CapsFacts {

@@ -91,6 +91,11 @@ pub struct ContainerFacts {
     pub rlimits: Rlimits,
     pub cgroup_memory_limit: Option<u64>,
     pub boot_id: Option<String>,
+    /// Seccomp mode from /proc/self/status (0 none, 1 strict, 2 filter).
+    pub seccomp: Option<u32>,
+    /// Whether the get_mempolicy syscall is allowed (NCCL's cuMem host allocations
+    /// need it; Docker's default seccomp profile refuses it without CAP_SYS_NICE).
+    pub get_mempolicy: Option<bool>,
     pub hostname: String,
     pub cpu_count: u32,
     pub cpu_affinity: Vec<u32>,
@@ -106,6 +111,8 @@ pub struct ShmFacts {
     pub free_bytes: u64,
     /// File system type from the mount table ("tmpfs"), if mounted.
     pub fs_type: Option<String>,
+    /// Device number of the mount: equal on two nodes when they share one /dev/shm.
+    pub dev: Option<u64>,
 }
 
 /// Capability bit numbers (linux/capability.h) used by the checks.

@@ -91,7 +91,7 @@ pub fn plan(
     decisions.push(proto(facts));
     decisions.push(topo_file::decide(facts));
     decisions.extend(rdma::decide(facts));
-    decisions.extend(cumem::decide(facts));
+    decisions.extend(cumem::decide(facts, user_env, shape.nproc_per_node.max(1)));
     let mut variables = Vec::new();
     for d in decisions {
         // NCCL_P2P_DISABLE set by the user owns the P2P decision too.

@@ -5,8 +5,9 @@
 
 use crate::facts::{cap, HostFacts};
 use crate::finding::{Finding, Severity};
+use crate::host_buffers::{cumem_host, CumemHost};
 use crate::units::format_size;
-use crate::version::Version;
+use std::collections::BTreeMap;
 
 const IPC_LOCK_REMEDY: &str = "securityContext:\n  capabilities:\n    add: [IPC_LOCK]";
 
@@ -61,34 +62,38 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
     out
 }
 
-/// First NCCL release that falls back to /dev/shm when get_mempolicy is refused.
-const CUMEM_HOST_FALLBACK: Version = Version::new(2, 26, 5);
-
 fn sys_nice(facts: &HostFacts) -> Finding {
-    let nccl = facts
-        .platform
-        .nccl_version
-        .as_deref()
-        .and_then(Version::parse);
     let f = |sev, s: String| {
-        Finding::new("caps.sys_nice", sev, s).fact(
-            "nccl_version",
-            facts.platform.nccl_version.as_deref().unwrap_or("unknown"),
-        )
+        Finding::new("caps.sys_nice", sev, s)
+            .fact(
+                "nccl_version",
+                facts.platform.nccl_version.as_deref().unwrap_or("unknown"),
+            )
+            .fact(
+                "get_mempolicy",
+                match facts.container.get_mempolicy {
+                    Some(true) => "allowed",
+                    Some(false) => "refused",
+                    None => "not probed",
+                },
+            )
     };
-    if facts.container.caps.has_effective(cap::SYS_NICE) {
-        return f(
+    let nice = facts.container.caps.has_effective(cap::SYS_NICE);
+    match cumem_host(facts, &BTreeMap::new()) {
+        CumemHost::Works(why) => f(
             Severity::Ok,
-            "CAP_SYS_NICE is effective: NCCL's cuMem host allocations can use get_mempolicy".into(),
-        );
-    }
-    match nccl {
-        Some(v) if v >= CUMEM_HOST_FALLBACK => f(Severity::Info, format!("no CAP_SYS_NICE; NCCL {v} falls back to /dev/shm for host buffers by itself")),
-        _ => f(
+            format!("{why}: NCCL's cuMem host allocations work{}", if nice { "" } else { " (without CAP_SYS_NICE: no seccomp filter refuses get_mempolicy)" }),
+        ),
+        CumemHost::Blocked { old_nccl: true } => f(
             Severity::Warning,
-            "no CAP_SYS_NICE: NCCL < 2.26.5 (or of unknown version) can fail its cuMem host allocations under Docker's seccomp profile; toporun's plan sets NCCL_CUMEM_HOST_ENABLE=0".into(),
+            "get_mempolicy is refused (a seccomp profile without CAP_SYS_NICE) and this NCCL (< 2.26.5) does not fall back by itself: toporun's plan sets NCCL_CUMEM_HOST_ENABLE=0, which puts NCCL's host buffers in /dev/shm".into(),
         )
-        .remedy("securityContext:\n  capabilities:\n    add: [SYS_NICE]\n(or keep NCCL_CUMEM_HOST_ENABLE=0, as `toporun launch` plans)"),
+        .remedy("securityContext:\n  capabilities:\n    add: [SYS_NICE]\n(or a seccomp profile that allows get_mempolicy)"),
+        _ => f(
+            Severity::Info,
+            "get_mempolicy is refused (or not probed, and CAP_SYS_NICE is missing): NCCL >= 2.26.5 falls back to /dev/shm files for its host buffers, which matters only where a pair of local ranks uses the SHM transport (see shm.size)".into(),
+        )
+        .remedy("securityContext:\n  capabilities:\n    add: [SYS_NICE]"),
     }
 }
 
@@ -144,10 +149,18 @@ mod tests {
     }
 
     #[test]
-    fn sys_nice_depends_on_nccl_version() {
+    fn sys_nice_follows_the_get_mempolicy_probe_and_nccl_version() {
         let mut f = healthy();
         f.container.caps.effective = 0;
-        assert_eq!(sys_nice(&f).severity, Severity::Warning);
+        // Measured: SYS_NICE dropped, no seccomp filter: cuMem host works.
+        f.container.get_mempolicy = Some(true);
+        assert_eq!(sys_nice(&f).severity, Severity::Ok);
+        f.container.get_mempolicy = Some(false);
+        assert_eq!(
+            sys_nice(&f).severity,
+            Severity::Info,
+            "unknown NCCL: its own fallback"
+        );
         f.platform.nccl_version = Some("2.28.9".into());
         assert_eq!(sys_nice(&f).severity, Severity::Info);
         f.platform.nccl_version = Some("2.21.5".into());

@@ -25,6 +25,8 @@ pub enum Requirement {
 pub struct PreflightOptions {
     pub expect_gpus: Option<u32>,
     pub min_shm_bytes: u64,
+    /// --min-shm was given: a hard floor (error below it), not a recommendation.
+    pub min_shm_explicit: bool,
     pub require: Vec<Requirement>,
 }
 
@@ -36,6 +38,7 @@ impl Default for PreflightOptions {
         PreflightOptions {
             expect_gpus: None,
             min_shm_bytes: DEFAULT_MIN_SHM,
+            min_shm_explicit: false,
             require: Vec::new(),
         }
     }
@@ -75,6 +78,7 @@ pub(crate) mod testutil {
             total_bytes: 64 << 30,
             free_bytes: 64 << 30,
             fs_type: Some("tmpfs".into()),
+            dev: None,
         });
         f.container.caps.effective = (1 << cap::IPC_LOCK) | (1 << cap::SYS_NICE);
         f.container.rlimits.memlock = Limit {
