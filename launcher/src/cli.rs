@@ -77,6 +77,12 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("off: plan no NCCL variable, keep the environment as is"),
         )
         .arg(
+            Arg::new("colocated")
+                .long("colocated")
+                .value_parser(["join", "warn"])
+                .help("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn [default: join; env TOPORUN_COLOCATED]"),
+        )
+        .arg(
             Arg::new("command")
                 .value_name("ENTRYPOINT [ARGS]")
                 .num_args(1..)

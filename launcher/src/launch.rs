@@ -15,6 +15,7 @@ use std::time::Duration;
 use toporun_agent::supervise::{
     self, failure_summary, line_prefix, Events, LogPlan, Outcome, RankCmd,
 };
+use toporun_shared::colocation;
 use toporun_shared::facts::HostFacts;
 use toporun_shared::plan::{self, LaunchShape, Plan, PlanMode};
 use toporun_shared::torchrun::options::NumaBinding;
@@ -31,6 +32,21 @@ pub struct Prepared {
     pub python: String,
     /// The GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES applied), in order.
     pub cuda_gpus: Vec<usize>,
+    /// `--colocated join|warn`.
+    pub colocated: colocation::Mode,
+}
+
+impl Prepared {
+    /// The value the ranks will see for an NCCL variable: the user's, else the plan's.
+    pub fn rank_value(&self, name: &str) -> Option<String> {
+        self.parent_env.get(name).cloned().or_else(|| {
+            self.plan
+                .variables
+                .iter()
+                .find(|v| v.name == name)
+                .and_then(|v| v.value.clone())
+        })
+    }
 }
 
 pub fn run(m: &ArgMatches) -> u8 {
@@ -111,6 +127,18 @@ fn prepare(
         .get("PYTHON_EXEC")
         .cloned()
         .unwrap_or_else(|| "python3".into());
+    let colocated = match m
+        .get_one::<String>("colocated")
+        .cloned()
+        .or_else(|| parent_env.get("TOPORUN_COLOCATED").cloned())
+        .as_deref()
+    {
+        None | Some("join") => colocation::Mode::Join,
+        Some("warn") => colocation::Mode::Warn,
+        Some(other) => bail!(toporun_shared::torchrun::OptionsError(format!(
+            "TOPORUN_COLOCATED={other}: expected join or warn"
+        ))),
+    };
     Ok(Prepared {
         opts,
         facts,
@@ -119,6 +147,7 @@ fn prepare(
         parent_env,
         python,
         cuda_gpus,
+        colocated,
     })
 }
 
@@ -185,6 +214,19 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                 .path
                 .clone(),
         };
+        if !node.extra_env.vars.is_empty() {
+            let vars: Vec<String> = node
+                .extra_env
+                .vars
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            eprintln!(
+                "toporun: co-location: {} on this node's ranks: {}",
+                vars.join(" "),
+                node.extra_env.reason
+            );
+        }
         let cmds = rank_commands(&p, &node, &dir, round)?;
         let stop = session.stop_watch(round, &node).await?;
         let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
@@ -305,6 +347,8 @@ pub struct NodePlace {
     pub master_port: u16,
     pub node_rank: u32,
     pub nnodes: u32,
+    /// Variables the round's co-location decision adds to this node's ranks.
+    pub extra_env: colocation::NodeEnv,
 }
 
 /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the
@@ -377,6 +421,11 @@ fn rank_commands(
             let dir = PathBuf::from(&job.attempt_dir).join(place.local_rank.to_string());
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut env = p.plan.planned();
+            for (k, v) in &node.extra_env.vars {
+                if !p.parent_env.contains_key(k) {
+                    env.insert(k.clone(), v.clone());
+                }
+            }
             env.extend(worker::worker_env(place, &job, &p.parent_env));
             let (r, t) = (
                 p.opts.redirects.for_rank(place.local_rank),

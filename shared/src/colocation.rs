@@ -158,7 +158,6 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
             .collect();
         let can_join = mode == Mode::Join
             && shared_shm
-            && before != Outcome::OneHost("P2P/CUMEM")
             && !matches!(before, Outcome::OneHost(_))
             && (user_hostids.is_empty() || user_hostids.len() == group.len());
         // What the nodes will carry: the joined host id and, across network
@@ -190,7 +189,7 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
         let result = worst(&refs);
         let reason = match (before, result) {
             (Outcome::Crash, Outcome::OneHost(via)) => format!("nodes {idx:?} share this host and NCCL takes them for one host across network namespaces: cuMem would crash (\"unhandled system error\", UDS connection refused); with NCCL_CUMEM_ENABLE=0 NCCL uses {via} (measured 329 GB/s on H200)"),
-            (Outcome::Network, Outcome::OneHost(via)) => format!("nodes {idx:?} share this host and /dev/shm but NCCL would take them for separate hosts and use sockets ({} GB/s measured between two such pods); joined as one NCCL host they use {via} ({} GB/s, {})", measured::POD_SOCKET_GBPS, measured::POD_JOINED_GBPS, measured::slowdown(measured::POD_JOINED_GBPS, measured::POD_SOCKET_GBPS)),
+            (Outcome::Network, Outcome::OneHost(via)) => format!("nodes {idx:?} share this host and /dev/shm but NCCL would take them for separate hosts and use sockets ({} GB/s measured between two such pods); joined as one NCCL host they use {via} ({} GB/s, about {:.0}x as fast)", measured::POD_SOCKET_GBPS, measured::POD_JOINED_GBPS, measured::POD_JOINED_GBPS / measured::POD_SOCKET_GBPS),
             _ => String::new(),
         };
         if !added.is_empty() {

@@ -49,6 +49,7 @@ pub async fn bench(
         read_timeout: timeout,
         keepalive_interval: Duration::from_secs(5),
         keepalive_misses: 3,
+        colocated: toporun_shared::colocation::Mode::Warn,
     };
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(nodes as usize);

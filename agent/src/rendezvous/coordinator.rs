@@ -117,12 +117,18 @@ pub async fn coordinate(
         })
         .collect::<Result<_, _>>()?;
     let world: u32 = infos.iter().map(|i| i.nproc).sum();
+    let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
+    let coloc = toporun_shared::colocation::decide(&views, cfg.colocated);
     let mut offset = 0;
     let mut layout: Vec<(String, Vec<u8>)> = Vec::with_capacity(infos.len());
     for (i, info) in infos.iter().enumerate() {
         layout.push((
             cfg.key(round, &format!("layout/{i}")),
             format!("{i},{offset},{world},{count}").into_bytes(),
+        ));
+        layout.push((
+            cfg.key(round, &format!("env/{i}")),
+            serde_json::to_vec(&coloc.env[i]).expect("node env serializes"),
         ));
         offset += info.nproc;
     }

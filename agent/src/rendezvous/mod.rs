@@ -7,6 +7,7 @@
 //! - `join`: ADD counter; c10d nodes take their join index from it.
 //! - `node/<idx>`: the node's description (JSON, with its nproc).
 //! - `layout/<idx>`: "node_rank,offset,world,nnodes", set by the coordinator.
+//! - `env/<idx>`: variables the co-location decision adds to the node's ranks (JSON).
 //! - `closed`: the number of nodes, set once when the round closes (nodes WAIT on it).
 //! - `stop`: "restart ..." or "fail ..." (first writer wins): every node stops its ranks.
 //! - `alive/<idx>`: keep-alive counters; `done`: the exit barrier.
@@ -19,7 +20,9 @@ pub use coordinator::{coordinate, CoordinateError, Waiting};
 pub use node::{barrier, join, request_stop, JoinError, Place, StopWatch};
 
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
+use toporun_shared::colocation;
 
 /// What each node tells the others.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,6 +36,26 @@ pub struct NodeInfo {
     pub boot_id: Option<String>,
     pub ipc_ns: Option<u64>,
     pub net_ns: Option<u64>,
+    /// Device number of its /dev/shm (equal when nodes share one).
+    #[serde(default)]
+    pub shm_dev: Option<u64>,
+    /// The co-location variables (NCCL_HOSTID, NCCL_CUMEM_ENABLE...) its ranks see.
+    #[serde(default)]
+    pub nccl: BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// What the co-location decision needs of this node.
+    pub fn colocation(&self) -> colocation::Node {
+        colocation::Node {
+            hostname: self.hostname.clone(),
+            boot_id: self.boot_id.clone(),
+            net_ns: self.net_ns,
+            ipc_ns: self.ipc_ns,
+            shm_dev: self.shm_dev,
+            env: self.nccl.clone(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +79,8 @@ pub struct Config {
     pub read_timeout: Duration,
     pub keepalive_interval: Duration,
     pub keepalive_misses: u32,
+    /// Whether co-located nodes are joined onto one NCCL host or only reported.
+    pub colocated: colocation::Mode,
 }
 
 impl Config {
@@ -86,6 +111,7 @@ mod tests {
             read_timeout: Duration::from_secs(5),
             keepalive_interval: Duration::from_millis(100),
             keepalive_misses: 3,
+            colocated: colocation::Mode::Join,
         }
     }
 

@@ -4,9 +4,10 @@
 use super::{Config, NodeInfo, Shape};
 use crate::store::{StoreClient, StoreError};
 use std::time::{Duration, Instant};
+use toporun_shared::colocation::NodeEnv;
 
 /// This node's place in a closed round.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Place {
     pub round: u32,
     pub node_rank: u32,
@@ -14,6 +15,8 @@ pub struct Place {
     pub offset: u32,
     pub world: u32,
     pub nnodes: u32,
+    /// Variables the co-location decision adds to this node's ranks.
+    pub env: NodeEnv,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -80,16 +83,22 @@ pub async fn join(
         .split(',')
         .map(|x| x.parse().map_err(|_| JoinError::BadLayout(text.clone())))
         .collect::<Result<_, _>>()?;
-    match nums.as_slice() {
-        [node_rank, offset, world, n] => Ok(Place {
-            round,
-            node_rank: *node_rank,
-            offset: *offset,
-            world: *world,
-            nnodes: *n,
-        }),
-        _ => Err(JoinError::BadLayout(text)),
-    }
+    let [node_rank, offset, world, nnodes] = nums[..] else {
+        return Err(JoinError::BadLayout(text));
+    };
+    let raw = c
+        .get(&cfg.key(round, &format!("env/{idx}")), cfg.read_timeout)
+        .await?;
+    let env: NodeEnv = serde_json::from_slice(&raw)
+        .map_err(|_| JoinError::BadLayout(String::from_utf8_lossy(&raw).into_owned()))?;
+    Ok(Place {
+        round,
+        node_rank,
+        offset,
+        world,
+        nnodes,
+        env,
+    })
 }
 
 /// Asks every node to stop its ranks (first reason wins); returns the winning reason.

@@ -35,6 +35,7 @@ fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
         master_port: port,
         node_rank: node_rank as u32,
         nnodes: o.nnodes_max,
+        extra_env: Default::default(),
     };
     let job = job_env(p, &node, 0, Path::new("<run dir>"));
     let views = node

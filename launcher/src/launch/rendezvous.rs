@@ -13,6 +13,7 @@ use toporun_agent::rendezvous::{
 };
 use toporun_agent::store::{StoreClient, StoreServer};
 use toporun_agent::supervise::{Event, Events};
+use toporun_shared::colocation;
 use toporun_shared::torchrun::endpoint;
 use toporun_shared::torchrun::worker::{layout, RankPlace};
 use toporun_shared::torchrun::RdzvBackend;
@@ -139,6 +140,7 @@ impl Session {
                 .get("keep_alive_max_attempt")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(3),
+            colocated: p.colocated,
         };
         let target = endpoint::join(&store_host, port);
         eprintln!(
@@ -178,6 +180,11 @@ impl Session {
             boot_id: c.boot_id.clone(),
             ipc_ns: c.namespaces.get("ipc").map(|n| n.inode),
             net_ns: c.namespaces.get("net").map(|n| n.inode),
+            shm_dev: c.shm.as_ref().and_then(|s| s.dev),
+            nccl: colocation::VARS
+                .iter()
+                .filter_map(|v| Some((v.to_string(), p.rank_value(v)?)))
+                .collect(),
         };
         Ok(Some(Session {
             run_id,
@@ -208,6 +215,7 @@ impl Session {
                 master_port: self.port,
                 node_rank: 0,
                 nnodes: 1,
+                extra_env: Default::default(),
             }));
         };
         let coordinator = if m.is_host {
@@ -263,8 +271,15 @@ impl Session {
             match result {
                 Ok(infos) => {
                     eprint!("{}", node_table(&self.run_id, round, &infos));
-                    for line in colocation(&infos) {
-                        eprintln!("toporun: {line}");
+                    let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
+                    for f in colocation::decide(&views, p.colocated).findings {
+                        eprintln!(
+                            "toporun: {}: {}: {}{}",
+                            f.severity,
+                            f.id,
+                            f.summary,
+                            f.remedy.map(|r| format!(". Fix: {r}")).unwrap_or_default()
+                        );
                     }
                 }
                 Err(e) => bail!("rendezvous {}: {e}", self.run_id),
@@ -302,6 +317,7 @@ impl Session {
             master_port: self.port,
             node_rank: place.node_rank,
             nnodes: place.nnodes,
+            extra_env: place.env,
         }))
     }
 
@@ -402,74 +418,4 @@ fn node_table(run_id: &str, round: u32, infos: &[NodeInfo]) -> String {
         base += n.nproc;
     }
     out
-}
-
-/// `rdzv.colocated`: nodes sharing a kernel (boot_id). NCCL's host hash is hostname +
-/// boot_id, so nodes with different hostnames or namespaces on one host talk over the
-/// network instead of NVLink/shared memory.
-pub fn colocation(infos: &[NodeInfo]) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut seen: Vec<&str> = Vec::new();
-    for i in infos {
-        let Some(boot) = i.boot_id.as_deref() else {
-            continue;
-        };
-        if seen.contains(&boot) {
-            continue;
-        }
-        seen.push(boot);
-        let group: Vec<(usize, &NodeInfo)> = infos
-            .iter()
-            .enumerate()
-            .filter(|(_, j)| j.boot_id.as_deref() == Some(boot))
-            .collect();
-        if group.len() < 2 {
-            continue;
-        }
-        let ranks: Vec<usize> = group.iter().map(|g| g.0).collect();
-        let first = group[0].1;
-        let same_host = group.iter().all(|g| g.1.hostname == first.hostname);
-        let same_ns = group
-            .iter()
-            .all(|g| g.1.ipc_ns == first.ipc_ns && g.1.net_ns == first.net_ns);
-        if same_host && same_ns {
-            out.push(format!("info: rdzv.colocated: node ranks {ranks:?} run on one host (boot_id {boot}) with the same hostname and namespaces: NCCL sees one host and uses P2P/SHM between them"));
-        } else {
-            out.push(format!(
-                "warning: rdzv.colocated: node ranks {ranks:?} run on one physical host (boot_id {boot}) but {}: NCCL will take them for different hosts and send their traffic over the network (measured on 4x H200: sockets 4.6 GB/s vs NVLink 353 GB/s). Fix: one pod per node with all its GPUs (--nproc-per-node=gpu), or, where separate pods are really wanted, the same NCCL_HOSTID in each with a shared /dev/shm and hostIPC",
-                if same_host { "in different namespaces" } else { "with different hostnames" }
-            ));
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn node(host: &str, boot: &str, ipc: u64) -> NodeInfo {
-        NodeInfo {
-            hostname: host.into(),
-            addr: host.into(),
-            nproc: 2,
-            gpus: 2,
-            boot_id: Some(boot.into()),
-            ipc_ns: Some(ipc),
-            net_ns: Some(1),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn colocated_pods_warn_same_container_informs() {
-        assert!(colocation(&[node("a", "b1", 1), node("b", "b2", 1)]).is_empty());
-        let pods = colocation(&[node("pod-a", "b1", 1), node("pod-b", "b1", 2)]);
-        assert!(
-            pods[0].starts_with("warning: rdzv.colocated")
-                && pods[0].contains("different hostnames")
-        );
-        let same = colocation(&[node("h", "b1", 1), node("h", "b1", 1)]);
-        assert!(same[0].starts_with("info: rdzv.colocated"));
-    }
 }
