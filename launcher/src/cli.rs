@@ -77,6 +77,12 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("off: plan no NCCL variable, keep the environment as is"),
         )
         .arg(
+            Arg::new("nccl_report")
+                .long("nccl-report")
+                .value_parser(["on", "off"])
+                .help("on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour [default: on; env TOPORUN_NCCL_REPORT]"),
+        )
+        .arg(
             Arg::new("colocated")
                 .long("colocated")
                 .value_parser(["join", "warn"])

@@ -2,6 +2,7 @@
 //! start and supervise the local ranks.
 
 mod dry_run;
+mod nccl_report;
 mod rendezvous;
 
 use crate::cli;
@@ -34,6 +35,8 @@ pub struct Prepared {
     pub cuda_gpus: Vec<usize>,
     /// `--colocated join|warn`.
     pub colocated: colocation::Mode,
+    /// `--nccl-report on|off`.
+    pub nccl_report: bool,
 }
 
 impl Prepared {
@@ -139,6 +142,18 @@ fn prepare(
             "TOPORUN_COLOCATED={other}: expected join or warn"
         ))),
     };
+    let nccl_report = match m
+        .get_one::<String>("nccl_report")
+        .cloned()
+        .or_else(|| parent_env.get("TOPORUN_NCCL_REPORT").cloned())
+        .as_deref()
+    {
+        None | Some("on") => true,
+        Some("off") => false,
+        Some(other) => bail!(toporun_shared::torchrun::OptionsError(format!(
+            "TOPORUN_NCCL_REPORT={other}: expected on or off"
+        ))),
+    };
     Ok(Prepared {
         opts,
         facts,
@@ -148,6 +163,7 @@ fn prepare(
         python,
         cuda_gpus,
         colocated,
+        nccl_report,
     })
 }
 
@@ -227,7 +243,30 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                 node.extra_env.reason
             );
         }
-        let cmds = rank_commands(&p, &node, &dir, round)?;
+        let attempt_dir = PathBuf::from(job_env(&p, &node, round, &dir).attempt_dir);
+        let capture = nccl_report::capture(&p, &attempt_dir);
+        let (report_env, mut reporter) = match capture {
+            nccl_report::Capture::Files {
+                dir: ndir,
+                prefix,
+                env,
+            } => {
+                let store = session.report_store(round, &node);
+                (
+                    env,
+                    Some(nccl_report::Reporter::start(
+                        &p, &ndir, &prefix, p.nproc, &dir, store,
+                    )),
+                )
+            }
+            nccl_report::Capture::Off(why) => {
+                if p.nccl_report && round == 0 {
+                    eprintln!("toporun: nccl report off: {why}");
+                }
+                (BTreeMap::new(), None)
+            }
+        };
+        let cmds = rank_commands(&p, &node, &dir, round, &report_env)?;
         let stop = session.stop_watch(round, &node).await?;
         let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
         let outcome =
@@ -236,6 +275,9 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             w.abort();
         }
         let restart_left = round < p.opts.max_restarts;
+        if let Some(r) = reporter.as_mut() {
+            r.finish().await;
+        }
         match outcome? {
             Outcome::Succeeded => {
                 match session.finish(round, &node).await? {
@@ -267,6 +309,13 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                 return Ok(1);
             }
             Outcome::Failed(failures) => {
+                for cause in reporter.as_ref().map(|r| r.failures()).unwrap_or_default() {
+                    eprintln!(
+                        "toporun: NCCL failed on this node: {}. Fix: {}",
+                        cause.summary,
+                        cause.remedy.as_deref().unwrap_or("")
+                    );
+                }
                 let f = &failures[0];
                 let what = f
                     .signal
@@ -409,6 +458,7 @@ fn rank_commands(
     node: &NodePlace,
     run_dir: &Path,
     attempt: u32,
+    report_env: &BTreeMap<String, String>,
 ) -> Result<Vec<RankCmd>> {
     let job = job_env(p, node, attempt, run_dir);
     let template = p
@@ -421,7 +471,7 @@ fn rank_commands(
             let dir = PathBuf::from(&job.attempt_dir).join(place.local_rank.to_string());
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let mut env = p.plan.planned();
-            for (k, v) in &node.extra_env.vars {
+            for (k, v) in node.extra_env.vars.iter().chain(report_env) {
                 if !p.parent_env.contains_key(k) {
                     env.insert(k.clone(), v.clone());
                 }

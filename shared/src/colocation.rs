@@ -19,6 +19,7 @@ pub const VARS: &[&str] = &[
     "NCCL_CUMEM_ENABLE",
     "NCCL_CUMEM_HOST_ENABLE",
     "NCCL_P2P_DISABLE",
+    "NCCL_SHM_DISABLE",
 ];
 
 /// What one node tells the others about where it runs.
@@ -70,6 +71,9 @@ pub fn predict(a: &Node, b: &Node) -> Outcome {
     let cumem_off = both("NCCL_CUMEM_ENABLE", "0");
     let cumem_host_off = cumem_off || both("NCCL_CUMEM_HOST_ENABLE", "0");
     let split_net = a.net_ns != b.net_ns;
+    if p2p_off && (a.is("NCCL_SHM_DISABLE", "1") || b.is("NCCL_SHM_DISABLE", "1")) {
+        return Outcome::Network;
+    }
     match (p2p_off, split_net) {
         (false, false) if cumem_off => Outcome::OneHost("P2P/IPC"),
         (false, false) => Outcome::OneHost("P2P/CUMEM"),
@@ -78,6 +82,34 @@ pub fn predict(a: &Node, b: &Node) -> Outcome {
         (true, true) if cumem_host_off => Outcome::OneHost("SHM/direct/direct"),
         _ => Outcome::Crash,
     }
+}
+
+/// How many hosts NCCL will count among these nodes once `extra` is applied (nodes
+/// it takes for one host form one).
+pub fn nccl_hosts(nodes: &[Node], extra: &[NodeEnv]) -> u32 {
+    let nodes: Vec<Node> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let mut n = n.clone();
+            if let Some(e) = extra.get(i) {
+                for (k, v) in &e.vars {
+                    n.env.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+            n
+        })
+        .collect();
+    let mut leader: Vec<usize> = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let same = leader
+            .iter()
+            .any(|&l| predict(&nodes[l], n) != Outcome::Network);
+        if !same {
+            leader.push(i);
+        }
+    }
+    leader.len() as u32
 }
 
 /// `--colocated join|warn`.
@@ -277,6 +309,18 @@ mod tests {
         b.env.insert("NCCL_CUMEM_ENABLE".into(), "1".into());
         let d = decide(&[a, b], Mode::Join);
         assert_eq!(d.findings[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn nccl_counts_hosts_as_the_model_predicts() {
+        let nodes = [pod("a", 1, 7), pod("b", 2, 7)];
+        assert_eq!(nccl_hosts(&nodes, &[]), 2);
+        let d = decide(&nodes, Mode::Join);
+        assert_eq!(nccl_hosts(&nodes, &d.env), 1);
+        assert_eq!(
+            nccl_hosts(&[pod("h", 1, 7), pod("h", 1, 7), pod("x", 3, 9)], &[]),
+            2
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! nccl-evidence.md). /dev/shm files are used only when some pair of local ranks runs
 //! on the SHM transport and cuMem host allocations are off or refused.
 
-use crate::facts::{cap, HostFacts};
+use crate::facts::{cap, HostFacts, LinkKind};
 use crate::version::Version;
 use std::collections::BTreeMap;
 
@@ -36,11 +36,15 @@ pub enum CumemHost {
     /// get_mempolicy is refused: NCCL >= 2.26.5 falls back to /dev/shm files, older
     /// NCCL fails unless NCCL_CUMEM_HOST_ENABLE=0.
     Blocked { old_nccl: bool },
+    /// Not probed (facts captured before the get_mempolicy probe) and CAP_SYS_NICE
+    /// missing: blocked only under a seccomp profile like Docker's default.
+    Unknown,
 }
 
 impl CumemHost {
+    /// Certain to put NCCL's host buffers in /dev/shm files.
     pub fn uses_shm_files(&self) -> bool {
-        !matches!(self, CumemHost::Works(_))
+        matches!(self, CumemHost::Off(_) | CumemHost::Blocked { .. })
     }
 }
 
@@ -60,42 +64,94 @@ pub fn cumem_host(facts: &HostFacts, env: &BTreeMap<String, String>) -> CumemHos
             return CumemHost::Off(format!("{var}=0"));
         }
     }
-    let allowed = facts
-        .container
-        .get_mempolicy
-        .unwrap_or_else(|| facts.container.caps.has_effective(cap::SYS_NICE));
-    if allowed {
-        return CumemHost::Works(if facts.container.get_mempolicy.is_some() {
-            "get_mempolicy is allowed".into()
-        } else {
-            "CAP_SYS_NICE is effective".into()
-        });
+    match facts.container.get_mempolicy {
+        Some(true) => return CumemHost::Works("get_mempolicy is allowed".into()),
+        None if facts.container.caps.has_effective(cap::SYS_NICE) => {
+            return CumemHost::Works("CAP_SYS_NICE is effective".into())
+        }
+        None => return CumemHost::Unknown,
+        Some(false) => {}
     }
     CumemHost::Blocked {
         old_nccl: nccl_version(facts).is_some_and(|v| v < CUMEM_HOST_FALLBACK),
     }
 }
 
-/// Why some pair of local ranks will use the SHM transport, if one will: P2P off by
-/// the user, or two of the GPUs without P2P between them.
-pub fn shm_transport(facts: &HostFacts, env: &BTreeMap<String, String>) -> Option<String> {
+/// Why some pair of local ranks will use the SHM transport.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShmTransport {
+    pub why: String,
+    /// The GPUs cannot reach each other at all (not just beyond NCCL's P2P level).
+    pub no_peer_access: bool,
+}
+
+/// Whether NCCL's P2P level (`NCCL_P2P_LEVEL`, default PXB) lets P2P take `link`.
+pub fn p2p_level_allows(link: LinkKind, level: Option<&str>) -> bool {
+    let rank = |l: LinkKind| match l {
+        LinkKind::Own => 0,
+        LinkKind::NvLink(_) => 1,
+        LinkKind::Pix => 2,
+        LinkKind::Pxb => 3,
+        LinkKind::Phb | LinkKind::Node => 4,
+        LinkKind::Sys => 5,
+    };
+    let max = match level.map(|v| v.trim().to_ascii_uppercase()).as_deref() {
+        Some("LOC" | "0") => 0,
+        Some("NVL" | "NVB" | "C2C") => 1,
+        Some("PIX" | "1") => 2,
+        None | Some("PXB" | "2" | "P2C" | "PXN") => 3,
+        Some("PHB" | "3") => 4,
+        Some(_) => 5,
+    };
+    rank(link) <= max
+}
+
+/// Some pair of local ranks will use the SHM transport, if one will: P2P off by the
+/// user, two GPUs without P2P between them, or a link beyond NCCL's P2P level.
+pub fn shm_transport(facts: &HostFacts, env: &BTreeMap<String, String>) -> Option<ShmTransport> {
+    let user = |why: String| {
+        Some(ShmTransport {
+            why,
+            no_peer_access: false,
+        })
+    };
     if let Some(v) = env.get("NCCL_P2P_DISABLE").filter(|v| v.trim() == "1") {
-        return Some(format!("NCCL_P2P_DISABLE={v}"));
+        return user(format!("NCCL_P2P_DISABLE={v}"));
     }
-    if env.get("NCCL_P2P_LEVEL").map(|v| v.trim()) == Some("LOC") {
-        return Some("NCCL_P2P_LEVEL=LOC".into());
-    }
+    let level = env.get("NCCL_P2P_LEVEL").map(String::as_str);
     let g = &facts.gpus;
     let n = g.count();
-    (0..n)
-        .flat_map(|a| (a + 1..n).map(move |b| (a, b)))
-        .find(|&(a, b)| g.p2p(a, b).is_some() && !g.p2p_ok(a, b))
-        .map(|(a, b)| format!("GPUs {a} and {b} report no P2P"))
+    let pairs = || (0..n).flat_map(|a| (a + 1..n).map(move |b| (a, b)));
+    if let Some((a, b)) = pairs().find(|&(a, b)| g.p2p(a, b).is_some() && !g.p2p_ok(a, b)) {
+        return Some(ShmTransport {
+            why: format!("GPUs {a} and {b} report no P2P"),
+            no_peer_access: true,
+        });
+    }
+    pairs()
+        .find_map(|(a, b)| {
+            let link = g.link(a, b)?;
+            (!p2p_level_allows(link, level)).then_some((a, b, link))
+        })
+        .and_then(|(a, b, link)| {
+            user(format!(
+                "GPUs {a} and {b} are linked by {link}, beyond NCCL's P2P level {}",
+                level.unwrap_or("PXB (default)")
+            ))
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nccl_p2p_level_decides_pcie_paths() {
+        assert!(p2p_level_allows(LinkKind::Pxb, None));
+        assert!(!p2p_level_allows(LinkKind::Node, None));
+        assert!(p2p_level_allows(LinkKind::Node, Some("SYS")));
+        assert!(!p2p_level_allows(LinkKind::NvLink(18), Some("LOC")));
+    }
 
     #[test]
     fn shm_need_grows_with_pairs_and_two_ranks_exceed_64mib() {

@@ -8,6 +8,7 @@ pub mod finding;
 pub mod host_buffers;
 pub mod measured;
 pub mod nccl_env_check;
+pub mod nccl_expect;
 pub mod nccl_log;
 pub mod nccl_vars;
 pub mod plan;

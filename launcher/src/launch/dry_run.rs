@@ -1,7 +1,7 @@
 //! `launch --dry-run`: the host, what is wrong, the NCCL plan with reasons, and every
 //! local rank's complete environment and command line. Starts nothing.
 
-use super::{job_env, NodePlace, Prepared};
+use super::{job_env, nccl_report, NodePlace, Prepared};
 use crate::output::{findings_text, host_summary, Style};
 use anyhow::Result;
 use std::collections::BTreeMap;
@@ -38,11 +38,16 @@ fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
         extra_env: Default::default(),
     };
     let job = job_env(p, &node, 0, Path::new("<run dir>"));
+    let report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
+        nccl_report::Capture::Files { env, .. } => env,
+        nccl_report::Capture::Off(_) => BTreeMap::new(),
+    };
     let views = node
         .places
         .iter()
         .map(|place| {
             let mut env = p.plan.planned();
+            env.extend(report_env.clone());
             env.extend(worker::worker_env(place, &job, &p.parent_env));
             if o.standalone {
                 env.insert("MASTER_PORT".into(), "<free port at start>".into());
@@ -82,6 +87,34 @@ fn findings(p: &Prepared) -> Vec<Finding> {
     all.extend(p.plan.findings.iter().cloned());
     all.retain(|f| f.severity >= Severity::Warning);
     all
+}
+
+/// The report's settings and what toporun expects NCCL to do.
+fn nccl_lines(p: &Prepared) -> (String, toporun_shared::nccl_expect::Expected) {
+    let report = match nccl_report::capture(p, Path::new("<run dir>/attempt_N")) {
+        nccl_report::Capture::Off(why) => format!("off ({why})"),
+        nccl_report::Capture::Files { env, dir, .. } if env.is_empty() => {
+            format!("on, following your NCCL_DEBUG_FILE in {}", dir.display())
+        }
+        nccl_report::Capture::Files { env, .. } => format!(
+            "on: {}",
+            env.iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+    };
+    let mut env = p.plan.env();
+    env.extend(p.parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    let gpus: Vec<usize> = (0..p.nproc)
+        .filter_map(|l| {
+            p.cuda_gpus
+                .get(l as usize % p.cuda_gpus.len().max(1))
+                .copied()
+        })
+        .collect();
+    let expected = toporun_shared::nccl_expect::expect(&p.facts, &gpus, &env, p.opts.nnodes_max);
+    (report, expected)
 }
 
 fn shell_quote(v: &str) -> String {
@@ -128,6 +161,8 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
                 "nnodes": format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
                 "global_ranks": ranking,
                 "notes": p.opts.notes,
+                "nccl_report": nccl_lines(p).0,
+                "nccl_expected": nccl_lines(p).1,
                 "ranks": views.iter().map(|r| serde_json::json!({"local_rank": r.local_rank, "rank": r.rank, "gpu": r.gpu.as_ref().map(|g| g.0), "gpu_uuid": r.gpu.as_ref().map(|g| &g.1), "cpus": r.cpus, "env": r.env, "argv": r.argv})).collect::<Vec<_>>(),
             });
             serde_json::to_string_pretty(&doc)? + "\n"
@@ -150,6 +185,14 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
                     (None, _) => (v.name.clone(), "left to NCCL"),
                 };
                 out.push_str(&format!("  {val:<40} [{tag}] {}\n", v.reason));
+            }
+            let (report, expected) = nccl_lines(p);
+            out.push_str(&format!(
+                "\nNCCL report: {report}\nNCCL expected: {}\n",
+                expected.local
+            ));
+            if let Some(b) = &expected.between_nodes {
+                out.push_str(&format!("  between nodes: {b}\n"));
             }
             out.push_str(&format!(
                 "\nranks: {} per node x {} node(s), global ranks {ranking}\n",

@@ -29,6 +29,8 @@ pub struct Session {
     port: u16,
     server: Option<StoreServer>,
     multi: Option<Multi>,
+    /// NCCL hosts the co-location model expects from the last round (host only).
+    expected_nccl_nodes: Option<u32>,
 }
 
 struct Multi {
@@ -95,6 +97,7 @@ impl Session {
                 port: server.port(),
                 server: Some(server),
                 multi: None,
+                expected_nccl_nodes: None,
             }));
         }
         let mut is_host = match o.rdzv_backend {
@@ -191,6 +194,7 @@ impl Session {
             store_host,
             port,
             server,
+            expected_nccl_nodes: None,
             multi: Some(Multi {
                 cfg,
                 is_host,
@@ -272,7 +276,9 @@ impl Session {
                 Ok(infos) => {
                     eprint!("{}", node_table(&self.run_id, round, &infos));
                     let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
-                    for f in colocation::decide(&views, p.colocated).findings {
+                    let decision = colocation::decide(&views, p.colocated);
+                    self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
+                    for f in decision.findings {
                         eprintln!(
                             "toporun: {}: {}: {}{}",
                             f.severity,
@@ -319,6 +325,24 @@ impl Session {
             nnodes: place.nnodes,
             extra_env: place.env,
         }))
+    }
+
+    /// Where this node publishes its NCCL digest (multi-node jobs only).
+    pub fn report_store(
+        &self,
+        round: u32,
+        node: &NodePlace,
+    ) -> Option<super::nccl_report::ReportStore> {
+        let m = self.multi.as_ref()?;
+        Some(super::nccl_report::ReportStore {
+            host: self.store_host.clone(),
+            port: self.port,
+            prefix: m.cfg.key(round, "nccl/"),
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            is_host: m.is_host,
+            expected_nccl_nodes: self.expected_nccl_nodes,
+        })
     }
 
     /// A future that resolves when another node asks every node to stop.

@@ -116,7 +116,9 @@ pub fn judge(report: &mut LogReport, topo: Option<&Topology>) {
             .iter()
             .map(|l| match (c.host_of(l.from), c.host_of(l.to)) {
                 (Some(a), Some(b)) if a == b => same_host_verdict(c, l, topo),
-                (Some(_), Some(_)) => cross_host_verdict(l, topo),
+                // A rank that never logged here runs on another node (one node's
+                // files hold only its own ranks).
+                (Some(_), _) | (_, Some(_)) => cross_host_verdict(l, topo),
                 _ => None,
             })
             .collect();

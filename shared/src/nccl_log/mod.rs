@@ -3,6 +3,7 @@
 //! plugin, and known failure lines with their cause. Pure: fed line by line, from
 //! files, a rank's console or a ticket, in any order and interleaving.
 
+mod digest;
 mod judge;
 mod line;
 mod matrix;
@@ -10,6 +11,7 @@ mod signature;
 mod summary;
 mod transport;
 
+pub use digest::{CommDigest, Digest};
 pub use judge::{judge, Topology, Verdict};
 pub use line::{parse as parse_line, Level, Line, MAX_LINE};
 pub use matrix::render as render_matrix;
@@ -149,6 +151,7 @@ pub struct Analyzer {
     failures: Vec<Failure>,
     seen_failures: BTreeSet<(String, u32, &'static str)>,
     nccl_lines: usize,
+    completed: BTreeSet<(String, u32)>,
 }
 
 /// `key value` pairs of an init line (`rank 0 nranks 2 cudaDev 0 busId 60 ...`).
@@ -196,6 +199,11 @@ impl Analyzer {
             self.order.push(key.to_string());
         }
         self.comms.entry(key.to_string()).or_default()
+    }
+
+    /// Processes (host, pid) that completed the init of at least one communicator.
+    pub fn completed_processes(&self) -> usize {
+        self.completed.len()
     }
 
     /// Reads a whole text (several lines).
@@ -282,6 +290,9 @@ impl Analyzer {
             .or_else(|| nranks.map(|n| format!("nranks={n}")))
             .unwrap_or_else(|| UNIDENTIFIED.to_string());
         let done = msg.contains("Init COMPLETE");
+        if done {
+            self.completed.insert(proc_key.clone());
+        }
         let proc = self.procs.entry(proc_key.clone()).or_default();
         proc.by_ptr.insert(ptr.to_string(), key.clone());
         proc.current = Some(key.clone());

@@ -30,8 +30,9 @@ pub(crate) fn decide(
             "get_mempolicy is refused and NCCL {} (< 2.26.5) does not fall back by itself: its cuMem host allocations would fail",
             facts.platform.nccl_version.as_deref().unwrap_or("?")
         )),
-        (CumemHost::Works(_), Some(reason)) if reason.starts_with("GPUs") => Some(format!(
-            "{reason}: cuMem host memory fails between GPUs without peer access (cuda failure 217)"
+        (CumemHost::Works(_), Some(t)) if t.no_peer_access => Some(format!(
+            "{}: cuMem host memory fails between GPUs without peer access (cuda failure 217)",
+            t.why
         )),
         _ => None,
     };
@@ -42,6 +43,7 @@ pub(crate) fn decide(
             CumemHost::Works(why) => format!("{why}: cuMem host allocations work, and NCCL's host buffers stay out of /dev/shm"),
             CumemHost::Blocked { .. } => "get_mempolicy is refused, but this NCCL falls back to /dev/shm by itself (>= 2.26.5, or its version is unknown: forcing it off would make /dev/shm carry the SHM transport for certain)".into(),
             CumemHost::Off(v) => format!("{v} is set"),
+            CumemHost::Unknown => "no CAP_SYS_NICE, get_mempolicy not probed: NCCL >= 2.26.5 falls back by itself if a seccomp profile refuses it; forcing it off would make /dev/shm carry the SHM transport for certain".into(),
         }),
     })
 }

@@ -7,7 +7,7 @@
 use super::PreflightOptions;
 use crate::facts::HostFacts;
 use crate::finding::{Finding, Severity};
-use crate::host_buffers::{cumem_host, shm_needed, shm_transport, CumemHost};
+use crate::host_buffers::{cumem_host, shm_needed, shm_transport, CumemHost, ShmTransport};
 use crate::units::format_size;
 
 const REMEDY: &str = "mount a memory-backed emptyDir at /dev/shm:\n  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 64Gi}}]\n  volumeMounts: [{name: dshm, mountPath: /dev/shm}]\n(docker: --shm-size=64g or --ipc=host)";
@@ -36,7 +36,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let transport = shm_transport(facts, env);
     let cumem = cumem_host(facts, env);
     let need = shm_needed(local);
-    if let (Some(why), true) = (&transport, cumem.uses_shm_files()) {
+    if let (Some(ShmTransport { why, .. }), true) = (&transport, cumem.uses_shm_files()) {
         if shm.total_bytes < need {
             let files = match &cumem {
                 CumemHost::Off(v) => format!("{v} puts NCCL's host buffers in /dev/shm files"),
