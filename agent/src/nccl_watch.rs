@@ -62,6 +62,11 @@ impl NcclWatch {
     pub fn completed(&self) -> usize {
         self.analyzer.completed_processes()
     }
+
+    /// Processes that logged a transport line (connected at init or first collective).
+    pub fn linked(&self) -> usize {
+        self.analyzer.linked_processes()
+    }
 }
 
 fn read_new(path: &Path, f: &mut Followed, analyzer: &mut Analyzer) -> bool {

@@ -235,3 +235,48 @@ fn garbage_empty_binary_and_missing_files_exit_2() {
         .env("TOPORUN_TEST", "1"));
     assert_eq!(code, 2, "{err}");
 }
+
+/// The logs of this project's own 2x H200 runs (scripts/gpu_nccl_evidence.sh, rows of
+/// tests/fixtures/device/nccl-evidence.md): what NCCL did in each scenario.
+#[test]
+fn h200x2_evidence_scenarios() {
+    let cases: &[(&str, u64, &str, &[&str])] = &[
+        ("same", 1, "P2P/CUMEM", &[]),
+        ("uts-join", 1, "P2P/CUMEM", &[]),
+        ("net-warn", 1, "P2P/IPC", &[]),
+        ("net-cumem1", 1, "P2P/CUMEM", &["nccl.split_netns"]),
+        ("netuts-warn", 2, "NET/Socket/0", &[]),
+        ("netuts-join", 1, "P2P/IPC", &[]),
+        ("pod-shared-warn", 2, "NET/Socket/0", &[]),
+        ("pod-shared-join", 2, "NET/Socket/0", &[]),
+        ("pod-own-join", 2, "NET/Socket/0", &[]),
+        (
+            "pod-joined-own-gpu-failed",
+            1,
+            "P2P/IPC",
+            &["nccl.peer_gpu"],
+        ),
+    ];
+    for (tag, nnodes, via, failures) in cases {
+        let f = |n: u32| log(&format!("h200x2-evidence/{tag}-node{n}.log"));
+        let (code, v) = json(&[&f(0), &f(1)]);
+        let c = &v["communicators"][0];
+        assert_eq!(c["nnodes"].as_u64(), Some(*nnodes), "{tag}");
+        assert_eq!(c["nranks"], 2, "{tag}");
+        let vias: std::collections::BTreeSet<&str> = c["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["via"].as_str().unwrap())
+            .collect();
+        assert_eq!(vias.into_iter().collect::<Vec<_>>(), [*via], "{tag}");
+        let ids: std::collections::BTreeSet<&str> = v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f["id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.into_iter().collect::<Vec<_>>(), *failures, "{tag}");
+        assert_eq!(code, u8::from(!failures.is_empty()) as i32, "{tag}");
+    }
+}

@@ -32,6 +32,9 @@ pub struct Node {
     pub ipc_ns: Option<u64>,
     /// Device number of its /dev/shm mount.
     pub shm_dev: Option<u64>,
+    /// Its GPU device nodes (/dev/nvidiaN): pods of the device plugin see only their
+    /// own, and CUDA cannot map a GPU it cannot open.
+    pub gpu_nodes: Vec<String>,
     /// The values of `VARS` its ranks will see.
     pub env: BTreeMap<String, String>,
 }
@@ -55,10 +58,15 @@ pub enum Outcome {
     OneHost(&'static str),
     /// NCCL sees two hosts: sockets (or RDMA) between GPUs of one machine.
     Network,
-    /// NCCL sees one host across network namespaces with cuMem on: `unhandled system
-    /// error` at the first collective (UDS / ncclProxyClientGetFd).
-    Crash,
+    /// NCCL sees one host and the job fails at the first collective; why.
+    Crash(&'static str),
 }
+
+/// cuMem handles over a Unix socket that does not cross network namespaces.
+pub const CRASH_UDS: &str =
+    "cuMem across network namespaces: \"unhandled system error\" (UDS: connection refused)";
+/// CUDA IPC to a GPU whose device node this container lacks.
+pub const CRASH_PEER_GPU: &str = "P2P to a GPU this container cannot open: \"Cuda failure 'invalid argument'\" (transport/p2p.cc)";
 
 /// Two nodes, same boot_id.
 pub fn predict(a: &Node, b: &Node) -> Outcome {
@@ -74,13 +82,16 @@ pub fn predict(a: &Node, b: &Node) -> Outcome {
     if p2p_off && (a.is("NCCL_SHM_DISABLE", "1") || b.is("NCCL_SHM_DISABLE", "1")) {
         return Outcome::Network;
     }
+    let peers_hidden =
+        !a.gpu_nodes.is_empty() && !b.gpu_nodes.is_empty() && a.gpu_nodes != b.gpu_nodes;
     match (p2p_off, split_net) {
+        (false, _) if peers_hidden => Outcome::Crash(CRASH_PEER_GPU),
         (false, false) if cumem_off => Outcome::OneHost("P2P/IPC"),
         (false, false) => Outcome::OneHost("P2P/CUMEM"),
         (false, true) if cumem_off => Outcome::OneHost("P2P/IPC"),
         (true, false) => Outcome::OneHost("SHM/direct/direct"),
         (true, true) if cumem_host_off => Outcome::OneHost("SHM/direct/direct"),
-        _ => Outcome::Crash,
+        _ => Outcome::Crash(CRASH_UDS),
     }
 }
 
@@ -141,7 +152,7 @@ fn worst(nodes: &[&Node]) -> Outcome {
     for (i, a) in nodes.iter().enumerate() {
         for b in &nodes[i + 1..] {
             match predict(a, b) {
-                Outcome::Crash => return Outcome::Crash,
+                c @ Outcome::Crash(_) => return c,
                 Outcome::Network => out = Outcome::Network,
                 o @ Outcome::OneHost(_) if matches!(out, Outcome::OneHost(_)) => out = o,
                 _ => {}
@@ -151,7 +162,7 @@ fn worst(nodes: &[&Node]) -> Outcome {
     out
 }
 
-const POD_FIX: &str = "one pod per node with all its GPUs (--nproc-per-node=gpu); where pods must stay separate, give them one /dev/shm (hostIPC: true, or a hostPath volume of the host's /dev/shm) and toporun joins them (--colocated join: the same NCCL_HOSTID and NCCL_CUMEM_ENABLE=0, measured 327 GB/s over P2P/IPC)";
+const POD_FIX: &str = "one pod per node with all its GPUs (--nproc-per-node=gpu); where pods must stay separate and each can open every GPU of the node, give them one /dev/shm (hostIPC: true, or a hostPath volume of the host's /dev/shm) and toporun joins them (--colocated join: the same NCCL_HOSTID and NCCL_CUMEM_ENABLE=0, measured 320-327 GB/s over P2P/IPC)";
 
 /// The co-location decision for a closed round: nodes grouped by boot_id.
 pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
@@ -173,6 +184,11 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
         let shared_shm =
             group[0].shm_dev.is_some() && group.iter().all(|n| n.shm_dev == group[0].shm_dev);
         let split_net = group.iter().any(|n| n.net_ns != group[0].net_ns);
+        // Each node sees the GPUs of the others (one container split by
+        // CUDA_VISIBLE_DEVICES), not only its own (device-plugin pods).
+        let sees_peers = group
+            .iter()
+            .all(|n| n.gpu_nodes.is_empty() || n.gpu_nodes == group[0].gpu_nodes);
         let before = worst(&group);
         let finding = |sev, s: String| {
             Finding::new("rdzv.colocated", sev, s)
@@ -190,6 +206,7 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
             .collect();
         let can_join = mode == Mode::Join
             && shared_shm
+            && sees_peers
             && !matches!(before, Outcome::OneHost(_))
             && (user_hostids.is_empty() || user_hostids.len() == group.len());
         // What the nodes will carry: the joined host id and, across network
@@ -204,7 +221,7 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
             );
             added.insert("NCCL_HOSTID", id);
         }
-        let crosses = split_net && (can_join || before == Outcome::Crash);
+        let crosses = split_net && (can_join || before == Outcome::Crash(CRASH_UDS));
         if crosses
             && !group
                 .iter()
@@ -220,7 +237,7 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
         let refs: Vec<&Node> = after.iter().collect();
         let result = worst(&refs);
         let reason = match (before, result) {
-            (Outcome::Crash, Outcome::OneHost(via)) => format!("nodes {idx:?} share this host and NCCL takes them for one host across network namespaces: cuMem would crash (\"unhandled system error\", UDS connection refused); with NCCL_CUMEM_ENABLE=0 NCCL uses {via} (measured 329 GB/s on H200)"),
+            (Outcome::Crash(_), Outcome::OneHost(via)) => format!("nodes {idx:?} share this host and NCCL takes them for one host across network namespaces: cuMem would crash (\"unhandled system error\", UDS connection refused); with NCCL_CUMEM_ENABLE=0 NCCL uses {via} (measured 329 GB/s on H200)"),
             (Outcome::Network, Outcome::OneHost(via)) => format!("nodes {idx:?} share this host and /dev/shm but NCCL would take them for separate hosts and use sockets ({} GB/s measured between two such pods); joined as one NCCL host they use {via} ({} GB/s, about {:.0}x as fast)", measured::POD_SOCKET_GBPS, measured::POD_JOINED_GBPS, measured::POD_JOINED_GBPS / measured::POD_SOCKET_GBPS),
             _ => String::new(),
         };
@@ -243,7 +260,8 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
         d.findings.push(match result {
             Outcome::OneHost(via) if added.is_empty() => finding(Severity::Info, format!("node ranks {idx:?} run on one host (boot_id {boot}) and NCCL sees one host: {via} between them")),
             Outcome::OneHost(via) => finding(Severity::Info, format!("node ranks {idx:?} run on one host (boot_id {boot}): toporun set {vars} on their ranks so NCCL uses {via} between them")).fact("why", &reason),
-            Outcome::Crash => finding(Severity::Error, format!("node ranks {idx:?} run on one host (boot_id {boot}) in different network namespaces, NCCL takes them for one host, and NCCL_CUMEM_ENABLE is set otherwise: NCCL will fail at the first collective (\"unhandled system error\", UDS: connection refused)")).remedy("set NCCL_CUMEM_ENABLE=0 on every rank, or give the nodes distinct NCCL_HOSTIDs"),
+            Outcome::Crash(why) => finding(Severity::Error, format!("node ranks {idx:?} run on one host (boot_id {boot}) and NCCL takes them for one host, but the job will fail at the first collective: {why}")).remedy(if why == CRASH_UDS { "set NCCL_CUMEM_ENABLE=0 on every rank, or give the nodes distinct NCCL_HOSTIDs" } else { "give the nodes distinct NCCL_HOSTIDs (or unset the one you set), or run one pod per node with all its GPUs" }),
+            Outcome::Network if shared_shm && !sees_peers => finding(Severity::Warning, format!("node ranks {idx:?} run on one physical host (boot_id {boot}) but each sees only its own GPUs (device-plugin pods): NCCL sends their traffic over the network ({} GB/s measured between two such pods); toporun does not join them, because P2P to a GPU a pod cannot open fails (measured on 2x H200)", measured::POD_SOCKET_GBPS)).remedy("one pod per node with all its GPUs (--nproc-per-node=gpu)"),
             Outcome::Network if shared_shm => finding(Severity::Warning, format!("node ranks {idx:?} run on one physical host (boot_id {boot}) but NCCL takes them for separate hosts and sends their traffic over the network ({} GB/s measured between two such pods, {} GB/s joined)", measured::POD_SOCKET_GBPS, measured::POD_JOINED_GBPS)).remedy(if mode == Mode::Warn { "run with --colocated join (the default): they share /dev/shm, so the same NCCL_HOSTID and NCCL_CUMEM_ENABLE=0 put them on P2P" } else { POD_FIX }),
             Outcome::Network => finding(Severity::Warning, format!("node ranks {idx:?} run on one physical host (boot_id {boot}) but each has its own /dev/shm, so NCCL keeps them apart (even with one NCCL_HOSTID) and sends their traffic over the network ({} GB/s measured between two such pods instead of {} GB/s)", measured::POD_SOCKET_GBPS, measured::POD_JOINED_GBPS)).remedy(POD_FIX),
         });
@@ -262,6 +280,7 @@ mod tests {
             net_ns: Some(net),
             ipc_ns: Some(net),
             shm_dev: Some(shm),
+            gpu_nodes: Vec::new(),
             env: BTreeMap::new(),
         }
     }
@@ -309,6 +328,21 @@ mod tests {
         b.env.insert("NCCL_CUMEM_ENABLE".into(), "1".into());
         let d = decide(&[a, b], Mode::Join);
         assert_eq!(d.findings[0].severity, Severity::Error);
+    }
+
+    #[test]
+    fn device_plugin_pods_that_cannot_open_each_others_gpus_are_not_joined() {
+        let mut a = pod("a", 1, 7);
+        a.gpu_nodes = vec!["/dev/nvidia0".into()];
+        let mut b = pod("b", 2, 7);
+        b.gpu_nodes = vec!["/dev/nvidia1".into()];
+        let d = decide(&[a, b], Mode::Join);
+        assert!(d.env.iter().all(|e| e.vars.is_empty()));
+        assert!(
+            d.findings[0].summary.contains("own GPUs"),
+            "{}",
+            d.findings[0].summary
+        );
     }
 
     #[test]

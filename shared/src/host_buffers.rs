@@ -15,15 +15,17 @@ pub const CUMEM_HOST_FALLBACK: Version = Version::new(2, 26, 5);
 /// /dev/shm/nccl-wexIdu to 9637892 bytes`).
 pub const SHM_SEGMENT_BYTES: u64 = 9_637_892;
 
-/// /dev/shm files NCCL 2.28.9 held per directed pair of local ranks on the SHM
-/// transport (measured: scripts/gpu_nccl_evidence.sh, shm-usage row).
-pub const SHM_SEGMENTS_PER_PAIR: u64 = 8;
+/// /dev/shm segments NCCL 2.28.9 held per directed connection between two local
+/// ranks on the SHM transport: 2 ranks used 77,201,408 bytes = 2 connections x 4 x
+/// 9.6 MB (scripts/gpu_nccl_evidence.sh, shm-use row, 2x H200).
+pub const SHM_SEGMENTS_PER_PAIR: u64 = 4;
 
-/// What /dev/shm must hold for the SHM transport between `local_ranks` ranks whose
-/// host buffers are /dev/shm files (every directed pair).
+/// The least /dev/shm the SHM transport needs between `local_ranks` ranks whose host
+/// buffers are /dev/shm files: a ring connects each rank to the next (n directed
+/// connections; 2 for 2 ranks, as measured). Trees and more channels need more, so a
+/// /dev/shm below this is certain to fail, not certain to suffice above it.
 pub fn shm_needed(local_ranks: u32) -> u64 {
-    let n = u64::from(local_ranks.max(2));
-    n * (n - 1) * SHM_SEGMENTS_PER_PAIR * SHM_SEGMENT_BYTES
+    u64::from(local_ranks.max(2)) * SHM_SEGMENTS_PER_PAIR * SHM_SEGMENT_BYTES
 }
 
 /// The state of NCCL's cuMem host allocations.

@@ -2,7 +2,7 @@
 //! NCCL 2.28.9): toporun's predictions must agree with what NCCL did.
 
 use std::collections::BTreeMap;
-use toporun_shared::colocation::{predict, Node, Outcome};
+use toporun_shared::colocation::{predict, Node, Outcome, CRASH_PEER_GPU, CRASH_UDS};
 use toporun_shared::facts::{cap, HostFacts, ShmFacts, FACTS_SCHEMA};
 use toporun_shared::finding::Severity;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
@@ -122,6 +122,8 @@ struct Split {
     net: bool,
     ipc: bool,
     shm: bool,
+    /// A private /dev holding only the node's own GPU (a device-plugin pod).
+    own_gpu: bool,
 }
 
 const NONE: Split = Split {
@@ -129,6 +131,7 @@ const NONE: Split = Split {
     net: false,
     ipc: false,
     shm: false,
+    own_gpu: false,
 };
 
 fn pair(split: Split, env: &[(&str, &str)]) -> Outcome {
@@ -142,6 +145,11 @@ fn pair(split: Split, env: &[(&str, &str)]) -> Outcome {
         net_ns: Some(if split.net { 100 + i } else { 100 }),
         ipc_ns: Some(if split.ipc { 200 + i } else { 200 }),
         shm_dev: Some(if split.shm { 300 + i } else { 300 }),
+        gpu_nodes: if split.own_gpu {
+            vec![format!("/dev/nvidia{i}")]
+        } else {
+            vec!["/dev/nvidia0".into(), "/dev/nvidia1".into()]
+        },
         env: env
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -192,7 +200,10 @@ fn n4_other_hostname_same_hostid_is_one_host() {
 }
 #[test]
 fn v1_network_namespace_only_crashes() {
-    assert_eq!(pair(Split { net: true, ..NONE }, &[]), Outcome::Crash);
+    assert_eq!(
+        pair(Split { net: true, ..NONE }, &[]),
+        Outcome::Crash(CRASH_UDS)
+    );
 }
 #[test]
 fn v2_network_namespace_and_hostname_go_over_sockets() {
@@ -219,7 +230,7 @@ fn v3_network_namespace_same_hostid_crashes() {
             },
             &[HOSTID]
         ),
-        Outcome::Crash
+        Outcome::Crash(CRASH_UDS)
     );
 }
 #[test]
@@ -247,7 +258,7 @@ fn v5_network_namespace_cumem_off_runs_p2p_ipc() {
 fn v6_network_namespace_p2p_off_crashes_on_cumem_host() {
     assert_eq!(
         pair(Split { net: true, ..NONE }, &[("NCCL_P2P_DISABLE", "1")]),
-        Outcome::Crash
+        Outcome::Crash(CRASH_UDS)
     );
 }
 #[test]
@@ -314,7 +325,7 @@ fn v11_network_and_ipc_namespaces_defaults_crash() {
             },
             &[]
         ),
-        Outcome::Crash
+        Outcome::Crash(CRASH_UDS)
     );
 }
 
@@ -323,6 +334,7 @@ const POD: Split = Split {
     net: true,
     ipc: true,
     shm: false,
+    own_gpu: true,
 };
 
 #[test]
@@ -331,16 +343,40 @@ fn p1_pods_sharing_dev_shm_default_to_sockets() {
 }
 #[test]
 fn p2_pods_with_one_hostid_crash() {
-    assert_eq!(pair(POD, &[HOSTID]), Outcome::Crash);
+    assert!(matches!(pair(POD, &[HOSTID]), Outcome::Crash(_)));
 }
 #[test]
-fn p3_pods_joined_run_p2p_ipc() {
-    assert_eq!(pair(POD, &[HOSTID, CUMEM_OFF]), Outcome::OneHost("P2P/IPC"));
-}
-#[test]
-fn p4_pods_joined_sharing_ipc_too_run_p2p_ipc() {
+fn p3_pods_that_see_only_their_own_gpu_fail_joined() {
+    // Measured this session (run3/run4): read-only private /dev with only the pod's
+    // GPU, HOSTID + NCCL_CUMEM_ENABLE=0: P2P/IPC chosen, then transport/p2p.cc
+    // "Cuda failure 'invalid argument'". The reference table's 327 GB/s row had a /dev
+    // in which CUDA could reach the peer GPU (see nccl-evidence.md).
     assert_eq!(
-        pair(Split { ipc: false, ..POD }, &[HOSTID, CUMEM_OFF]),
+        pair(POD, &[HOSTID, CUMEM_OFF]),
+        Outcome::Crash(CRASH_PEER_GPU)
+    );
+}
+#[test]
+fn p4_pods_that_see_every_gpu_run_p2p_ipc_joined() {
+    assert_eq!(
+        pair(
+            Split {
+                own_gpu: false,
+                ..POD
+            },
+            &[HOSTID, CUMEM_OFF]
+        ),
+        Outcome::OneHost("P2P/IPC")
+    );
+    assert_eq!(
+        pair(
+            Split {
+                own_gpu: false,
+                ipc: false,
+                ..POD
+            },
+            &[HOSTID, CUMEM_OFF]
+        ),
         Outcome::OneHost("P2P/IPC")
     );
 }

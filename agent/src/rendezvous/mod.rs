@@ -42,6 +42,9 @@ pub struct NodeInfo {
     /// The co-location variables (NCCL_HOSTID, NCCL_CUMEM_ENABLE...) its ranks see.
     #[serde(default)]
     pub nccl: BTreeMap<String, String>,
+    /// Its GPU device nodes (/dev/nvidiaN).
+    #[serde(default)]
+    pub gpu_nodes: Vec<String>,
 }
 
 impl NodeInfo {
@@ -53,6 +56,7 @@ impl NodeInfo {
             net_ns: self.net_ns,
             ipc_ns: self.ipc_ns,
             shm_dev: self.shm_dev,
+            gpu_nodes: self.gpu_nodes.clone(),
             env: self.nccl.clone(),
         }
     }

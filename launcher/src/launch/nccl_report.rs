@@ -83,7 +83,12 @@ pub struct ReportStore {
     pub is_host: bool,
     /// NCCL hosts toporun expects the job to form (from the co-location model).
     pub expected_nccl_nodes: Option<u32>,
+    /// The machine (boot_id) of every global rank, as the rendezvous learned it.
+    pub rank_machines: Vec<Option<String>>,
 }
+
+/// How long after every rank's init the report waits for transport lines.
+const CONNECT_GRACE: Duration = Duration::from_secs(30);
 
 pub struct Reporter {
     watch: Arc<Mutex<NcclWatch>>,
@@ -141,14 +146,25 @@ impl Reporter {
         let ended = Arc::new(AtomicBool::new(false));
         let end = ended.clone();
         let task = tokio::spawn(async move {
+            // Ready once every local rank's init completed and it connected its
+            // transports (NCCL connects most at the first collective, after init);
+            // a rank that never runs a collective is given CONNECT_GRACE.
+            let mut complete_at: Option<std::time::Instant> = None;
             loop {
                 let stop = end.load(Ordering::Relaxed);
-                let ready = {
+                let (complete, linked) = {
                     let mut g = w.lock().expect("watch lock");
                     g.poll();
-                    g.completed() >= nproc as usize
+                    (
+                        g.completed() >= nproc as usize,
+                        g.linked() >= nproc as usize,
+                    )
                 };
-                if ready || stop {
+                if complete && complete_at.is_none() {
+                    complete_at = Some(std::time::Instant::now());
+                }
+                let grace = complete_at.is_some_and(|t| t.elapsed() > CONNECT_GRACE);
+                if (complete && linked) || grace || stop {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -163,7 +179,7 @@ impl Reporter {
                 &serde_json::json!({"node": &digest, "communicators": &report.comms}),
             );
             match store {
-                None => job_report(&digest, None, &run_dir),
+                None => job_report(digest, None, &[], &run_dir),
                 Some(s) => {
                     eprintln!("toporun: nccl (node {}): {}", s.node_rank, digest.line());
                     if let Err(e) = publish_and_gather(&s, &digest, &run_dir, &end).await {
@@ -215,11 +231,46 @@ impl Drop for Reporter {
     }
 }
 
-fn job_report(d: &Digest, expected_nodes: Option<u32>, run_dir: &Path) {
+/// NET between ranks of one machine (co-located nodes NCCL kept apart): the nodes'
+/// files cannot tell, the rendezvous can.
+fn same_machine_net(d: &mut Digest, machines: &[Option<String>]) -> Option<Finding> {
+    let world = d.world()?.id.clone();
+    let c = d.comms.iter_mut().find(|c| c.id == world)?;
+    let machine = |r: u32| machines.get(r as usize).cloned().flatten();
+    let mut hit = Vec::new();
+    for (via, pairs) in &c.pairs {
+        if !via.starts_with("NET") {
+            continue;
+        }
+        for &(a, b) in pairs {
+            if machine(a).is_some() && machine(a) == machine(b) {
+                hit.push(format!("{a}-{b} via {via}"));
+            }
+        }
+    }
+    if hit.is_empty() {
+        return None;
+    }
+    c.below_best.extend(hit.iter().cloned());
+    Some(
+        Finding::new("nccl.transport", Severity::Warning, format!("ranks {} run on one machine but NCCL connected them over the network: the hardware allows P2P between them", hit.join(", ")))
+            .fact("cost", format!("measured on 2x H200: {} GB/s between two such pods instead of {} GB/s joined", toporun_shared::measured::POD_SOCKET_GBPS, toporun_shared::measured::POD_JOINED_GBPS))
+            .remedy("one pod per node with all its GPUs; where pods must stay separate, give them one /dev/shm (hostIPC or a hostPath mount) and let toporun join them (--colocated join, the default)"),
+    )
+}
+
+fn job_report(
+    mut d: Digest,
+    expected_nodes: Option<u32>,
+    machines: &[Option<String>],
+    run_dir: &Path,
+) {
+    let same_machine = same_machine_net(&mut d, machines);
     let mut findings = d.findings.clone();
+    findings.extend(same_machine);
     if let (Some(want), Some(got)) = (expected_nodes, d.world().and_then(|c| c.nnodes)) {
         if want != got {
-            findings.push(Finding::new("nccl.prediction", Severity::Warning, format!("toporun expected NCCL to see {want} host(s), NCCL counted {got} nodes: its host identity (NCCL_HOSTID, hostname, /dev/shm) differs from what toporun read; please report this with the run directory's nccl-report.json")));
+            findings.push(Finding::new("nccl.prediction", Severity::Warning, format!("toporun predicted {want} NCCL host(s) for this job, NCCL counted {got}: toporun's co-location model missed how NCCL identified the hosts (NCCL_HOSTID, hostname, /dev/shm); the run directory's nccl-report-job.json has the details")));
         }
     }
     eprintln!("toporun: nccl: {}", d.line());
@@ -261,6 +312,11 @@ async fn publish_and_gather(
         .iter()
         .filter_map(|b| serde_json::from_slice(b).ok())
         .collect();
-    job_report(&Digest::merge(&all), s.expected_nccl_nodes, run_dir);
+    job_report(
+        Digest::merge(&all),
+        s.expected_nccl_nodes,
+        &s.rank_machines,
+        run_dir,
+    );
     Ok(())
 }

@@ -31,6 +31,8 @@ pub struct Session {
     multi: Option<Multi>,
     /// NCCL hosts the co-location model expects from the last round (host only).
     expected_nccl_nodes: Option<u32>,
+    /// The machine (boot_id) of every global rank in the last round (host only).
+    rank_machines: Vec<Option<String>>,
 }
 
 struct Multi {
@@ -98,6 +100,7 @@ impl Session {
                 server: Some(server),
                 multi: None,
                 expected_nccl_nodes: None,
+                rank_machines: Vec::new(),
             }));
         }
         let mut is_host = match o.rdzv_backend {
@@ -184,6 +187,14 @@ impl Session {
             ipc_ns: c.namespaces.get("ipc").map(|n| n.inode),
             net_ns: c.namespaces.get("net").map(|n| n.inode),
             shm_dev: c.shm.as_ref().and_then(|s| s.dev),
+            gpu_nodes: p
+                .facts
+                .gpus
+                .device_nodes
+                .iter()
+                .filter(|d| d.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+                .cloned()
+                .collect(),
             nccl: colocation::VARS
                 .iter()
                 .filter_map(|v| Some((v.to_string(), p.rank_value(v)?)))
@@ -195,6 +206,7 @@ impl Session {
             port,
             server,
             expected_nccl_nodes: None,
+            rank_machines: Vec::new(),
             multi: Some(Multi {
                 cfg,
                 is_host,
@@ -278,6 +290,10 @@ impl Session {
                     let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
                     let decision = colocation::decide(&views, p.colocated);
                     self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
+                    self.rank_machines = infos
+                        .iter()
+                        .flat_map(|i| std::iter::repeat_n(i.boot_id.clone(), i.nproc as usize))
+                        .collect();
                     for f in decision.findings {
                         eprintln!(
                             "toporun: {}: {}: {}{}",
@@ -342,6 +358,7 @@ impl Session {
             nnodes: node.nnodes,
             is_host: m.is_host,
             expected_nccl_nodes: self.expected_nccl_nodes,
+            rank_machines: self.rank_machines.clone(),
         })
     }
 

@@ -152,6 +152,7 @@ pub struct Analyzer {
     seen_failures: BTreeSet<(String, u32, &'static str)>,
     nccl_lines: usize,
     completed: BTreeSet<(String, u32)>,
+    linked: BTreeSet<(String, u32)>,
 }
 
 /// `key value` pairs of an init line (`rank 0 nranks 2 cudaDev 0 busId 60 ...`).
@@ -204,6 +205,12 @@ impl Analyzer {
     /// Processes (host, pid) that completed the init of at least one communicator.
     pub fn completed_processes(&self) -> usize {
         self.completed.len()
+    }
+
+    /// Processes that logged at least one transport (`via`) line. NCCL >= 2.22
+    /// connects most transports at the first collective, after Init COMPLETE.
+    pub fn linked_processes(&self) -> usize {
+        self.linked.len()
     }
 
     /// Reads a whole text (several lines).
@@ -262,6 +269,7 @@ impl Analyzer {
                 .get(&proc_key)
                 .and_then(|p| p.current.clone())
                 .unwrap_or_else(|| UNIDENTIFIED.to_string());
+            self.linked.insert(proc_key.clone());
             let c = self.comm(&key);
             c.links.entry((from, to)).or_default().insert(t.via);
             c.ranks.entry(own).or_insert_with(|| RankInfo {

@@ -51,6 +51,9 @@ const SIGNATURES: &[Sig] = &[
     sig(&["Cuda failure 217"], "nccl.peer_access", true,
         "CUDA peer access is not supported between these GPUs (error 217) while NCCL tried cuMem host memory or P2P",
         "set NCCL_CUMEM_HOST_ENABLE=0 (with a /dev/shm large enough for the SHM transport), or NCCL_P2P_DISABLE=1 on hosts whose GPUs cannot reach each other"),
+    sig(&["Cuda failure 'invalid argument'"], "nccl.peer_gpu", true,
+        "CUDA rejected NCCL's P2P setup (invalid argument): between co-located pods this is P2P to a GPU the pod cannot open (each pod sees only its own GPU)",
+        "give the pods distinct NCCL_HOSTIDs (do not join them), or run one pod per node with all its GPUs"),
     sig(&["Cuda failure 800"], "nccl.not_permitted", true,
         "CUDA refused the operation (error 800, not permitted): typically importing another container's cuMem handle",
         "set NCCL_CUMEM_ENABLE=0, or run the ranks of one host in one pod"),
@@ -75,7 +78,11 @@ const SIGNATURES: &[Sig] = &[
 pub fn match_line(msg: &str) -> Option<&'static Known> {
     SIGNATURES
         .iter()
-        .find(|s| s.all.iter().all(|w| msg.contains(w)))
+        .find(|s| {
+            s.all.iter().all(|w| {
+                msg.contains(w) || msg.to_ascii_lowercase().contains(&w.to_ascii_lowercase())
+            })
+        })
         .map(|s| &s.known)
 }
 
@@ -95,6 +102,8 @@ mod tests {
             ("NET/OFI fi_getinfo call failed: No data available", "nccl.efa_missing"),
             ("Bootstrap : no socket interface found", "nccl.no_interface"),
             ("Cuda failure 800 'operation not permitted'", "nccl.not_permitted"),
+            ("Cuda failure 'invalid argument'", "nccl.peer_gpu"),
+            ("socketStartConnect: connect to 192.0.2.2<34489> failed : Network is unreachable", "nccl.connect"),
         ];
         for (msg, id) in cases {
             assert_eq!(match_line(msg).map(|k| k.id), Some(id), "{msg}");

@@ -46,7 +46,14 @@ pub(crate) fn decide(facts: &HostFacts, shape: &LaunchShape) -> Decision {
         .and_then(|a| a.trim_matches(|c| c == '[' || c == ']').parse().ok())
         .filter(|ip: &IpAddr| !ip.is_loopback());
     if let Some(ip) = target {
-        if let Some(nic) = usable.iter().find(|n| contains(n, ip)) {
+        // The interface on the master's subnet reaches it, even a virtual one (a veth
+        // or bridge joining containers): the strongest evidence there is.
+        let on_subnet = facts
+            .nics
+            .iter()
+            .filter(|n| n.name != "lo" && n.state != "down")
+            .find(|n| contains(n, ip));
+        if let Some(nic) = on_subnet {
             return Decision::set(NAME, format!("={}", nic.name), format!("{} holds the subnet of the master address {ip}; '=' matches it exactly (a bare prefix would also catch {}1x)", nic.name, nic.name));
         }
     }
@@ -144,10 +151,16 @@ mod tests {
             "master on another subnet: {}",
             d.reason
         );
+        // A master on a bridge's or veth's subnet is reached through it (measured on
+        // 2x H200: a node in its own network namespace behind a veth pair failed with
+        // "Network is unreachable" when NCCL bootstrapped over eth0 instead).
         assert_eq!(
             decide(&f, &shape(Some("172.17.0.9"))).value.as_deref(),
-            Some("=eth0"),
-            "never docker0"
+            Some("=docker0")
+        );
+        assert_eq!(
+            decide(&f, &shape(Some("10.244.0.2"))).value.as_deref(),
+            Some("=veth12")
         );
         assert_eq!(
             decide(&f, &shape(Some("127.0.0.1"))).value.as_deref(),
