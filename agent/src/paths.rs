@@ -42,6 +42,9 @@ pub const LIB_DIRS: &[&str] = &[
     "usr/lib64",
 ];
 
+/// Debian/Ubuntu system Python packages (pip's nvidia-nccl-cu* may live there).
+pub const SYSTEM_PYTHON_PACKAGES: &[&str] = &["usr/lib/python3/dist-packages"];
+
 /// The file-system root probes read from: "/" live, a temp dir in tests.
 #[derive(Debug, Clone)]
 pub struct Root(PathBuf);

@@ -117,8 +117,24 @@ pub fn host_summary(f: &HostFacts) -> String {
         .map(|(_, _, l)| l)
         .next()
         .map_or("-".to_string(), |l| l.to_string());
+    let nccl = format!(
+        "NCCL: {}; get_mempolicy {} (seccomp {})\n",
+        f.platform
+            .nccl_version
+            .as_ref()
+            .map_or("version unknown".to_string(), |v| format!(
+                "{v} ({})",
+                f.platform.nccl_version_from.as_deref().unwrap_or("on disk")
+            )),
+        match c.get_mempolicy {
+            Some(true) => "allowed",
+            Some(false) => "refused",
+            None => "not probed",
+        },
+        c.seccomp.map_or("unknown".to_string(), |m| m.to_string())
+    );
     format!(
-        "host: {} ({}), {} CPUs, /dev/shm {}\nGPUs: {} {} (first pair: {link}, source: {:?}){}\nNICs: {}\nRDMA: {}\n",
+        "host: {} ({}), {} CPUs, /dev/shm {}\nGPUs: {} {} (first pair: {link}, source: {:?}){}\nNICs: {}\nRDMA: {}\n{nccl}",
         c.hostname,
         f.platform.product_name.as_deref().unwrap_or("unknown platform"),
         c.cpu_count,

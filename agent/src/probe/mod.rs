@@ -17,14 +17,16 @@ pub fn probe_host(
     gpus: &dyn GpuProbe,
     env: impl Iterator<Item = (String, String)>,
 ) -> HostFacts {
+    let env: Vec<(String, String)> = env.collect();
+    let python = platform::rank_python(root, &env);
     let mut facts = HostFacts {
         schema: FACTS_SCHEMA,
         source: format!("probe (toporun {})", env!("CARGO_PKG_VERSION")),
-        container: container::probe(root, env),
+        container: container::probe(root, env.into_iter()),
         gpus: gpus.probe(),
         nics: net::probe(root),
         rdma: rdma::probe(root),
-        platform: platform::probe(root),
+        platform: platform::probe(root, python.as_deref()),
     };
     facts.gpus.device_nodes = gpu::device_nodes(root);
     facts

@@ -2,9 +2,72 @@
 //! network plugin on disk, /etc/nccl.conf.
 
 use crate::paths::{self, Root};
+use std::path::{Path, PathBuf};
 use toporun_shared::facts::PlatformFacts;
 
-pub fn probe(root: &Root) -> PlatformFacts {
+/// The NCCL the ranks' Python will load when it comes from pip (`nvidia-nccl-cu12`,
+/// `-cu13`): its version is in the dist-info name beside that interpreter, where
+/// `libnccl.so.2` alone says nothing. `python`: PYTHON_EXEC or python3 on PATH.
+fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<(String, String)> {
+    let mut dirs: Vec<String> = Vec::new();
+    if let Some(prefix) = python.and_then(|p| p.parent()?.parent()) {
+        let rel = prefix.to_string_lossy().trim_start_matches('/').to_string();
+        for lib in ["lib", "lib64"] {
+            let base = if rel.is_empty() {
+                lib.to_string()
+            } else {
+                format!("{rel}/{lib}")
+            };
+            for py in root
+                .list(&base)
+                .into_iter()
+                .filter(|d| d.starts_with("python3"))
+            {
+                dirs.push(format!("{base}/{py}/site-packages"));
+                dirs.push(format!("{base}/{py}/dist-packages"));
+            }
+        }
+    }
+    dirs.extend(paths::SYSTEM_PYTHON_PACKAGES.iter().map(|d| d.to_string()));
+    for py in root
+        .list("usr/local/lib")
+        .into_iter()
+        .filter(|d| d.starts_with("python3"))
+    {
+        dirs.push(format!("usr/local/lib/{py}/dist-packages"));
+        dirs.push(format!("usr/local/lib/{py}/site-packages"));
+    }
+    dirs.iter().find_map(|d| {
+        root.list(d).into_iter().find_map(|f| {
+            let rest = f
+                .strip_prefix("nvidia_nccl_cu")?
+                .strip_suffix(".dist-info")?;
+            let (cuda, version) = rest.split_once('-')?;
+            Some((
+                version.to_string(),
+                format!("pip nvidia-nccl-cu{cuda} in /{d}"),
+            ))
+        })
+    })
+}
+
+/// The interpreter ranks will run: PYTHON_EXEC, else python3 on PATH.
+pub fn rank_python(root: &Root, env: &[(String, String)]) -> Option<PathBuf> {
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+    if let Some(p) = get("PYTHON_EXEC").filter(|p| p.starts_with('/')) {
+        return Some(PathBuf::from(p));
+    }
+    let name = get("PYTHON_EXEC").unwrap_or_else(|| "python3".into());
+    get("PATH")?
+        .split(':')
+        .map(|d| Path::new(d).join(&name))
+        .find(|p| {
+            root.join(p.to_string_lossy().trim_start_matches('/'))
+                .exists()
+        })
+}
+
+pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
     let mut topology_files = Vec::new();
     for dir in paths::TOPOLOGY_DIRS {
         for f in root.list(dir).into_iter().filter(|f| f.ends_with(".xml")) {
@@ -27,6 +90,15 @@ pub fn probe(root: &Root) -> PlatformFacts {
             }
         }
     }
+    let mut nccl_version_from = nccl_version
+        .as_ref()
+        .map(|_| "libnccl.so.X.Y.Z on disk".to_string());
+    if nccl_version.is_none() {
+        if let Some((v, from)) = pip_nccl(root, python) {
+            nccl_version = Some(v);
+            nccl_version_from = Some(from);
+        }
+    }
     let nccl_conf = root
         .read(paths::ETC_NCCL_CONF)
         .unwrap_or_default()
@@ -47,6 +119,7 @@ pub fn probe(root: &Root) -> PlatformFacts {
         topology_files,
         ofi_nccl_plugins,
         nccl_version,
+        nccl_version_from,
         nccl_conf,
     }
 }
@@ -55,6 +128,28 @@ pub fn probe(root: &Root) -> PlatformFacts {
 mod tests {
     use super::*;
     use std::fs;
+
+    #[test]
+    fn pip_nccl_beside_the_ranks_python() {
+        let d = tempfile::tempdir().unwrap();
+        let root = Root::at(d.path());
+        fs::create_dir_all(d.path().join("venv/bin")).unwrap();
+        fs::write(d.path().join("venv/bin/python3"), "").unwrap();
+        fs::create_dir_all(
+            d.path()
+                .join("venv/lib/python3.12/site-packages/nvidia_nccl_cu12-2.27.5.dist-info"),
+        )
+        .unwrap();
+        fs::create_dir_all(d.path().join("usr/lib/x86_64-linux-gnu")).unwrap();
+        fs::write(d.path().join("usr/lib/x86_64-linux-gnu/libnccl.so.2"), "").unwrap();
+        let env = vec![("PATH".to_string(), "/nowhere:/venv/bin".to_string())];
+        let py = rank_python(&root, &env).unwrap();
+        assert_eq!(py, PathBuf::from("/venv/bin/python3"));
+        let f = probe(&root, Some(&py));
+        assert_eq!(f.nccl_version.as_deref(), Some("2.27.5"));
+        assert!(f.nccl_version_from.unwrap().contains("nvidia-nccl-cu12"));
+        assert_eq!(probe(&root, None).nccl_version, None);
+    }
 
     #[test]
     fn p4d_image_layout() {
@@ -78,7 +173,7 @@ mod tests {
         fs::write(p.join("usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"), "").unwrap();
         fs::create_dir_all(p.join("etc")).unwrap();
         fs::write(p.join("etc/nccl.conf"), "# comment\nNCCL_DEBUG=WARN\n").unwrap();
-        let f = probe(&Root::at(p));
+        let f = probe(&Root::at(p), None);
         assert_eq!(f.product_name.as_deref(), Some("p4d.24xlarge"));
         assert_eq!(
             f.topology_files,

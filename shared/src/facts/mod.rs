@@ -231,6 +231,8 @@ pub struct PlatformFacts {
     /// aws-ofi-nccl plugin libraries found on disk.
     pub ofi_nccl_plugins: Vec<String>,
     pub nccl_version: Option<String>,
+    /// Where the version was read: a libnccl.so.X.Y.Z name, or pip's nvidia-nccl-cu*.
+    pub nccl_version_from: Option<String>,
     /// /etc/nccl.conf content, parsed as NAME=VALUE.
     pub nccl_conf: BTreeMap<String, String>,
 }
