@@ -185,12 +185,7 @@ fn another_hostname_alone_is_joined_by_host_id_only() {
         "-c",
         "hostname otherpod-2 && exec \"$0\" \"$@\"",
     ];
-    if !Command::new("unshare")
-        .args(["--uts", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        eprintln!("skipping: unshare --uts needs root");
+    if !can_unshare_uts() {
         return;
     }
     let [(c0, o0), (c1, o1)] = two_nodes("127.0.0.1", &wrap, "join");

@@ -4,15 +4,7 @@
 mod support;
 
 use serde_json::Value;
-use support::{fixtures, host, run, toporun};
-
-fn log(name: &str) -> String {
-    fixtures()
-        .join("nccl-logs")
-        .join(name)
-        .display()
-        .to_string()
-}
+use support::{host, nccl_log, run, toporun};
 
 fn json(args: &[&str]) -> (i32, Value) {
     let (code, out, err) = run(toporun().arg("nccl-log").args(args).arg("--format=json"));
@@ -66,7 +58,7 @@ fn h200x4_single_node_logs_by_transport() {
         ("h200x4-proto_simple.log", "P2P/CUMEM", "p2p"),
         ("h200x4-p2p_off.log", "SHM/direct/direct", "shm"),
     ] {
-        let (_, v) = json(&[&log(file)]);
+        let (_, v) = json(&[&nccl_log(file)]);
         let c = comms(&v);
         assert_eq!(c.len(), 1, "{file}");
         assert_eq!(
@@ -82,7 +74,7 @@ fn h200x4_single_node_logs_by_transport() {
 
 #[test]
 fn p2p_and_shm_off_go_over_sockets_between_every_pair() {
-    let (code, v) = json(&[&log("h200x4-p2p_shm_off.log")]);
+    let (code, v) = json(&[&nccl_log("h200x4-p2p_shm_off.log")]);
     let c = comms(&v);
     assert_eq!((c[0].0.as_u64(), c[0].1.as_u64()), (Some(4), Some(4)));
     assert!(c[0].2.iter().all(|l| l.ends_with("NET/Socket/0 net")));
@@ -95,8 +87,8 @@ fn p2p_and_shm_off_go_over_sockets_between_every_pair() {
 #[test]
 fn two_nodes_one_host_and_other_hostname() {
     let (code, v) = json(&[
-        &log("h200x2-two-nodes-same-host-node0.log"),
-        &log("h200x2-two-nodes-same-host-node1.log"),
+        &nccl_log("h200x2-two-nodes-same-host-node0.log"),
+        &nccl_log("h200x2-two-nodes-same-host-node1.log"),
     ]);
     assert_eq!(code, 0);
     let c = comms(&v);
@@ -105,8 +97,8 @@ fn two_nodes_one_host_and_other_hostname() {
     assert_eq!(v["communicators"][0]["complete"], true);
 
     let (_, v) = json(&[
-        &log("h200x2-two-nodes-other-hostname-node0.log"),
-        &log("h200x2-two-nodes-other-hostname-node1.log"),
+        &nccl_log("h200x2-two-nodes-other-hostname-node0.log"),
+        &nccl_log("h200x2-two-nodes-other-hostname-node1.log"),
     ]);
     let c = comms(&v);
     assert_eq!((c[0].0.as_u64(), c[0].1.as_u64()), (Some(2), Some(2)));
@@ -122,7 +114,7 @@ fn two_nodes_one_host_and_other_hostname() {
 
 #[test]
 fn two_toporun_nodes_in_one_container_are_one_nccl_node() {
-    let (_, v) = json(&[&log("h200x4-two-nodes-same-container-node0.log")]);
+    let (_, v) = json(&[&nccl_log("h200x4-two-nodes-same-container-node0.log")]);
     let c = comms(&v);
     assert_eq!((c[0].0.as_u64(), c[0].1.as_u64()), (Some(4), Some(1)));
     assert_eq!(v["communicators"][0]["local_ranks"], 4);
@@ -131,7 +123,7 @@ fn two_toporun_nodes_in_one_container_are_one_nccl_node() {
 
 #[test]
 fn efa_pods_and_split_communicators() {
-    let (code, v) = json(&[&log("p4d-4pods-efa-libfabric.log")]);
+    let (code, v) = json(&[&nccl_log("p4d-4pods-efa-libfabric.log")]);
     assert_eq!(code, 0);
     assert_eq!(v["net_plugins"][0], "Libfabric");
     let c = comms(&v);
@@ -152,7 +144,7 @@ fn efa_pods_and_split_communicators() {
 
 #[test]
 fn mixed_shm_and_net_without_init_lines() {
-    let (_, v) = json(&[&log("pods-mixed-shm-net.log")]);
+    let (_, v) = json(&[&nccl_log("pods-mixed-shm-net.log")]);
     let c = comms(&v);
     assert_eq!(c[0].0, Value::Null, "the log never states the size");
     assert_eq!(c[0].2.iter().filter(|l| l.ends_with("shm")).count(), 3);
@@ -171,7 +163,7 @@ fn topology_judges_shm_on_an_nvlink_host() {
         "--facts",
         &host("h200x4"),
         "nccl-log",
-        &log("h200x4-p2p_off.log"),
+        &nccl_log("h200x4-p2p_off.log"),
     ]));
     assert_eq!(code, 1);
     assert!(out.contains("NOT the best available"), "{out}");
@@ -183,7 +175,7 @@ fn topology_judges_shm_on_an_nvlink_host() {
         "--facts",
         &host("h200x4"),
         "nccl-log",
-        &log("h200x4-default.log"),
+        &nccl_log("h200x4-default.log"),
     ]));
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("best available"));
@@ -258,7 +250,7 @@ fn h200x2_evidence_scenarios() {
         ),
     ];
     for (tag, nnodes, via, failures) in cases {
-        let f = |n: u32| log(&format!("h200x2-evidence/{tag}-node{n}.log"));
+        let f = |n: u32| nccl_log(&format!("h200x2-evidence/{tag}-node{n}.log"));
         let (code, v) = json(&[&f(0), &f(1)]);
         let c = &v["communicators"][0];
         assert_eq!(c["nnodes"].as_u64(), Some(*nnodes), "{tag}");

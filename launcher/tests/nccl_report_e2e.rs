@@ -6,14 +6,6 @@ mod support;
 use std::process::{Command, Stdio};
 use support::*;
 
-fn log(name: &str) -> String {
-    fixtures()
-        .join("nccl-logs")
-        .join(name)
-        .display()
-        .to_string()
-}
-
 fn launch(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
     let mut c = toporun();
     c.args(args)
@@ -32,8 +24,8 @@ fn same_host_ranks_report_p2p_and_write_the_json() {
     let dir = tempfile::tempdir().unwrap();
     let logs = format!(
         "{},{}",
-        log("h200x2-two-nodes-same-host-node0.log"),
-        log("h200x2-two-nodes-same-host-node1.log")
+        nccl_log("h200x2-two-nodes-same-host-node0.log"),
+        nccl_log("h200x2-two-nodes-same-host-node1.log")
     );
     let (code, out) = launch(
         &[
@@ -112,7 +104,7 @@ fn a_failure_signature_is_reported_as_the_cause() {
 
 #[test]
 fn off_and_user_settings_leave_nccl_alone() {
-    let logs = log("h200x2-two-nodes-same-host-node0.log");
+    let logs = nccl_log("h200x2-two-nodes-same-host-node0.log");
     let (code, out) = launch(
         &["--standalone", "--nproc-per-node=1", "--nccl-report=off"],
         &[("FAKE_NCCL_LOGS", &logs)],
@@ -149,12 +141,7 @@ fn off_and_user_settings_leave_nccl_alone() {
 
 #[test]
 fn two_nodes_with_other_hostnames_report_sockets_job_wide() {
-    if !Command::new("unshare")
-        .args(["--uts", "true"])
-        .status()
-        .is_ok_and(|s| s.success())
-    {
-        eprintln!("skipping: unshare --uts needs root");
+    if !can_unshare_uts() {
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -164,8 +151,8 @@ fn two_nodes_with_other_hostnames_report_sockets_job_wide() {
         .port();
     let logs = format!(
         "{},{}",
-        log("h200x2-two-nodes-other-hostname-node0.log"),
-        log("h200x2-two-nodes-other-hostname-node1.log")
+        nccl_log("h200x2-two-nodes-other-hostname-node0.log"),
+        nccl_log("h200x2-two-nodes-other-hostname-node1.log")
     );
     let args = |r: u32| {
         vec![

@@ -95,6 +95,9 @@ pub struct Reporter {
     task: Option<tokio::task::JoinHandle<()>>,
     /// Set when the attempt ended: report what there is, wait briefly for the others.
     ended: Arc<AtomicBool>,
+    /// Wakes the follower at once when the attempt ends (a 0.1 s job must not wait
+    /// for the next poll).
+    wake: Arc<tokio::sync::Notify>,
     facts: toporun_shared::facts::HostFacts,
 }
 
@@ -145,6 +148,8 @@ impl Reporter {
         let run_dir = run_dir.to_path_buf();
         let ended = Arc::new(AtomicBool::new(false));
         let end = ended.clone();
+        let wake = Arc::new(tokio::sync::Notify::new());
+        let woken = wake.clone();
         let task = tokio::spawn(async move {
             // Ready once every local rank's init completed and it connected its
             // transports (NCCL connects most at the first collective, after init);
@@ -167,7 +172,10 @@ impl Reporter {
                 if (complete && linked) || grace || stop {
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(200)) => {}
+                    _ = woken.notified() => {}
+                }
             }
             let (report, findings) = judged(&w.lock().expect("watch lock"), &facts);
             if report.comms.is_empty() && findings.is_empty() {
@@ -192,6 +200,7 @@ impl Reporter {
             watch,
             task: Some(task),
             ended,
+            wake,
             facts: p.facts.clone(),
         }
     }
@@ -200,6 +209,7 @@ impl Reporter {
     /// short job, a failure), and give a report still gathering a few seconds.
     pub async fn finish(&mut self) {
         self.ended.store(true, Ordering::Relaxed);
+        self.wake.notify_one();
         if let Some(t) = self.task.take() {
             let abort = t.abort_handle();
             if tokio::time::timeout(Duration::from_secs(15), t)

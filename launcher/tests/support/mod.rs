@@ -78,3 +78,24 @@ pub fn sigterm(child: &std::process::Child) {
     )
     .expect("signal toporun");
 }
+
+/// A captured NCCL log under tests/fixtures/nccl-logs.
+pub fn nccl_log(name: &str) -> String {
+    fixtures()
+        .join("nccl-logs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// Whether this test may create a UTS namespace (root); says so when it may not.
+pub fn can_unshare_uts() -> bool {
+    let ok = Command::new("unshare")
+        .args(["--uts", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!("skipping: unshare --uts needs root");
+    }
+    ok
+}

@@ -51,7 +51,6 @@ pub(crate) fn decide(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::{P2pPair, P2pState};
     use crate::preflight::testutil::healthy;
 
     fn env() -> BTreeMap<String, String> {
@@ -82,12 +81,7 @@ mod tests {
     #[test]
     fn gpus_without_p2p_set_it_only_when_shm_fits() {
         let mut f = healthy();
-        f.gpus.p2p = vec![P2pPair {
-            a: 0,
-            b: 1,
-            read: P2pState::NotSupported,
-            write: P2pState::NotSupported,
-        }];
+        crate::preflight::testutil::without_p2p(&mut f, 0, 1);
         assert_eq!(decide(&f, &env(), 4).unwrap().value.as_deref(), Some("0"));
         f.container.shm.as_mut().unwrap().total_bytes = 64 << 20;
         let d = decide(&f, &env(), 4).unwrap();

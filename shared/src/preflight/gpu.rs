@@ -203,7 +203,6 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::facts::{P2pPair, P2pState};
     use crate::preflight::testutil::healthy;
 
     #[test]
@@ -273,12 +272,7 @@ mod tests {
     #[test]
     fn nvlink_pair_without_p2p_is_an_error_with_cost() {
         let mut f = healthy();
-        f.gpus.p2p = vec![P2pPair {
-            a: 0,
-            b: 1,
-            read: P2pState::NotSupported,
-            write: P2pState::NotSupported,
-        }];
+        crate::preflight::testutil::without_p2p(&mut f, 0, 1);
         let out = p2p(&f, &PreflightOptions::default()).unwrap();
         assert_eq!(out.severity, Severity::Error);
         assert!(out.facts["cost"].contains("27.5"));

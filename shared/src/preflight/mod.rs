@@ -67,6 +67,16 @@ pub fn run(facts: &HostFacts, opts: &PreflightOptions) -> Vec<Finding> {
 pub(crate) mod testutil {
     use crate::facts::*;
 
+    /// GPUs a and b report no P2P (both directions).
+    pub fn without_p2p(f: &mut HostFacts, a: usize, b: usize) {
+        f.gpus.p2p = vec![P2pPair {
+            a,
+            b,
+            read: P2pState::NotSupported,
+            write: P2pState::NotSupported,
+        }];
+    }
+
     /// A healthy 4-GPU NVLink host, the base the unit tests break one fact at a time.
     pub fn healthy() -> HostFacts {
         let n = 4;
