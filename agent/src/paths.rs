@@ -13,6 +13,7 @@ pub const PROC_NET_ROUTE: &str = "proc/net/route";
 pub const PROC_NET_IPV6_ROUTE: &str = "proc/net/ipv6_route";
 pub const SYS_CLASS_NET: &str = "sys/class/net";
 pub const SYS_CLASS_INFINIBAND: &str = "sys/class/infiniband";
+pub const SYS_CPU: &str = "sys/devices/system/cpu";
 pub const SYS_CPU_ONLINE: &str = "sys/devices/system/cpu/online";
 pub const SYS_DMI_ID: &str = "sys/devices/virtual/dmi/id";
 pub const SYS_CGROUP_V2_MEMORY_MAX: &str = "sys/fs/cgroup/memory.max";

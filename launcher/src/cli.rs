@@ -44,8 +44,10 @@ fn format_arg(values: &'static [&'static str], default: &'static str) -> Arg {
 pub fn launch_command(name: &'static str) -> Command {
     let mut cmd = Command::new(name)
         .about("Start one rank per GPU as torchrun would (same options, PET_* variables and worker environment)")
-        .infer_long_args(true)
-        .override_usage(format!("{name} [OPTIONS] ENTRYPOINT [ARGS]..."));
+        .override_usage(format!(
+            "{} [OPTIONS] ENTRYPOINT [ARGS]...",
+            if name == "launch" { "toporun launch" } else { name }
+        ));
     for o in OPTIONS {
         let mut arg = Arg::new(o.dest).long(o.longs[0]).help(o.help);
         for alias in &o.longs[1..] {
@@ -59,6 +61,9 @@ pub fn launch_command(name: &'static str) -> Command {
         } else {
             arg.action(ArgAction::Set).allow_hyphen_values(false)
         };
+        if !o.choices.is_empty() {
+            arg = arg.value_parser(clap::builder::PossibleValuesParser::new(o.choices));
+        }
         cmd = cmd.arg(arg);
     }
     cmd = cmd
@@ -110,6 +115,8 @@ pub fn toporun_command() -> Command {
         .version(env!("CARGO_PKG_VERSION"))
         .about("A torchrun-compatible launcher that knows the GPU host and the container it runs in.\n\n`toporun [torchrun options] ENTRYPOINT [ARGS]` launches like torchrun.")
         .subcommand_required(true)
+        .arg_required_else_help(true)
+        .override_usage("toporun [torchrun options] ENTRYPOINT [ARGS]...   (launch, exactly like torchrun)\n       toporun [--facts FILE] <COMMAND>")
         .subcommand(Command::new("probe").about("Print the host facts toporun sees").arg(format_arg(&["text", "json"], "text")))
         .subcommand(Command::new("topo").about("The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices").arg(format_arg(&["text", "json"], "text")))
         .subcommand(preflight)
@@ -155,6 +162,13 @@ pub fn set_on_command_line(m: &ArgMatches) -> BTreeMap<String, String> {
 /// unknown option unless it came after `--`.
 pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::Error> {
     let mut cmd = cmd;
+    let argv = expand_abbreviations(&mut cmd, argv)?;
+    let argv = &argv[..];
+    if let Some(shell) = completion_request(argv) {
+        // As argparse's action: print and exit before the entrypoint is required.
+        print_completion(&mut cmd, &shell)?;
+        std::process::exit(0);
+    }
     let m = cmd.try_get_matches_from_mut(argv)?;
     if let Some(first) = m.get_many::<String>("command").and_then(|mut v| v.next()) {
         let after_dashdash = argv
@@ -166,6 +180,149 @@ pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::E
         }
     }
     Ok(m)
+}
+
+/// argparse's abbreviations: a prefix of exactly one option string stands for it; a
+/// prefix of several (even two spellings of one option, `--nproc` of
+/// `--nproc-per-node` and `--nproc_per_node`) is "ambiguous", exit 2. Stops at the
+/// entrypoint: everything after it belongs to the script.
+fn expand_abbreviations(cmd: &mut Command, argv: &[String]) -> Result<Vec<String>, clap::Error> {
+    let mut longs: Vec<(String, bool)> = Vec::new();
+    let mut shorts_with_value: Vec<char> = Vec::new();
+    for a in cmd.get_arguments() {
+        let takes = a.get_action().takes_values();
+        if let Some(l) = a.get_long() {
+            longs.push((format!("--{l}"), takes));
+        }
+        for alias in a.get_all_aliases().unwrap_or_default() {
+            longs.push((format!("--{alias}"), takes));
+        }
+        if let (Some(c), true) = (a.get_short(), takes) {
+            shorts_with_value.push(c);
+        }
+    }
+    longs.push(("--help".into(), false));
+    let mut out: Vec<String> = argv.iter().take(1).cloned().collect();
+    let mut i = 1;
+    while i < argv.len() {
+        let a = &argv[i];
+        if a == "--" || !a.starts_with('-') || a == "-" {
+            out.extend(argv[i..].iter().cloned());
+            return Ok(out);
+        }
+        if let Some(rest) = a.strip_prefix("--") {
+            let (name, value) = match rest.split_once('=') {
+                Some((n, v)) => (format!("--{n}"), Some(v)),
+                None => (format!("--{rest}"), None),
+            };
+            let (full, takes) = match longs.iter().find(|(l, _)| *l == name) {
+                Some((l, t)) => (l.clone(), *t),
+                None => {
+                    let matches: Vec<&(String, bool)> =
+                        longs.iter().filter(|(l, _)| l.starts_with(&name)).collect();
+                    match matches.as_slice() {
+                        [] => (name.clone(), false),
+                        [(l, t)] => (l.clone(), *t),
+                        many => {
+                            let names: Vec<&str> = many.iter().map(|(l, _)| l.as_str()).collect();
+                            return Err(cmd.error(
+                                clap::error::ErrorKind::UnknownArgument,
+                                format!(
+                                    "ambiguous option: {name} could match {}",
+                                    names.join(", ")
+                                ),
+                            ));
+                        }
+                    }
+                }
+            };
+            out.push(match value {
+                Some(v) => format!("{full}={v}"),
+                None => full,
+            });
+            if takes && value.is_none() && i + 1 < argv.len() {
+                i += 1;
+                out.push(argv[i].clone());
+            }
+        } else {
+            // -m, -r VALUE, -rVALUE, -t VALUE.
+            out.push(a.clone());
+            let c = a.chars().nth(1).unwrap_or(' ');
+            if a.len() == 2 && shorts_with_value.contains(&c) && i + 1 < argv.len() {
+                i += 1;
+                out.push(argv[i].clone());
+            }
+        }
+        i += 1;
+    }
+    Ok(out)
+}
+
+/// `--print-completion SHELL` before the entrypoint (argv already expanded).
+fn completion_request(argv: &[String]) -> Option<String> {
+    let mut it = argv.iter().skip(1);
+    while let Some(a) = it.next() {
+        if !a.starts_with('-') || a == "--" {
+            return None;
+        }
+        if a == "--print-completion" || a == "--print_completion" {
+            return Some(it.next().cloned().unwrap_or_default());
+        }
+        if let Some(v) = a
+            .strip_prefix("--print-completion=")
+            .or_else(|| a.strip_prefix("--print_completion="))
+        {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// A completion script of this command for bash, zsh (clap_complete) or tcsh.
+fn print_completion(cmd: &mut Command, shell: &str) -> Result<(), clap::Error> {
+    let name = cmd.get_name().to_string();
+    let mut out = std::io::stdout();
+    match shell {
+        "bash" => clap_complete::generate(clap_complete::Shell::Bash, cmd, &name, &mut out),
+        "zsh" => clap_complete::generate(clap_complete::Shell::Zsh, cmd, &name, &mut out),
+        "tcsh" => {
+            // clap_complete has no tcsh: complete option names after `-`.
+            let mut opts: Vec<String> = cmd
+                .get_arguments()
+                .filter_map(|a| a.get_long().map(|l| format!("-{l}")))
+                .collect();
+            opts.sort();
+            println!("complete {name} 'c/--/({})/' 'p/*/f/'", opts.iter().map(|o| o.trim_start_matches('-').to_string()).collect::<Vec<_>>().join(" "));
+        }
+        other => {
+            return Err(cmd.error(
+                clap::error::ErrorKind::InvalidValue,
+                format!("argument --print-completion/--print_completion: invalid choice: '{other}' (choose from bash, zsh, tcsh)"),
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// `[globals] launch ARGS` (argv after the program name) as `launch [globals] ARGS`.
+pub fn launch_form(args: &[String]) -> Option<Vec<String>> {
+    let mut i = 0;
+    while i < args.len() {
+        let a = args[i].as_str();
+        if a == "--facts" || a == "--nvidia-smi-topo" {
+            i += 2;
+        } else if a.starts_with("--facts=") || a.starts_with("--nvidia-smi-topo=") {
+            i += 1;
+        } else {
+            break;
+        }
+    }
+    (args.get(i).map(String::as_str) == Some("launch")).then(|| {
+        std::iter::once("launch".to_string())
+            .chain(args[..i].iter().cloned())
+            .chain(args[i + 1..].iter().cloned())
+            .collect()
+    })
 }
 
 /// Whether argv (after the program name) is the torchrun form rather than a subcommand.
@@ -225,6 +382,26 @@ mod tests {
         let set = set_on_command_line(&m);
         assert_eq!(set["module"], "true");
         assert_eq!(set["tee"], "3");
+    }
+
+    #[test]
+    fn abbreviations_like_argparse() {
+        let set = |args: &[&str]| set_on_command_line(&parse(args).unwrap());
+        assert_eq!(set(&["--nnod", "2", "t.py"])["nnodes"], "2");
+        assert_eq!(set(&["--max-r=3", "t.py"])["max_restarts"], "3");
+        let e = parse(&["--nproc", "2", "t.py"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2);
+        let msg = e.to_string();
+        assert!(
+            msg.contains(
+                "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node"
+            ),
+            "{msg}"
+        );
+        // Options after the entrypoint belong to the script.
+        let m = parse(&["t.py", "--nproc", "x"]).unwrap();
+        let cmd: Vec<&String> = m.get_many::<String>("command").unwrap().collect();
+        assert_eq!(cmd, ["t.py", "--nproc", "x"]);
     }
 
     #[test]

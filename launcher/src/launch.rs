@@ -19,7 +19,6 @@ use toporun_agent::supervise::{
 use toporun_shared::colocation;
 use toporun_shared::facts::HostFacts;
 use toporun_shared::plan::{self, LaunchShape, Plan, PlanMode};
-use toporun_shared::torchrun::options::NumaBinding;
 use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
 use toporun_shared::torchrun::{resolve, LaunchOptions};
 
@@ -31,6 +30,8 @@ pub struct Prepared {
     pub plan: Plan,
     pub parent_env: BTreeMap<String, String>,
     pub python: String,
+    /// Why that interpreter (printed at start and in the dry run).
+    pub python_why: String,
     /// The GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES applied), in order.
     pub cuda_gpus: Vec<usize>,
     /// `--colocated join|warn`.
@@ -126,10 +127,22 @@ fn prepare(
         .collect();
     user_env.extend(parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let plan = plan::plan(&facts, &user_env, &shape, mode);
-    let python = parent_env
-        .get("PYTHON_EXEC")
-        .cloned()
-        .unwrap_or_else(|| "python3".into());
+    let invoked = std::env::args().next().unwrap_or_default();
+    let interpreter =
+        toporun_shared::torchrun::interpreter::choose(&parent_env, &invoked, &|p| p.is_file());
+    let python = interpreter.path.clone();
+    if let Some(name) = &opts.logs_specs {
+        // torchrun loads it from the torchrun.logs_specs entry points before any rank
+        // starts, and fails (exit 1) on an unknown one.
+        let root = toporun_agent::paths::Root::live();
+        let py = std::path::PathBuf::from(&python);
+        if !toporun_agent::probe::platform::entry_points(&root, &py, "torchrun.logs_specs")
+            .contains(name)
+        {
+            bail!("ValueError: Could not find entrypoint under 'torchrun.logs_specs[{name}]' key (no package installed for {python} registers it)");
+        }
+        eprintln!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
+    }
     let colocated = match m
         .get_one::<String>("colocated")
         .cloned()
@@ -161,6 +174,7 @@ fn prepare(
         plan,
         parent_env,
         python,
+        python_why: interpreter.why,
         cuda_gpus,
         colocated,
         nccl_report,
@@ -181,6 +195,9 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     let p = prepare(m, opts, parent_env)?;
     for note in &p.opts.notes {
         eprintln!("toporun: note: {note}");
+    }
+    if !p.opts.no_python && !m.get_flag("dry_run") {
+        eprintln!("toporun: python: {} ({})", p.python, p.python_why);
     }
     if m.get_flag("dry_run") {
         let format = m
@@ -409,31 +426,21 @@ pub fn gpu_of(p: &Prepared, local_rank: u32) -> Option<&toporun_shared::facts::G
     p.facts.gpus.devices.get(idx)
 }
 
-fn cpus_for(p: &Prepared, local_rank: u32) -> Option<Vec<u32>> {
-    if p.opts.numa_binding == NumaBinding::None {
-        return None;
-    }
-    let gpu = gpu_of(p, local_rank)?;
-    if gpu.cpu_affinity.is_empty() {
-        return None;
-    }
-    if p.opts.numa_binding != NumaBinding::Exclusive {
-        return Some(gpu.cpu_affinity.clone());
-    }
-    // Exclusive: ranks whose GPUs share an affinity set split it evenly.
-    let sharing: Vec<u32> = (0..p.nproc)
-        .filter(|r| gpu_of(p, *r).is_some_and(|g| g.cpu_affinity == gpu.cpu_affinity))
+fn cpus_for(p: &Prepared, local_rank: u32) -> Result<Option<Vec<u32>>> {
+    let affinity: Vec<Vec<u32>> = (0..p.nproc)
+        .map(|r| {
+            gpu_of(p, r)
+                .map(|g| g.cpu_affinity.clone())
+                .unwrap_or_default()
+        })
         .collect();
-    let idx = sharing.iter().position(|r| *r == local_rank).unwrap_or(0);
-    let per = (gpu.cpu_affinity.len() / sharing.len()).max(1);
-    Some(
-        gpu.cpu_affinity
-            .iter()
-            .skip(idx * per)
-            .take(per)
-            .copied()
-            .collect(),
+    toporun_shared::cpu_binding::cpus_for(
+        p.opts.numa_binding,
+        &affinity,
+        &p.facts.container.l3_groups,
+        local_rank as usize,
     )
+    .map_err(|e| anyhow::Error::new(toporun_shared::torchrun::OptionsError(e)))
 }
 
 pub fn job_env(p: &Prepared, node: &NodePlace, attempt: u32, run_dir: &Path) -> JobEnv {
@@ -450,6 +457,7 @@ pub fn job_env(p: &Prepared, node: &NodePlace, attempt: u32, run_dir: &Path) -> 
             .join(format!("attempt_{attempt}"))
             .display()
             .to_string(),
+        virtual_local_rank: p.opts.virtual_local_rank,
     }
 }
 
@@ -461,10 +469,7 @@ fn rank_commands(
     report_env: &BTreeMap<String, String>,
 ) -> Result<Vec<RankCmd>> {
     let job = job_env(p, node, attempt, run_dir);
-    let template = p
-        .parent_env
-        .get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE")
-        .map(String::as_str);
+    let template = p.opts.log_line_prefix_template.as_deref();
     node.places
         .iter()
         .map(|place| {
@@ -501,7 +506,7 @@ fn rank_commands(
                 rank: place.rank,
                 argv: worker::worker_argv(&p.opts, &p.python, place.local_rank),
                 env,
-                cpus: cpus_for(p, place.local_rank),
+                cpus: cpus_for(p, place.local_rank)?,
                 error_file: dir.join("error.json"),
                 stdout,
                 stderr,

@@ -41,6 +41,12 @@ fn main() -> ExitCode {
             Ok(m) => launch::run(&m),
             Err(e) => exit_usage(e),
         }
+    } else if let Some(launch_argv) = cli::launch_form(rest) {
+        // `toporun [globals] launch ...`: parsed as torchrun parses (abbreviations).
+        match cli::parse_launch(cli::launch_command("launch"), &launch_argv) {
+            Ok(m) => launch::run(&m),
+            Err(e) => exit_usage(e),
+        }
     } else {
         match cli::toporun_command().try_get_matches_from(&argv) {
             Ok(m) => commands::dispatch(&m),

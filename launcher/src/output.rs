@@ -134,7 +134,7 @@ pub fn host_summary(f: &HostFacts) -> String {
         c.seccomp.map_or("unknown".to_string(), |m| m.to_string())
     );
     format!(
-        "host: {} ({}), {} CPUs, /dev/shm {}\nGPUs: {} {} (first pair: {link}, source: {:?}){}\nNICs: {}\nRDMA: {}\n{nccl}",
+        "host: {} ({}), {} CPUs, /dev/shm {}\nGPUs: {} {} (first pair: {link}, source: {}){}\nNICs: {}\nRDMA: {}\n{nccl}",
         c.hostname,
         f.platform.product_name.as_deref().unwrap_or("unknown platform"),
         c.cpu_count,

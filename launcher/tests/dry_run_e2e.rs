@@ -144,7 +144,12 @@ fn text_shows_findings_plan_and_every_rank() {
             && out.contains("MASTER_ADDR=10.0.0.1"),
         "{out}"
     );
-    assert!(out.contains("command: python3 -u train.py"), "{out}");
+    // The interpreter is resolved to an absolute path, as torchrun's sys.executable.
+    assert!(
+        out.lines().any(|l| l.trim_start().starts_with("command: /")
+            && l.ends_with("python3 -u train.py")),
+        "{out}"
+    );
     let (_, out, _) = dry(&[
         "--facts",
         &host("h200x4"),

@@ -2,6 +2,7 @@
 //! planner, the torchrun contract, parsers of foreign formats and the TCPStore codec.
 
 pub mod colocation;
+pub mod cpu_binding;
 pub mod cpulist;
 pub mod facts;
 pub mod finding;

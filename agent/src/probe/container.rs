@@ -59,6 +59,7 @@ pub fn probe(root: &Root, env: impl Iterator<Item = (String, String)>) -> Contai
             .map_or(1, |n| n.get() as u32)
             .max(online_cpus(root)),
         cpu_affinity: affinity(),
+        l3_groups: l3_groups(root),
         env: env
             .filter(|(k, _)| relevant_env(k))
             .collect::<BTreeMap<_, _>>(),
@@ -178,6 +179,25 @@ fn online_cpus(root: &Root) -> u32 {
     root.read(paths::SYS_CPU_ONLINE)
         .and_then(|l| toporun_shared::cpulist::parse(&l))
         .map_or(1, |c| c.len() as u32)
+}
+
+/// CPUs sharing an L3 cache, one group per cache.
+fn l3_groups(root: &Root) -> Vec<Vec<u32>> {
+    let mut groups: Vec<Vec<u32>> = root
+        .list(paths::SYS_CPU)
+        .iter()
+        .filter(|n| n.starts_with("cpu") && n[3..].parse::<u32>().is_ok())
+        .filter_map(|n| {
+            root.read(format!(
+                "{}/{n}/cache/index3/shared_cpu_list",
+                paths::SYS_CPU
+            ))
+        })
+        .filter_map(|l| toporun_shared::cpulist::parse(&l))
+        .collect();
+    groups.sort();
+    groups.dedup();
+    groups
 }
 
 fn affinity() -> Vec<u32> {

@@ -3,7 +3,7 @@
 mod container;
 pub mod gpu;
 mod net;
-mod platform;
+pub mod platform;
 mod rdma;
 
 pub use gpu::{GpuProbe, NvmlProbe};

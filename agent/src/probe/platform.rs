@@ -51,6 +51,60 @@ fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<(String, String)> {
     })
 }
 
+/// The site-packages directories of `python` (a venv's or a prefix's).
+fn site_packages(root: &Root, python: &Path) -> Vec<String> {
+    let Some(prefix) = python.parent().and_then(Path::parent) else {
+        return Vec::new();
+    };
+    let rel = prefix.to_string_lossy().trim_start_matches('/').to_string();
+    let mut dirs = Vec::new();
+    for lib in ["lib", "lib64"] {
+        let base = if rel.is_empty() {
+            lib.to_string()
+        } else {
+            format!("{rel}/{lib}")
+        };
+        for py in root
+            .list(&base)
+            .into_iter()
+            .filter(|d| d.starts_with("python3"))
+        {
+            dirs.push(format!("{base}/{py}/site-packages"));
+            dirs.push(format!("{base}/{py}/dist-packages"));
+        }
+    }
+    dirs
+}
+
+/// Names registered under an entry-point `group` (`torchrun.logs_specs`) by the
+/// packages installed for `python`.
+pub fn entry_points(root: &Root, python: &Path, group: &str) -> Vec<String> {
+    let header = format!("[{group}]");
+    let mut names = Vec::new();
+    for dir in site_packages(root, python) {
+        for info in root
+            .list(&dir)
+            .into_iter()
+            .filter(|d| d.ends_with(".dist-info"))
+        {
+            let Some(text) = root.read(format!("{dir}/{info}/entry_points.txt")) else {
+                continue;
+            };
+            let mut inside = false;
+            for line in text.lines().map(str::trim) {
+                if line.starts_with('[') {
+                    inside = line == header;
+                } else if inside {
+                    if let Some((name, _)) = line.split_once('=') {
+                        names.push(name.trim().to_string());
+                    }
+                }
+            }
+        }
+    }
+    names
+}
+
 /// The interpreter ranks will run: PYTHON_EXEC, else python3 on PATH.
 pub fn rank_python(root: &Root, env: &[(String, String)]) -> Option<PathBuf> {
     let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
@@ -128,6 +182,26 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
 mod tests {
     use super::*;
     use std::fs;
+
+    #[test]
+    fn entry_points_of_a_group() {
+        let d = tempfile::tempdir().unwrap();
+        let info = d
+            .path()
+            .join("v/lib/python3.11/site-packages/mylogs-1.0.dist-info");
+        fs::create_dir_all(&info).unwrap();
+        fs::write(
+            info.join("entry_points.txt"),
+            "[console_scripts]\nx = a:b\n\n[torchrun.logs_specs]\nfancy = mylogs:Fancy\n",
+        )
+        .unwrap();
+        let names = entry_points(
+            &Root::at(d.path()),
+            Path::new("/v/bin/python3"),
+            "torchrun.logs_specs",
+        );
+        assert_eq!(names, ["fancy"]);
+    }
 
     #[test]
     fn pip_nccl_beside_the_ranks_python() {

@@ -21,7 +21,7 @@ struct RankView {
     argv: Vec<String>,
 }
 
-fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
+fn ranks(p: &Prepared) -> Result<(Vec<RankView>, &'static str)> {
     let o = &p.opts;
     // Static rendezvous knows this node's rank; assume every node runs as many ranks.
     let known = o.rdzv_backend == RdzvBackend::Static || o.nnodes_max == 1;
@@ -58,25 +58,25 @@ fn ranks(p: &Prepared) -> (Vec<RankView>, &'static str) {
                 }
             }
             let gpu = super::gpu_of(p, place.local_rank).map(|d| (d.index, d.uuid.clone()));
-            RankView {
+            Ok(RankView {
                 local_rank: place.local_rank,
                 rank: known.then_some(place.rank),
                 gpu,
-                cpus: super::cpus_for(p, place.local_rank)
+                cpus: super::cpus_for(p, place.local_rank)?
                     .map(|c| toporun_shared::cpulist::format(&c)),
                 env,
                 argv: worker::worker_argv(o, &p.python, place.local_rank),
-            }
+            })
         })
-        .collect();
-    (
+        .collect::<Result<_>>()?;
+    Ok((
         views,
         if known {
             "static"
         } else {
             "assigned at rendezvous"
         },
-    )
+    ))
 }
 
 fn findings(p: &Prepared) -> Vec<Finding> {
@@ -122,7 +122,7 @@ fn shell_quote(v: &str) -> String {
 }
 
 pub fn render(p: &Prepared, format: &str) -> Result<String> {
-    let (views, ranking) = ranks(p);
+    let (views, ranking) = ranks(p)?;
     Ok(match format {
         "env" => p
             .plan
@@ -161,6 +161,7 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
                 "nnodes": format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
                 "global_ranks": ranking,
                 "notes": p.opts.notes,
+                "python": {"path": p.python, "why": p.python_why},
                 "nccl_report": nccl_lines(p).0,
                 "nccl_expected": nccl_lines(p).1,
                 "ranks": views.iter().map(|r| serde_json::json!({"local_rank": r.local_rank, "rank": r.rank, "gpu": r.gpu.as_ref().map(|g| g.0), "gpu_uuid": r.gpu.as_ref().map(|g| &g.1), "cpus": r.cpus, "env": r.env, "argv": r.argv})).collect::<Vec<_>>(),
@@ -193,6 +194,9 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
             ));
             if let Some(b) = &expected.between_nodes {
                 out.push_str(&format!("  between nodes: {b}\n"));
+            }
+            if !p.opts.no_python {
+                out.push_str(&format!("\npython: {} ({})\n", p.python, p.python_why));
             }
             out.push_str(&format!(
                 "\nranks: {} per node x {} node(s), global ranks {ranking}\n",

@@ -19,6 +19,16 @@ pub enum GpuSource {
     None,
 }
 
+impl std::fmt::Display for GpuSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            GpuSource::Nvml => "NVML",
+            GpuSource::NvidiaSmiTopo => "nvidia-smi topo capture",
+            GpuSource::None => "none",
+        })
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct GpuFacts {

@@ -99,6 +99,8 @@ pub struct ContainerFacts {
     pub hostname: String,
     pub cpu_count: u32,
     pub cpu_affinity: Vec<u32>,
+    /// CPUs sharing one L3 cache (core complexes), for --numa-binding=core-complex.
+    pub l3_groups: Vec<Vec<u32>>,
     /// The environment variables that matter to a launch: NVIDIA_VISIBLE_DEVICES,
     /// CUDA_VISIBLE_DEVICES, NCCL_*, FI_*, PET_*, the torchrun contract's.
     pub env: BTreeMap<String, String>,

@@ -25,7 +25,9 @@ fn visible(facts: &HostFacts, opts: &PreflightOptions) -> Finding {
             .fact("NVIDIA_VISIBLE_DEVICES", nvd.unwrap_or("(unset)"))
             .fact("CUDA_VISIBLE_DEVICES", cvd.unwrap_or("(unset)"))
     };
-    let gpu_remedy = "request the GPUs in the container spec: resources.limits: {nvidia.com/gpu: 8}, and leave NVIDIA_VISIBLE_DEVICES to the device plugin";
+    let want = opts.expect_gpus.filter(|e| *e > 0).unwrap_or(8);
+    let gpu_remedy = format!("request the GPUs in the container spec: resources.limits: {{nvidia.com/gpu: {want}}}, and leave NVIDIA_VISIBLE_DEVICES to the device plugin");
+    let gpu_remedy = gpu_remedy.as_str();
     if n == 0 {
         let wanted = opts.expect_gpus.is_some_and(|e| e > 0)
             || opts.requires(Requirement::Nvlink)

@@ -2,6 +2,7 @@
 //! and the environment and command line every worker gets.
 
 pub mod endpoint;
+pub mod interpreter;
 pub mod options;
 pub mod std_spec;
 pub mod worker;

@@ -16,6 +16,8 @@ pub struct OptionDef {
     pub help: &'static str,
     /// Accepted for compatibility but meaningless outside Python: the word to say.
     pub note: Option<&'static str>,
+    /// argparse `choices`: any other value on the command line is a usage error.
+    pub choices: &'static [&'static str],
 }
 
 const fn opt(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
@@ -26,6 +28,7 @@ const fn opt(dest: &'static str, longs: &'static [&'static str], help: &'static 
         flag: false,
         help,
         note: None,
+        choices: &[],
     }
 }
 
@@ -37,6 +40,7 @@ const fn flag(dest: &'static str, longs: &'static [&'static str], help: &'static
         flag: true,
         help,
         note: None,
+        choices: &[],
     }
 }
 
@@ -52,7 +56,7 @@ pub const OPTIONS: &[OptionDef] = &[
     flag("standalone", &["standalone"], "single node: rendezvous on localhost with a free port and a random id"),
     opt("max_restarts", &["max-restarts", "max_restarts"], "restarts of all ranks after a failure"),
     opt("monitor_interval", &["monitor-interval", "monitor_interval"], "seconds between worker checks (toporun reacts to exits at once)"),
-    OptionDef { note: Some(PYTHON_ONLY), ..opt("start_method", &["start-method", "start_method"], "spawn, fork or forkserver") },
+    OptionDef { note: Some(PYTHON_ONLY), choices: &["spawn", "fork", "forkserver"], ..opt("start_method", &["start-method", "start_method"], "spawn, fork or forkserver") },
     opt("role", &["role"], "worker role name"),
     OptionDef { short: Some('m'), ..flag("module", &["module"], "run the entrypoint as python -m") },
     flag("no_python", &["no-python", "no_python"], "run the entrypoint directly, not through python"),
@@ -60,19 +64,21 @@ pub const OPTIONS: &[OptionDef] = &[
     opt("log_dir", &["log-dir", "log_dir"], "directory for per-rank logs and error files"),
     OptionDef { short: Some('r'), ..opt("redirects", &["redirects"], "send output to log files: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2") },
     OptionDef { short: Some('t'), ..opt("tee", &["tee"], "copy output to log files and the console, same values as --redirects") },
+    opt("log_line_prefix_template", &["log-line-prefix-template", "log_line_prefix_template"], "console prefix of each rank's lines: ${role_name}, ${rank}, ${local_rank} (default [${role_name}${local_rank}]:; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"),
     opt("local_ranks_filter", &["local-ranks-filter", "local_ranks_filter"], "show only these local ranks' output on the console (0,3)"),
     opt("node_rank", &["node-rank", "node_rank"], "this node's rank (static rendezvous)"),
     opt("master_addr", &["master-addr", "master_addr"], "address of node 0 (static rendezvous)"),
     opt("master_port", &["master-port", "master_port"], "port of node 0's store (static rendezvous)"),
     opt("local_addr", &["local-addr", "local_addr"], "address this node advertises"),
     opt("signals_to_handle", &["signals-to-handle", "signals_to_handle"], "signals forwarded to the ranks"),
-    opt("numa_binding", &["numa-binding", "numa_binding"], "bind ranks' CPUs to their GPU: none, node, socket, exclusive"),
+    OptionDef { choices: &["node", "socket", "exclusive", "core-complex"], ..opt("numa_binding", &["numa-binding", "numa_binding"], "bind ranks' CPUs to their GPU: node, socket, exclusive, core-complex (one L3 cache domain)") },
     opt("shutdown_timeout", &["shutdown-timeout", "shutdown_timeout"], "seconds between the stop signal and SIGKILL"),
-    OptionDef { note: Some(PYTHON_ONLY), ..opt("logs_specs", &["logs-specs", "logs_specs"], "a Python LogsSpecs class") },
+    opt("logs_specs", &["logs-specs", "logs_specs"], "a torchrun.logs_specs entry point name (the default layout is toporun's own)"),
     OptionDef { note: Some(PYTHON_ONLY), ..opt("event_log_handler", &["event-log-handler", "event_log_handler"], "a Python event handler") },
-    OptionDef { note: Some(PYTHON_ONLY), ..flag("virtual_local_rank", &["virtual-local-rank", "virtual_local_rank"], "give every rank LOCAL_RANK=0") },
+    flag("virtual_local_rank", &["virtual-local-rank", "virtual_local_rank"], "every rank sees only its own GPU: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its device"),
     OptionDef { note: Some(PYTHON_ONLY), ..opt("duplicate_stdout_filters", &["duplicate-stdout-filters", "duplicate_stdout_filters"], "Python log filters") },
     OptionDef { note: Some(PYTHON_ONLY), ..opt("duplicate_stderr_filters", &["duplicate-stderr-filters", "duplicate_stderr_filters"], "Python log filters") },
+    OptionDef { choices: &["bash", "zsh", "tcsh"], ..opt("print_completion", &["print-completion", "print_completion"], "print a completion script for this shell and exit") },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +114,8 @@ pub enum NumaBinding {
     Node,
     Socket,
     Exclusive,
+    /// Each rank on one L3 cache domain (core complex) of its GPU's CPUs.
+    CoreComplex,
 }
 
 /// Everything the launch shape needs, resolved and validated.
@@ -137,6 +145,11 @@ pub struct LaunchOptions {
     pub signals_to_handle: Vec<String>,
     pub numa_binding: NumaBinding,
     pub shutdown_timeout: Duration,
+    /// --log-line-prefix-template, else TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE.
+    pub log_line_prefix_template: Option<String>,
+    /// --logs-specs: a torchrun.logs_specs entry point name that must exist.
+    pub logs_specs: Option<String>,
+    pub virtual_local_rank: bool,
     pub entrypoint: String,
     pub args: Vec<String>,
     /// Words for options accepted but ignored.
@@ -187,11 +200,12 @@ pub fn resolve(
         })
     };
     let standalone = flag("standalone")?;
+    let standalone_asked = standalone;
     let (nnodes_min, nnodes_max) = match value("nnodes") {
         None => (1, 1),
         Some(v) => parse_nnodes(&v).map_err(err)?,
     };
-    if standalone && nnodes_max > 1 {
+    if standalone_asked && nnodes_max > 1 {
         return Err(err(format!(
             "--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}"
         )));
@@ -224,6 +238,13 @@ pub fn resolve(
     };
     let mut rdzv_endpoint = value("rdzv_endpoint").unwrap_or_default();
     let mut rdzv_id = value("rdzv_id");
+    // torch 2.15: one static node with no --master-port runs c10d on localhost:0 (a
+    // free port, a fresh run id), as --standalone does.
+    let standalone = standalone
+        || (rdzv_backend == RdzvBackend::Static
+            && rdzv_endpoint.is_empty()
+            && value("master_port").is_none()
+            && nnodes_max == 1);
     if standalone {
         rdzv_backend = RdzvBackend::C10d;
         rdzv_endpoint = "localhost:0".into();
@@ -284,9 +305,10 @@ pub fn resolve(
         Some("node") => NumaBinding::Node,
         Some("socket") => NumaBinding::Socket,
         Some("exclusive") => NumaBinding::Exclusive,
+        Some("core-complex") => NumaBinding::CoreComplex,
         Some(o) => {
             return Err(err(format!(
-                "--numa-binding={o}: use none, node, socket or exclusive"
+                "--numa-binding={o}: use node, socket, exclusive or core-complex"
             )))
         }
     };
@@ -350,6 +372,11 @@ pub fn resolve(
         local_addr: value("local_addr"),
         signals_to_handle: signals,
         numa_binding,
+        log_line_prefix_template: value("log_line_prefix_template")
+            .filter(|v| !v.is_empty())
+            .or_else(|| env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").cloned()),
+        logs_specs: cli.get("logs_specs").cloned(),
+        virtual_local_rank: flag("virtual_local_rank")?,
         shutdown_timeout,
         entrypoint: entrypoint.to_string(),
         args: args.to_vec(),
@@ -465,8 +492,9 @@ mod tests {
         let o = resolve(&map(&[]), &map(&[("PET_STANDALONE", "1")]), "t.py", &[]).unwrap();
         assert!(o.standalone);
         assert_eq!(o.rdzv_backend, RdzvBackend::C10d);
+        let static_env = map(&[("PET_STANDALONE", "0"), ("PET_MASTER_PORT", "29500")]);
         assert!(
-            !resolve(&map(&[]), &map(&[("PET_STANDALONE", "0")]), "t.py", &[])
+            !resolve(&map(&[]), &static_env, "t.py", &[])
                 .unwrap()
                 .standalone
         );
@@ -500,7 +528,7 @@ mod tests {
     #[test]
     fn shutdown_timeout_from_torch_env() {
         let o = resolve(
-            &map(&[]),
+            &map(&[("master_port", "29500")]),
             &map(&[("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5")]),
             "t.py",
             &[],
@@ -508,6 +536,27 @@ mod tests {
         .unwrap();
         assert_eq!(o.shutdown_timeout, Duration::from_secs(5));
         assert_eq!(o.run_id("x"), "none");
+    }
+
+    #[test]
+    fn one_node_without_master_port_takes_a_free_port_like_torch_2_15() {
+        let o = resolve(&map(&[]), &map(&[]), "t.py", &[]).unwrap();
+        assert!(o.standalone);
+        assert_eq!(o.rdzv_backend, RdzvBackend::C10d);
+        assert_eq!(o.run_id("uuid"), "uuid");
+        // A port, an endpoint or several nodes keep the static rendezvous.
+        for cli in [
+            &[("master_port", "29500")][..],
+            &[("nnodes", "2")],
+            &[("rdzv_endpoint", "h:1")],
+        ] {
+            assert!(
+                !resolve(&map(cli), &map(&[]), "t.py", &[])
+                    .unwrap()
+                    .standalone,
+                "{cli:?}"
+            );
+        }
     }
 
     #[test]

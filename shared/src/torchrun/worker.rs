@@ -45,6 +45,8 @@ pub struct JobEnv {
     pub signals: String,
     /// `<run dir>/attempt_<n>`; error files go to `<attempt dir>/<local_rank>/error.json`.
     pub attempt_dir: String,
+    /// --virtual-local-rank: LOCAL_RANK=0 and only the rank's own GPU visible.
+    pub virtual_local_rank: bool,
 }
 
 /// The variables torchrun adds for one worker. `parent` is the launcher's environment
@@ -59,6 +61,21 @@ pub fn worker_env(
         env.insert(k.to_string(), v);
     };
     put("LOCAL_RANK", place.local_rank.to_string());
+    if job.virtual_local_rank {
+        // As torch's agent: the rank's entry of the parent's HIP_/CUDA_VISIBLE_DEVICES,
+        // else its index, becomes device 0.
+        put("LOCAL_RANK", "0".into());
+        let hip = parent.get("HIP_VISIBLE_DEVICES").filter(|v| !v.is_empty());
+        let visible = hip.or_else(|| parent.get("CUDA_VISIBLE_DEVICES"));
+        let gpu = visible
+            .and_then(|v| v.split(',').nth(place.local_rank as usize))
+            .map(|g| g.trim().to_string())
+            .unwrap_or_else(|| place.local_rank.to_string());
+        if hip.is_some() {
+            put("HIP_VISIBLE_DEVICES", gpu.clone());
+        }
+        put("CUDA_VISIBLE_DEVICES", gpu);
+    }
     put("RANK", place.rank.to_string());
     put("GROUP_RANK", place.group_rank.to_string());
     put("ROLE_RANK", place.rank.to_string());
@@ -185,6 +202,7 @@ mod tests {
             use_agent_store: true,
             signals: "SIGTERM,SIGINT,SIGHUP,SIGQUIT".into(),
             attempt_dir: "/tmp/torchelastic_itl__54t/none_hs1dcv81/attempt_0".into(),
+            virtual_local_rank: false,
         };
         let env = worker_env(&layout(&[4], 0)[3], &job, &BTreeMap::new());
         let got = serde_json::to_value(&env).unwrap();
