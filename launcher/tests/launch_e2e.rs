@@ -189,6 +189,19 @@ fn same_worker_environment_and_argv_as_torchrun() {
         None,
     );
     compare(
+        "virtual-local-rank",
+        &["--standalone", "--nproc-per-node=2", "--virtual-local-rank", "dump_env.py"],
+        &[("CUDA_VISIBLE_DEVICES", "3,5")],
+        None,
+    );
+    // torch 2.15: one node, no --master-port: c10d on a free port, a fresh run id.
+    compare(
+        "one-node-no-port",
+        &["--nproc-per-node=2", "dump_env.py"],
+        &[],
+        None,
+    );
+    compare(
         "single-rank-no-omp",
         &["--standalone", "--nproc-per-node=1", "dump_env.py"],
         &[],
