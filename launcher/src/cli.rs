@@ -393,25 +393,45 @@ mod tests {
             return;
         };
         let script = "from torch.distributed.run import get_args_parser\nfor a in get_args_parser()._actions:\n    if a.option_strings and a.dest != 'help':\n        print(' '.join(a.option_strings), a.nargs == 0, ','.join(a.choices or []))\n";
-        let out = std::process::Command::new(python).args(["-c", script]).output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = std::process::Command::new(python)
+            .args(["-c", script])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let cmd = launch_command("torchrun");
         let text = String::from_utf8(out.stdout).unwrap();
         assert!(text.lines().count() > 25, "{text}");
         for line in text.lines() {
             let parts: Vec<&str> = line.split(' ').collect();
-            let (names, flag, choices) = (&parts[..parts.len() - 2], parts[parts.len() - 2] == "True", parts[parts.len() - 1]);
+            let (names, flag, choices) = (
+                &parts[..parts.len() - 2],
+                parts[parts.len() - 2] == "True",
+                parts[parts.len() - 1],
+            );
             for name in names {
                 let arg = cmd
                     .get_arguments()
                     .find(|a| {
                         name.strip_prefix("--").is_some_and(|l| {
-                            a.get_long() == Some(l) || a.get_all_aliases().unwrap_or_default().contains(&l)
+                            a.get_long() == Some(l)
+                                || a.get_all_aliases().unwrap_or_default().contains(&l)
                         }) || name.strip_prefix('-').and_then(|c| c.chars().next()) == a.get_short()
                     })
                     .unwrap_or_else(|| panic!("torchrun option {name} missing from toporun"));
-                assert_eq!(!arg.get_action().takes_values(), flag, "{name}: flag or value");
-                let ours: Vec<String> = arg.get_possible_values().iter().map(|v| v.get_name().to_string()).collect();
+                assert_eq!(
+                    !arg.get_action().takes_values(),
+                    flag,
+                    "{name}: flag or value"
+                );
+                let ours: Vec<String> = arg
+                    .get_possible_values()
+                    .iter()
+                    .map(|v| v.get_name().to_string())
+                    .collect();
                 assert_eq!(ours.join(","), choices, "{name}: choices");
             }
         }

@@ -67,7 +67,13 @@ pub fn run(m: &ArgMatches) -> u8 {
     rt.block_on(async {
         match launch(m).await {
             Ok(code) => code,
-            Err(e) => crate::report(&e),
+            Err(e) => {
+                // torchrun's @record writes the launcher's own errors there too.
+                if let Ok(dest) = std::env::var("TORCHELASTIC_ERROR_FILE") {
+                    let _ = supervise::record_error(Path::new(&dest), &format!("{e:#}"));
+                }
+                crate::report(&e)
+            }
         }
     })
 }
@@ -333,7 +339,8 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                         cause.remedy.as_deref().unwrap_or("")
                     );
                 }
-                let f = &failures[0];
+                // The rank that failed first, not one toporun stopped after it.
+                let f = supervise::root_cause(&failures).unwrap_or(&failures[0]);
                 let what = f
                     .signal
                     .clone()
@@ -347,7 +354,13 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                 );
                 session.stop_all(round, &reason).await;
                 if !restart_left {
-                    eprint!("{}", failure_summary(&p.opts.entrypoint, &host, &failures));
+                    let summary = failure_summary(&p.opts.entrypoint, &host, &failures);
+                    eprint!("{summary}");
+                    if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
+                        if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
+                            eprintln!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
+                        }
+                    }
                     return Ok(1);
                 }
                 eprintln!(

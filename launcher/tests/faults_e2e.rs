@@ -177,6 +177,46 @@ fn record_traceback_is_the_root_cause() {
     assert!(root.contains("error.json"), "{root}");
 }
 
+/// The launcher's TORCHELASTIC_ERROR_FILE gets the root cause's error.json, as
+/// torchrun's @record main writes it (compared with the installed torchrun).
+#[test]
+fn launcher_error_file_holds_the_root_cause_like_torchrun() {
+    let mut docs = Vec::new();
+    for ours in [true, false] {
+        let d = tempfile::tempdir().unwrap();
+        let dest = d.path().join("launcher-error.json");
+        let mut c = if ours {
+            toporun()
+        } else {
+            Command::new(torchrun())
+        };
+        c.args(["--standalone", "--nproc-per-node=3", "worker.py"])
+            .env("MODE", "raise")
+            .env("PROBE_OUT", d.path())
+            .env("PYTHON_EXEC", python())
+            .env("TORCHELASTIC_ERROR_FILE", &dest)
+            .current_dir(scripts());
+        let (code, _, err) = run(&mut c);
+        assert_eq!(code, 1, "{err}");
+        let v: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(&dest).unwrap_or_else(|e| panic!("{e}: {err}")),
+        )
+        .unwrap();
+        docs.push(v);
+    }
+    for key in ["message", "errorCode"] {
+        assert_eq!(
+            docs[0]["message"][key], docs[1]["message"][key],
+            "{key}: toporun {} vs torchrun {}",
+            docs[0], docs[1]
+        );
+    }
+    assert!(docs[0]["message"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("ValueError: boom from rank 0"));
+}
+
 #[test]
 fn grandchildren_of_a_failed_rank_are_killed() {
     let d = tempfile::tempdir().unwrap();

@@ -190,7 +190,12 @@ fn same_worker_environment_and_argv_as_torchrun() {
     );
     compare(
         "virtual-local-rank",
-        &["--standalone", "--nproc-per-node=2", "--virtual-local-rank", "dump_env.py"],
+        &[
+            "--standalone",
+            "--nproc-per-node=2",
+            "--virtual-local-rank",
+            "dump_env.py",
+        ],
         &[("CUDA_VISIBLE_DEVICES", "3,5")],
         None,
     );

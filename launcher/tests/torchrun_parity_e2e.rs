@@ -9,7 +9,11 @@ fn both(args: &[&str]) -> [(i32, String); 2] {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("started");
     let script = dir.path().join("touch.py");
-    std::fs::write(&script, format!("open({:?}, 'a').write('x')\n", marker.display().to_string())).unwrap();
+    std::fs::write(
+        &script,
+        format!("open({:?}, 'a').write('x')\n", marker.display().to_string()),
+    )
+    .unwrap();
     let mut out = Vec::new();
     for mut c in [Command::new(torchrun()), toporun()] {
         c.args(args).arg(&script).env("PYTHON_EXEC", python());
@@ -22,22 +26,42 @@ fn both(args: &[&str]) -> [(i32, String); 2] {
 #[test]
 fn usage_errors_match_torchrun() {
     for (args, code, words) in [
-        (&["--nproc", "2"][..], 2, "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node"),
+        (
+            &["--nproc", "2"][..],
+            2,
+            "ambiguous option: --nproc could match --nproc-per-node, --nproc_per_node",
+        ),
         (&["--start-method=thread"], 2, "thread"),
         (&["--numa-binding=none"], 2, "none"),
-        (&["--logs-specs=DOESNOT_EXIST"], 1, "Could not find entrypoint under 'torchrun.logs_specs[DOESNOT_EXIST]' key"),
+        (
+            &["--logs-specs=DOESNOT_EXIST"],
+            1,
+            "Could not find entrypoint under 'torchrun.logs_specs[DOESNOT_EXIST]' key",
+        ),
     ] {
         let [(tc, to), (oc, oo)] = both(args);
-        assert_eq!((oc, tc), (code, code), "{args:?}\ntorchrun: {to}\ntoporun: {oo}");
-        assert!(oo.contains(words) && to.contains(words), "{args:?}\ntorchrun: {to}\ntoporun: {oo}");
+        assert_eq!(
+            (oc, tc),
+            (code, code),
+            "{args:?}\ntorchrun: {to}\ntoporun: {oo}"
+        );
+        assert!(
+            oo.contains(words) && to.contains(words),
+            "{args:?}\ntorchrun: {to}\ntoporun: {oo}"
+        );
     }
 }
 
 #[test]
 fn a_held_29500_does_not_stop_a_one_node_job() {
     let _held = std::net::TcpListener::bind("0.0.0.0:29500");
-    let (code, out, err) = run(toporun()
-        .args(["--nproc-per-node=1", "--no-python", "sh", "-c", "echo PORT=$MASTER_PORT"]));
+    let (code, out, err) = run(toporun().args([
+        "--nproc-per-node=1",
+        "--no-python",
+        "sh",
+        "-c",
+        "echo PORT=$MASTER_PORT",
+    ]));
     assert_eq!(code, 0, "{out}{err}");
     let port = out.trim().strip_prefix("PORT=").unwrap();
     assert_ne!(port, "29500", "{out}");
@@ -50,20 +74,37 @@ fn completion_scripts_work_in_bash() {
     let f = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(f.path(), &script).unwrap();
     let out = Command::new("bash")
-        .args(["-c", &format!("source {} && complete -p toporun", f.path().display())])
+        .args([
+            "-c",
+            &format!("source {} && complete -p toporun", f.path().display()),
+        ])
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("toporun"), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("toporun"),
+        "{out:?}"
+    );
     let (code, zsh, _) = run(toporun().args(["--print-completion=zsh"]));
     assert!(code == 0 && zsh.starts_with("#compdef toporun"), "{zsh}");
     let (code, tcsh, _) = run(toporun().args(["--print-completion", "tcsh"]));
-    assert!(code == 0 && tcsh.starts_with("complete toporun") && tcsh.contains("nproc-per-node"), "{tcsh}");
+    assert!(
+        code == 0 && tcsh.starts_with("complete toporun") && tcsh.contains("nproc-per-node"),
+        "{tcsh}"
+    );
 }
 
 #[test]
 fn log_line_prefix_template_option() {
-    let (code, out, _) = run(toporun()
-        .args(["--standalone", "--nproc-per-node=2", "--tee=3", "--log-line-prefix-template=<${rank}|${local_rank}>", "--no-python", "sh", "-c", "echo hi"]));
+    let (code, out, _) = run(toporun().args([
+        "--standalone",
+        "--nproc-per-node=2",
+        "--tee=3",
+        "--log-line-prefix-template=<${rank}|${local_rank}>",
+        "--no-python",
+        "sh",
+        "-c",
+        "echo hi",
+    ]));
     assert_eq!(code, 0);
     assert!(out.contains("<0|0>hi") && out.contains("<1|1>hi"), "{out}");
 }

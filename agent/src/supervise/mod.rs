@@ -9,7 +9,9 @@ mod summary;
 pub use events::{Event, Events};
 pub use logs::{drain, line_prefix, LogPlan, Sink};
 pub use spawn::RankCmd;
-pub use summary::{failure_summary, Failure, WorkerError};
+pub use summary::{
+    dump_error_file, failure_summary, record_error, root_cause, Failure, WorkerError,
+};
 
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};

@@ -127,52 +127,127 @@ fn utc(secs: f64) -> String {
     )
 }
 
-fn block(idx: usize, f: &Failure, host: &str) -> String {
-    let exit = match &f.signal {
-        Some(sig) => format!("{} (pid: {})\n  signal_name: {sig}", f.exitcode, f.pid),
-        None => format!("{} (pid: {})", f.exitcode, f.pid),
-    };
-    let (file, tb) = match &f.error {
+/// One failure in torch 2.15's template (`_FAILURE_FORMAT_TEMPLATE`), and its widest
+/// line.
+fn block(idx: usize, f: &Failure, host: &str) -> (String, usize) {
+    let signal = f
+        .signal
+        .as_ref()
+        .map(|s| format!(" ({s})"))
+        .unwrap_or_default();
+    let (file, message) = match &f.error {
         Some(e) => (
             f.error_file.display().to_string(),
             if e.traceback.is_empty() {
                 e.message.clone()
             } else {
-                e.traceback.trim_end().to_string()
-            },
+                e.traceback.clone()
+            }
+            .replace('\n', "\n  "),
+        ),
+        None if f.exitcode < 0 => (
+            "<N/A>".into(),
+            format!(
+                "Signal {} ({}) received by PID {}",
+                -f.exitcode,
+                f.signal.as_deref().unwrap_or("<N/A>"),
+                f.pid
+            ),
         ),
         None => (
             "<N/A>".into(),
             "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html".into(),
         ),
     };
-    format!(
-        "[{idx}]:\n  time      : {}\n  host      : {host}\n  rank      : {} (local_rank: {})\n  exitcode  : {exit}\n  error_file: {file}\n  traceback : {tb}\n",
+    let text = format!(
+        "[{idx}]:\n  time      : {}\n  host      : {host}\n  rank      : {} (local_rank: {})\n  exitcode  : {} (pid: {}) {signal}\n  error_file: {file}\n  traceback : {message}",
         utc(f.when()),
         f.rank,
-        f.local_rank
-    )
+        f.local_rank,
+        f.exitcode,
+        f.pid,
+    );
+    let width = text.lines().map(str::len).max().unwrap_or(0);
+    (text, width)
 }
 
-/// torchrun's "<entrypoint> FAILED" block; the root cause is the earliest failure.
-pub fn failure_summary(entrypoint: &str, host: &str, failures: &[Failure]) -> String {
-    let mut sorted: Vec<&Failure> = failures.iter().collect();
-    sorted.sort_by(|a, b| a.when().total_cmp(&b.when()));
-    let rule = "=".repeat(60);
-    let thin = "-".repeat(60);
-    let others = if sorted.len() > 1 {
-        sorted[1..]
-            .iter()
-            .enumerate()
-            .map(|(i, f)| block(i + 1, f, host))
-            .collect::<String>()
-    } else {
-        "  <NO_OTHER_FAILURES>\n".into()
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Writes the launcher's TORCHELASTIC_ERROR_FILE as torchrun's `@record` does: the
+/// root-cause rank's error.json with `errorCode` set to its exit code; toporun's own
+/// error in that format when the rank wrote none.
+pub fn dump_error_file(
+    dest: &std::path::Path,
+    root: &Failure,
+    summary: &str,
+) -> std::io::Result<()> {
+    let from_rank = std::fs::read_to_string(&root.error_file)
+        .ok()
+        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok());
+    let doc = match from_rank {
+        Some(mut v) => {
+            if root.exitcode != 0 {
+                if let Some(m) = v.get_mut("message").and_then(|m| m.as_object_mut()) {
+                    m.insert("errorCode".into(), root.exitcode.into());
+                }
+            }
+            v
+        }
+        None => serde_json::json!({"message": {
+            "message": format!("ChildFailedError: {}", summary.trim()),
+            "extraInfo": {"py_callstack": "", "timestamp": now_secs().to_string()},
+            "errorCode": root.exitcode,
+        }}),
     };
-    format!(
-        "{rule}\n{entrypoint} FAILED\n{thin}\nFailures:\n{others}{thin}\nRoot Cause (first observed failure):\n{}{rule}\n",
-        sorted.first().map(|f| block(0, f, host)).unwrap_or_default()
-    )
+    std::fs::write(dest, doc.to_string())
+}
+
+/// A launcher error (not a rank's) in the `@record` format.
+pub fn record_error(dest: &std::path::Path, message: &str) -> std::io::Result<()> {
+    let doc = serde_json::json!({"message": {
+        "message": message,
+        "extraInfo": {"py_callstack": "", "timestamp": now_secs().to_string()},
+    }});
+    std::fs::write(dest, doc.to_string())
+}
+
+/// The root cause: the earliest failure (by its error file's timestamp, else exit).
+pub fn root_cause(failures: &[Failure]) -> Option<&Failure> {
+    failures.iter().min_by(|a, b| a.when().total_cmp(&b.when()))
+}
+
+/// torchrun's `ChildFailedError` block (torch 2.15's `_MSG_FORMAT_TEMPLATE`): the root
+/// cause first (index 0), the others by rank, rules as wide as the widest line (at
+/// most 60).
+pub fn failure_summary(entrypoint: &str, host: &str, failures: &[Failure]) -> String {
+    let Some(root) = root_cause(failures) else {
+        return String::new();
+    };
+    let mut others: Vec<&Failure> = failures
+        .iter()
+        .filter(|f| !std::ptr::eq(*f, root))
+        .collect();
+    others.sort_by_key(|f| f.rank);
+    let title = format!("{entrypoint} FAILED");
+    let (root_text, mut width) = block(0, root, host);
+    let mut other_texts = Vec::new();
+    for (i, f) in others.iter().enumerate() {
+        let (t, w) = block(i + 1, f, host);
+        width = width.max(w);
+        other_texts.push(t);
+    }
+    let width = width.max(title.len()).min(60);
+    let (rule, thin) = ("=".repeat(width), "-".repeat(width));
+    let others = if other_texts.is_empty() {
+        "  <NO_OTHER_FAILURES>".to_string()
+    } else {
+        other_texts.join("\n")
+    };
+    format!("{rule}\n{title}\n{thin}\nFailures:\n{others}\n{thin}\nRoot Cause (first observed failure):\n{root_text}\n{rule}\n")
 }
 
 #[cfg(test)]
@@ -204,9 +279,61 @@ mod tests {
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
         assert!(root.contains("rank      : 0 (local_rank: 0)"));
-        assert!(root.contains("exitcode  : 3 (pid: 100)"));
+        assert!(root.contains("exitcode  : 3 (pid: 100) \n"));
         assert!(root.contains("1970-01-01_00:00:10"));
-        assert!(s.starts_with(&"=".repeat(60)));
-        assert!(s.contains("train.py FAILED"));
+        assert!(s.starts_with(&format!("{}\ntrain.py FAILED", "=".repeat(60))));
+        assert!(s.contains("[1]:\n"));
+        assert!(s.contains("traceback : To enable traceback see"));
+    }
+
+    #[test]
+    fn error_file_copies_the_root_cause_with_its_code() {
+        let dir = tempfile::tempdir().unwrap();
+        let rank_file = dir.path().join("error.json");
+        std::fs::write(&rank_file, r#"{"message":{"message":"ValueError: boom","extraInfo":{"py_callstack":"tb","timestamp":"1"}}}"#).unwrap();
+        let f = |file: PathBuf| Failure {
+            local_rank: 0,
+            rank: 0,
+            pid: 1,
+            exitcode: 3,
+            signal: None,
+            at: SystemTime::UNIX_EPOCH,
+            error_file: file,
+            error: None,
+        };
+        let dest = dir.path().join("parent.json");
+        dump_error_file(&dest, &f(rank_file), "s").unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&dest).unwrap()).unwrap();
+        assert_eq!(v["message"]["message"], "ValueError: boom");
+        assert_eq!(v["message"]["errorCode"], 3);
+        dump_error_file(&dest, &f(dir.path().join("none.json")), "train.py FAILED").unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&dest).unwrap()).unwrap();
+        assert_eq!(v["message"]["message"], "ChildFailedError: train.py FAILED");
+        assert_eq!(v["message"]["errorCode"], 3);
+    }
+
+    #[test]
+    fn signals_read_as_torch_2_15_prints_them() {
+        let f = Failure {
+            local_rank: 1,
+            rank: 1,
+            pid: 27899,
+            exitcode: -6,
+            signal: Some("SIGABRT".into()),
+            at: SystemTime::UNIX_EPOCH,
+            error_file: PathBuf::from("/x"),
+            error: None,
+        };
+        let s = failure_summary("w.py", "localhost", &[f]);
+        // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).
+        assert!(s.contains("  exitcode  : -6 (pid: 27899)  (SIGABRT)\n  error_file: <N/A>\n  traceback : Signal 6 (SIGABRT) received by PID 27899\n"), "{s}");
+        assert!(s.contains("Failures:\n  <NO_OTHER_FAILURES>\n"));
+        let width = s.lines().next().unwrap().len();
+        assert_eq!(
+            width,
+            "  traceback : Signal 6 (SIGABRT) received by PID 27899".len()
+        );
     }
 }
