@@ -221,6 +221,31 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     {
         eprintln!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
     }
+    // torch's FileTimerServer: TORCHELASTIC_ENABLE_FILE_TIMER=1.
+    let mut timer = match p
+        .parent_env
+        .get("TORCHELASTIC_ENABLE_FILE_TIMER")
+        .map(String::as_str)
+    {
+        Some("1") => {
+            let path = p
+                .parent_env
+                .get("TORCHELASTIC_TIMER_FILE")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    std::env::temp_dir().join(format!("watchdog_timer_{}", rendezvous::random_id()))
+                });
+            Some(
+                supervise::file_timer::FileTimer::create(&path)
+                    .with_context(|| "TORCHELASTIC_ENABLE_FILE_TIMER=1".to_string())?,
+            )
+        }
+        _ => None,
+    };
+    let timer_file: Option<String> = timer
+        .as_ref()
+        .map(|t| t.path().display().to_string())
+        .or_else(|| p.parent_env.get("TORCHELASTIC_TIMER_FILE").cloned());
     let Some(mut session) = rendezvous::Session::start(&p, &mut events).await? else {
         eprintln!("toporun: received a signal while connecting to the rendezvous; exiting");
         return Ok(1);
@@ -289,11 +314,61 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                 (BTreeMap::new(), None)
             }
         };
+        let mut report_env = report_env;
+        if let Some(f) = &timer_file {
+            report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
+        }
         let cmds = rank_commands(&p, &node, &dir, round, &report_env)?;
         let stop = session.stop_watch(round, &node).await?;
         let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
+        let timer_expired = async {
+            match timer.as_mut() {
+                Some(t) => {
+                    let e = t.expired().await;
+                    // The killed rank's exit normally ends the attempt first (and
+                    // names its rank); a pid that is no rank of ours stops it here.
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    format!(
+                        "fail: the file timer of pid {} (scope {}) expired",
+                        e.pid, e.scope_id
+                    )
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let stop = async move {
+            tokio::select! {
+                r = stop => r,
+                r = timer_expired => r,
+            }
+        };
         let outcome =
             supervise::run_attempt(cmds, &mut events, p.opts.shutdown_timeout, stop).await;
+        if let Some(e) = timer.as_mut().and_then(|t| t.fired.take()) {
+            // torchrun's FileTimerServer kills the worker, then its own agent with the
+            // same signal: no restart, exit 128 + signal.
+            let who = match &outcome {
+                Ok(Outcome::Failed(fs)) => fs.iter().find(|f| f.pid == e.pid).map(|f| {
+                    format!(
+                        "rank {} (local rank {}, pid {})",
+                        f.rank, f.local_rank, f.pid
+                    )
+                }),
+                _ => None,
+            }
+            .unwrap_or_else(|| format!("pid {}", e.pid));
+            let sig = Signal::try_from(e.signal)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| e.signal.to_string());
+            eprintln!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
+            session
+                .stop_all(
+                    round,
+                    &format!("fail: file timer expired on node {}", node.node_rank),
+                )
+                .await;
+            return Ok((128 + e.signal).clamp(0, 255) as u8);
+        }
         if let Some(w) = init_watch {
             w.abort();
         }

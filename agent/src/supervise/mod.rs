@@ -2,6 +2,7 @@
 //! signals, stop the rest when one fails, reap orphans, report failures.
 
 mod events;
+pub mod file_timer;
 mod logs;
 mod spawn;
 mod summary;

@@ -52,7 +52,7 @@ fn bind(port: u16, what: &str) -> Result<StoreServer> {
     })
 }
 
-fn random_id() -> String {
+pub fn random_id() -> String {
     Root::live()
         .read(paths::PROC_RANDOM_UUID)
         .unwrap_or_else(|| format!("{:x}", std::process::id()))
