@@ -9,25 +9,7 @@ use toporun_shared::facts::PlatformFacts;
 /// `-cu13`): its version is in the dist-info name beside that interpreter, where
 /// `libnccl.so.2` alone says nothing. `python`: PYTHON_EXEC or python3 on PATH.
 fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<(String, String)> {
-    let mut dirs: Vec<String> = Vec::new();
-    if let Some(prefix) = python.and_then(|p| p.parent()?.parent()) {
-        let rel = prefix.to_string_lossy().trim_start_matches('/').to_string();
-        for lib in ["lib", "lib64"] {
-            let base = if rel.is_empty() {
-                lib.to_string()
-            } else {
-                format!("{rel}/{lib}")
-            };
-            for py in root
-                .list(&base)
-                .into_iter()
-                .filter(|d| d.starts_with("python3"))
-            {
-                dirs.push(format!("{base}/{py}/site-packages"));
-                dirs.push(format!("{base}/{py}/dist-packages"));
-            }
-        }
-    }
+    let mut dirs: Vec<String> = python.map(|p| site_packages(root, p)).unwrap_or_default();
     dirs.extend(paths::SYSTEM_PYTHON_PACKAGES.iter().map(|d| d.to_string()));
     for py in root
         .list("usr/local/lib")
