@@ -153,6 +153,7 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
             out
         }
         "json" => {
+            let (report, expected) = nccl_lines(p);
             let doc = serde_json::json!({
                 "host": {"hostname": p.facts.container.hostname, "gpus": p.facts.gpus.count(), "links": p.facts.gpus.links, "product": p.facts.platform.product_name},
                 "findings": findings(p),
@@ -162,8 +163,8 @@ pub fn render(p: &Prepared, format: &str) -> Result<String> {
                 "global_ranks": ranking,
                 "notes": p.opts.notes,
                 "python": {"path": p.python, "why": p.python_why},
-                "nccl_report": nccl_lines(p).0,
-                "nccl_expected": nccl_lines(p).1,
+                "nccl_report": report,
+                "nccl_expected": expected,
                 "ranks": views.iter().map(|r| serde_json::json!({"local_rank": r.local_rank, "rank": r.rank, "gpu": r.gpu.as_ref().map(|g| g.0), "gpu_uuid": r.gpu.as_ref().map(|g| &g.1), "cpus": r.cpus, "env": r.env, "argv": r.argv})).collect::<Vec<_>>(),
             });
             serde_json::to_string_pretty(&doc)? + "\n"

@@ -101,7 +101,7 @@ pub struct Reporter {
     facts: toporun_shared::facts::HostFacts,
 }
 
-fn print(prefix: &str, f: &Finding) {
+fn print(f: &Finding) {
     eprintln!(
         "toporun: {}: {}: {}{}",
         f.severity,
@@ -112,7 +112,6 @@ fn print(prefix: &str, f: &Finding) {
             .map(|r| format!(". Fix: {r}"))
             .unwrap_or_default()
     );
-    let _ = prefix;
 }
 
 fn judged(
@@ -285,7 +284,7 @@ fn job_report(
     }
     eprintln!("toporun: nccl: {}", d.line());
     for f in &findings {
-        print("", f);
+        print(f);
     }
     write_json(
         &run_dir.join("nccl-report-job.json"),

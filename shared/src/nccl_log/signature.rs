@@ -35,16 +35,19 @@ const fn sig(
     }
 }
 
+const SPLIT_NETNS_CAUSE: &str = "ranks that NCCL takes for one host sit in different network namespaces (pods without hostNetwork): cuMem handles travel over abstract Unix sockets, which do not cross network namespaces";
+const SPLIT_NETNS_FIX: &str = "set NCCL_CUMEM_ENABLE=0 on every rank (legacy CUDA IPC works across network namespaces, measured 322-329 GB/s on 2x H200), or run one pod per node with all its GPUs";
+
 const SIGNATURES: &[Sig] = &[
     sig(&["failed to extend /dev/shm"], "nccl.shm_full", true,
         "/dev/shm is too small for NCCL's shared-memory segments (SHM transport with its host buffers in /dev/shm files)",
         "mount a memory-backed emptyDir at /dev/shm (or hostIPC / docker --shm-size); and do not set NCCL_CUMEM_HOST_ENABLE=0, which moves NCCL's host buffers into /dev/shm"),
     sig(&["UDS: Sending data over socket", "failed"], "nccl.split_netns", true,
-        "ranks that NCCL takes for one host sit in different network namespaces (pods without hostNetwork): cuMem handles travel over abstract Unix sockets, which do not cross network namespaces",
-        "set NCCL_CUMEM_ENABLE=0 on every rank (legacy CUDA IPC works across pods, measured 327 GB/s on 2x H200), or run one pod per node with all its GPUs"),
+        SPLIT_NETNS_CAUSE,
+        SPLIT_NETNS_FIX),
     sig(&["ncclProxyClientGetFd", "failed"], "nccl.split_netns", true,
-        "ranks that NCCL takes for one host sit in different network namespaces (pods without hostNetwork): cuMem handles travel over abstract Unix sockets, which do not cross network namespaces",
-        "set NCCL_CUMEM_ENABLE=0 on every rank (legacy CUDA IPC works across pods, measured 327 GB/s on 2x H200), or run one pod per node with all its GPUs"),
+        SPLIT_NETNS_CAUSE,
+        SPLIT_NETNS_FIX),
     sig(&["ibv_reg_mr", "Cannot allocate memory"], "nccl.memlock", true,
         "RDMA memory registration failed: the locked-memory limit (ulimit -l) is too low",
         "give the container CAP_IPC_LOCK and an unlimited memlock limit (securityContext.capabilities.add: [IPC_LOCK]; docker --ulimit memlock=-1)"),
@@ -76,13 +79,12 @@ const SIGNATURES: &[Sig] = &[
 
 /// The known failure a line of NCCL's log shows, if any.
 pub fn match_line(msg: &str) -> Option<&'static Known> {
+    // Case-insensitive: NCCL versions differ ("Connect to" / "connect to"). Lowered
+    // once per line, as every NCCL line comes through here.
+    let msg = msg.to_ascii_lowercase();
     SIGNATURES
         .iter()
-        .find(|s| {
-            s.all.iter().all(|w| {
-                msg.contains(w) || msg.to_ascii_lowercase().contains(&w.to_ascii_lowercase())
-            })
-        })
+        .find(|s| s.all.iter().all(|w| msg.contains(&w.to_ascii_lowercase())))
         .map(|s| &s.known)
 }
 
