@@ -1,6 +1,7 @@
 //! toporun's in-container runtime: probing the live machine, the TCPStore-compatible
 //! store, rendezvous and rank supervision.
 
+pub mod job;
 pub mod nccl_watch;
 pub mod paths;
 pub mod probe;

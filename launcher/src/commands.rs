@@ -20,7 +20,7 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
             return match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..])
             {
                 Ok(_) => crate::launch::run(sub),
-                Err(e) => crate::exit_usage(e),
+                Err(e) => crate::exit::usage(e),
             };
         }
         Some(("nccl-log", sub)) => crate::nccl_log_cmd::run(m, sub),
@@ -30,7 +30,7 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
         },
         _ => Ok(2),
     };
-    result.unwrap_or_else(|e| crate::report(&e))
+    result.unwrap_or_else(|e| crate::exit::report(&e))
 }
 
 fn facts(m: &ArgMatches, sub: &ArgMatches) -> Result<toporun_shared::facts::HostFacts> {

@@ -20,10 +20,28 @@ impl std::fmt::Display for CannotRun {
 
 impl std::error::Error for CannotRun {}
 
+/// Reads a user-given file up to `MAX_FACTS_BYTES` (`/dev/zero` or a log passed by
+/// mistake must not exhaust memory).
+fn read_capped(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let limit = toporun_shared::facts::MAX_FACTS_BYTES;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(limit + 1)
+        .read_to_string(&mut text)?;
+    if text.len() as u64 > limit {
+        return Err(std::io::Error::other(format!(
+            "larger than {} MiB: not a facts file or capture",
+            limit >> 20
+        )));
+    }
+    Ok(text)
+}
+
 pub fn load(facts_file: Option<&String>, smi_topo_file: Option<&String>) -> Result<HostFacts> {
     let mut facts = match facts_file {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
+            let text = read_capped(Path::new(path))
                 .map_err(|e| CannotRun(format!("cannot read facts file {path}: {e}")))?;
             HostFacts::from_json(&text).map_err(|e| CannotRun(format!("{path}: {e}")))?
         }
@@ -56,7 +74,7 @@ pub fn load_given(
 /// Replaces the GPU links with a capture's; `<name>-p2p-read.txt`/`-p2p-write.txt`
 /// beside it (nvidia-smi topo -p2p r|w) supply P2P status when present.
 fn apply_smi_topo(facts: &mut HostFacts, path: &Path) -> Result<()> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    let text = read_capped(path).map_err(|e| {
         CannotRun(format!(
             "cannot read nvidia-smi capture {}: {e}",
             path.display()
@@ -67,7 +85,7 @@ fn apply_smi_topo(facts: &mut HostFacts, path: &Path) -> Result<()> {
     let sibling = |kind: &str| {
         let stem = path.file_stem()?.to_string_lossy().into_owned();
         let p = path.with_file_name(format!("{stem}-p2p-{kind}.txt"));
-        smi_topo::parse_p2p(&std::fs::read_to_string(p).ok()?).ok()
+        smi_topo::parse_p2p(&read_capped(&p).ok()?).ok()
     };
     let (read, write) = (sibling("read"), sibling("write"));
     let mut gpus = topo.into_gpu_facts(read.as_deref(), write.as_deref());

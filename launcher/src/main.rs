@@ -2,6 +2,8 @@
 
 mod cli;
 mod commands;
+mod dry_run;
+mod exit;
 mod facts_source;
 mod launch;
 mod nccl_log_cmd;
@@ -39,40 +41,19 @@ fn main() -> ExitCode {
         };
         match cli::parse_launch(cli::launch_command(name), &argv) {
             Ok(m) => launch::run(&m),
-            Err(e) => exit_usage(e),
+            Err(e) => exit::usage(e),
         }
     } else if let Some(launch_argv) = cli::launch_form(rest) {
         // `toporun [globals] launch ...`: parsed as torchrun parses (abbreviations).
         match cli::parse_launch(cli::launch_command("launch"), &launch_argv) {
             Ok(m) => launch::run(&m),
-            Err(e) => exit_usage(e),
+            Err(e) => exit::usage(e),
         }
     } else {
         match cli::toporun_command().try_get_matches_from(&argv) {
             Ok(m) => commands::dispatch(&m),
-            Err(e) => exit_usage(e),
+            Err(e) => exit::usage(e),
         }
     };
     ExitCode::from(code)
-}
-
-/// clap's own message; exit 2 for usage errors like torchrun, 0 for --help/--version.
-pub fn exit_usage(e: clap::Error) -> u8 {
-    let _ = e.print();
-    e.exit_code() as u8
-}
-
-/// Prints an error with its causes and returns the exit code: 2 when toporun could
-/// not run at all (bad input), else 1.
-pub fn report(err: &anyhow::Error) -> u8 {
-    eprintln!("toporun: error: {err:#}");
-    if err.downcast_ref::<facts_source::CannotRun>().is_some()
-        || err
-            .downcast_ref::<toporun_shared::torchrun::OptionsError>()
-            .is_some()
-    {
-        2
-    } else {
-        1
-    }
 }

@@ -1,6 +1,7 @@
 //! Live probing: the machine and container as `HostFacts`.
 
 mod container;
+pub mod fqdn;
 pub mod gpu;
 mod net;
 pub mod platform;

@@ -1,7 +1,9 @@
 //! `toporun bench rendezvous`: N simulated nodes (async tasks, one connection each) run
 //! the real join protocol against a store, to size the rendezvous host.
 
-use super::{coordinate, join, Config, NodeInfo, Shape};
+use super::config::{Config, NodeInfo, Shape};
+use super::coordinator::coordinate;
+use super::node::join;
 use crate::store::{StoreClient, StoreServer};
 use std::time::{Duration, Instant};
 
@@ -50,6 +52,7 @@ pub async fn bench(
         keepalive_interval: Duration::from_secs(5),
         keepalive_misses: 3,
         colocated: toporun_shared::colocation::Mode::Warn,
+        key_space: None,
     };
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(nodes as usize);

@@ -13,97 +13,20 @@
 //! - `alive/<idx>`: keep-alive counters; `done`: the exit barrier.
 
 pub mod bench;
+mod config;
 mod coordinator;
 mod node;
 
+pub use config::{key_space, Config, NodeInfo, Shape};
 pub use coordinator::{coordinate, CoordinateError, Waiting};
 pub use node::{barrier, join, request_stop, JoinError, Place, StopWatch};
-
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::time::Duration;
-use toporun_shared::colocation;
-
-/// What each node tells the others.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeInfo {
-    /// Static rendezvous: the node rank it was given; c10d: None.
-    pub node_rank: Option<u32>,
-    pub hostname: String,
-    pub addr: String,
-    pub nproc: u32,
-    pub gpus: usize,
-    pub boot_id: Option<String>,
-    pub ipc_ns: Option<u64>,
-    pub net_ns: Option<u64>,
-    /// Device number of its /dev/shm (equal when nodes share one).
-    #[serde(default)]
-    pub shm_dev: Option<u64>,
-    /// The co-location variables (NCCL_HOSTID, NCCL_CUMEM_ENABLE...) its ranks see.
-    #[serde(default)]
-    pub nccl: BTreeMap<String, String>,
-    /// Its GPU device nodes (/dev/nvidiaN).
-    #[serde(default)]
-    pub gpu_nodes: Vec<String>,
-}
-
-impl NodeInfo {
-    /// What the co-location decision needs of this node.
-    pub fn colocation(&self) -> colocation::Node {
-        colocation::Node {
-            hostname: self.hostname.clone(),
-            boot_id: self.boot_id.clone(),
-            net_ns: self.net_ns,
-            ipc_ns: self.ipc_ns,
-            shm_dev: self.shm_dev,
-            gpu_nodes: self.gpu_nodes.clone(),
-            env: self.nccl.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Shape {
-    /// Exactly `nnodes`, ranks given on the command line.
-    Static { nnodes: u32 },
-    /// Between min and max nodes; ranks by join order.
-    Elastic { min: u32, max: u32 },
-}
-
-#[derive(Debug, Clone)]
-pub struct Config {
-    pub run_id: String,
-    pub shape: Shape,
-    pub join_timeout: Duration,
-    pub last_call: Duration,
-    /// How long a node waits, beyond the join timeout and last call, for the host to
-    /// close the round.
-    pub close_timeout: Duration,
-    /// Bound on single store reads (the round's layout).
-    pub read_timeout: Duration,
-    pub keepalive_interval: Duration,
-    pub keepalive_misses: u32,
-    /// Whether co-located nodes are joined onto one NCCL host or only reported.
-    pub colocated: colocation::Mode,
-}
-
-impl Config {
-    pub fn key(&self, round: u32, rest: &str) -> String {
-        format!("toporun/{}/r{round}/{rest}", self.run_id)
-    }
-
-    pub fn max_nodes(&self) -> u32 {
-        match self.shape {
-            Shape::Static { nnodes } => nnodes,
-            Shape::Elastic { max, .. } => max,
-        }
-    }
-}
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::{StoreClient, StoreServer};
+    use std::time::Duration;
+    use toporun_shared::colocation;
 
     fn cfg(shape: Shape) -> Config {
         Config {
@@ -116,6 +39,7 @@ mod tests {
             keepalive_interval: Duration::from_millis(100),
             keepalive_misses: 3,
             colocated: colocation::Mode::Join,
+            key_space: None,
         }
     }
 
@@ -136,6 +60,8 @@ mod tests {
                 let info = NodeInfo {
                     node_rank: Some(rank),
                     nproc,
+                    hostname: "node".into(),
+                    addr: "node".into(),
                     ..Default::default()
                 };
                 join(&mut client(port).await, &cfg, 0, &info, &mut |_| {})
@@ -166,6 +92,8 @@ mod tests {
         let info = NodeInfo {
             node_rank: Some(0),
             nproc: 1,
+            hostname: "node".into(),
+            addr: "node".into(),
             ..Default::default()
         };
         let port = s.port();
@@ -196,6 +124,8 @@ mod tests {
                     0,
                     &NodeInfo {
                         nproc: 2,
+                        hostname: "node".into(),
+                        addr: "node".into(),
                         ..Default::default()
                     },
                     &mut |_| {},

@@ -1,6 +1,6 @@
 //! GPU facts: devices, the link matrix and P2P status between pairs.
 
-use super::LinkKind;
+use super::link::LinkKind;
 use serde::{Deserialize, Serialize};
 
 /// PCI id NVML gives for an NVLink whose remote end is not visible (an NVSwitch seen

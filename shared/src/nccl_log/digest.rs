@@ -1,7 +1,8 @@
 //! A node's NCCL report in a few hundred bytes, for the store: what the job-wide
 //! report on the host merges.
 
-use super::{Class, Comm, LogReport, Transport};
+use super::report::{Comm, LogReport};
+use super::transport::{Class, Transport};
 use crate::finding::Finding;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};

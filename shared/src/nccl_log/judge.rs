@@ -1,17 +1,8 @@
 //! Whether each link NCCL chose is the best the hardware allows.
 
-use super::{Class, Comm, Link, LogReport, RankInfo};
+use super::report::{Comm, Link, LogReport, RankInfo, Verdict};
+use super::transport::Class;
 use crate::facts::{same_bus, HostFacts, LinkKind};
-use serde::Serialize;
-
-/// The verdict on one link.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Verdict {
-    pub best: bool,
-    /// What the hardware allows between these ranks.
-    pub allows: String,
-    pub why: String,
-}
 
 /// What the judge knows about the hardware: one host's facts, taken to describe
 /// every host of the job (the nodes of a job are alike).

@@ -1,6 +1,7 @@
 //! The transport matrix of a communicator, laid out like `nvidia-smi topo -m`.
 
-use super::{Comm, Transport};
+use super::report::Comm;
+use super::transport::Transport;
 use std::fmt::Write;
 
 /// Past this many ranks the matrix is not drawn (a summary is).

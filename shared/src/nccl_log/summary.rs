@@ -1,6 +1,7 @@
 //! One-line summaries and findings of a log report: what a person reads first.
 
-use super::{Comm, Link, LogReport};
+use super::report::{Comm, Link, LogReport};
+use super::transport::Class;
 use crate::finding::{Finding, Severity};
 use crate::measured;
 use std::collections::BTreeMap;
@@ -61,8 +62,8 @@ pub fn comm_line(c: &Comm) -> String {
 /// The cost NCCL pays for a slower class than the hardware allows, as measured.
 fn cost(l: &Link, allows: &str) -> String {
     let used = match (l.class, l.rdma) {
-        (super::Class::Shm, _) => measured::SHM_GBPS,
-        (super::Class::Net, false) => measured::SOCKET_GBPS,
+        (Class::Shm, _) => measured::SHM_GBPS,
+        (Class::Net, false) => measured::SOCKET_GBPS,
         _ => return String::new(),
     };
     if allows.starts_with("P2P over NVLink") || allows.starts_with("P2P or SHM") {
@@ -78,8 +79,8 @@ fn cost(l: &Link, allows: &str) -> String {
 
 fn fix(l: &Link, allows: &str) -> &'static str {
     match l.class {
-        super::Class::Net if allows.starts_with("RDMA") => "install the network plugin for these devices (aws-ofi-nccl for EFA) and unset NCCL_IB_DISABLE / NCCL_NET=Socket",
-        super::Class::Net => "these ranks share a host but NCCL took them for separate hosts (different pods, hostnames or /dev/shm) or P2P and SHM are disabled: run one pod per node with all its GPUs; where pods must stay separate, share /dev/shm (hostIPC or a hostPath mount) and let toporun join them (--colocated join sets the same NCCL_HOSTID and NCCL_CUMEM_ENABLE=0)",
+        Class::Net if allows.starts_with("RDMA") => "install the network plugin for these devices (aws-ofi-nccl for EFA) and unset NCCL_IB_DISABLE / NCCL_NET=Socket",
+        Class::Net => "these ranks share a host but NCCL took them for separate hosts (different pods, hostnames or /dev/shm) or P2P and SHM are disabled: run one pod per node with all its GPUs; where pods must stay separate, share /dev/shm (hostIPC or a hostPath mount) and let toporun join them (--colocated join sets the same NCCL_HOSTID and NCCL_CUMEM_ENABLE=0)",
         _ => "unset NCCL_P2P_DISABLE and any NCCL_P2P_LEVEL below this path, and give each rank all the GPUs of its node (CUDA_VISIBLE_DEVICES)",
     }
 }

@@ -2,7 +2,7 @@
 //! refused under NCCL < 2.26.5, or GPUs without P2P (cuda failure 217), and never
 //! where it would move the SHM transport into a /dev/shm too small for it.
 
-use super::Decision;
+use super::decision::Decision;
 use crate::facts::HostFacts;
 use crate::host_buffers::{cumem_host, shm_needed, shm_transport, CumemHost};
 use crate::units::format_size;

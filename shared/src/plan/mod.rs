@@ -2,10 +2,14 @@
 //! variable a value (or "left to NCCL"), the reason, and where it came from. Pure.
 
 mod cumem;
+mod decision;
 mod p2p_level;
 mod rdma;
 mod socket_ifname;
 mod topo_file;
+
+use decision::Decision;
+pub use decision::LaunchShape;
 
 use crate::facts::HostFacts;
 use crate::finding::Finding;
@@ -38,44 +42,11 @@ pub struct Plan {
     pub findings: Vec<Finding>,
 }
 
-/// What the planner needs to know about the launch.
-#[derive(Debug, Clone, Default)]
-pub struct LaunchShape<'a> {
-    pub nnodes: u32,
-    pub nproc_per_node: u32,
-    /// Where the other nodes are reached (master or rendezvous host).
-    pub master_addr: Option<&'a str>,
-}
-
 /// `--nccl-env=on|off`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlanMode {
     On,
     Off,
-}
-
-/// A rule's verdict for one variable, before the user's value is considered.
-pub(crate) struct Decision {
-    pub name: &'static str,
-    pub value: Option<String>,
-    pub reason: String,
-}
-
-impl Decision {
-    pub fn set(name: &'static str, value: impl Into<String>, reason: impl Into<String>) -> Self {
-        Decision {
-            name,
-            value: Some(value.into()),
-            reason: reason.into(),
-        }
-    }
-    pub fn leave(name: &'static str, reason: impl Into<String>) -> Self {
-        Decision {
-            name,
-            value: None,
-            reason: reason.into(),
-        }
-    }
 }
 
 pub fn plan(

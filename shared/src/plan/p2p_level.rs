@@ -1,6 +1,6 @@
 //! NCCL_P2P_LEVEL: always decided and printed.
 
-use super::Decision;
+use super::decision::Decision;
 use crate::facts::{HostFacts, LinkKind};
 use std::collections::BTreeMap;
 

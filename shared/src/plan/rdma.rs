@@ -1,7 +1,7 @@
 //! RDMA: NCCL_IB_HCA as an exact list of active IB/RoCE devices, NCCL_IB_GID_INDEX for
 //! RoCE v2 on NCCL < 2.21; EFA needs nothing current AWS guidance still requires.
 
-use super::Decision;
+use super::decision::Decision;
 use crate::facts::{HostFacts, RdmaKind};
 use crate::version::Version;
 

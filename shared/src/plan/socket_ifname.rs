@@ -1,6 +1,6 @@
 //! NCCL_SOCKET_IFNAME: the interface that reaches the other nodes, exact-matched.
 
-use super::{Decision, LaunchShape};
+use super::decision::{Decision, LaunchShape};
 use crate::facts::{HostFacts, Nic};
 use std::net::IpAddr;
 

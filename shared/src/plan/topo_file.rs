@@ -1,7 +1,7 @@
 //! NCCL_TOPO_FILE: the platform's topology XML where it exists on disk (aws-ofi-nccl
 //! for p4d/p4de/g5.48xlarge, Azure ND v4/v5), otherwise NCCL's own detection.
 
-use super::Decision;
+use super::decision::Decision;
 use crate::facts::HostFacts;
 
 const NAME: &str = "NCCL_TOPO_FILE";

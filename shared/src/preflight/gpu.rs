@@ -1,7 +1,7 @@
 //! `gpu.visible`, `gpu.fabric`, `gpu.p2p`: are the GPUs there, joined into the
 //! NVSwitch fabric, and able to talk P2P?
 
-use super::{PreflightOptions, Requirement};
+use super::options::{PreflightOptions, Requirement};
 use crate::facts::{FabricState, GpuSource, HostFacts, LinkKind};
 use crate::finding::{Finding, Severity};
 use crate::measured;

@@ -1,6 +1,6 @@
 //! `efa.devices`: EFA / InfiniBand / RoCE devices usable from the container.
 
-use super::{PreflightOptions, Requirement};
+use super::options::{PreflightOptions, Requirement};
 use crate::facts::{HostFacts, RdmaKind};
 use crate::finding::{Finding, Severity};
 

@@ -4,7 +4,7 @@
 //! DataLoader workers. Measured on 2x H200, NCCL 2.28.9: a 64 MiB /dev/shm ran at
 //! full speed with P2P, and at SHM speed with cuMem host memory.
 
-use super::PreflightOptions;
+use super::options::PreflightOptions;
 use crate::facts::HostFacts;
 use crate::finding::{Finding, Severity};
 use crate::host_buffers::{cumem_host, shm_needed, shm_transport, CumemHost, ShmTransport};

@@ -8,5 +8,6 @@ pub mod std_spec;
 pub mod worker;
 
 pub use options::{
-    resolve, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, OPTIONS,
+    resolve, seconds, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, MAX_NODES,
+    MAX_NPROC, MAX_WORLD, OPTIONS,
 };

@@ -91,14 +91,33 @@ pub enum NprocSpec {
 
 impl NprocSpec {
     /// Ranks per node given the GPUs and CPUs this container has.
-    pub fn resolve(self, gpus: usize, cpus: u32) -> Result<u32, String> {
-        match self {
-            NprocSpec::Count(n) => Ok(n),
-            NprocSpec::Gpu if gpus == 0 => Err("--nproc-per-node=gpu but no GPU is visible in this container (see `toporun preflight`)".into()),
-            NprocSpec::Gpu => Ok(gpus as u32),
-            NprocSpec::Cpu => Ok(cpus.max(1)),
-            NprocSpec::Auto => Ok(if gpus > 0 { gpus as u32 } else { cpus.max(1) }),
+    pub fn resolve(self, gpus: usize, cpus: u32) -> Result<u32, OptionsError> {
+        let n = match self {
+            NprocSpec::Count(n) => n as usize,
+            // torchrun: ValueError("Cuda is not available.").
+            NprocSpec::Gpu if gpus == 0 => return Err(OptionsError::value("--nproc-per-node=gpu but no GPU is visible in this container (Cuda is not available; see `toporun preflight`)")),
+            NprocSpec::Gpu => gpus,
+            NprocSpec::Cpu => cpus.max(1) as usize,
+            NprocSpec::Auto if gpus > 0 => gpus,
+            NprocSpec::Auto => cpus.max(1) as usize,
+        };
+        if n > MAX_NPROC as usize {
+            return Err(OptionsError::usage(format!(
+                "--nproc-per-node: {n} ranks on one node; at most {MAX_NPROC}"
+            )));
         }
+        Ok(n as u32)
+    }
+
+    /// Ranks in the whole job: nodes x ranks per node, within what torch can count.
+    pub fn world_size(nnodes: u32, nproc: u32) -> Result<u32, OptionsError> {
+        let w = u64::from(nnodes) * u64::from(nproc);
+        if w > MAX_WORLD {
+            return Err(OptionsError::usage(format!(
+                "--nnodes {nnodes} x --nproc-per-node {nproc} = {w} ranks: torch counts ranks in a 32-bit int (at most {MAX_WORLD})"
+            )));
+        }
+        Ok(w as u32)
     }
 }
 
@@ -156,9 +175,62 @@ pub struct LaunchOptions {
     pub notes: Vec<String>,
 }
 
+/// A bad option. `usage`: argparse (or a range check) refuses it before anything runs
+/// (exit 2); otherwise torchrun finds it only when it runs, as a ValueError or
+/// RuntimeError (exit 1), and toporun exits as torchrun does.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct OptionsError(pub String);
+#[error("{message}")]
+pub struct OptionsError {
+    pub message: String,
+    pub usage: bool,
+}
+
+impl OptionsError {
+    pub fn usage(message: impl Into<String>) -> OptionsError {
+        OptionsError {
+            message: message.into(),
+            usage: true,
+        }
+    }
+
+    pub fn value(message: impl Into<String>) -> OptionsError {
+        OptionsError {
+            message: message.into(),
+            usage: false,
+        }
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        if self.usage {
+            2
+        } else {
+            1
+        }
+    }
+}
+
+/// Upper bounds that keep every count, product and deadline representable: more than
+/// any machine or job has, far below what would wrap or overflow.
+pub const MAX_NPROC: u32 = 4096;
+pub const MAX_NODES: u32 = 1 << 20;
+/// torch keeps ranks in a C int.
+pub const MAX_WORLD: u64 = i32::MAX as u64;
+/// Durations (timeouts, intervals) up to 30 days.
+pub const MAX_SECS: f64 = 30.0 * 24.0 * 3600.0;
+
+/// Seconds as a Duration, refusing NaN, negatives and anything above MAX_SECS.
+pub fn seconds(what: &str, v: &str) -> Result<Duration, OptionsError> {
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| x.is_finite() && (0.0..=MAX_SECS).contains(x))
+        .map(Duration::from_secs_f64)
+        .ok_or_else(|| {
+            OptionsError::usage(format!(
+                "{what}={v}: expected a number of seconds from 0 to {MAX_SECS:.0} (30 days)"
+            ))
+        })
+}
 
 /// c10d's default rendezvous port.
 pub const C10D_PORT: u16 = 29400;
@@ -176,7 +248,9 @@ pub fn resolve(
     entrypoint: &str,
     args: &[String],
 ) -> Result<LaunchOptions, OptionsError> {
-    let err = |m: String| OptionsError(m);
+    let err = |m: String| OptionsError::usage(m);
+    // What torchrun raises as ValueError/RuntimeError once it runs (exit 1).
+    let value_err = |m: String| OptionsError::value(m);
     let pet = |dest: &str| env.get(&format!("PET_{}", dest.to_ascii_uppercase()));
     let value = |dest: &str| cli.get(dest).or_else(|| pet(dest)).cloned();
     // torchrun reads boolean PET_* values with bool(int(value)).
@@ -186,24 +260,29 @@ pub fn resolve(
         }
         match pet(dest) {
             None => Ok(false),
-            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| err(format!("PET_{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", dest.to_ascii_uppercase()))),
+            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| value_err(format!("PET_{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", dest.to_ascii_uppercase()))),
         }
     };
     let num = |dest: &str, default: u64| -> Result<u64, OptionsError> {
         value(dest).map_or(Ok(default), |v| {
-            v.trim().parse::<u64>().map_err(|_| {
-                err(format!(
-                    "--{}: '{v}' is not a non-negative integer",
-                    dest.replace('_', "-")
-                ))
-            })
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= u64::from(u32::MAX))
+                .ok_or_else(|| {
+                    err(format!(
+                        "--{}: '{v}' is not an integer from 0 to {}",
+                        dest.replace('_', "-"),
+                        u32::MAX
+                    ))
+                })
         })
     };
     let standalone = flag("standalone")?;
     let standalone_asked = standalone;
     let (nnodes_min, nnodes_max) = match value("nnodes") {
         None => (1, 1),
-        Some(v) => parse_nnodes(&v).map_err(err)?,
+        Some(v) => parse_nnodes(&v)?,
     };
     if standalone_asked && nnodes_max > 1 {
         return Err(err(format!(
@@ -221,10 +300,15 @@ pub fn resolve(
                     .into(),
             ))
         }
-        Some(n) => match n.parse::<u32>() {
-            Ok(v) if v > 0 => NprocSpec::Count(v),
-            _ => {
+        Some(n) => match n.parse::<u64>() {
+            Ok(v) if v > 0 && v <= u64::from(MAX_NPROC) => NprocSpec::Count(v as u32),
+            Ok(v) if v > 0 => {
                 return Err(err(format!(
+                    "--nproc-per-node={v}: at most {MAX_NPROC} ranks per node"
+                )))
+            }
+            _ => {
+                return Err(value_err(format!(
                 "Unsupported nproc_per_node value: {n} (use a positive number, gpu, cpu or auto)"
             )))
             }
@@ -257,18 +341,38 @@ pub fn resolve(
             "--rdzv-backend=c10d needs --rdzv-endpoint HOST[:PORT]".into()
         ));
     }
-    let rdzv_conf = parse_conf(&value("rdzv_conf").unwrap_or_default()).map_err(err)?;
+    let rdzv_conf = parse_conf(&value("rdzv_conf").unwrap_or_default()).map_err(value_err)?;
+    // The timeouts toporun uses are checked here, before anything starts.
+    for key in [
+        "join_timeout",
+        "last_call_timeout",
+        "close_timeout",
+        "read_timeout",
+        "keep_alive_interval",
+    ] {
+        if let Some(v) = rdzv_conf.get(key) {
+            seconds(&format!("--rdzv-conf {key}"), v)?;
+        }
+    }
+    if let Some(v) = rdzv_conf.get("keep_alive_max_attempt") {
+        v.parse::<u32>().map_err(|_| {
+            err(format!(
+                "--rdzv-conf keep_alive_max_attempt={v}: expected an integer from 0 to {}",
+                u32::MAX
+            ))
+        })?;
+    }
     let module = flag("module")?;
     let no_python = flag("no_python")?;
     if module && no_python {
-        return Err(err(
-            "--no-python and -m/--module cannot be used together".into()
+        return Err(value_err(
+            "--no-python and -m/--module cannot be used together".into(),
         ));
     }
     let master_port = num("master_port", 29500)?;
     let master_port = u16::try_from(master_port)
         .map_err(|_| err(format!("--master-port {master_port} is not a port number")))?;
-    let node_rank = num("node_rank", 0)? as u32;
+    let node_rank = num("node_rank", 0)? as u32; // num() checked the range
     if rdzv_backend == RdzvBackend::Static && node_rank >= nnodes_max {
         return Err(err(format!(
             "--node-rank {node_rank} is not below --nnodes {nnodes_max}"
@@ -280,7 +384,7 @@ pub fn resolve(
             v.split(',')
                 .map(|r| {
                     r.trim().parse::<u32>().map_err(|_| {
-                        err(format!(
+                        value_err(format!(
                             "--local-ranks-filter '{v}' must be comma-separated integers"
                         ))
                     })
@@ -316,29 +420,15 @@ pub fn resolve(
         value("shutdown_timeout").or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned());
     let shutdown_timeout = match shutdown {
         None => Duration::from_secs(30),
-        Some(s) => Duration::from_secs_f64(
-            s.trim()
-                .parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| {
-                    err(format!(
-                        "--shutdown-timeout '{s}' is not a number of seconds"
-                    ))
-                })?,
-        ),
+        Some(s) => seconds("--shutdown-timeout", &s)?,
     };
     if let Some(mi) = value("monitor_interval") {
-        mi.trim().parse::<f64>().map_err(|_| {
-            err(format!(
-                "--monitor-interval '{mi}' is not a number of seconds"
-            ))
-        })?;
+        seconds("--monitor-interval", &mi)?;
     }
     let redirects = StdSpec::parse(&value("redirects").unwrap_or_else(|| "0".into()))
-        .map_err(|e| err(format!("--redirects {e}")))?;
+        .map_err(|e| value_err(format!("--redirects {e}")))?;
     let tee = StdSpec::parse(&value("tee").unwrap_or_else(|| "0".into()))
-        .map_err(|e| err(format!("--tee {e}")))?;
+        .map_err(|e| value_err(format!("--tee {e}")))?;
     if entrypoint.is_empty() {
         return Err(err(
             "missing the training script (or module, with -m, or program, with --no-python)".into(),
@@ -384,22 +474,31 @@ pub fn resolve(
     })
 }
 
-fn parse_nnodes(v: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("--nnodes '{v}' must be N or MIN:MAX with 0 < MIN <= MAX");
+fn parse_nnodes(v: &str) -> Result<(u32, u32), OptionsError> {
+    let bad = || {
+        OptionsError::value(format!(
+            "--nnodes '{v}' must be N or MIN:MAX with 0 < MIN <= MAX <= {MAX_NODES}"
+        ))
+    };
     let (lo, hi) = match v.trim().split_once(':') {
         Some((a, b)) => (
-            a.trim().parse().map_err(|_| bad())?,
-            b.trim().parse().map_err(|_| bad())?,
+            a.trim().parse::<u64>().map_err(|_| bad())?,
+            b.trim().parse::<u64>().map_err(|_| bad())?,
         ),
         None => {
-            let n: u32 = v.trim().parse().map_err(|_| bad())?;
+            let n: u64 = v.trim().parse().map_err(|_| bad())?;
             (n, n)
         }
     };
     if lo == 0 || lo > hi {
         return Err(bad());
     }
-    Ok((lo, hi))
+    if hi > u64::from(MAX_NODES) {
+        return Err(OptionsError::usage(format!(
+            "--nnodes '{v}': at most {MAX_NODES} nodes"
+        )));
+    }
+    Ok((lo as u32, hi as u32))
 }
 
 fn parse_conf(v: &str) -> Result<BTreeMap<String, String>, String> {
@@ -419,14 +518,7 @@ impl LaunchOptions {
     pub fn conf_secs(&self, key: &str, default: f64) -> Result<Duration, OptionsError> {
         match self.rdzv_conf.get(key) {
             None => Ok(Duration::from_secs_f64(default)),
-            Some(v) => v
-                .parse::<f64>()
-                .ok()
-                .filter(|x| x.is_finite() && *x >= 0.0)
-                .map(Duration::from_secs_f64)
-                .ok_or_else(|| {
-                    OptionsError(format!("--rdzv-conf {key}={v} is not a number of seconds"))
-                }),
+            Some(v) => seconds(&format!("--rdzv-conf {key}"), v),
         }
     }
 
@@ -501,14 +593,18 @@ mod tests {
         assert!(
             resolve(&map(&[]), &map(&[("PET_STANDALONE", "true")]), "t.py", &[])
                 .unwrap_err()
-                .0
+                .message
                 .contains("bool(int")
         );
     }
 
     #[test]
     fn bad_values_say_what_is_wrong() {
-        let e = |cli: &[(&str, &str)]| resolve(&map(cli), &map(&[]), "t.py", &[]).unwrap_err().0;
+        let e = |cli: &[(&str, &str)]| {
+            resolve(&map(cli), &map(&[]), "t.py", &[])
+                .unwrap_err()
+                .message
+        };
         assert!(e(&[("nproc_per_node", "many")]).contains("Unsupported nproc_per_node"));
         assert!(e(&[("nnodes", "3:2")]).contains("MIN <= MAX"));
         assert!(e(&[("module", "true"), ("no_python", "true")]).contains("cannot be used together"));

@@ -1,11 +1,12 @@
 //! `launch --dry-run`: the host, what is wrong, the NCCL plan with reasons, and every
 //! local rank's complete environment and command line. Starts nothing.
 
-use super::{job_env, nccl_report, NodePlace, Prepared};
 use crate::output::{findings_text, host_summary, Style};
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
+use toporun_agent::job::nccl_report;
+use toporun_agent::job::{Job, NodePlace};
 use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::plan::Source;
 use toporun_shared::preflight::{self, PreflightOptions};
@@ -21,7 +22,7 @@ struct RankView {
     argv: Vec<String>,
 }
 
-fn ranks(p: &Prepared) -> Result<(Vec<RankView>, &'static str)> {
+fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
     let o = &p.opts;
     // Static rendezvous knows this node's rank; assume every node runs as many ranks.
     let known = o.rdzv_backend == RdzvBackend::Static || o.nnodes_max == 1;
@@ -37,7 +38,7 @@ fn ranks(p: &Prepared) -> Result<(Vec<RankView>, &'static str)> {
         nnodes: o.nnodes_max,
         extra_env: Default::default(),
     };
-    let job = job_env(p, &node, 0, Path::new("<run dir>"));
+    let job = p.job_env(&node, 0, Path::new("<run dir>"));
     let report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
         nccl_report::Capture::Files { env, .. } => env,
         nccl_report::Capture::Off(_) => BTreeMap::new(),
@@ -46,9 +47,7 @@ fn ranks(p: &Prepared) -> Result<(Vec<RankView>, &'static str)> {
         .places
         .iter()
         .map(|place| {
-            let mut env = p.plan.planned();
-            env.extend(report_env.clone());
-            env.extend(worker::worker_env(place, &job, &p.parent_env));
+            let mut env = p.rank_env(place, &job, &[&report_env]);
             if o.standalone {
                 env.insert("MASTER_PORT".into(), "<free port at start>".into());
             }
@@ -57,12 +56,15 @@ fn ranks(p: &Prepared) -> Result<(Vec<RankView>, &'static str)> {
                     env.insert(k.into(), "<assigned at rendezvous>".into());
                 }
             }
-            let gpu = super::gpu_of(p, place.local_rank).map(|d| (d.index, d.uuid.clone()));
+            let gpu = p
+                .gpu_of(place.local_rank)
+                .map(|d| (d.index, d.uuid.clone()));
             Ok(RankView {
                 local_rank: place.local_rank,
                 rank: known.then_some(place.rank),
                 gpu,
-                cpus: super::cpus_for(p, place.local_rank)?
+                cpus: p
+                    .cpus_for(place.local_rank)?
                     .map(|c| toporun_shared::cpulist::format(&c)),
                 env,
                 argv: worker::worker_argv(o, &p.python, place.local_rank),
@@ -79,7 +81,7 @@ fn ranks(p: &Prepared) -> Result<(Vec<RankView>, &'static str)> {
     ))
 }
 
-fn findings(p: &Prepared) -> Vec<Finding> {
+fn findings(p: &Job) -> Vec<Finding> {
     let mut all: Vec<Finding> = preflight::run(&p.facts, &PreflightOptions::default())
         .into_iter()
         .filter(|f| f.id != "nccl.env")
@@ -90,7 +92,7 @@ fn findings(p: &Prepared) -> Vec<Finding> {
 }
 
 /// The report's settings and what toporun expects NCCL to do.
-fn nccl_lines(p: &Prepared) -> (String, toporun_shared::nccl_expect::Expected) {
+fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
     let report = match nccl_report::capture(p, Path::new("<run dir>/attempt_N")) {
         nccl_report::Capture::Off(why) => format!("off ({why})"),
         nccl_report::Capture::Files { env, dir, .. } if env.is_empty() => {
@@ -121,21 +123,55 @@ fn shell_quote(v: &str) -> String {
     format!("'{}'", v.replace('\'', "'\\''"))
 }
 
-pub fn render(p: &Prepared, format: &str) -> Result<String> {
+/// Output meant to be sourced or given to `docker --env-file` must not gain a line or
+/// a command from a variable: names are shell identifiers, and `env` values (which
+/// that format cannot quote) hold no line break or NUL. Refused, not rewritten.
+fn check_sourceable(name: &str, value: Option<&str>, format: &str) -> Result<()> {
+    let ident = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if !ident {
+        anyhow::bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+            "--format {format}: the variable name {name:?} is not a shell identifier; unset it or use --format json"
+        )));
+    }
+    if format == "env" && value.is_some_and(|v| v.contains(['\n', '\r', '\0'])) {
+        anyhow::bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+            "--format env: the value of {name} holds a line break, which an env file cannot carry; fix the value or use --format shell or json"
+        )));
+    }
+    Ok(())
+}
+
+/// One line of a comment: control characters (a line break could end the comment)
+/// become spaces.
+fn comment(text: &str) -> String {
+    text.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
+}
+
+pub fn render(p: &Job, format: &str) -> Result<String> {
     let (views, ranking) = ranks(p)?;
     Ok(match format {
         "env" => p
             .plan
             .env()
             .iter()
-            .map(|(k, v)| format!("{k}={v}\n"))
-            .collect(),
+            .map(|(k, v)| {
+                check_sourceable(k, Some(v), format)?;
+                Ok(format!("{k}={v}\n"))
+            })
+            .collect::<Result<String>>()?,
         "shell" => {
             let mut out = String::from(
                 "# toporun launch --dry-run --format shell: the node-wide NCCL environment\n",
             );
             for v in &p.plan.variables {
-                let reason = v.reason.replace('\n', " ");
+                check_sourceable(&v.name, v.value.as_deref(), format)?;
+                let reason = comment(&v.reason);
                 match &v.value {
                     Some(val) => out.push_str(&format!(
                         "export {}={}  # {}: {reason}\n",

@@ -2,24 +2,23 @@
 //! own store; several nodes run the agent's rendezvous protocol (static or c10d) with
 //! keep-alives, stop requests across nodes and an exit barrier.
 
-use super::{NodePlace, Prepared};
-use anyhow::{bail, Context, Result};
+use super::error::JobError;
+use super::nccl_report::ReportStore;
+use super::spec::{Job, NodePlace};
+use crate::paths::{self, Root};
+use crate::rendezvous::{
+    barrier, coordinate, join, request_stop, Config, JoinError, NodeInfo, Shape, StopWatch, Waiting,
+};
+use crate::store::{Reach, StoreClient, StoreServer};
+use crate::supervise::{Event, Events};
 use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
-use toporun_agent::paths::{self, Root};
-use toporun_agent::rendezvous::{
-    barrier, coordinate, join, request_stop, Config, JoinError, NodeInfo, Shape, StopWatch, Waiting,
-};
-use toporun_agent::store::{StoreClient, StoreServer};
-use toporun_agent::supervise::{Event, Events};
 use toporun_shared::colocation;
 use toporun_shared::torchrun::endpoint;
 use toporun_shared::torchrun::worker::{layout, RankPlace};
 use toporun_shared::torchrun::RdzvBackend;
-
-/// torchrun's exit barrier timeout.
-const EXIT_BARRIER: Duration = Duration::from_secs(300);
+use toporun_shared::untrusted::printable;
 
 pub type StopFuture = Pin<Box<dyn Future<Output = String>>>;
 
@@ -42,9 +41,11 @@ struct Multi {
     info: NodeInfo,
 }
 
-fn bind(port: u16, what: &str) -> Result<StoreServer> {
-    StoreServer::bind(port).map_err(|e| {
-        anyhow::anyhow!(if e.kind() == std::io::ErrorKind::AddrInUse {
+type Result<T> = std::result::Result<T, JobError>;
+
+fn bind(port: u16, what: &str, reach: Reach) -> Result<StoreServer> {
+    StoreServer::bind_on(port, reach).map_err(|e| {
+        JobError::Failed(if e.kind() == std::io::ErrorKind::AddrInUse {
             format!("port {port} is already in use on this node (another job, or a torchrun left behind); choose another {what} or use --standalone for a free port")
         } else {
             format!("cannot listen on port {port}: {e}")
@@ -60,7 +61,7 @@ pub fn random_id() -> String {
 
 /// Whether this node should host the c10d store: `is_host` in --rdzv-conf, else the
 /// endpoint names this node (loopback, its hostname, or one of its addresses).
-fn hosts_c10d(p: &Prepared, host: &str) -> bool {
+fn hosts_c10d(p: &Job, host: &str) -> bool {
     if let Some(v) = p.opts.rdzv_conf.get("is_host") {
         return matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes");
     }
@@ -81,18 +82,34 @@ fn hosts_c10d(p: &Prepared, host: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// `localhost` or a loopback address.
+fn is_loopback(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host
+            .trim_matches(['[', ']'])
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 async fn until_signal(events: &mut Events) {
     while !matches!(events.next().await, Event::Signal(_)) {}
 }
 
 impl Session {
     /// Binds or connects. None when a handled signal arrived meanwhile.
-    pub async fn start(p: &Prepared, events: &mut Events) -> Result<Option<Session>> {
+    pub async fn start(p: &Job, events: &mut Events) -> Result<Option<Session>> {
         let o = &p.opts;
         let run_id = o.run_id(&random_id());
         let (store_host, port) = o.store_address();
         if o.nnodes_max == 1 {
-            let server = bind(port, o.store_port_option())?;
+            // Nobody outside this machine needs a one-node job's store unless the
+            // user named an address others can reach.
+            let reach = if is_loopback(&store_host) {
+                Reach::Loopback
+            } else {
+                Reach::All
+            };
+            let server = bind(port, o.store_port_option(), reach)?;
             return Ok(Some(Session {
                 run_id,
                 store_host,
@@ -109,7 +126,7 @@ impl Session {
         };
         let server = match (is_host, o.rdzv_backend) {
             (false, _) => None,
-            (true, RdzvBackend::Static) => Some(bind(port, o.store_port_option())?),
+            (true, RdzvBackend::Static) => Some(bind(port, o.store_port_option(), Reach::All)?),
             // Several c10d nodes on one machine all match the endpoint: the first to
             // bind hosts, the others join it (as torchrun does), unless is_host says so.
             (true, RdzvBackend::C10d) => match StoreServer::bind(port) {
@@ -121,7 +138,7 @@ impl Session {
                     is_host = false;
                     None
                 }
-                Err(_) => Some(bind(port, o.store_port_option())?),
+                Err(_) => Some(bind(port, o.store_port_option(), Reach::All)?),
             },
         };
         let shape = match o.rdzv_backend {
@@ -147,6 +164,12 @@ impl Session {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(3),
             colocated: p.colocated,
+            key_space: o
+                .rdzv_conf
+                .get("token")
+                .or_else(|| p.parent_env.get("TOPORUN_RDZV_TOKEN"))
+                .filter(|t| !t.is_empty())
+                .map(|t| crate::rendezvous::key_space(&run_id, t)),
         };
         let target = endpoint::join(&store_host, port);
         eprintln!(
@@ -169,15 +192,18 @@ impl Session {
         );
         let client = loop {
             tokio::select! {
-                c = &mut connecting => break c.with_context(|| format!(
+                c = &mut connecting => break c.map_err(|e| JobError::failed(format!(
                     "could not reach the rendezvous store at {target} within {:.0?}: check that {store_host} resolves from this pod (DNS), that the node hosting it is running (pod scheduled?) and that port {port} is open between nodes",
-                    cfg.join_timeout))?,
+                    cfg.join_timeout), e))?,
                 _ = tick.tick() => eprintln!("toporun: rendezvous {run_id}: still connecting to the store at {target} ({:.0}s of {:.0}s): is the node hosting it up?", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64()),
                 _ = until_signal(events) => return Ok(None),
             }
         };
+        let mut client = client;
+        client.set_deadline(cfg.read_timeout);
         let c = &p.facts.container;
         let info = NodeInfo {
+            nnodes: Some((o.nnodes_min, o.nnodes_max)),
             node_rank: matches!(shape, Shape::Static { .. }).then_some(o.node_rank),
             hostname: c.hostname.clone(),
             addr: o.local_addr.clone().unwrap_or_else(|| c.hostname.clone()),
@@ -219,7 +245,7 @@ impl Session {
     /// This node's place in round `round`. None when a handled signal arrived.
     pub async fn join(
         &mut self,
-        p: &Prepared,
+        p: &Job,
         round: u32,
         events: &mut Events,
     ) -> Result<Option<NodePlace>> {
@@ -235,7 +261,9 @@ impl Session {
             }));
         };
         let coordinator = if m.is_host {
-            let mut c = StoreClient::connect("127.0.0.1", self.port, m.cfg.join_timeout).await?;
+            let mut c = StoreClient::connect("127.0.0.1", self.port, m.cfg.join_timeout)
+                .await
+                .map_err(|e| JobError::failed("connecting to this node's own store", e))?;
             let cfg = m.cfg.clone();
             Some(tokio::spawn(async move {
                 let mut report = |w: &Waiting| {
@@ -269,9 +297,9 @@ impl Session {
             tokio::select! {
                 r = &mut joining => break r,
                 c = async { coordinator.as_mut().expect("guarded").await }, if coordinator.is_some() && coordinated.is_none() => {
-                    let c = c?;
+                    let c = c.map_err(|e| JobError::failed("the rendezvous coordinator", e))?;
                     if let Err(e) = &c {
-                        bail!("rendezvous {}: {e}. Likely causes: the missing nodes' pods are not scheduled or crashed, {} does not resolve for them, or port {} is blocked between nodes", self.run_id, self.store_host, self.port);
+                        return Err(JobError::Failed(format!("rendezvous {}: {e}. Likely causes: the missing nodes' pods are not scheduled or crashed, {} does not resolve for them, or port {} is blocked between nodes", self.run_id, self.store_host, self.port)));
                     }
                     coordinated = Some(c);
                 }
@@ -280,7 +308,10 @@ impl Session {
         };
         if coordinated.is_none() {
             if let Some(task) = coordinator {
-                coordinated = Some(task.await?);
+                coordinated = Some(
+                    task.await
+                        .map_err(|e| JobError::failed("the rendezvous coordinator", e))?,
+                );
             }
         }
         if let Some(result) = coordinated {
@@ -304,15 +335,22 @@ impl Session {
                         );
                     }
                 }
-                Err(e) => bail!("rendezvous {}: {e}", self.run_id),
+                Err(e) => return Err(JobError::failed(format!("rendezvous {}", self.run_id), e)),
             }
         }
         let place = match joined {
             Ok(place) => place,
             Err(e @ JoinError::Surplus { .. }) => {
-                bail!("{e}; more nodes joined than --nnodes allows: this node is not needed")
+                return Err(JobError::Failed(format!(
+                    "{e}; more nodes joined than --nnodes allows: this node is not needed"
+                )))
             }
-            Err(e) => return Err(e).context(format!("joining rendezvous {}", self.run_id)),
+            Err(e) => {
+                return Err(JobError::failed(
+                    format!("joining rendezvous {}", self.run_id),
+                    e,
+                ))
+            }
         };
         eprintln!(
             "toporun: round {round}: this node is node rank {} of {}, global ranks {}-{} of {}",
@@ -344,13 +382,9 @@ impl Session {
     }
 
     /// Where this node publishes its NCCL digest (multi-node jobs only).
-    pub fn report_store(
-        &self,
-        round: u32,
-        node: &NodePlace,
-    ) -> Option<super::nccl_report::ReportStore> {
+    pub fn report_store(&self, round: u32, node: &NodePlace) -> Option<ReportStore> {
         let m = self.multi.as_ref()?;
-        Some(super::nccl_report::ReportStore {
+        Some(ReportStore {
             host: self.store_host.clone(),
             port: self.port,
             prefix: m.cfg.key(round, "nccl/"),
@@ -367,8 +401,10 @@ impl Session {
         let Some(m) = self.multi.as_ref() else {
             return Ok(Box::pin(std::future::pending()));
         };
-        let client =
-            StoreClient::connect(&self.store_host, self.port, Duration::from_secs(30)).await?;
+        let mut client = StoreClient::connect(&self.store_host, self.port, Duration::from_secs(30))
+            .await
+            .map_err(|e| JobError::failed("connecting the stop watch to the store", e))?;
+        client.set_deadline(m.cfg.read_timeout);
         let watch = StopWatch {
             client,
             cfg: m.cfg.clone(),
@@ -395,16 +431,17 @@ impl Session {
         let Some(m) = self.multi.as_mut() else {
             return Ok(None);
         };
-        eprintln!("toporun: this node's ranks finished; waiting for the other nodes (up to {EXIT_BARRIER:.0?})");
-        Ok(barrier(
+        eprintln!("toporun: this node's ranks finished; waiting for the other nodes (as long as they are alive)");
+        barrier(
             &mut m.client,
             &m.cfg,
             round,
+            node.node_rank,
             node.nnodes,
-            EXIT_BARRIER,
             m.is_host,
         )
-        .await?)
+        .await
+        .map_err(|e| JobError::failed("the exit barrier", e))
     }
 
     /// Watches the agent store for the workers' TCPStore handshake ("init/" counter)
@@ -451,8 +488,8 @@ fn node_table(run_id: &str, round: u32, infos: &[NodeInfo]) -> String {
         out.push_str(&format!(
             "  {:<5} {:<24} {:<24} {:<10} {}\n",
             i,
-            n.hostname,
-            n.addr,
+            printable(&n.hostname),
+            printable(&n.addr),
             format!("{}-{}", base, base + n.nproc.max(1) - 1),
             n.gpus
         ));

@@ -3,14 +3,14 @@
 //! local rank's communicator is up each node reports what NCCL chose; the host merges
 //! the nodes' digests through the store into one job-wide report.
 
-use super::Prepared;
+use super::spec::Job;
+use crate::nccl_watch::NcclWatch;
+use crate::store::StoreClient;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use toporun_agent::nccl_watch::NcclWatch;
-use toporun_agent::store::StoreClient;
 use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::nccl_log::{self, Digest, Topology};
 
@@ -25,12 +25,12 @@ pub enum Capture {
     },
 }
 
-pub fn enabled(p: &Prepared) -> bool {
+pub fn enabled(p: &Job) -> bool {
     p.nccl_report
 }
 
 /// Decides the capture for one attempt directory.
-pub fn capture(p: &Prepared, attempt_dir: &Path) -> Capture {
+pub fn capture(p: &Job, attempt_dir: &Path) -> Capture {
     if !enabled(p) {
         return Capture::Off("--nccl-report off".into());
     }
@@ -133,7 +133,7 @@ fn write_json(path: &Path, v: &impl serde::Serialize) {
 impl Reporter {
     /// Starts following; `nproc` local ranks; the report goes to `run_dir`.
     pub fn start(
-        p: &Prepared,
+        p: &Job,
         dir: &Path,
         prefix: &str,
         nproc: u32,
@@ -297,13 +297,11 @@ async fn publish_and_gather(
     d: &Digest,
     run_dir: &Path,
     ended: &AtomicBool,
-) -> anyhow::Result<()> {
+) -> Result<(), crate::store::StoreError> {
     let mut c = StoreClient::connect(&s.host, s.port, Duration::from_secs(30)).await?;
-    c.set(
-        &format!("{}{}", s.prefix, s.node_rank),
-        &serde_json::to_vec(d)?,
-    )
-    .await?;
+    let bytes = serde_json::to_vec(d).unwrap_or_default();
+    c.set(&format!("{}{}", s.prefix, s.node_rank), &bytes)
+        .await?;
     if !s.is_host {
         return Ok(());
     }

@@ -1,0 +1,260 @@
+//! A job's life on this node: host or join the rendezvous, then round after round
+//! start the local ranks, supervise them, report NCCL, and restart, stop or finish
+//! with the other nodes, the way torchrun's elastic agent does.
+
+use super::error::JobError;
+use super::nccl_report::{self, Capture, Reporter};
+use super::ranks::rank_commands;
+use super::run_dir::RunDir;
+use super::session::{random_id, Session};
+use super::spec::Job;
+use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome};
+use nix::sys::signal::Signal;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// How long toporun waits for every worker's store handshake before saying which
+/// are missing (`TOPORUN_INIT_WARN_SECS`).
+fn init_grace(p: &Job) -> Result<Duration, JobError> {
+    match p.parent_env.get("TOPORUN_INIT_WARN_SECS") {
+        None => Ok(Duration::from_secs(30)),
+        Some(v) => match toporun_shared::torchrun::seconds("TOPORUN_INIT_WARN_SECS", v)? {
+            d if d.is_zero() => Err(JobError::Usage(format!(
+                "TOPORUN_INIT_WARN_SECS={v}: expected a positive number of seconds"
+            ))),
+            d => Ok(d),
+        },
+    }
+}
+
+/// torch's FileTimerServer when `TORCHELASTIC_ENABLE_FILE_TIMER=1`.
+fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
+    if p.parent_env
+        .get("TORCHELASTIC_ENABLE_FILE_TIMER")
+        .map(String::as_str)
+        != Some("1")
+    {
+        return Ok(None);
+    }
+    let path = p
+        .parent_env
+        .get("TORCHELASTIC_TIMER_FILE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("watchdog_timer_{}", random_id())));
+    FileTimer::create(&path)
+        .map(Some)
+        .map_err(|e| JobError::failed("TORCHELASTIC_ENABLE_FILE_TIMER=1", e))
+}
+
+/// Runs the job to its end on this node; the exit code torchrun would give.
+pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
+    let mut timer = file_timer(p)?;
+    let timer_file: Option<String> = timer
+        .as_ref()
+        .map(|t| t.path().display().to_string())
+        .or_else(|| p.parent_env.get("TORCHELASTIC_TIMER_FILE").cloned());
+    let grace = init_grace(p)?;
+    let Some(mut session) = Session::start(p, events).await? else {
+        eprintln!("toporun: received a signal while connecting to the rendezvous; exiting");
+        return Ok(1);
+    };
+    let mut run_dir: Option<RunDir> = None;
+    for round in 0..=p.opts.max_restarts {
+        let Some(node) = session.join(p, round, events).await? else {
+            eprintln!("toporun: received a signal during the rendezvous; exiting");
+            return Ok(1);
+        };
+        if let Some(sig) = events.pending_signal() {
+            eprintln!("toporun: received {sig} before the ranks started; exiting");
+            return Ok(1);
+        }
+        let dir = match &run_dir {
+            Some(d) => d.path.clone(),
+            None => run_dir
+                .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
+                .path
+                .clone(),
+        };
+        if !node.extra_env.vars.is_empty() {
+            let vars: Vec<String> = node
+                .extra_env
+                .vars
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            eprintln!(
+                "toporun: co-location: {} on this node's ranks: {}",
+                vars.join(" "),
+                node.extra_env.reason
+            );
+        }
+        let attempt_dir = PathBuf::from(p.job_env(&node, round, &dir).attempt_dir);
+        let (mut report_env, mut reporter) = match nccl_report::capture(p, &attempt_dir) {
+            Capture::Files {
+                dir: ndir,
+                prefix,
+                env,
+            } => {
+                let store = session.report_store(round, &node);
+                (
+                    env,
+                    Some(Reporter::start(p, &ndir, &prefix, p.nproc, &dir, store)),
+                )
+            }
+            Capture::Off(why) => {
+                if p.nccl_report && round == 0 {
+                    eprintln!("toporun: nccl report off: {why}");
+                }
+                (BTreeMap::new(), None)
+            }
+        };
+        if let Some(f) = &timer_file {
+            report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
+        }
+        let cmds = rank_commands(p, &node, &dir, round, &report_env)?;
+        let stop = session.stop_watch(round, &node).await?;
+        let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
+        let timer_expired = async {
+            match timer.as_mut() {
+                Some(t) => {
+                    let e = t.expired().await;
+                    // The killed rank's exit normally ends the attempt first (and
+                    // names its rank); a pid that is no rank of ours stops it here.
+                    tokio::time::sleep(Duration::from_secs(2)).await;
+                    format!(
+                        "fail: the file timer of pid {} (scope {}) expired",
+                        e.pid, e.scope_id
+                    )
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let stop = async move {
+            tokio::select! {
+                r = stop => r,
+                r = timer_expired => r,
+            }
+        };
+        let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop)
+            .await
+            .map_err(|e| JobError::failed("supervising the ranks", e))?;
+        if let Some(e) = timer.as_mut().and_then(|t| t.fired.take()) {
+            // torchrun's FileTimerServer kills the worker, then its own agent with the
+            // same signal: no restart, exit 128 + signal.
+            let who = match &outcome {
+                Outcome::Failed(fs) => fs.iter().find(|f| f.pid == e.pid).map(|f| {
+                    format!(
+                        "rank {} (local rank {}, pid {})",
+                        f.rank, f.local_rank, f.pid
+                    )
+                }),
+                _ => None,
+            }
+            .unwrap_or_else(|| format!("pid {}", e.pid));
+            let sig = Signal::try_from(e.signal)
+                .map(|s| s.as_str().to_string())
+                .unwrap_or_else(|_| e.signal.to_string());
+            eprintln!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
+            session
+                .stop_all(
+                    round,
+                    &format!("fail: file timer expired on node {}", node.node_rank),
+                )
+                .await;
+            return Ok((128 + e.signal).clamp(0, 255) as u8);
+        }
+        if let Some(w) = init_watch {
+            w.abort();
+        }
+        let restart_left = round < p.opts.max_restarts;
+        if let Some(r) = reporter.as_mut() {
+            r.finish().await;
+        }
+        match outcome {
+            Outcome::Succeeded => {
+                match session.finish(round, &node).await? {
+                    None => return Ok(0),
+                    // Another node failed after this one finished: every node restarts.
+                    Some(reason)
+                        if restart_left
+                            && !reason.starts_with("fail")
+                            && !reason.starts_with("exit barrier") =>
+                    {
+                        eprintln!("toporun: {reason}; restarting this node's ranks too (restart {} of {})", round + 1, p.opts.max_restarts);
+                    }
+                    Some(reason) => {
+                        eprintln!(
+                            "toporun: this node's ranks succeeded, but the job did not: {reason}"
+                        );
+                        return Ok(1);
+                    }
+                }
+            }
+            Outcome::Interrupted(sig) => {
+                session
+                    .stop_all(
+                        round,
+                        &format!("fail: node {} received {sig}", node.node_rank),
+                    )
+                    .await;
+                eprintln!("toporun: stopped the ranks after {sig}");
+                return Ok(1);
+            }
+            Outcome::Failed(failures) => {
+                for cause in reporter.as_ref().map(|r| r.failures()).unwrap_or_default() {
+                    eprintln!(
+                        "toporun: NCCL failed on this node: {}. Fix: {}",
+                        cause.summary,
+                        cause.remedy.as_deref().unwrap_or("")
+                    );
+                }
+                // The rank that failed first, not one toporun stopped after it.
+                let f = supervise::root_cause(&failures).unwrap_or(&failures[0]);
+                let what = f
+                    .signal
+                    .clone()
+                    .unwrap_or_else(|| format!("exit code {}", f.exitcode));
+                let reason = format!(
+                    "{}: node {} local rank {} (rank {}) failed with {what}",
+                    if restart_left { "restart" } else { "fail" },
+                    node.node_rank,
+                    f.local_rank,
+                    f.rank
+                );
+                session.stop_all(round, &reason).await;
+                if !restart_left {
+                    // torch prints socket.getfqdn() there.
+                    let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
+                    let summary = failure_summary(&p.opts.entrypoint, &host, &failures);
+                    eprint!("{summary}");
+                    if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
+                        if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
+                            eprintln!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
+                        }
+                    }
+                    return Ok(1);
+                }
+                eprintln!(
+                    "toporun: {reason}; restarting every node's ranks (restart {} of {})",
+                    round + 1,
+                    p.opts.max_restarts
+                );
+            }
+            Outcome::Stopped(reason) => {
+                if reason.starts_with("fail") || !restart_left {
+                    eprintln!("toporun: the job stopped: {reason}");
+                    return Ok(1);
+                }
+                eprintln!(
+                    "toporun: {reason}; restarting this node's ranks (restart {} of {})",
+                    round + 1,
+                    p.opts.max_restarts
+                );
+            }
+        }
+    }
+    Err(JobError::Failed(
+        "the restart loop ended without an outcome".into(),
+    ))
+}

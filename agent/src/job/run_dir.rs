@@ -1,0 +1,59 @@
+//! The run directory: `<log_dir or a temp dir>/<run_id>_<random>`, as torchrun names
+//! it; the temp dir goes away at exit.
+
+use super::error::JobError;
+use std::path::PathBuf;
+
+/// 0700: rank output is the job's own, as under torchrun.
+fn private() -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::Permissions::from_mode(0o700)
+}
+
+/// Creates a directory (and its parents) that only the job's user can enter.
+pub fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+pub struct RunDir {
+    pub path: PathBuf,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl RunDir {
+    pub fn create(log_dir: Option<&str>, run_id: &str) -> Result<RunDir, JobError> {
+        let (base, temp) = match log_dir {
+            Some(d) => {
+                std::fs::create_dir_all(d)
+                    .map_err(|e| JobError::failed(format!("--log-dir {d}: cannot create it"), e))?;
+                (PathBuf::from(d), None)
+            }
+            None => {
+                let t = tempfile::Builder::new()
+                    .prefix("torchelastic_")
+                    .permissions(private())
+                    .tempdir()
+                    .map_err(|e| JobError::failed("creating the run directory", e))?;
+                (t.path().to_path_buf(), Some(t))
+            }
+        };
+        let run = tempfile::Builder::new()
+            .prefix(&format!("{run_id}_"))
+            .permissions(private())
+            .tempdir_in(&base)
+            .map_err(|e| {
+                JobError::failed(
+                    format!("creating the run directory in {}", base.display()),
+                    e,
+                )
+            })?;
+        Ok(RunDir {
+            path: run.keep(),
+            _temp: temp,
+        })
+    }
+}

@@ -1,0 +1,118 @@
+//! What the launcher decided before any rank starts (`Job`), a node's place once a
+//! round closed (`NodePlace`), and the pure functions that turn both into one rank's
+//! GPU, CPUs and environment, shared by the dry run and the launch.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use toporun_shared::colocation;
+use toporun_shared::facts::{Gpu, HostFacts};
+use toporun_shared::plan::Plan;
+use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
+use toporun_shared::torchrun::{LaunchOptions, OptionsError};
+
+/// Everything a launch decided before starting ranks.
+pub struct Job {
+    pub opts: LaunchOptions,
+    pub facts: HostFacts,
+    pub nproc: u32,
+    pub plan: Plan,
+    pub parent_env: BTreeMap<String, String>,
+    pub python: String,
+    /// Why that interpreter (printed at start and in the dry run).
+    pub python_why: String,
+    /// The GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES applied), in order.
+    pub cuda_gpus: Vec<usize>,
+    /// `--colocated join|warn`.
+    pub colocated: colocation::Mode,
+    /// `--nccl-report on|off`.
+    pub nccl_report: bool,
+}
+
+/// This node's place once the rendezvous closed.
+pub struct NodePlace {
+    pub run_id: String,
+    pub places: Vec<RankPlace>,
+    pub master_addr: String,
+    pub master_port: u16,
+    pub node_rank: u32,
+    pub nnodes: u32,
+    /// Variables the round's co-location decision adds to this node's ranks.
+    pub extra_env: colocation::NodeEnv,
+}
+
+impl Job {
+    /// The value the ranks will see for an NCCL variable: the user's, else the plan's.
+    pub fn rank_value(&self, name: &str) -> Option<String> {
+        self.parent_env.get(name).cloned().or_else(|| {
+            self.plan
+                .variables
+                .iter()
+                .find(|v| v.name == name)
+                .and_then(|v| v.value.clone())
+        })
+    }
+
+    /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the
+    /// GPU count share them round-robin).
+    pub fn gpu_of(&self, local_rank: u32) -> Option<&Gpu> {
+        let idx = *self
+            .cuda_gpus
+            .get(local_rank as usize % self.cuda_gpus.len().max(1))?;
+        self.facts.gpus.devices.get(idx)
+    }
+
+    /// The CPUs `--numa-binding` gives a local rank (None: no binding).
+    pub fn cpus_for(&self, local_rank: u32) -> Result<Option<Vec<u32>>, OptionsError> {
+        let affinity: Vec<Vec<u32>> = (0..self.nproc)
+            .map(|r| {
+                self.gpu_of(r)
+                    .map(|g| g.cpu_affinity.clone())
+                    .unwrap_or_default()
+            })
+            .collect();
+        toporun_shared::cpu_binding::cpus_for(
+            self.opts.numa_binding,
+            &affinity,
+            &self.facts.container.l3_groups,
+            local_rank as usize,
+        )
+        .map_err(OptionsError::usage)
+    }
+
+    /// torchrun's per-attempt job values for this node.
+    pub fn job_env(&self, node: &NodePlace, attempt: u32, run_dir: &Path) -> JobEnv {
+        JobEnv {
+            master_addr: node.master_addr.clone(),
+            master_port: node.master_port,
+            run_id: node.run_id.clone(),
+            restart_count: attempt,
+            max_restarts: self.opts.max_restarts,
+            role: self.opts.role.clone(),
+            use_agent_store: true,
+            signals: self.opts.signals_to_handle.join(","),
+            attempt_dir: run_dir
+                .join(format!("attempt_{attempt}"))
+                .display()
+                .to_string(),
+            virtual_local_rank: self.opts.virtual_local_rank,
+        }
+    }
+
+    /// One rank's whole environment: the plan, then toporun's additions (co-location,
+    /// the NCCL report's capture) where the user set nothing, then torchrun's own.
+    pub fn rank_env(
+        &self,
+        place: &RankPlace,
+        job: &JobEnv,
+        additions: &[&BTreeMap<String, String>],
+    ) -> BTreeMap<String, String> {
+        let mut env = self.plan.planned();
+        for (k, v) in additions.iter().flat_map(|m| m.iter()) {
+            if !self.parent_env.contains_key(k) {
+                env.insert(k.clone(), v.clone());
+            }
+        }
+        env.extend(worker::worker_env(place, job, &self.parent_env));
+        env
+    }
+}
