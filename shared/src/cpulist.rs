@@ -1,26 +1,40 @@
 //! Linux CPU list syntax ("0-23,48-71"), as in /sys, cpusets and nvidia-smi.
 
-/// Parses a CPU list; `None` when it is not one.
+/// The highest CPU number accepted (Linux's NR_CPUS tops out at 8192; cpusets and
+/// forged facts must not size allocations beyond this).
+pub const MAX_CPU: u32 = 65535;
+
+/// Parses a CPU list; `None` when it is not one. Ranges are merged before they are
+/// expanded, so a list repeating "0-65535" a thousand times costs what one does.
 pub fn parse(text: &str) -> Option<Vec<u32>> {
     let text = text.trim();
     if text.is_empty() {
         return Some(Vec::new());
     }
-    let mut cpus = Vec::new();
+    let mut ranges = Vec::new();
     for part in text.split(',') {
-        match part.trim().split_once('-') {
-            Some((lo, hi)) => {
-                let (lo, hi): (u32, u32) = (lo.trim().parse().ok()?, hi.trim().parse().ok()?);
-                if hi < lo || hi - lo > 1 << 16 {
-                    return None;
-                }
-                cpus.extend(lo..=hi);
+        let (lo, hi): (u32, u32) = match part.trim().split_once('-') {
+            Some((lo, hi)) => (lo.trim().parse().ok()?, hi.trim().parse().ok()?),
+            None => {
+                let c = part.trim().parse().ok()?;
+                (c, c)
             }
-            None => cpus.push(part.trim().parse().ok()?),
+        };
+        if hi < lo || hi > MAX_CPU {
+            return None;
+        }
+        ranges.push((lo, hi));
+    }
+    ranges.sort_unstable();
+    let mut cpus = Vec::new();
+    let mut next = 0u32; // first CPU not yet emitted
+    for (lo, hi) in ranges {
+        let from = lo.max(next);
+        if from <= hi {
+            cpus.extend(from..=hi);
+            next = hi + 1;
         }
     }
-    cpus.sort_unstable();
-    cpus.dedup();
     Some(cpus)
 }
 
@@ -69,6 +83,17 @@ mod tests {
         assert_eq!(cpus.len(), 48);
         assert_eq!(format(&cpus), "0-23,48-71");
         assert_eq!(format(&[5, 0, 1, 2]), "0-2,5");
+    }
+
+    #[test]
+    fn overlapping_and_repeated_ranges_merge() {
+        assert_eq!(parse("4-6,0-2,1-5,5"), Some((0..=6).collect()));
+        let huge = vec!["0-65535"; 10_000].join(",");
+        let t = std::time::Instant::now();
+        assert_eq!(parse(&huge).map(|c| c.len()), Some(65536));
+        assert!(t.elapsed() < std::time::Duration::from_secs(1));
+        assert_eq!(parse("65536"), None);
+        assert_eq!(parse("0-4294967295"), None);
     }
 
     #[test]

@@ -18,5 +18,6 @@ pub mod smi_topo;
 pub mod store;
 pub mod torchrun;
 pub mod units;
+pub mod untrusted;
 pub mod version;
 pub mod visible_devices;

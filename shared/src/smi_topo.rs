@@ -3,6 +3,7 @@
 //! columns and rows, CPU/NUMA affinity columns, the legend.
 
 use crate::cpulist;
+use crate::facts::MAX_GPUS;
 use crate::facts::{Gpu, GpuFacts, GpuSource, LinkKind, P2pPair, P2pState};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,6 +26,8 @@ pub enum SmiTopoError {
     RowCount { header: usize, rows: usize },
     #[error("row {row}: {detail}")]
     Row { row: String, detail: String },
+    #[error("{0} GPUs in one capture: toporun reads at most {MAX_GPUS} per host")]
+    TooManyGpus(usize),
 }
 
 /// Removes ANSI escape sequences (nvidia-smi underlines the header on a terminal).
@@ -95,6 +98,9 @@ pub fn parse_matrix(raw: &str) -> Result<SmiTopo, SmiTopoError> {
     let text = strip_ansi(raw);
     let g = grid(&text)?;
     let n = g.columns.iter().take_while(|t| is_gpu(t)).count();
+    if n > MAX_GPUS {
+        return Err(SmiTopoError::TooManyGpus(n));
+    }
     let nic_cols: Vec<&str> = g.columns[n..]
         .iter()
         .copied()
@@ -175,6 +181,9 @@ pub fn parse_p2p(raw: &str) -> Result<Vec<Vec<Option<P2pState>>>, SmiTopoError> 
     let text = strip_ansi(raw);
     let g = grid(&text)?;
     let n = g.columns.iter().take_while(|t| is_gpu(t)).count();
+    if n > MAX_GPUS {
+        return Err(SmiTopoError::TooManyGpus(n));
+    }
     g.rows
         .iter()
         .filter(|r| is_gpu(r[0]))

@@ -2,9 +2,14 @@
 //! round (static: all nodes; c10d: max nodes, or min nodes plus the last-call window),
 //! publishes every node's place, and says where it stands while it waits.
 
-use super::{Config, NodeInfo, Shape};
+use super::config::{Config, NodeInfo, Shape};
 use crate::store::{StoreClient, StoreError};
 use std::time::{Duration, Instant};
+use toporun_shared::torchrun::MAX_NPROC;
+use toporun_shared::untrusted::{printable, valid_host};
+
+/// The value of `closed` that tells every node the round failed, and why.
+pub const CLOSED_ERROR: &str = "error: ";
 
 /// Where a round stands, reported every few seconds while it waits.
 #[derive(Debug, Clone)]
@@ -32,6 +37,63 @@ pub enum CoordinateError {
     Duplicate { missing: Vec<u32> },
     #[error("node {0} published an unreadable description: {1}")]
     BadNode(u32, String),
+    #[error("the nodes' ranks add up to {0}, more than torch can count (a 32-bit int)")]
+    TooManyRanks(u64),
+    #[error("node {node} ({host}) {what}")]
+    Invalid {
+        node: u32,
+        host: String,
+        what: String,
+    },
+}
+
+/// A node's description as untrusted input: its counts within the job's limits, its
+/// names printable, its --nnodes the host's own.
+fn validate(cfg: &Config, i: u32, info: &NodeInfo) -> Result<(), CoordinateError> {
+    let invalid = |what: String| CoordinateError::Invalid {
+        node: i,
+        host: printable(&info.hostname),
+        what,
+    };
+    if info.nproc == 0 || info.nproc > MAX_NPROC {
+        return Err(invalid(format!(
+            "says it runs {} ranks (1 to {MAX_NPROC})",
+            info.nproc
+        )));
+    }
+    if !valid_host(&info.hostname) || !valid_host(&info.addr) {
+        return Err(invalid(format!(
+            "describes itself with an unusable host name or address {:?} / {:?}",
+            printable(&info.hostname),
+            printable(&info.addr)
+        )));
+    }
+    if let Shape::Static { .. } = cfg.shape {
+        if info.node_rank != Some(i) {
+            return Err(invalid(format!(
+                "published node rank {:?} under node rank {i}",
+                info.node_rank
+            )));
+        }
+    }
+    if let Some((min, max)) = info.nnodes {
+        if (min, max) != cfg.nnodes() {
+            let (hmin, hmax) = cfg.nnodes();
+            let show = |a: u32, b: u32| {
+                if a == b {
+                    a.to_string()
+                } else {
+                    format!("{a}:{b}")
+                }
+            };
+            return Err(invalid(format!(
+                "runs with --nnodes={} but the host runs with --nnodes={}: every node must be started with the same --nnodes",
+                show(min, max),
+                show(hmin, hmax)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn missing_text(missing: &[u32]) -> String {
@@ -116,7 +178,27 @@ pub async fn coordinate(
             serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i as u32, e.to_string()))
         })
         .collect::<Result<_, _>>()?;
-    let world: u32 = infos.iter().map(|i| i.nproc).sum();
+    let total: u64 = infos.iter().map(|i| u64::from(i.nproc)).sum();
+    let checked = infos
+        .iter()
+        .enumerate()
+        .try_for_each(|(i, info)| validate(cfg, i as u32, info))
+        .and(if total > toporun_shared::torchrun::MAX_WORLD {
+            Err(CoordinateError::TooManyRanks(total))
+        } else {
+            Ok(())
+        });
+    if let Err(e) = checked {
+        // Every node learns it at once instead of waiting out its timeout.
+        let _ = c
+            .set(
+                &cfg.key(round, "closed"),
+                format!("{CLOSED_ERROR}{e}").as_bytes(),
+            )
+            .await;
+        return Err(e);
+    }
+    let world = total as u32; // checked above
     let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
     let coloc = toporun_shared::colocation::decide(&views, cfg.colocated);
     let mut offset = 0;

@@ -27,13 +27,25 @@ pub enum StoreError {
     WaitTimeout(Duration, Vec<String>),
     #[error("store answered ping {got:#x}, expected {want:#x}: not a TCPStore")]
     BadPing { got: u32, want: u32 },
+    #[error("the store at {addr} did not answer within {after:.0?}: its host is frozen, overloaded or unreachable")]
+    Deadline { addr: String, after: Duration },
+    #[error("the store at {addr} announced a {len}-byte value, more than a store sends")]
+    BadReply { addr: String, len: u64 },
 }
+
+/// How long one request may take unless the caller says otherwise (torch's
+/// rendezvous read_timeout default).
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+/// How long one connection's handshake may take before it is tried again.
+const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 pub struct StoreClient {
     stream: TcpStream,
     addr: String,
     /// Requests sent, for the rendezvous bench's operation rate.
     ops: u64,
+    /// Bound on every read and write, so a frozen store ends in an error.
+    deadline: Duration,
 }
 
 /// `host:port`, bracketing IPv6 hosts.
@@ -63,13 +75,26 @@ impl StoreClient {
         loop {
             // A store under a connection storm may reset or close a fresh connection
             // during the handshake: that is retried like a refused connect.
-            let err = match TcpStream::connect(&addr).await {
-                Ok(stream) => match Self::handshake(stream, &addr).await {
-                    Ok(c) => return Ok(c),
-                    Err(StoreError::Io { source, .. }) => source,
-                    Err(e) => return Err(e),
-                },
-                Err(e) => e,
+            // A store that accepts but never answers (black-holed, frozen) is given
+            // up on per attempt and, at `timeout`, for good.
+            let left = timeout.saturating_sub(start.elapsed());
+            let attempt = async {
+                let stream = TcpStream::connect(&addr)
+                    .await
+                    .map_err(|source| StoreError::Io {
+                        addr: addr.clone(),
+                        source,
+                    })?;
+                Self::handshake(stream, &addr).await
+            };
+            let err = match tokio::time::timeout(left.min(HANDSHAKE_DEADLINE), attempt).await {
+                Ok(Ok(c)) => return Ok(c),
+                Ok(Err(StoreError::Io { source, .. })) => source,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "connected, but the store did not answer the handshake",
+                ),
             };
             if start.elapsed() + delay >= timeout {
                 return Err(StoreError::Connect {
@@ -89,6 +114,7 @@ impl StoreClient {
             stream,
             addr: addr.to_string(),
             ops: 0,
+            deadline: DEFAULT_DEADLINE,
         };
         let nonce = std::process::id();
         let mut hello = encode_request(&Request::Validate(VALIDATION_MAGIC));
@@ -99,6 +125,11 @@ impl StoreClient {
             return Err(StoreError::BadPing { got, want: nonce });
         }
         Ok(c)
+    }
+
+    /// Bounds every later request (the rendezvous read_timeout).
+    pub fn set_deadline(&mut self, deadline: Duration) {
+        self.deadline = deadline;
     }
 
     pub fn peer(&self) -> Option<SocketAddr> {
@@ -113,13 +144,8 @@ impl StoreClient {
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
-        self.stream
-            .write_all(bytes)
-            .await
-            .map_err(|e| StoreError::Io {
-                addr: self.addr.clone(),
-                source: e,
-            })
+        let (deadline, addr) = (self.deadline, self.addr.clone());
+        Self::within(deadline, addr, self.stream.write_all(bytes)).await
     }
 
     async fn send(&mut self, req: Request) -> Result<(), StoreError> {
@@ -133,25 +159,44 @@ impl StoreClient {
     }
 
     async fn read_u32(&mut self) -> Result<u32, StoreError> {
-        self.stream.read_u32_le().await.map_err(|e| self.io(e))
+        let (deadline, addr) = (self.deadline, self.addr.clone());
+        Self::within(deadline, addr, self.stream.read_u32_le()).await
     }
 
     async fn read_i64(&mut self) -> Result<i64, StoreError> {
-        self.stream.read_i64_le().await.map_err(|e| self.io(e))
+        let (deadline, addr) = (self.deadline, self.addr.clone());
+        Self::within(deadline, addr, self.stream.read_i64_le()).await
     }
 
     async fn read_u8(&mut self) -> Result<u8, StoreError> {
-        self.stream.read_u8().await.map_err(|e| self.io(e))
+        let (deadline, addr) = (self.deadline, self.addr.clone());
+        Self::within(deadline, addr, self.stream.read_u8()).await
     }
 
     async fn read_blob(&mut self) -> Result<Vec<u8>, StoreError> {
-        let len = self.stream.read_u64_le().await.map_err(|e| self.io(e))?;
+        let (deadline, addr) = (self.deadline, self.addr.clone());
+        let len = Self::within(deadline, addr.clone(), self.stream.read_u64_le()).await?;
+        // A hostile or broken server must not make this process allocate at will.
+        if len > toporun_shared::store::state::MAX_REPLY_BYTES as u64 {
+            return Err(StoreError::BadReply { addr, len });
+        }
         let mut v = vec![0u8; len as usize];
-        self.stream
-            .read_exact(&mut v)
-            .await
-            .map_err(|e| self.io(e))?;
+        Self::within(deadline, addr, self.stream.read_exact(&mut v)).await?;
         Ok(v)
+    }
+
+    async fn within<T>(
+        deadline: Duration,
+        addr: String,
+        op: impl std::future::Future<Output = std::io::Result<T>>,
+    ) -> Result<T, StoreError> {
+        match tokio::time::timeout(deadline, op).await {
+            Ok(r) => r.map_err(|source| StoreError::Io { addr, source }),
+            Err(_) => Err(StoreError::Deadline {
+                addr,
+                after: deadline,
+            }),
+        }
     }
 
     pub async fn set(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
@@ -209,8 +254,8 @@ impl StoreClient {
             keys: keys.iter().map(|k| prefixed(k)).collect(),
         })
         .await?;
-        match tokio::time::timeout(timeout, self.read_u8()).await {
-            Ok(r) => r.map(|_| ()),
+        match tokio::time::timeout(timeout, self.stream.read_u8()).await {
+            Ok(r) => r.map(|_| ()).map_err(|e| self.io(e)),
             Err(_) => {
                 self.send(Request::CancelWait).await?;
                 // Either the late STOP_WAITING then WAIT_CANCELED, or just WAIT_CANCELED.

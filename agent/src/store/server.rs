@@ -1,32 +1,55 @@
 //! Serves PyTorch's TCPStore protocol on tokio: one task per connection, one lock
-//! around the state machine and the connections' outboxes.
+//! around the state machine and the connections' outboxes. The store runs on a thread
+//! and runtime of its own, so no client can delay the launcher's signal handling or
+//! supervision, and every connection is bounded: an idle one holds no read buffer, and
+//! one whose replies are not being read is not read either.
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use toporun_shared::store::{decode_request, ConnId, StoreState};
+
+/// Reply bytes a connection may have queued before the store stops reading its
+/// requests (pipelined 8 MiB GETs from a client that never reads).
+const OUTBOX_LIMIT: usize = 32 << 20;
+/// How much a connection reads at a time.
+const READ_CHUNK: usize = 16 << 10;
+
+/// One connection's way out: the writer's queue and the bytes in it.
+struct Outbox {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+}
 
 #[derive(Default)]
 struct Inner {
     state: StoreState,
-    outboxes: HashMap<ConnId, mpsc::UnboundedSender<Vec<u8>>>,
+    outboxes: HashMap<ConnId, Outbox>,
 }
 
 impl Inner {
     fn send(&self, replies: Vec<(ConnId, Vec<u8>)>) {
         for (conn, bytes) in replies {
-            if let Some(tx) = self.outboxes.get(&conn) {
-                let _ = tx.send(bytes);
+            if let Some(o) = self.outboxes.get(&conn) {
+                o.queued.fetch_add(bytes.len(), Ordering::AcqRel);
+                let _ = o.tx.send(bytes);
             }
         }
     }
 }
 
-/// A running store. Dropping it does not stop it; the runtime's end does.
+/// Who may connect: loopback only (a job on one node) or every interface.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    Loopback,
+    All,
+}
+
+/// A running store. Dropping it does not stop it; the process's end does.
 #[derive(Clone)]
 pub struct StoreServer {
     addr: SocketAddr,
@@ -34,42 +57,96 @@ pub struct StoreServer {
     connections: Arc<AtomicU64>,
 }
 
-/// PyTorch binds `::` (dual-stack) and falls back to 0.0.0.0; so do we. The backlog
-/// is large so thousands of nodes can connect at once.
-fn listen(port: u16, host: Option<std::net::IpAddr>) -> std::io::Result<TcpListener> {
-    let try_bind = |addr: SocketAddr| -> std::io::Result<TcpListener> {
-        let sock = if addr.is_ipv6() {
-            TcpSocket::new_v6()?
-        } else {
-            TcpSocket::new_v4()?
-        };
-        sock.set_reuseaddr(true)?;
-        sock.bind(addr)?;
-        sock.listen(8192)
+fn socket_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let sock = if addr.is_ipv6() {
+        let s = TcpSocket::new_v6()?;
+        // Dual-stack whatever net.ipv6.bindv6only says, as PyTorch's store does:
+        // workers given 127.0.0.1 must reach a store bound to [::].
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::Ipv6V6Only, &false)
+            .map_err(std::io::Error::from)?;
+        s
+    } else {
+        TcpSocket::new_v4()?
     };
-    match host {
-        Some(ip) => try_bind(SocketAddr::new(ip, port)),
-        None => try_bind(SocketAddr::from(([0u16; 8], port)))
-            .or_else(|_| try_bind(SocketAddr::from(([0, 0, 0, 0], port)))),
+    sock.set_reuseaddr(true)?;
+    sock.bind(addr)?;
+    // A large backlog, so thousands of nodes can connect at once.
+    sock.listen(8192)
+}
+
+/// Every interface: `[::]` dual-stack, else `0.0.0.0` (no IPv6). Loopback: 127.0.0.1,
+/// and ::1 on the same port where the host has IPv6 (`localhost` may resolve to it).
+fn listen(port: u16, reach: Reach) -> std::io::Result<Vec<TcpListener>> {
+    match reach {
+        Reach::All => socket_on(SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), port))
+            .or_else(|_| socket_on(SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), port)))
+            .map(|l| vec![l]),
+        Reach::Loopback => {
+            let v4 = socket_on(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port))?;
+            let port = v4.local_addr()?.port();
+            let mut all = vec![v4];
+            all.extend(socket_on(SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), port)).ok());
+            Ok(all)
+        }
     }
 }
 
 impl StoreServer {
-    /// Binds now (so the port is ours before any worker starts) and serves in the
-    /// background of the current tokio runtime. Port 0 picks a free port.
+    /// Binds now on every interface (so the port is ours before any worker starts)
+    /// and serves on its own thread. Port 0 picks a free port.
     pub fn bind(port: u16) -> std::io::Result<StoreServer> {
-        Self::bind_on(port, None)
+        Self::bind_on(port, Reach::All)
     }
 
-    pub fn bind_on(port: u16, host: Option<std::net::IpAddr>) -> std::io::Result<StoreServer> {
-        let listener = listen(port, host)?;
-        let server = StoreServer {
-            addr: listener.local_addr()?,
-            inner: Arc::default(),
-            connections: Arc::default(),
-        };
-        tokio::spawn(server.clone().accept_loop(listener));
-        Ok(server)
+    pub fn bind_on(port: u16, reach: Reach) -> std::io::Result<StoreServer> {
+        // The runtime is made, used and dropped on the store's own thread (a runtime
+        // may not be dropped inside the caller's async context); the bind's outcome
+        // comes back before this returns.
+        let inner: Arc<Mutex<Inner>> = Arc::default();
+        let connections: Arc<AtomicU64> = Arc::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (i, c) = (inner.clone(), connections.clone());
+        std::thread::Builder::new()
+            .name("toporun-store".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(e) => return drop(tx.send(Err(e))),
+                };
+                rt.block_on(async move {
+                    let (addr, listeners) =
+                        match listen(port, reach).and_then(|l| Ok((l[0].local_addr()?, l))) {
+                            Ok((addr, l)) => {
+                                let _ = tx.send(Ok(addr));
+                                (addr, l)
+                            }
+                            Err(e) => return drop(tx.send(Err(e))),
+                        };
+                    let server = StoreServer {
+                        addr,
+                        inner: i,
+                        connections: c,
+                    };
+                    let loops: Vec<_> = listeners
+                        .into_iter()
+                        .map(|l| tokio::spawn(server.clone().accept_loop(l)))
+                        .collect();
+                    for l in loops {
+                        let _ = l.await;
+                    }
+                })
+            })?;
+        let addr = rx
+            .recv()
+            .map_err(|_| std::io::Error::other("the store thread ended before binding"))??;
+        Ok(StoreServer {
+            addr,
+            inner,
+            connections,
+        })
     }
 
     pub fn port(&self) -> u16 {
@@ -133,51 +210,84 @@ impl StoreServer {
         let _ = stream.set_nodelay(true);
         let (mut rd, mut wr) = stream.into_split();
         let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        self.inner
-            .lock()
-            .expect("store lock")
-            .outboxes
-            .insert(id, tx);
+        let queued = Arc::new(AtomicUsize::new(0));
+        let drained = Arc::new(Notify::new());
+        self.inner.lock().expect("store lock").outboxes.insert(
+            id,
+            Outbox {
+                tx,
+                queued: queued.clone(),
+            },
+        );
+        let (q, d) = (queued.clone(), drained.clone());
         let writer = tokio::spawn(async move {
             while let Some(mut bytes) = rx.recv().await {
                 // Coalesce replies that are already queued into one write.
                 while let Ok(more) = rx.try_recv() {
                     bytes.extend(more);
                 }
-                if wr.write_all(&bytes).await.is_err() {
+                let ok = wr.write_all(&bytes).await.is_ok();
+                q.fetch_sub(bytes.len(), Ordering::AcqRel);
+                d.notify_one();
+                if !ok {
                     break;
                 }
             }
         });
-        let mut buf = Vec::with_capacity(4096);
-        let mut chunk = vec![0u8; 64 * 1024];
+        // Empty (no allocation) while the connection is idle.
+        let mut buf: Vec<u8> = Vec::new();
         'conn: loop {
-            let n = match rd.read(&mut chunk).await {
-                Ok(0) | Err(_) => break,
-                Ok(n) => n,
-            };
-            buf.extend_from_slice(&chunk[..n]);
+            // Requests already buffered are served first, as far as the outbox allows.
             let mut used = 0;
-            let mut inner = self.inner.lock().expect("store lock");
-            loop {
-                match decode_request(&buf[used..]) {
-                    Ok(Some((req, len))) => {
-                        used += len;
-                        let fx = inner.state.apply(id, req);
-                        inner.send(fx.replies);
-                        if fx.close {
+            {
+                let mut inner = self.inner.lock().expect("store lock");
+                while queued.load(Ordering::Acquire) < OUTBOX_LIMIT {
+                    match decode_request(&buf[used..]) {
+                        Ok(Some((req, len))) => {
+                            used += len;
+                            let fx = inner.state.apply(id, req);
+                            inner.send(fx.replies);
+                            if fx.close {
+                                if let Some(why) = fx.error {
+                                    tracing::warn!("store: closing connection {id}: {why}");
+                                }
+                                break 'conn;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            tracing::debug!("store connection {id}: {e}; closing it");
                             break 'conn;
                         }
                     }
-                    Ok(None) => break,
-                    Err(e) => {
-                        tracing::debug!("store connection {id}: {e}; closing it");
-                        break 'conn;
-                    }
                 }
             }
-            drop(inner);
             buf.drain(..used);
+            if queued.load(Ordering::Acquire) >= OUTBOX_LIMIT {
+                // The client is not reading its replies: stop reading its requests
+                // until the writer catches up (or the connection dies).
+                tokio::select! {
+                    _ = drained.notified() => {}
+                    _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                }
+                if writer.is_finished() {
+                    break;
+                }
+                continue;
+            }
+            if buf.is_empty() {
+                // Idle: hold no buffer until there is something to read, and give
+                // back what a large request needed.
+                buf = Vec::new();
+                if rd.readable().await.is_err() {
+                    break;
+                }
+            }
+            buf.reserve(READ_CHUNK);
+            match rd.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
         }
         let mut inner = self.inner.lock().expect("store lock");
         inner.outboxes.remove(&id);

@@ -82,7 +82,7 @@ impl Sink {
         Ok(match self {
             Sink::Inherit => (Stdio::inherit(), false),
             Sink::Null => (Stdio::null(), false),
-            Sink::File(p) => (Stdio::from(File::create(p)?), false),
+            Sink::File(p) => (Stdio::from(private_file(p)?), false),
             Sink::Prefixed { .. } => (Stdio::piped(), true),
         })
     }
@@ -100,7 +100,7 @@ impl Sink {
         else {
             return;
         };
-        let mut log = file.as_ref().and_then(|p| File::create(p).ok());
+        let mut log = file.as_ref().and_then(|p| private_file(p).ok());
         let prefix = prefix.clone().into_bytes();
         let is_err = *stderr;
         let tx = console().clone();
@@ -196,6 +196,17 @@ impl LogPlan<'_> {
     fn prefixed_console(&self) -> bool {
         self.tee_out || self.tee_err
     }
+}
+
+/// A rank's log: readable by the job's user only (0600), as torchrun's are.
+pub fn private_file(path: &std::path::Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 mod events;
 pub mod file_timer;
 mod logs;
+pub mod open_files;
 mod spawn;
 mod summary;
 

@@ -37,6 +37,7 @@ impl RankCmd {
         cmd.stdout(out).stderr(err);
         let parent = nix::unistd::getpid();
         let cpus = self.cpus.clone();
+        let nofile = super::open_files::for_ranks();
         // SAFETY: only async-signal-safe calls between fork and exec.
         unsafe {
             cmd.pre_exec(move || {
@@ -45,6 +46,13 @@ impl RankCmd {
                 // toporun died between fork and prctl: the signal would never come.
                 if nix::unistd::getppid() != parent {
                     nix::sys::signal::raise(Signal::SIGKILL)?;
+                }
+                if let Some((soft, hard)) = nofile {
+                    nix::sys::resource::setrlimit(
+                        nix::sys::resource::Resource::RLIMIT_NOFILE,
+                        soft,
+                        hard,
+                    )?;
                 }
                 if let Some(cpus) = &cpus {
                     let mut set = nix::sched::CpuSet::new();

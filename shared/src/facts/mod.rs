@@ -18,6 +18,13 @@ use std::collections::BTreeMap;
 /// Version of the facts file layout; bumped on incompatible changes.
 pub const FACTS_SCHEMA: u32 = 1;
 
+/// GPUs one host can have, with room to spare (8 today, 72 in a whole NVL72 rack);
+/// a bound so that a forged capture cannot make quadratic work unbounded.
+pub const MAX_GPUS: usize = 128;
+
+/// Largest facts file read (a real one is tens of KB).
+pub const MAX_FACTS_BYTES: u64 = 16 << 20;
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct HostFacts {
@@ -37,6 +44,19 @@ impl HostFacts {
         let facts: HostFacts = serde_json::from_str(text).map_err(FactsError::Json)?;
         if facts.schema != FACTS_SCHEMA {
             return Err(FactsError::Schema(facts.schema));
+        }
+        if facts.gpus.devices.len() > MAX_GPUS {
+            return Err(FactsError::TooMany(format!(
+                "{} GPUs (at most {MAX_GPUS} per host)",
+                facts.gpus.devices.len()
+            )));
+        }
+        if facts.container.cpu_count > crate::cpulist::MAX_CPU + 1 {
+            return Err(FactsError::TooMany(format!(
+                "cpu_count {} (at most {})",
+                facts.container.cpu_count,
+                crate::cpulist::MAX_CPU + 1
+            )));
         }
         Ok(facts)
     }
@@ -63,6 +83,8 @@ impl HostFacts {
 pub enum FactsError {
     #[error("not a valid toporun facts file: {0}")]
     Json(serde_json::Error),
+    #[error("facts file describes an impossible host: {0}")]
+    TooMany(String),
     #[error("facts file has schema {0}, this toporun reads schema {FACTS_SCHEMA}; capture it again with `toporun probe --format json`")]
     Schema(u32),
 }

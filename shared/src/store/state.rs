@@ -8,6 +8,11 @@ use std::collections::{HashMap, HashSet, VecDeque};
 
 pub type ConnId = u64;
 
+/// The largest reply built for one request, and the largest value APPEND may grow:
+/// beyond it the connection is closed (one MULTI_GET naming an 8 MiB key 2048 times
+/// would otherwise build 16 GiB). PyTorch's own limit on one value is 8 MiB.
+pub const MAX_REPLY_BYTES: usize = 128 << 20;
+
 #[derive(Debug, Default)]
 pub struct StoreState {
     data: HashMap<Vec<u8>, Vec<u8>>,
@@ -22,11 +27,23 @@ pub struct StoreState {
     pub ops: u64,
 }
 
-/// What a request produced: replies for connections, or "close this connection".
+/// What a request produced: replies for connections, or "close this connection"
+/// (with why, for the log).
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Effects {
     pub replies: Vec<(ConnId, Vec<u8>)>,
     pub close: bool,
+    pub error: Option<String>,
+}
+
+impl Effects {
+    fn refuse(why: String) -> Effects {
+        Effects {
+            replies: Vec::new(),
+            close: true,
+            error: Some(why),
+        }
+    }
 }
 
 impl StoreState {
@@ -54,10 +71,12 @@ impl StoreState {
         self.wake_all(key)
     }
 
-    /// Adds from inside the agent (same semantics as ADD).
+    /// Adds from inside the agent (a value that is no integer counts as 0 here).
     pub fn add(&mut self, key: &[u8], delta: i64) -> (i64, Vec<(ConnId, Vec<u8>)>) {
-        let v = self.add_value(key, delta);
-        (v, self.wake_all(key))
+        let old = self.data.get(key).and_then(|v| stoll(v)).unwrap_or(0);
+        let new = old.wrapping_add(delta);
+        self.data.insert(key.to_vec(), new.to_string().into_bytes());
+        (new, self.wake_all(key))
     }
 
     pub fn apply(&mut self, conn: ConnId, req: Request) -> Effects {
@@ -73,9 +92,42 @@ impl StoreState {
             return fx;
         }
         self.ops += 1;
+        // Checks that refuse the request (and close the connection, as PyTorch's
+        // server does when a handler throws) before anything is built or changed.
+        match &req {
+            Request::Validate(_) => {
+                return Effects::refuse("a second VALIDATE on one connection".into())
+            }
+            Request::Add { key, delta } => {
+                if let Err(why) = self.checked_add(key, *delta) {
+                    return Effects::refuse(why);
+                }
+            }
+            Request::MultiGet { keys } => {
+                let size: usize = keys
+                    .iter()
+                    .map(|k| 8 + self.data.get(k).map_or(0, Vec::len))
+                    .sum();
+                if size > MAX_REPLY_BYTES {
+                    return Effects::refuse(format!(
+                        "MULTI_GET of {} keys would build a {size}-byte reply (limit {MAX_REPLY_BYTES})",
+                        keys.len()
+                    ));
+                }
+            }
+            Request::Append { key, value } => {
+                let size = self.data.get(key).map_or(0, Vec::len) + value.len();
+                if size > MAX_REPLY_BYTES {
+                    return Effects::refuse(format!(
+                        "APPEND would grow a value to {size} bytes (limit {MAX_REPLY_BYTES})"
+                    ));
+                }
+            }
+            _ => {}
+        }
         let mut reply = |bytes: Vec<u8>| fx.replies.push((conn, bytes));
         match req {
-            Request::Validate(_) => {}
+            Request::Validate(_) => {} // refused above
             Request::Ping(nonce) => reply(nonce.to_le_bytes().to_vec()),
             Request::Set { key, value } => {
                 self.data.insert(key.clone(), value);
@@ -106,7 +158,8 @@ impl StoreState {
                 self.data.get(&key).map(Vec::as_slice).unwrap_or_default(),
             )),
             Request::Add { key, delta } => {
-                let v = self.add_value(&key, delta);
+                let v = self.checked_add(&key, delta).unwrap_or_default();
+                self.data.insert(key.clone(), v.to_string().into_bytes());
                 reply(v.to_le_bytes().to_vec());
                 fx.replies.extend(self.wake_all(&key));
             }
@@ -186,15 +239,20 @@ impl StoreState {
         self.validated.remove(&conn);
     }
 
-    fn add_value(&mut self, key: &[u8], delta: i64) -> i64 {
-        let old = self
-            .data
-            .get(key)
-            .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse::<i64>().ok())
-            .unwrap_or(0);
-        let new = old.wrapping_add(delta);
-        self.data.insert(key.to_vec(), new.to_string().into_bytes());
-        new
+    /// ADD's result as PyTorch computes it (`std::stoll(value) + delta`); an error
+    /// where its handler throws: a value that is no integer, or an overflow.
+    fn checked_add(&self, key: &[u8], delta: i64) -> Result<i64, String> {
+        let old = match self.data.get(key) {
+            None => 0,
+            Some(v) => stoll(v).ok_or_else(|| {
+                format!(
+                    "ADD on a value that is not an integer ({:?})",
+                    String::from_utf8_lossy(&v[..v.len().min(32)])
+                )
+            })?,
+        };
+        old.checked_add(delta)
+            .ok_or_else(|| format!("ADD {delta} to {old} overflows"))
     }
 
     fn all_present(&self, keys: &[Vec<u8>]) -> bool {
@@ -249,9 +307,102 @@ impl StoreState {
     }
 }
 
+/// C++'s `std::stoll`: leading whitespace, a sign, at least one digit, and whatever
+/// follows ignored; None where it throws (no digits, out of range).
+fn stoll(v: &[u8]) -> Option<i64> {
+    let s = std::str::from_utf8(v).ok()?.trim_start();
+    let sign = usize::from(s.starts_with(['+', '-']));
+    let digits = s[sign..].bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 {
+        return None;
+    }
+    s[..sign + digits].parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn add_refuses_what_pytorch_refuses() {
+        let mut s = StoreState::new();
+        validated(&mut s, 1);
+        let set = |v: &[u8]| Request::Set {
+            key: b"k".to_vec(),
+            value: v.to_vec(),
+        };
+        let add = |d| Request::Add {
+            key: b"k".to_vec(),
+            delta: d,
+        };
+        s.apply(1, set(b" 12abc"));
+        assert_eq!(
+            s.apply(1, add(1)).replies,
+            vec![(1, 13i64.to_le_bytes().to_vec())]
+        );
+        s.apply(1, set(b"abc"));
+        assert!(s.apply(1, add(1)).close);
+        assert_eq!(
+            s.get(b"k"),
+            Some(&b"abc".to_vec()),
+            "a refused ADD changes nothing"
+        );
+        s.apply(1, set(i64::MAX.to_string().as_bytes()));
+        assert!(s.apply(1, add(1)).close);
+        assert_eq!(stoll(b"-7"), Some(-7));
+        assert_eq!(stoll(b"99999999999999999999"), None);
+        assert_eq!(stoll(b"+"), None);
+    }
+
+    #[test]
+    fn a_second_validate_closes_the_connection() {
+        let mut s = StoreState::new();
+        validated(&mut s, 1);
+        assert!(s.apply(1, Request::Validate(VALIDATION_MAGIC)).close);
+    }
+
+    #[test]
+    fn replies_beyond_the_cap_are_refused_before_they_are_built() {
+        let mut s = StoreState::new();
+        validated(&mut s, 1);
+        s.apply(
+            1,
+            Request::Set {
+                key: b"big".to_vec(),
+                value: vec![0; 8 << 20],
+            },
+        );
+        let keys = vec![b"big".to_vec(); 2048];
+        let fx = s.apply(1, Request::MultiGet { keys });
+        assert!(fx.close && fx.replies.is_empty());
+        assert!(fx.error.unwrap().contains("MULTI_GET of 2048 keys"));
+        let ok = s.apply(
+            1,
+            Request::MultiGet {
+                keys: vec![b"big".to_vec(); 4],
+            },
+        );
+        assert!(!ok.close);
+        for _ in 0..15 {
+            s.apply(
+                1,
+                Request::Append {
+                    key: b"big".to_vec(),
+                    value: vec![0; 8 << 20],
+                },
+            );
+        }
+        assert!(
+            s.apply(
+                1,
+                Request::Append {
+                    key: b"big".to_vec(),
+                    value: vec![0; 8 << 20],
+                },
+            )
+            .close
+        );
+    }
 
     fn validated(s: &mut StoreState, conn: ConnId) {
         assert_eq!(

@@ -1,0 +1,308 @@
+//! A hostile store client cannot take a job down: toporun's store (inside the
+//! launcher of a running job) under reply bombs, a client that never reads, thousands
+//! of idle connections, a descriptor flood, and a slow giant request. Throughout, the
+//! job stays up, the launcher's memory stays bounded, and a legitimate client is
+//! answered within 100 ms. Loopback only.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use support::*;
+use toporun_shared::store::codec::{encode_request, Request, VALIDATION_MAGIC};
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A one-rank job (`sleep`) whose store listens on `port`; started with the open-file
+/// limit the caller gives (a container's default of 1024, say).
+fn job(port: u16, nofile: Option<u64>) -> Child {
+    let mut c = toporun();
+    c.args([
+        "--nnodes=1",
+        "--nproc-per-node=1",
+        "--master-addr=127.0.0.1",
+        &format!("--master-port={port}"),
+        "--nccl-report=off",
+        "--no-python",
+        "sleep",
+        "120",
+    ])
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    if let Some(n) = nofile {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: setrlimit is async-signal-safe.
+        unsafe {
+            c.pre_exec(move || {
+                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, 20000)
+                    .map_err(std::io::Error::from)
+            });
+        }
+    }
+    let child = c.spawn().unwrap();
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "the store never listened"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
+}
+
+fn stop(mut child: Child) {
+    sigterm(&child);
+    let _ = child.wait();
+}
+
+fn rss_mb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .map_or(0, |kb| kb / 1024)
+}
+
+fn alive(child: &mut Child) -> bool {
+    child.try_wait().unwrap().is_none()
+}
+
+fn connect(port: u16) -> TcpStream {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_nodelay(true).unwrap();
+    s.write_all(&encode_request(&Request::Validate(VALIDATION_MAGIC)))
+        .unwrap();
+    s
+}
+
+/// A legitimate client pinging all along; the slowest answer, in microseconds, and
+/// whether any went unanswered.
+struct Prober {
+    stop: Arc<AtomicBool>,
+    worst_us: Arc<AtomicU64>,
+    failed: Arc<AtomicBool>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Prober {
+    fn start(port: u16) -> Prober {
+        let (stop, worst_us, failed) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicU64::new(0)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let (s, w, f) = (stop.clone(), worst_us.clone(), failed.clone());
+        let thread = std::thread::spawn(move || {
+            let mut c = connect(port);
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut n = 0u32;
+            while !s.load(Ordering::Relaxed) {
+                n += 1;
+                let t = Instant::now();
+                let mut reply = [0u8; 4];
+                let ok = c.write_all(&encode_request(&Request::Ping(n))).is_ok()
+                    && c.read_exact(&mut reply).is_ok()
+                    && u32::from_le_bytes(reply) == n;
+                if !ok {
+                    f.store(true, Ordering::Relaxed);
+                    return;
+                }
+                w.fetch_max(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        Prober {
+            stop,
+            worst_us,
+            failed,
+            thread,
+        }
+    }
+
+    /// Stops; the slowest answer.
+    fn finish(self) -> Duration {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap();
+        assert!(
+            !self.failed.load(Ordering::Relaxed),
+            "the legitimate client went unanswered"
+        );
+        Duration::from_micros(self.worst_us.load(Ordering::Relaxed))
+    }
+}
+
+/// Samples the launcher's RSS until stopped; the peak in MB.
+fn rss_watch(pid: u32, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut peak = 0;
+        while !stop.load(Ordering::Relaxed) {
+            peak = peak.max(rss_mb(pid));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        peak
+    })
+}
+
+fn set_big(port: u16) {
+    let mut c = connect(port);
+    c.write_all(&encode_request(&Request::Set {
+        key: b"big".to_vec(),
+        value: vec![7u8; 8 << 20],
+    }))
+    .unwrap();
+    // SET has no reply: a PING after it says it was applied.
+    c.write_all(&encode_request(&Request::Ping(1))).unwrap();
+    let mut r = [0u8; 4];
+    c.read_exact(&mut r).unwrap();
+}
+
+#[test]
+fn reply_bombs_leave_the_job_and_the_store_standing() {
+    let port = free_port();
+    let mut child = job(port, None);
+    let pid = child.id();
+    set_big(port);
+    let probe = Prober::start(port);
+    let stop = Arc::new(AtomicBool::new(false));
+    let watch = rss_watch(pid, stop.clone());
+
+    // One MULTI_GET naming the 8 MiB key 2048 times (16 GiB of reply).
+    let mut bomb = connect(port);
+    bomb.write_all(&encode_request(&Request::MultiGet {
+        keys: vec![b"big".to_vec(); 2048],
+    }))
+    .unwrap();
+    bomb.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut sink = Vec::new();
+    let _ = bomb.read_to_end(&mut sink);
+    assert!(sink.is_empty(), "the bomb got {} bytes back", sink.len());
+
+    // 600 pipelined GETs of the 8 MiB value from a client that never reads.
+    let mut flood = connect(port);
+    let get = encode_request(&Request::Get {
+        key: b"big".to_vec(),
+    });
+    for _ in 0..600 {
+        flood.write_all(&get).unwrap();
+    }
+    std::thread::sleep(Duration::from_secs(3));
+
+    stop.store(true, Ordering::Relaxed);
+    let peak = watch.join().unwrap();
+    let worst = probe.finish();
+    assert!(alive(&mut child), "the launcher died");
+    assert!(peak < 512, "launcher RSS peaked at {peak} MB");
+    assert!(
+        worst < Duration::from_millis(100),
+        "a legitimate PING took {worst:?}"
+    );
+    eprintln!("reply bombs: launcher RSS peak {peak} MB, slowest PING {worst:?}");
+    drop(flood);
+    stop_job(child);
+}
+
+fn stop_job(child: Child) {
+    stop(child)
+}
+
+#[test]
+fn ten_thousand_idle_connections_cost_under_100_mb() {
+    let port = free_port();
+    let mut child = job(port, None);
+    let pid = child.id();
+    let before = rss_mb(pid);
+    let mut conns = Vec::with_capacity(10_000);
+    for _ in 0..10_000 {
+        conns.push(connect(port));
+    }
+    // Every one validated and answered once: the server holds them all.
+    for c in conns.iter_mut().step_by(500) {
+        c.write_all(&encode_request(&Request::Ping(9))).unwrap();
+        let mut r = [0u8; 4];
+        c.read_exact(&mut r).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let during = rss_mb(pid);
+    let probe = Prober::start(port);
+    std::thread::sleep(Duration::from_millis(300));
+    let worst = probe.finish();
+    drop(conns);
+    assert!(alive(&mut child));
+    assert!(
+        during.saturating_sub(before) < 100,
+        "10,000 idle connections cost {} MB ({before} -> {during})",
+        during - before
+    );
+    assert!(worst < Duration::from_millis(100), "{worst:?}");
+    eprintln!("10,000 idle connections: {before} MB -> {during} MB");
+    stop_job(child);
+}
+
+#[test]
+fn a_descriptor_flood_does_not_starve_legitimate_clients() {
+    let port = free_port();
+    // Started with a soft limit of 1024, as many containers are.
+    let mut child = job(port, Some(1024));
+    let mut strangers = Vec::new();
+    for _ in 0..1100 {
+        strangers.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let probe = Prober::start(port);
+    std::thread::sleep(Duration::from_millis(300));
+    let worst = probe.finish();
+    assert!(alive(&mut child));
+    assert!(worst < Duration::from_millis(100), "{worst:?}");
+    drop(strangers);
+    stop_job(child);
+}
+
+#[test]
+fn sigterm_acts_at_once_while_the_store_takes_a_slow_giant_request() {
+    let port = free_port();
+    let child = job(port, None);
+    // A 64 MiB MULTI_SET trickling in.
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = (0..8)
+        .map(|i| (format!("k{i}").into_bytes(), vec![1u8; 8 << 20]))
+        .collect();
+    let bytes = encode_request(&Request::MultiSet { pairs });
+    let mut slow = connect(port);
+    let sender = std::thread::spawn(move || {
+        for chunk in bytes.chunks(1 << 20) {
+            if slow.write_all(chunk).is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    });
+    std::thread::sleep(Duration::from_secs(1));
+    let t = Instant::now();
+    let mut child = child;
+    sigterm(&child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while alive(&mut child) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let took = t.elapsed();
+    assert!(!alive(&mut child), "toporun ignored SIGTERM for 10 s");
+    assert!(
+        took < Duration::from_secs(2),
+        "SIGTERM took {took:?} to act"
+    );
+    let _ = sender.join();
+}

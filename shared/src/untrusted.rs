@@ -1,0 +1,59 @@
+//! Text that came from outside (another node through the store, a facts file) made
+//! safe to print: no escape sequence reaches the operator's terminal, no line break
+//! forges a log line, and no value floods the console.
+
+/// Longest untrusted text printed whole.
+pub const MAX_SHOWN: usize = 200;
+
+/// Control characters become `?`; beyond MAX_SHOWN characters the rest is cut.
+pub fn printable(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .take(MAX_SHOWN)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if text.chars().nth(MAX_SHOWN).is_some() {
+        out.push_str("...");
+    }
+    out
+}
+
+/// A host name or address as a node may describe itself: printable, not empty, at
+/// most 253 bytes (DNS's limit), no whitespace.
+pub fn valid_host(text: &str) -> bool {
+    !text.is_empty()
+        && text.len() <= 253
+        && !text.chars().any(|c| c.is_control() || c.is_whitespace())
+}
+
+/// An environment variable another node asks this node's ranks to get: a shell
+/// identifier for a name, no NUL in the value.
+pub fn valid_env(name: &str, value: &str) -> bool {
+    name.chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && !value.contains('\0')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_codes_and_line_breaks_never_print() {
+        assert_eq!(printable("\u{1b}[2J\u{1b}[31mEVIL\nx"), "?[2J?[31mEVIL?x");
+        let long = "a".repeat(1000);
+        assert_eq!(printable(&long).len(), MAX_SHOWN + 3);
+    }
+
+    #[test]
+    fn hosts_and_variables() {
+        assert!(valid_host("node-1.cluster.local"));
+        assert!(!valid_host("\u{1b}[2Jevil"));
+        assert!(!valid_host(""));
+        assert!(valid_env("NCCL_HOSTID", "x"));
+        assert!(!valid_env("LD_PRELOAD=", "x"));
+        assert!(!valid_env("A B", "x"));
+    }
+}
