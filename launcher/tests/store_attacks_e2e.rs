@@ -306,3 +306,65 @@ fn sigterm_acts_at_once_while_the_store_takes_a_slow_giant_request() {
     );
     let _ = sender.join();
 }
+
+/// Whether the server closes the connection after `req` (sent after a SET of a text
+/// value), rather than answering.
+fn closes_after(port: u16, req: Request) -> bool {
+    let mut c = connect(port);
+    c.write_all(&encode_request(&Request::Set {
+        key: b"/text".to_vec(),
+        value: b"abc".to_vec(),
+    }))
+    .unwrap();
+    c.write_all(&encode_request(&req)).unwrap();
+    c.write_all(&encode_request(&Request::Ping(5))).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut got = Vec::new();
+    let _ = c.read_to_end(&mut got);
+    // Answered: ADD's 8 bytes and/or the PING's 4 before the test gave up reading.
+    got.is_empty()
+}
+
+#[test]
+fn add_on_text_and_a_second_validate_close_the_connection_as_pytorchs_store_does() {
+    let torch_port = free_port();
+    let mut torch = std::process::Command::new(python())
+        .args([
+            "-c",
+            &format!("import time, torch.distributed as d\ns = d.TCPStore('127.0.0.1', {torch_port}, is_master=True, wait_for_workers=False)\ntime.sleep(120)"),
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let ours_port = free_port();
+    let ours = job(ours_port, None);
+    let t = Instant::now();
+    while TcpStream::connect(("127.0.0.1", torch_port)).is_err() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "PyTorch's store never listened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let add = || Request::Add {
+        key: b"/text".to_vec(),
+        delta: 1,
+    };
+    let validate = || Request::Validate(VALIDATION_MAGIC);
+    for (what, req) in [
+        ("ADD on text", add as fn() -> Request),
+        ("a second VALIDATE", validate),
+    ] {
+        let theirs = closes_after(torch_port, req());
+        let mine = closes_after(ours_port, req());
+        assert_eq!(
+            mine, theirs,
+            "{what}: PyTorch's store closes: {theirs}, toporun's: {mine}"
+        );
+        assert!(mine, "{what} must close the connection");
+    }
+    let _ = torch.kill();
+    let _ = torch.wait();
+    stop_job(ours);
+}

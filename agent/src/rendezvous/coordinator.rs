@@ -105,6 +105,8 @@ fn missing_text(missing: &[u32]) -> String {
 }
 
 const POLL: Duration = Duration::from_millis(20);
+/// How long the host keeps the store up for nodes to read that the round failed.
+const REFUSAL_LINGER: Duration = Duration::from_secs(5);
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// Closes round `round` and publishes the layout; returns the node descriptions in
@@ -189,13 +191,23 @@ pub async fn coordinate(
             Ok(())
         });
     if let Err(e) = checked {
-        // Every node learns it at once instead of waiting out its timeout.
+        // Every node learns it at once instead of waiting out its timeout; the store
+        // stays up until they have read it (or a few seconds).
         let _ = c
             .set(
                 &cfg.key(round, "closed"),
                 format!("{CLOSED_ERROR}{e}").as_bytes(),
             )
             .await;
+        let seen = cfg.key(round, "refused_seen");
+        let start = Instant::now();
+        while start.elapsed() < REFUSAL_LINGER {
+            match c.add(&seen, 0).await {
+                Ok(n) if n >= i64::from(count) => break,
+                Ok(_) => tokio::time::sleep(POLL).await,
+                Err(_) => break,
+            }
+        }
         return Err(e);
     }
     let world = total as u32; // checked above

@@ -99,6 +99,7 @@ pub async fn join(
     let closed_text =
         String::from_utf8_lossy(&c.get(&closed, cfg.read_timeout).await?).into_owned();
     if let Some(why) = closed_text.strip_prefix(CLOSED_ERROR) {
+        let _ = c.add(&cfg.key(round, "refused_seen"), 1).await;
         return Err(JoinError::Refused(printable(why)));
     }
     let nnodes: u32 = closed_text

@@ -1,6 +1,9 @@
 //! Where a rank's stdout/stderr go: the console as is, a log file, or both with
 //! torchrun's `[default0]:` prefix. Lines are copied whole by one thread per pipe
-//! into a console queue, so a chatty rank never waits on a slow terminal.
+//! into a console queue of fixed size: a burst waits there instead of holding the
+//! rank back, and a console that stops draining holds the ranks back (they block on
+//! their pipes, as under torchrun) instead of growing toporun's memory. Nothing is
+//! dropped.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
@@ -50,15 +53,56 @@ pub fn drain(limit: std::time::Duration) {
         let _ = done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
     }
     let (tx, rx) = mpsc::channel();
-    if console().send(Line::Flush(tx)).is_ok() {
-        let _ = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+    // A console that does not drain must not hold the exit past the limit.
+    let mut flush = Line::Flush(tx);
+    loop {
+        match console().try_send(flush) {
+            Ok(()) => {
+                let _ =
+                    rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+                return;
+            }
+            Err(mpsc::TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
+                flush = back;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(_) => return,
+        }
     }
 }
 
-fn console() -> &'static mpsc::Sender<Line> {
-    static CONSOLE: OnceLock<mpsc::Sender<Line>> = OnceLock::new();
+/// Reads up to and including the next newline, or MAX_PIECE bytes, whichever comes
+/// first; 0 at end of file.
+fn read_piece(reader: &mut BufReader<File>, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+    loop {
+        let available = reader.fill_buf()?;
+        if available.is_empty() {
+            return Ok(buf.len());
+        }
+        let room = MAX_PIECE - buf.len();
+        let window = &available[..available.len().min(room)];
+        let (take, whole) = match window.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (window.len(), buf.len() + window.len() == MAX_PIECE),
+        };
+        buf.extend_from_slice(&window[..take]);
+        reader.consume(take);
+        if whole {
+            return Ok(buf.len());
+        }
+    }
+}
+
+/// Lines the console queue holds; with MAX_PIECE a bound of 16 MiB.
+const CONSOLE_LINES: usize = 256;
+/// Longest piece of a line copied at once: a rank writing without newlines is
+/// forwarded in pieces of this size (each its own console line, the file unchanged).
+const MAX_PIECE: usize = 64 << 10;
+
+fn console() -> &'static mpsc::SyncSender<Line> {
+    static CONSOLE: OnceLock<mpsc::SyncSender<Line>> = OnceLock::new();
     CONSOLE.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Line>();
+        let (tx, rx) = mpsc::sync_channel::<Line>(CONSOLE_LINES);
         std::thread::spawn(move || {
             for line in rx {
                 // One write per whole line: lines of different ranks never interleave.
@@ -112,19 +156,19 @@ impl Sink {
             let mut buf = Vec::new();
             loop {
                 buf.clear();
-                match reader.read_until(b'\n', &mut buf) {
+                match read_piece(&mut reader, &mut buf) {
                     Ok(0) | Err(_) => break,
                     Ok(_) => {}
-                }
-                if !buf.ends_with(b"\n") {
-                    buf.push(b'\n');
                 }
                 if let Some(f) = log.as_mut() {
                     let _ = f.write_all(&buf);
                 }
-                let mut line = Vec::with_capacity(prefix.len() + buf.len());
+                let mut line = Vec::with_capacity(prefix.len() + buf.len() + 1);
                 line.extend_from_slice(&prefix);
                 line.extend_from_slice(&buf);
+                if !line.ends_with(b"\n") {
+                    line.push(b'\n');
+                }
                 let _ = tx.send(if is_err {
                     Line::Err(line)
                 } else {
