@@ -58,25 +58,11 @@ pub fn findings_text(findings: &[Finding], style: &Style) -> String {
     out
 }
 
-fn xml_escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
-/// JUnit XML: one testcase per finding, a <failure> for each error.
+/// JUnit XML (quick-junit): one testcase per finding, a <failure> for each error.
 pub fn junit(findings: &[Finding]) -> String {
-    let failures = findings
-        .iter()
-        .filter(|f| f.severity == Severity::Error)
-        .count();
-    let mut out = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"toporun preflight\" tests=\"{}\" failures=\"{failures}\">\n  <testsuite name=\"toporun preflight\" tests=\"{}\" failures=\"{failures}\" errors=\"0\" skipped=\"0\">\n", findings.len(), findings.len());
+    use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+    let mut suite = TestSuite::new("toporun preflight");
     for f in findings {
-        out.push_str(&format!(
-            "    <testcase classname=\"preflight\" name=\"{}\">\n",
-            xml_escape(&f.id)
-        ));
         let facts: Vec<String> = f.facts.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let body = format!(
             "{}\nfacts: {}\nfix: {}",
@@ -84,23 +70,28 @@ pub fn junit(findings: &[Finding]) -> String {
             facts.join(", "),
             f.remedy.as_deref().unwrap_or("-")
         );
-        if f.severity == Severity::Error {
-            out.push_str(&format!(
-                "      <failure message=\"{}\" type=\"error\">{}</failure>\n",
-                xml_escape(&f.summary),
-                xml_escape(&body)
-            ));
+        let error = f.severity == Severity::Error;
+        let status = if error {
+            let mut s = TestCaseStatus::non_success(NonSuccessKind::Failure);
+            s.set_message(f.summary.as_str())
+                .set_type("error")
+                .set_description(body.as_str());
+            s
         } else {
-            out.push_str(&format!(
-                "      <system-out>{}: {}</system-out>\n",
-                f.severity,
-                xml_escape(&body)
-            ));
+            TestCaseStatus::success()
+        };
+        let mut case = TestCase::new(f.id.as_str(), status);
+        case.set_classname("preflight");
+        if !error {
+            case.set_system_out(format!("{}: {body}", f.severity));
         }
-        out.push_str("    </testcase>\n");
+        suite.add_test_case(case);
     }
-    out.push_str("  </testsuite>\n</testsuites>\n");
-    out
+    let mut report = Report::new("toporun preflight");
+    report.add_test_suite(suite);
+    report
+        .to_string()
+        .unwrap_or_else(|e| format!("<!-- JUnit rendering failed: {e} -->\n"))
 }
 
 pub fn host_summary(f: &HostFacts) -> String {
@@ -181,13 +172,18 @@ mod tests {
 
     #[test]
     fn junit_has_a_failure_per_error() {
+        // Control characters (an escape code in a finding) must not break the XML.
         let f = vec![
             Finding::new("shm.size", Severity::Error, "small <shm>"),
-            Finding::new("gpu.visible", Severity::Ok, "4"),
+            Finding::new("gpu.visible", Severity::Ok, "4 \u{1b}[31m"),
         ];
         let x = junit(&f);
         assert_eq!(x.matches("<failure").count(), 1);
         assert!(x.contains("small &lt;shm&gt;"));
-        assert!(x.contains("tests=\"2\" failures=\"1\""));
+        assert!(
+            x.contains("tests=\"2\"") && x.contains("failures=\"1\""),
+            "{x}"
+        );
+        assert!(!x.contains('\u{1b}'), "{x}");
     }
 }

@@ -329,8 +329,9 @@ fn prefix_template_is_honoured() {
 
 #[test]
 fn a_chatty_rank_is_not_slowed_by_a_console_nobody_reads() {
-    // toporun's stdout is a pipe nobody reads until the rank has finished: the rank's
-    // 8 MB must not wait for the console (torchrun's tee would block it).
+    // toporun's stdout is a pipe nobody reads until the rank has finished: a burst of
+    // 8 MB fits the console queue's 16 MiB budget and must not wait for the console
+    // (larger ones wait: console_backpressure_e2e).
     let d = tempfile::tempdir().unwrap();
     let done = d.path().join("done");
     let script = format!(

@@ -344,3 +344,37 @@ fn bindv6only_hosts_run_two_node_jobs() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn with_a_token_a_forged_layout_cannot_reach_the_nodes() {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let conf = format!("{FAST},token=s3cret");
+    let host = node(2, 0, port, &conf, "true").spawn().unwrap();
+    listening(port);
+    // Written where a node without the token would look: ignored by these nodes.
+    store(port, async |c| {
+        c.set("toporun/faults/r0/closed", b"2").await.unwrap();
+        c.set("toporun/faults/r0/layout/1", b"1,0,2,4000000000")
+            .await
+            .unwrap();
+        c.set("toporun/faults/r0/env/1", b"{}").await.unwrap();
+    });
+    let n1 = node(
+        2,
+        1,
+        port,
+        &conf,
+        &format!("touch {}/ran", d.path().display()),
+    )
+    .spawn()
+    .unwrap();
+    let (c0, e0, _) = wait(host, Duration::from_secs(40));
+    let (c1, e1, _) = wait(n1, Duration::from_secs(40));
+    assert_eq!((c0, c1), (0, 0), "host:\n{e0}\nnode 1:\n{e1}");
+    assert!(d.path().join("ran").exists());
+    assert!(
+        !e0.contains("s3cret") && !e1.contains("s3cret"),
+        "the token was printed"
+    );
+}

@@ -1,27 +1,9 @@
 //! Byte sizes as people and Kubernetes write them: 16Gi, 1G, 512Mi, 1073741824.
 
-/// Parses a size; binary (Ki/Mi/Gi/Ti) and decimal (K/M/G/T, with or without B) units.
+/// Parses a size; binary (Ki/Mi/Gi/Ti) and decimal (K/M/G/T, with or without B)
+/// units, fractions allowed (the parse-size crate, exact to the byte).
 pub fn parse_size(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num.parse().ok()?;
-    let mult: u64 = match unit.trim().to_ascii_lowercase().trim_end_matches('b') {
-        "" => 1,
-        "k" => 1_000,
-        "m" => 1_000_000,
-        "g" => 1_000_000_000,
-        "t" => 1_000_000_000_000,
-        "ki" => 1 << 10,
-        "mi" => 1 << 20,
-        "gi" => 1 << 30,
-        "ti" => 1 << 40,
-        _ => return None,
-    };
-    let bytes = value * mult as f64;
-    (bytes.is_finite() && bytes >= 0.0 && bytes < u64::MAX as f64).then_some(bytes as u64)
+    parse_size::parse_size(text.trim()).ok()
 }
 
 /// Formats bytes with binary units: 67108864 -> "64 MiB".
@@ -53,6 +35,8 @@ mod tests {
         assert_eq!(parse_size("1.5Gi"), Some(3 << 29));
         assert_eq!(parse_size("lots"), None);
         assert_eq!(parse_size("5Xi"), None);
+        assert_eq!(parse_size("-1Gi"), None);
+        assert_eq!(parse_size("99999999999Ei"), None);
     }
 
     #[test]

@@ -53,21 +53,9 @@ pub fn drain(limit: std::time::Duration) {
         let _ = done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
     }
     let (tx, rx) = mpsc::channel();
-    // A console that does not drain must not hold the exit past the limit.
-    let mut flush = Line::Flush(tx);
-    loop {
-        match console().try_send(flush) {
-            Ok(()) => {
-                let _ =
-                    rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
-                return;
-            }
-            Err(mpsc::TrySendError::Full(back)) if std::time::Instant::now() < deadline => {
-                flush = back;
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(_) => return,
-        }
+    // Bounded: a console that does not drain must not hold the exit past the limit.
+    if console().send(Line::Flush(tx)).is_ok() {
+        let _ = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
     }
 }
 
@@ -93,22 +81,62 @@ fn read_piece(reader: &mut BufReader<File>, buf: &mut Vec<u8>) -> std::io::Resul
     }
 }
 
-/// Lines the console queue holds; with MAX_PIECE a bound of 16 MiB.
-const CONSOLE_LINES: usize = 256;
+/// Bytes the console queue may hold: a burst this size passes without holding the
+/// rank back; beyond it the rank waits for the console.
+const CONSOLE_BYTES: usize = 16 << 20;
 /// Longest piece of a line copied at once: a rank writing without newlines is
 /// forwarded in pieces of this size (each its own console line, the file unchanged).
 const MAX_PIECE: usize = 64 << 10;
 
-fn console() -> &'static mpsc::SyncSender<Line> {
-    static CONSOLE: OnceLock<mpsc::SyncSender<Line>> = OnceLock::new();
+/// The bytes queued for the console, and a wake-up for forwarders waiting on room.
+struct Budget {
+    queued: std::sync::Mutex<usize>,
+    room: std::sync::Condvar,
+}
+
+fn budget() -> &'static Budget {
+    static B: OnceLock<Budget> = OnceLock::new();
+    B.get_or_init(|| Budget {
+        queued: std::sync::Mutex::new(0),
+        room: std::sync::Condvar::new(),
+    })
+}
+
+impl Budget {
+    /// Waits until `n` more bytes fit (a lone line always fits).
+    fn take(&self, n: usize) {
+        let mut q = self.queued.lock().expect("console budget lock");
+        while *q > 0 && *q + n > CONSOLE_BYTES {
+            q = self.room.wait(q).expect("console budget lock");
+        }
+        *q += n;
+    }
+
+    fn give(&self, n: usize) {
+        let mut q = self.queued.lock().expect("console budget lock");
+        *q = q.saturating_sub(n);
+        self.room.notify_all();
+    }
+}
+
+fn console() -> &'static mpsc::Sender<Line> {
+    static CONSOLE: OnceLock<mpsc::Sender<Line>> = OnceLock::new();
     CONSOLE.get_or_init(|| {
-        let (tx, rx) = mpsc::sync_channel::<Line>(CONSOLE_LINES);
+        let (tx, rx) = mpsc::channel::<Line>();
         std::thread::spawn(move || {
             for line in rx {
                 // One write per whole line: lines of different ranks never interleave.
                 let _ = match line {
-                    Line::Out(b) => std::io::stdout().lock().write_all(&b),
-                    Line::Err(b) => std::io::stderr().lock().write_all(&b),
+                    Line::Out(b) => {
+                        let r = std::io::stdout().lock().write_all(&b);
+                        budget().give(b.len());
+                        r
+                    }
+                    Line::Err(b) => {
+                        let r = std::io::stderr().lock().write_all(&b);
+                        budget().give(b.len());
+                        r
+                    }
                     Line::Flush(ack) => {
                         let _ = std::io::stdout().flush();
                         let _ = ack.send(());
@@ -169,6 +197,7 @@ impl Sink {
                 if !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }
+                budget().take(line.len());
                 let _ = tx.send(if is_err {
                     Line::Err(line)
                 } else {
