@@ -174,6 +174,7 @@ fn a_frozen_host_is_detected_within_the_read_timeout() {
         took < Duration::from_secs(13),
         "the node took {took:?}:\n{err}"
     );
+    eprintln!("frozen host: the other node exited {took:?} after the freeze (its rank failed 3 s in, read_timeout 5 s)");
     std::thread::sleep(Duration::from_millis(500));
     for name in ["host-rank", "rank1"] {
         let pid = pid_of(d.path(), name).unwrap();
