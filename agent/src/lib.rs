@@ -6,5 +6,6 @@ pub mod nccl_watch;
 pub mod paths;
 pub mod probe;
 pub mod rendezvous;
+pub mod status;
 pub mod store;
 pub mod supervise;

@@ -94,6 +94,25 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn [default: join; env TOPORUN_COLOCATED]"),
         )
         .arg(
+            Arg::new("preflight")
+                .long("preflight")
+                .value_parser(["off", "warn", "gate"])
+                .help("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing [default: warn; env TOPORUN_PREFLIGHT]"),
+        )
+        .arg(
+            Arg::new("status_port")
+                .long("status-port")
+                .value_name("PORT")
+                .value_parser(clap::value_parser!(u16))
+                .help("serve /healthz, /readyz, /metrics (Prometheus) and /status (JSON) on this port [env TORCHELASTIC_HEALTH_CHECK_PORT]"),
+        )
+        .arg(
+            Arg::new("termination_log")
+                .long("termination-log")
+                .value_name("PATH")
+                .help("where the root cause of a failure goes, at most 4096 bytes, for Kubernetes to show [default: /dev/termination-log when present; env TOPORUN_TERMINATION_LOG]"),
+        )
+        .arg(
             Arg::new("command")
                 .value_name("ENTRYPOINT [ARGS]")
                 .num_args(1..)

@@ -7,9 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::nccl_report;
 use toporun_agent::job::{Job, NodePlace};
-use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::plan::Source;
-use toporun_shared::preflight::{self, PreflightOptions};
 use toporun_shared::torchrun::worker::{self, layout};
 use toporun_shared::torchrun::RdzvBackend;
 
@@ -79,16 +77,6 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
             "assigned at rendezvous"
         },
     ))
-}
-
-fn findings(p: &Job) -> Vec<Finding> {
-    let mut all: Vec<Finding> = preflight::run(&p.facts, &PreflightOptions::default())
-        .into_iter()
-        .filter(|f| f.id != "nccl.env")
-        .collect();
-    all.extend(p.plan.findings.iter().cloned());
-    all.retain(|f| f.severity >= Severity::Warning);
-    all
 }
 
 /// The report's settings and what toporun expects NCCL to do.
@@ -192,7 +180,7 @@ pub fn render(p: &Job, format: &str) -> Result<String> {
             let (report, expected) = nccl_lines(p);
             let doc = serde_json::json!({
                 "host": {"hostname": p.facts.container.hostname, "gpus": p.facts.gpus.count(), "links": p.facts.gpus.links, "product": p.facts.platform.product_name},
-                "findings": findings(p),
+                "findings": p.findings(),
                 "plan": p.plan.variables,
                 "nproc_per_node": p.nproc,
                 "nnodes": format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
@@ -208,7 +196,7 @@ pub fn render(p: &Job, format: &str) -> Result<String> {
         _ => {
             let style = Style::stdout();
             let mut out = host_summary(&p.facts);
-            let f = findings(p);
+            let f = p.findings();
             out.push_str(&format!("\nfindings ({}):\n", f.len()));
             out.push_str(&if f.is_empty() {
                 "  none at warning or error level\n".to_string()

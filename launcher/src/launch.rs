@@ -8,13 +8,57 @@ use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use toporun_agent::job::{self, Job};
 use toporun_agent::supervise::{self, Events};
 use toporun_shared::colocation;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
 use toporun_shared::torchrun::worker;
 use toporun_shared::torchrun::{resolve, LaunchOptions};
+
+/// Kubernetes' default terminationMessagePath.
+const TERMINATION_LOG: &str = "/dev/termination-log";
+/// `--preflight gate` found the host unfit: nothing was started.
+pub const EXIT_UNFIT: u8 = 3;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PreflightMode {
+    Off,
+    Warn,
+    Gate,
+}
+
+fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<PreflightMode> {
+    match m
+        .get_one::<String>("preflight")
+        .cloned()
+        .or_else(|| env.get("TOPORUN_PREFLIGHT").cloned())
+        .as_deref()
+    {
+        Some("off") => Ok(PreflightMode::Off),
+        None | Some("warn") => Ok(PreflightMode::Warn),
+        Some("gate") => Ok(PreflightMode::Gate),
+        Some(other) => bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+            "TOPORUN_PREFLIGHT={other}: expected off, warn or gate"
+        ))),
+    }
+}
+
+/// Writes a failure's root cause where Kubernetes shows it, when there is a place.
+fn termination_message(job: Option<&Job>, text: &str) {
+    let path = job
+        .and_then(|j| j.termination_log.clone())
+        .or_else(|| std::env::var_os("TOPORUN_TERMINATION_LOG").map(PathBuf::from))
+        .or_else(|| Some(PathBuf::from(TERMINATION_LOG)).filter(|p| p.exists()));
+    if let Some(path) = path {
+        if let Err(e) = supervise::write_termination_message(&path, text) {
+            eprintln!(
+                "toporun: cannot write the termination message {}: {e}",
+                path.display()
+            );
+        }
+    }
+}
 
 pub fn run(m: &ArgMatches) -> u8 {
     let rt = match tokio::runtime::Builder::new_current_thread()
@@ -35,6 +79,7 @@ pub fn run(m: &ArgMatches) -> u8 {
                 if let Ok(dest) = std::env::var("TORCHELASTIC_ERROR_FILE") {
                     let _ = supervise::record_error(Path::new(&dest), &format!("{e:#}"));
                 }
+                termination_message(None, &format!("toporun: error: {e:#}"));
                 crate::exit::report(&e)
             }
         }
@@ -136,7 +181,30 @@ fn prepare(
             "TOPORUN_NCCL_REPORT={other}: expected on or off"
         ))),
     };
+    let termination_log = m
+        .get_one::<String>("termination_log")
+        .cloned()
+        .or_else(|| parent_env.get("TOPORUN_TERMINATION_LOG").cloned())
+        .map(PathBuf::from)
+        .or_else(|| {
+            // The kubelet mounts it in every container; elsewhere there is none.
+            let k8s = Path::new(TERMINATION_LOG);
+            k8s.exists().then(|| k8s.to_path_buf())
+        });
+    let status_port = match m.get_one::<u16>("status_port") {
+        Some(p) => Some(*p),
+        None => match parent_env.get("TORCHELASTIC_HEALTH_CHECK_PORT") {
+            None => None,
+            Some(v) => Some(v.trim().parse::<u16>().map_err(|_| {
+                toporun_shared::torchrun::OptionsError::usage(format!(
+                    "TORCHELASTIC_HEALTH_CHECK_PORT={v}: expected a port number (0 to 65535)"
+                ))
+            })?),
+        },
+    };
     Ok(Job {
+        status_port,
+        termination_log,
         opts,
         facts,
         nproc,
@@ -177,13 +245,46 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     if !p.opts.no_python {
         eprintln!("toporun: python: {} ({})", p.python, p.python_why);
     }
-    for f in p
-        .plan
-        .findings
+    let mode = preflight_mode(m, &p.parent_env)?;
+    let findings = match mode {
+        PreflightMode::Off => Vec::new(),
+        _ => p.findings(),
+    };
+    for f in &findings {
+        eprintln!(
+            "toporun: {}: {} [{}]{}",
+            f.severity,
+            f.summary,
+            f.id,
+            f.remedy
+                .as_ref()
+                .map(|r| format!(". Fix: {r}"))
+                .unwrap_or_default()
+        );
+    }
+    let errors: Vec<_> = findings
         .iter()
-        .filter(|f| f.severity >= toporun_shared::finding::Severity::Warning)
-    {
-        eprintln!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
+        .filter(|f| f.severity == toporun_shared::finding::Severity::Error)
+        .collect();
+    if mode == PreflightMode::Gate && !errors.is_empty() {
+        let mut why = format!(
+            "toporun: --preflight gate: this host cannot run the job ({} error(s)); no rank was started\n",
+            errors.len()
+        );
+        for f in &errors {
+            why.push_str(&format!(
+                "- {} [{}]{}\n",
+                f.summary,
+                f.id,
+                f.remedy
+                    .as_ref()
+                    .map(|r| format!(". Fix: {r}"))
+                    .unwrap_or_default()
+            ));
+        }
+        eprint!("{why}");
+        termination_message(Some(&p), &why);
+        return Ok(EXIT_UNFIT);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
     if p.nproc > 1 && !p.parent_env.contains_key("OMP_NUM_THREADS") {

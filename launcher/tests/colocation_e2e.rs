@@ -54,14 +54,6 @@ impl Drop for Netns {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Runs node 0 here and node 1 through `wrap` (namespaces); returns both outputs.
 fn two_nodes(master: &str, wrap: &[&str], mode: &str) -> [(i32, String); 2] {
     let port = free_port();

@@ -12,17 +12,6 @@ use support::*;
 
 const LINES: u64 = 2 << 20; // 2 Mi lines of 1 KiB: 2 GiB
 
-fn rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb / 1024)
-}
-
 fn files_named(dir: &std::path::Path, name: &str, out: &mut Vec<std::path::PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap().flatten() {
         let p = e.path();

@@ -9,14 +9,6 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use support::*;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// An address of this machine that is not loopback (None in a sandbox without one).
 fn outside_address() -> Option<std::net::IpAddr> {
     let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
@@ -77,20 +69,7 @@ fn run_directories_are_private_and_ranks_keep_their_open_file_limit() {
     .args(["--no-python", "sh", "-c", "ulimit -Sn"])
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
-    {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: setrlimit is async-signal-safe.
-        unsafe {
-            c.pre_exec(|| {
-                nix::sys::resource::setrlimit(
-                    nix::sys::resource::Resource::RLIMIT_NOFILE,
-                    1024,
-                    8192,
-                )
-                .map_err(std::io::Error::from)
-            });
-        }
-    }
+    with_nofile(&mut c, 1024, 8192);
     let out = c.output().unwrap();
     assert!(
         out.status.success(),

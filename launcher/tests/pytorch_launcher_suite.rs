@@ -64,14 +64,6 @@ struct Run {
     dir: tempfile::TempDir,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn uuid() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/uuid")
         .unwrap()
@@ -90,7 +82,7 @@ fn script(name: &str) -> String {
 /// `{dir}`, `{port}` and `{id}` in the arguments become a fresh directory, a free port
 /// and a run id.
 fn start(bin: &Path, args: &[&str], env: &[(&str, &str)], dir: &Path) -> std::process::Child {
-    let (port, id) = (free_port().to_string(), uuid());
+    let (port, id) = (support::free_port().to_string(), uuid());
     let args: Vec<String> = args
         .iter()
         .map(|a| {
@@ -409,7 +401,7 @@ fn launch_elastic_multiple_agents() {
     );
     let a: Vec<&str> = a.into_iter().chain(["--touch-file-dir={dir}"]).collect();
     // Both agents must meet at one endpoint of one run: fix the port and id for the pair.
-    let (port, id) = (free_port().to_string(), uuid());
+    let (port, id) = (support::free_port().to_string(), uuid());
     let a: Vec<String> = a
         .iter()
         .map(|x| x.replace("{port}", &port).replace("{id}", &id))
@@ -474,7 +466,7 @@ fn logs_specs_entrypoint_must_be_defined() {
 #[test]
 fn init_method_tcp_and_env_with_torchelastic() {
     let s = script(PY);
-    let port = free_port().to_string();
+    let port = support::free_port().to_string();
     let master = format!("--master-port={port}");
     let tcp = format!("--init-method=tcp://localhost:{port}");
     for init in [tcp.as_str(), "--init-method=env://"] {

@@ -12,14 +12,6 @@ use std::time::{Duration, Instant};
 use support::*;
 use toporun_agent::store::StoreClient;
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One static node of `nnodes` running `sh -c script` as its single rank.
 fn node(nnodes: u32, rank: u32, port: u16, conf: &str, script: &str) -> Command {
     let mut c = toporun();

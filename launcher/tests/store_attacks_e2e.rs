@@ -15,14 +15,6 @@ use std::time::{Duration, Instant};
 use support::*;
 use toporun_shared::store::codec::{encode_request, Request, VALIDATION_MAGIC};
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A one-rank job (`sleep`) whose store listens on `port`; started with the open-file
 /// limit the caller gives (a container's default of 1024, say).
 fn job(port: u16, nofile: Option<u64>) -> Child {
@@ -40,14 +32,7 @@ fn job(port: u16, nofile: Option<u64>) -> Child {
     .stdout(Stdio::null())
     .stderr(Stdio::null());
     if let Some(n) = nofile {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: setrlimit is async-signal-safe.
-        unsafe {
-            c.pre_exec(move || {
-                nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, n, 20000)
-                    .map_err(std::io::Error::from)
-            });
-        }
+        with_nofile(&mut c, n, 20000);
     }
     let child = c.spawn().unwrap();
     let t = Instant::now();
@@ -64,17 +49,6 @@ fn job(port: u16, nofile: Option<u64>) -> Child {
 fn stop(mut child: Child) {
     sigterm(&child);
     let _ = child.wait();
-}
-
-fn rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb / 1024)
 }
 
 fn alive(child: &mut Child) -> bool {

@@ -8,7 +8,8 @@ use super::ranks::rank_commands;
 use super::run_dir::RunDir;
 use super::session::{random_id, Session};
 use super::spec::Job;
-use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome};
+use crate::status::JobStatus;
+use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,8 +48,33 @@ fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
         .map_err(|e| JobError::failed("TORCHELASTIC_ENABLE_FILE_TIMER=1", e))
 }
 
+/// The status endpoint, when asked for: never a reason for the job to fail (a port
+/// already taken is said, and the job runs without it).
+fn status_endpoint(p: &Job) -> JobStatus {
+    let status = JobStatus::new("", p.nproc);
+    let mut by_severity = std::collections::BTreeMap::new();
+    for f in p.findings() {
+        *by_severity.entry(f.severity.to_string()).or_insert(0) += 1;
+    }
+    status.update(|s| {
+        s.findings_by_severity = by_severity;
+        s.nodes_expected = p.opts.nnodes_max;
+    });
+    if let Some(port) = p.status_port {
+        match crate::status::serve(port, status.clone()) {
+            Ok(addr) => eprintln!(
+                "toporun: status endpoint on port {}: /healthz /readyz /metrics /status",
+                addr.port()
+            ),
+            Err(e) => eprintln!("toporun: warning: no status endpoint: cannot listen on port {port} ({e}); the job runs without it"),
+        }
+    }
+    status
+}
+
 /// Runs the job to its end on this node; the exit code torchrun would give.
 pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
+    let status = status_endpoint(p);
     let mut timer = file_timer(p)?;
     let timer_file: Option<String> = timer
         .as_ref()
@@ -59,8 +85,27 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         eprintln!("toporun: received a signal while connecting to the rendezvous; exiting");
         return Ok(1);
     };
+    // The supervisor's heartbeat (this runtime turns) and the store's counters.
+    let beat = {
+        let (status, store) = (status.clone(), session.store());
+        tokio::spawn(async move {
+            loop {
+                status.beat();
+                if let Some(s) = &store {
+                    let (c, o) = (s.connections(), s.ops());
+                    status.update(|x| {
+                        x.store_connections = c;
+                        x.store_operations = o;
+                    });
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        })
+    };
+    let _stop_beat = AbortOnDrop(beat);
     let mut run_dir: Option<RunDir> = None;
     for round in 0..=p.opts.max_restarts {
+        status.round(round);
         let Some(node) = session.join(p, round, events).await? else {
             eprintln!("toporun: received a signal during the rendezvous; exiting");
             return Ok(1);
@@ -69,6 +114,8 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
             eprintln!("toporun: received {sig} before the ranks started; exiting");
             return Ok(1);
         }
+        status.update(|x| x.run_id = node.run_id.clone());
+        status.placed(node.node_rank, node.nnodes);
         let dir = match &run_dir {
             Some(d) => d.path.clone(),
             None => run_dir
@@ -136,7 +183,15 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 r = timer_expired => r,
             }
         };
-        let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop)
+        let on_rank = |e: RankEvent| match e {
+            RankEvent::Started {
+                local_rank,
+                rank,
+                pid,
+            } => status.rank_started(local_rank, rank, pid),
+            RankEvent::Exited { pid, code } => status.rank_exited(pid, code),
+        };
+        let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop, &on_rank)
             .await
             .map_err(|e| JobError::failed("supervising the ranks", e))?;
         if let Some(e) = timer.as_mut().and_then(|t| t.fired.take()) {
@@ -223,11 +278,20 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                     f.rank
                 );
                 session.stop_all(round, &reason).await;
+                status.update(|x| x.last_failure = Some(reason.clone()));
                 if !restart_left {
                     // torch prints socket.getfqdn() there.
                     let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
                     let summary = failure_summary(&p.opts.entrypoint, &host, &failures);
                     eprint!("{summary}");
+                    if let Some(path) = &p.termination_log {
+                        if let Err(e) = supervise::write_termination_message(path, &summary) {
+                            eprintln!(
+                                "toporun: cannot write the termination message {}: {e}",
+                                path.display()
+                            );
+                        }
+                    }
                     if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
                         if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
                             eprintln!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
@@ -257,4 +321,13 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     Err(JobError::Failed(
         "the restart loop ended without an outcome".into(),
     ))
+}
+
+/// Aborts a background task when the job ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

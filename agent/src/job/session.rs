@@ -381,6 +381,11 @@ impl Session {
         }))
     }
 
+    /// This node's store, when it hosts one (for its counters).
+    pub fn store(&self) -> Option<StoreServer> {
+        self.server.clone()
+    }
+
     /// Where this node publishes its NCCL digest (multi-node jobs only).
     pub fn report_store(&self, round: u32, node: &NodePlace) -> Option<ReportStore> {
         let m = self.multi.as_ref()?;

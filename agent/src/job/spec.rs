@@ -3,10 +3,12 @@
 //! GPU, CPUs and environment, shared by the dry run and the launch.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use toporun_shared::colocation;
 use toporun_shared::facts::{Gpu, HostFacts};
+use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::plan::Plan;
+use toporun_shared::preflight::PreflightOptions;
 use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
 use toporun_shared::torchrun::{LaunchOptions, OptionsError};
 
@@ -26,6 +28,10 @@ pub struct Job {
     pub colocated: colocation::Mode,
     /// `--nccl-report on|off`.
     pub nccl_report: bool,
+    /// Where the root cause of a failure goes for Kubernetes (termination message).
+    pub termination_log: Option<PathBuf>,
+    /// The status endpoint's port (`--status-port`, TORCHELASTIC_HEALTH_CHECK_PORT).
+    pub status_port: Option<u16>,
 }
 
 /// This node's place once the rendezvous closed.
@@ -50,6 +56,19 @@ impl Job {
                 .find(|v| v.name == name)
                 .and_then(|v| v.value.clone())
         })
+    }
+
+    /// What is wrong with the host for this launch (warnings and errors): preflight's
+    /// checks and the plan's findings on the user's settings.
+    pub fn findings(&self) -> Vec<Finding> {
+        let mut all: Vec<Finding> =
+            toporun_shared::preflight::run(&self.facts, &PreflightOptions::default())
+                .into_iter()
+                .filter(|f| f.id != "nccl.env")
+                .collect();
+        all.extend(self.plan.findings.iter().cloned());
+        all.retain(|f| f.severity >= Severity::Warning);
+        all
     }
 
     /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the

@@ -12,7 +12,8 @@ pub use events::{Event, Events};
 pub use logs::{drain, line_prefix, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{
-    dump_error_file, failure_summary, record_error, root_cause, Failure, WorkerError,
+    dump_error_file, failure_summary, record_error, root_cause, write_termination_message, Failure,
+    WorkerError, TERMINATION_MESSAGE_MAX,
 };
 
 use nix::sys::signal::{killpg, Signal};
@@ -47,6 +48,18 @@ struct Running {
     at: Option<SystemTime>,
 }
 
+/// What happens to a rank, as it happens (for the status endpoint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankEvent {
+    Started {
+        local_rank: u32,
+        rank: u32,
+        pid: i32,
+    },
+    /// The exit code, or minus the signal that killed it (as Python's returncode).
+    Exited { pid: i32, code: i32 },
+}
+
 /// Runs one attempt of all local ranks until they all succeed, one fails (the others
 /// are stopped), or a handled signal arrives (forwarded, then the ranks are stopped).
 pub async fn run_attempt(
@@ -54,8 +67,9 @@ pub async fn run_attempt(
     events: &mut Events,
     shutdown_timeout: Duration,
     stop_request: impl std::future::Future<Output = String>,
+    on_rank: &dyn Fn(RankEvent),
 ) -> std::io::Result<Outcome> {
-    let outcome = attempt(cmds, events, shutdown_timeout, stop_request).await;
+    let outcome = attempt(cmds, events, shutdown_timeout, stop_request, on_rank).await;
     // Every line the ranks wrote reaches the console before anything else is said.
     drain(Duration::from_secs(2));
     outcome
@@ -66,19 +80,34 @@ async fn attempt(
     events: &mut Events,
     shutdown_timeout: Duration,
     stop_request: impl std::future::Future<Output = String>,
+    on_rank: &dyn Fn(RankEvent),
 ) -> std::io::Result<Outcome> {
     let mut stop_request = std::pin::pin!(stop_request);
     let mut ranks: Vec<Running> = Vec::with_capacity(cmds.len());
     for cmd in cmds {
         match cmd.spawn() {
-            Ok(pid) => ranks.push(Running {
-                cmd,
-                pid,
-                exit: None,
-                at: None,
-            }),
+            Ok(pid) => {
+                on_rank(RankEvent::Started {
+                    local_rank: cmd.local_rank,
+                    rank: cmd.rank,
+                    pid: pid.as_raw(),
+                });
+                ranks.push(Running {
+                    cmd,
+                    pid,
+                    exit: None,
+                    at: None,
+                })
+            }
             Err(e) => {
-                stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+                stop(
+                    &mut ranks,
+                    events,
+                    Signal::SIGTERM,
+                    shutdown_timeout,
+                    on_rank,
+                )
+                .await;
                 let hint = if e.kind() == std::io::ErrorKind::NotFound {
                     "; check the path, or put python3 on PATH / set PYTHON_EXEC to the interpreter (for --no-python, give the program's path)"
                 } else {
@@ -96,9 +125,16 @@ async fn attempt(
         }
     }
     loop {
-        reap(&mut ranks);
+        reap(&mut ranks, on_rank);
         if ranks.iter().any(|r| failed(r.exit)) {
-            stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+            stop(
+                &mut ranks,
+                events,
+                Signal::SIGTERM,
+                shutdown_timeout,
+                on_rank,
+            )
+            .await;
             let failures = ranks
                 .iter()
                 .filter(|r| failed(r.exit))
@@ -114,7 +150,7 @@ async fn attempt(
             ev = events.next() => ev,
             reason = &mut stop_request => {
                 tracing::warn!("stopping the ranks: {reason}");
-                stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout).await;
+                stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout, on_rank).await;
                 return Ok(Outcome::Stopped(reason));
             }
         };
@@ -126,7 +162,7 @@ async fn attempt(
                     ranks.iter().filter(|r| r.exit.is_none()).count(),
                     shutdown_timeout
                 );
-                stop(&mut ranks, events, sig, shutdown_timeout).await;
+                stop(&mut ranks, events, sig, shutdown_timeout, on_rank).await;
                 return Ok(Outcome::Interrupted(sig));
             }
         }
@@ -151,7 +187,7 @@ fn to_failure(r: &Running) -> Failure {
 }
 
 /// Collects every exited child: our ranks' statuses, and orphans (just reaped).
-fn reap(ranks: &mut [Running]) {
+fn reap(ranks: &mut [Running], on_rank: &dyn Fn(RankEvent)) {
     loop {
         match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::StillAlive) | Err(_) => return,
@@ -159,6 +195,15 @@ fn reap(ranks: &mut [Running]) {
                 if let Some(r) = ranks.iter_mut().find(|r| r.pid == pid) {
                     r.exit = Some(status);
                     r.at = Some(SystemTime::now());
+                    let code = match status {
+                        WaitStatus::Exited(_, c) => c,
+                        WaitStatus::Signaled(_, sig, _) => -(sig as i32),
+                        _ => 0,
+                    };
+                    on_rank(RankEvent::Exited {
+                        pid: pid.as_raw(),
+                        code,
+                    });
                 }
             }
             Ok(_) => {}
@@ -175,13 +220,19 @@ fn kill_groups(ranks: &[Running], sig: Signal) {
 
 /// Sends `sig` to every live rank's group, waits up to `timeout`, then SIGKILLs them
 /// and whatever is left in their groups.
-async fn stop(ranks: &mut [Running], events: &mut Events, sig: Signal, timeout: Duration) {
+async fn stop(
+    ranks: &mut [Running],
+    events: &mut Events,
+    sig: Signal,
+    timeout: Duration,
+    on_rank: &dyn Fn(RankEvent),
+) {
     for r in ranks.iter().filter(|r| r.exit.is_none()) {
         let _ = killpg(r.pid, sig);
     }
     let deadline = Instant::now() + timeout;
     loop {
-        reap(ranks);
+        reap(ranks, on_rank);
         if ranks.iter().all(|r| r.exit.is_some()) {
             break;
         }
@@ -199,7 +250,7 @@ async fn stop(ranks: &mut [Running], events: &mut Events, sig: Signal, timeout: 
             kill_groups(ranks, Signal::SIGKILL);
             while ranks.iter().any(|r| r.exit.is_none()) {
                 let _ = tokio::time::timeout(Duration::from_millis(100), events.next_child()).await;
-                reap(ranks);
+                reap(ranks, on_rank);
             }
             break;
         }

@@ -4,7 +4,7 @@
 use super::spawn::RankCmd;
 use nix::sys::wait::WaitStatus;
 use serde::Deserialize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 #[derive(Debug, Clone)]
@@ -248,6 +248,20 @@ pub fn failure_summary(entrypoint: &str, host: &str, failures: &[Failure]) -> St
         other_texts.join("\n")
     };
     format!("{rule}\n{title}\n{thin}\nFailures:\n{others}\n{thin}\nRoot Cause (first observed failure):\n{root_text}\n{rule}\n")
+}
+
+/// The kubelet reads at most this much of a termination message.
+pub const TERMINATION_MESSAGE_MAX: usize = 4096;
+
+/// Writes the root cause where Kubernetes shows it (the container's termination
+/// message): at most 4096 bytes, cut at a character boundary, the end kept when cut
+/// (the root cause block comes last).
+pub fn write_termination_message(path: &Path, text: &str) -> std::io::Result<()> {
+    let mut start = text.len().saturating_sub(TERMINATION_MESSAGE_MAX);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    std::fs::write(path, &text[start..])
 }
 
 #[cfg(test)]

@@ -1,0 +1,157 @@
+//! `/metrics`: the job's state in the OpenMetrics text format (prometheus-client).
+
+use super::state::{RankState, Snapshot};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+type Labels = Vec<(String, String)>;
+
+fn gauge(r: &mut Registry, name: &str, help: &str, v: i64) {
+    let g: Gauge = Gauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+fn seconds(r: &mut Registry, name: &str, help: &str, v: f64) {
+    let g: Gauge<f64, AtomicU64> = Gauge::default();
+    g.set(v);
+    r.register(name, help, g);
+}
+
+fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
+    let c: Counter = Counter::default();
+    c.inc_by(v);
+    r.register(name, help, c);
+}
+
+/// The snapshot as OpenMetrics text.
+pub fn render(s: &Snapshot) -> String {
+    let mut r = Registry::default();
+    let ranks: Family<Labels, Gauge> = Family::default();
+    for state in ["running", "exited"] {
+        let n = s
+            .ranks
+            .iter()
+            .filter(|x| (x.state == RankState::Running) == (state == "running"))
+            .count();
+        ranks
+            .get_or_create(&vec![("state".into(), state.into())])
+            .set(n as i64);
+    }
+    r.register(
+        "toporun_ranks",
+        "Local ranks of the current attempt, by state",
+        ranks,
+    );
+    let exits: Family<Labels, Counter> = Family::default();
+    for (code, n) in &s.exits_by_code {
+        exits
+            .get_or_create(&vec![("code".into(), code.to_string())])
+            .inc_by(*n);
+    }
+    r.register(
+        "toporun_rank_exits",
+        "Local rank exits since the start, by exit code (negative: killed by that signal)",
+        exits,
+    );
+    counter(
+        &mut r,
+        "toporun_restarts",
+        "Restarts of this node's ranks",
+        u64::from(s.restarts),
+    );
+    gauge(
+        &mut r,
+        "toporun_rendezvous_round",
+        "The current rendezvous round (-1 before the first)",
+        s.round.map_or(-1, i64::from),
+    );
+    gauge(
+        &mut r,
+        "toporun_nodes_joined",
+        "Nodes in the last closed round",
+        i64::from(s.nodes_joined),
+    );
+    gauge(
+        &mut r,
+        "toporun_nodes_expected",
+        "Nodes the job asks for (--nnodes, max)",
+        i64::from(s.nodes_expected),
+    );
+    gauge(
+        &mut r,
+        "toporun_ready",
+        "1 when the rendezvous is complete and every local rank runs",
+        i64::from(s.ready()),
+    );
+    counter(
+        &mut r,
+        "toporun_store_connections",
+        "Connections accepted by this node's store",
+        s.store_connections,
+    );
+    counter(
+        &mut r,
+        "toporun_store_operations",
+        "Operations served by this node's store",
+        s.store_operations,
+    );
+    let findings: Family<Labels, Gauge> = Family::default();
+    for sev in ["warning", "error"] {
+        findings
+            .get_or_create(&vec![("severity".into(), sev.into())])
+            .set(s.findings_by_severity.get(sev).copied().unwrap_or(0) as i64);
+    }
+    r.register(
+        "toporun_preflight_findings",
+        "The host's preflight findings, by severity",
+        findings,
+    );
+    seconds(
+        &mut r,
+        "toporun_uptime_seconds",
+        "Seconds since toporun started",
+        s.started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+    );
+    seconds(
+        &mut r,
+        "toporun_seconds_since_restart",
+        "Seconds since the last restart (since the start when there was none)",
+        s.last_restart
+            .or(s.started)
+            .map_or(0.0, |t| t.elapsed().as_secs_f64()),
+    );
+    let mut out = String::new();
+    if encode(&mut out, &r).is_err() {
+        out = "# encoding the metrics failed\n# EOF\n".into();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::state::JobStatus;
+
+    #[test]
+    fn exits_and_restarts_show() {
+        let s = JobStatus::new("job", 1);
+        s.round(0);
+        s.placed(0, 1);
+        s.rank_started(0, 0, 7);
+        s.rank_exited(7, 3);
+        s.round(1);
+        let text = render(&s.snapshot());
+        assert!(
+            text.contains("toporun_rank_exits_total{code=\"3\"} 1"),
+            "{text}"
+        );
+        assert!(text.contains("toporun_restarts_total 1"), "{text}");
+        assert!(text.contains("toporun_rendezvous_round 1"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+}
