@@ -5,8 +5,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// The binary under test: this build's, or another one (`TOPORUN_BIN`: the portable
+/// release binary, the one inside the image).
 pub fn toporun() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_toporun"));
+    let bin = std::env::var("TOPORUN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_toporun").into());
+    let mut c = Command::new(bin);
     c.env_remove("NO_COLOR");
     for (k, _) in std::env::vars() {
         if k.starts_with("PET_")

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Builds the FROM-scratch image holding the portable binary (scripts/build-release.sh)
+# with buildah (Debian's package; vfs storage needs no privileges), then exports it to
+# an OCI archive. Usage: scripts/build-image.sh [TAG] [OUT]   (default toporun:dev, dist)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TAG=${1:-toporun:dev}
+OUT=${2:-dist}
+[ -x "$OUT/toporun-x86_64-linux-gnu" ] || scripts/build-release.sh "$OUT"
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+mkdir -p "$STAGE/toporun/bin"
+cp "$OUT/toporun-x86_64-linux-gnu" "$STAGE/toporun/bin/toporun"
+ln -s toporun "$STAGE/toporun/bin/torchrun"
+B="buildah --storage-driver vfs"
+$B bud --isolation chroot -f container/Containerfile.scratch -t "$TAG" "$STAGE" >&2
+rm -f "$OUT/toporun-image.tar"
+$B push "$TAG" "oci-archive:$OUT/toporun-image.tar" >&2
+echo "$OUT/toporun-image.tar"
