@@ -3,6 +3,7 @@
 
 pub mod job;
 pub mod nccl_watch;
+mod own_thread;
 pub mod paths;
 pub mod probe;
 pub mod rendezvous;

@@ -250,16 +250,19 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         PreflightMode::Off => Vec::new(),
         _ => p.findings(),
     };
+    let fix = |f: &toporun_shared::finding::Finding| {
+        f.remedy
+            .as_ref()
+            .map(|r| format!(". Fix: {r}"))
+            .unwrap_or_default()
+    };
     for f in &findings {
         eprintln!(
             "toporun: {}: {} [{}]{}",
             f.severity,
             f.summary,
             f.id,
-            f.remedy
-                .as_ref()
-                .map(|r| format!(". Fix: {r}"))
-                .unwrap_or_default()
+            fix(f)
         );
     }
     let errors: Vec<_> = findings
@@ -272,15 +275,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             errors.len()
         );
         for f in &errors {
-            why.push_str(&format!(
-                "- {} [{}]{}\n",
-                f.summary,
-                f.id,
-                f.remedy
-                    .as_ref()
-                    .map(|r| format!(". Fix: {r}"))
-                    .unwrap_or_default()
-            ));
+            why.push_str(&format!("- {} [{}]{}\n", f.summary, f.id, fix(f)));
         }
         eprint!("{why}");
         termination_message(Some(&p), &why);

@@ -67,41 +67,26 @@ async fn status_json(State(s): State<JobStatus>) -> impl IntoResponse {
 /// Serves on every interface at `port` (dual-stack, as the kubelet probes the pod IP);
 /// returns once bound, or the reason it could not bind.
 pub fn serve(port: u16, status: JobStatus) -> std::io::Result<SocketAddr> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("toporun-status".into())
-        .spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => return drop(tx.send(Err(e))),
-            };
-            rt.block_on(async move {
-                let bound = match tokio::net::TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)).await
-                {
-                    Ok(l) => Ok(l),
-                    Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", port)).await,
-                };
-                let listener = match bound.and_then(|l| Ok((l.local_addr()?, l))) {
-                    Ok((addr, l)) => {
-                        let _ = tx.send(Ok(addr));
-                        l
-                    }
-                    Err(e) => return drop(tx.send(Err(e))),
-                };
-                let app = Router::new()
-                    .route("/healthz", get(healthz))
-                    .route("/readyz", get(readyz))
-                    .route("/metrics", get(metrics_text))
-                    .route("/status", get(status_json))
-                    .with_state(status);
-                if let Err(e) = axum::serve(listener, app).await {
-                    tracing::warn!("status endpoint stopped: {e}");
-                }
-            })
-        })?;
-    rx.recv()
-        .map_err(|_| std::io::Error::other("the status thread ended before binding"))?
+    crate::own_thread::serve("toporun-status", move |bound| async move {
+        let listener = match tokio::net::TcpListener::bind((Ipv6Addr::UNSPECIFIED, port)).await {
+            Ok(l) => Ok(l),
+            Err(_) => tokio::net::TcpListener::bind(("0.0.0.0", port)).await,
+        };
+        let listener = match listener.and_then(|l| Ok((l.local_addr()?, l))) {
+            Ok((addr, l)) => {
+                bound(Ok(addr));
+                l
+            }
+            Err(e) => return bound(Err(e)),
+        };
+        let app = Router::new()
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .route("/metrics", get(metrics_text))
+            .route("/status", get(status_json))
+            .with_state(status);
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!("status endpoint stopped: {e}");
+        }
+    })
 }

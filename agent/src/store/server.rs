@@ -99,49 +99,31 @@ impl StoreServer {
     }
 
     pub fn bind_on(port: u16, reach: Reach) -> std::io::Result<StoreServer> {
-        // The runtime is made, used and dropped on the store's own thread (a runtime
-        // may not be dropped inside the caller's async context); the bind's outcome
-        // comes back before this returns.
         let inner: Arc<Mutex<Inner>> = Arc::default();
         let connections: Arc<AtomicU64> = Arc::default();
-        let (tx, rx) = std::sync::mpsc::channel();
         let (i, c) = (inner.clone(), connections.clone());
-        std::thread::Builder::new()
-            .name("toporun-store".into())
-            .spawn(move || {
-                let rt = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(rt) => rt,
-                    Err(e) => return drop(tx.send(Err(e))),
-                };
-                rt.block_on(async move {
-                    let (addr, listeners) =
-                        match listen(port, reach).and_then(|l| Ok((l[0].local_addr()?, l))) {
-                            Ok((addr, l)) => {
-                                let _ = tx.send(Ok(addr));
-                                (addr, l)
-                            }
-                            Err(e) => return drop(tx.send(Err(e))),
-                        };
-                    let server = StoreServer {
-                        addr,
-                        inner: i,
-                        connections: c,
-                    };
-                    let loops: Vec<_> = listeners
-                        .into_iter()
-                        .map(|l| tokio::spawn(server.clone().accept_loop(l)))
-                        .collect();
-                    for l in loops {
-                        let _ = l.await;
+        let addr = crate::own_thread::serve("toporun-store", move |bound| async move {
+            let (addr, listeners) =
+                match listen(port, reach).and_then(|l| Ok((l[0].local_addr()?, l))) {
+                    Ok((addr, l)) => {
+                        bound(Ok(addr));
+                        (addr, l)
                     }
-                })
-            })?;
-        let addr = rx
-            .recv()
-            .map_err(|_| std::io::Error::other("the store thread ended before binding"))??;
+                    Err(e) => return bound(Err(e)),
+                };
+            let server = StoreServer {
+                addr,
+                inner: i,
+                connections: c,
+            };
+            let loops: Vec<_> = listeners
+                .into_iter()
+                .map(|l| tokio::spawn(server.clone().accept_loop(l)))
+                .collect();
+            for l in loops {
+                let _ = l.await;
+            }
+        })?;
         Ok(StoreServer {
             addr,
             inner,
