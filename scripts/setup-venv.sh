@@ -9,8 +9,9 @@ if ! "$VENV/bin/python" -c "import torch, numpy" >/dev/null 2>&1; then
   "$VENV/bin/pip" install -q --disable-pip-version-check torch numpy >&2
 fi
 # The status endpoint's tests parse /metrics with Prometheus' own Python parser; the
-# manifests' tests validate them with Kubernetes' own schemas.
-if ! "$VENV/bin/python" -c "import prometheus_client, kubernetes_validate" >/dev/null 2>&1; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check prometheus_client kubernetes-validate >&2
+# manifests' tests validate them with Kubernetes' own schemas and the Kubeflow Trainer's
+# API models.
+if ! "$VENV/bin/python" -c "import prometheus_client, kubernetes_validate, kubeflow_trainer_api" >/dev/null 2>&1; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check prometheus_client kubernetes-validate kubeflow-trainer-api >&2
 fi
 echo "$VENV/bin/python"

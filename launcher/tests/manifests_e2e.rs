@@ -1,7 +1,7 @@
 //! The manifests in container/k8s: each validates against Kubernetes' own schema
 //! (kubernetes-validate, strict: an unknown field fails), and each toporun/torchrun
 //! command line in them parses with toporun's own parser (a misspelled flag fails).
-//! CRD kinds without a schema here (TrainJob) get the command check only.
+//! TrainJobs are checked with the Kubeflow Trainer's API models (kubeflow-trainer-api).
 
 mod support;
 
@@ -68,6 +68,8 @@ fn a_wrong_field_or_a_misspelled_flag_fails() {
     // (`--nproc-per-nod` would pass: argparse, and so toporun, accepts a unique prefix.)
     for (from, to, says) in [
         ("restartPolicy:", "restartPolicyy:", "restartPolicyy"),
+        ("numNodes:", "numNodez:", "numNodez"),
+        ("numProcPerNode: 8", "numProcPerNode: gpu", "numProcPerNode"),
         ("\"--expect-gpus\"", "\"--expect-gpuz\"", "--expect-gpuz"),
         (
             "\"train.py\"",
