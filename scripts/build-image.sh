@@ -6,6 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TAG=${1:-toporun:dev}
 OUT=${2:-dist}
+if ! command -v buildah >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "build-image: installing buildah (Debian package)" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q buildah >&2
+  else
+    echo "build-image: buildah is missing: install it (apt-get install buildah, dnf install buildah) and run this again" >&2
+    exit 1
+  fi
+fi
 [ -x "$OUT/toporun-x86_64-linux-gnu" ] || scripts/build-release.sh "$OUT"
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT

@@ -37,12 +37,15 @@ build() { # rust target triple, arch name
 }
 
 build x86_64-unknown-linux-gnu x86_64
-# Grace Hopper / Grace Blackwell nodes: needs the Rust standard library for aarch64
-# (`rustup target add aarch64-unknown-linux-gnu`, from static.rust-lang.org).
+# Grace Hopper / Grace Blackwell nodes: needs the Rust standard library for aarch64,
+# which rustup fetches from static.rust-lang.org.
+if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+  rustup target add aarch64-unknown-linux-gnu >&2 || true
+fi
 if rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
   build aarch64-unknown-linux-gnu aarch64
 else
-  echo "build-release: aarch64 skipped: the aarch64-unknown-linux-gnu standard library is not installed (rustup target add aarch64-unknown-linux-gnu, then run this again)" >&2
+  echo "build-release: aarch64 skipped: rustup could not install the aarch64-unknown-linux-gnu standard library (static.rust-lang.org unreachable?)" >&2
 fi
 (cd "$OUT" && sha256sum toporun-*-linux-gnu > SHA256SUMS)
 cat "$OUT/SHA256SUMS"

@@ -87,3 +87,11 @@ impl Root {
         names
     }
 }
+
+/// A fresh random id (the kernel's UUID generator), unique to this process and call;
+/// the pid where /proc is not readable.
+pub fn random_id() -> String {
+    Root::live()
+        .read(PROC_RANDOM_UUID)
+        .unwrap_or_else(|| format!("{:x}", std::process::id()))
+}

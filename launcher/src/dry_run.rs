@@ -115,12 +115,7 @@ fn shell_quote(v: &str) -> String {
 /// a command from a variable: names are shell identifiers, and `env` values (which
 /// that format cannot quote) hold no line break or NUL. Refused, not rewritten.
 fn check_sourceable(name: &str, value: Option<&str>, format: &str) -> Result<()> {
-    let ident = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if !ident {
+    if !toporun_shared::untrusted::valid_name(name) {
         anyhow::bail!(toporun_shared::torchrun::OptionsError::usage(format!(
             "--format {format}: the variable name {name:?} is not a shell identifier; unset it or use --format json"
         )));

@@ -15,7 +15,7 @@ pub fn report(err: &anyhow::Error) -> u8 {
     if err.downcast_ref::<facts_source::CannotRun>().is_some()
         || err
             .downcast_ref::<toporun_shared::torchrun::OptionsError>()
-            .is_some_and(|e| e.usage)
+            .is_some_and(|e| e.exit_code() == 2)
         || err
             .downcast_ref::<toporun_agent::job::JobError>()
             .is_some_and(|e| e.exit_code() == 2)

@@ -28,28 +28,68 @@ enum PreflightMode {
     Gate,
 }
 
-fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<PreflightMode> {
-    match m
-        .get_one::<String>("preflight")
+/// A toporun option from the command line, else its environment variable (so a
+/// manifest can set it without touching the job's command).
+fn option_or_env(
+    m: &ArgMatches,
+    id: &str,
+    var: &str,
+    env: &BTreeMap<String, String>,
+) -> Option<String> {
+    m.get_one::<String>(id)
         .cloned()
-        .or_else(|| env.get("TOPORUN_PREFLIGHT").cloned())
-        .as_deref()
-    {
-        Some("off") => Ok(PreflightMode::Off),
-        None | Some("warn") => Ok(PreflightMode::Warn),
-        Some("gate") => Ok(PreflightMode::Gate),
-        Some(other) => bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "TOPORUN_PREFLIGHT={other}: expected off, warn or gate"
-        ))),
+        .or_else(|| env.get(var).cloned())
+}
+
+/// One of `choices` for a toporun option (the first is the default).
+fn choice<'a>(
+    m: &ArgMatches,
+    id: &str,
+    var: &str,
+    env: &BTreeMap<String, String>,
+    choices: &[&'a str],
+) -> Result<&'a str> {
+    match option_or_env(m, id, var, env) {
+        None => Ok(choices[0]),
+        Some(v) => match choices.iter().find(|c| **c == v) {
+            Some(c) => Ok(c),
+            None => bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+                "{var}={v}: expected {}",
+                choices.join(", ")
+            ))),
+        },
     }
 }
 
+fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<PreflightMode> {
+    Ok(
+        match choice(
+            m,
+            "preflight",
+            "TOPORUN_PREFLIGHT",
+            env,
+            &["warn", "off", "gate"],
+        )? {
+            "off" => PreflightMode::Off,
+            "gate" => PreflightMode::Gate,
+            _ => PreflightMode::Warn,
+        },
+    )
+}
+
+/// Where the root cause of a failure goes: `--termination-log`, else
+/// TOPORUN_TERMINATION_LOG, else the kubelet's file when it mounted one.
+fn termination_log(m: &ArgMatches, env: &BTreeMap<String, String>) -> Option<PathBuf> {
+    option_or_env(m, "termination_log", "TOPORUN_TERMINATION_LOG", env)
+        .map(PathBuf::from)
+        .or_else(|| {
+            let k8s = Path::new(TERMINATION_LOG);
+            k8s.exists().then(|| k8s.to_path_buf())
+        })
+}
+
 /// Writes a failure's root cause where Kubernetes shows it, when there is a place.
-fn termination_message(job: Option<&Job>, text: &str) {
-    let path = job
-        .and_then(|j| j.termination_log.clone())
-        .or_else(|| std::env::var_os("TOPORUN_TERMINATION_LOG").map(PathBuf::from))
-        .or_else(|| Some(PathBuf::from(TERMINATION_LOG)).filter(|p| p.exists()));
+fn termination_message(path: Option<PathBuf>, text: &str) {
     if let Some(path) = path {
         if let Err(e) = supervise::write_termination_message(&path, text) {
             eprintln!(
@@ -79,7 +119,8 @@ pub fn run(m: &ArgMatches) -> u8 {
                 if let Ok(dest) = std::env::var("TORCHELASTIC_ERROR_FILE") {
                     let _ = supervise::record_error(Path::new(&dest), &format!("{e:#}"));
                 }
-                termination_message(None, &format!("toporun: error: {e:#}"));
+                let env: BTreeMap<String, String> = std::env::vars().collect();
+                termination_message(termination_log(m, &env), &format!("toporun: error: {e:#}"));
                 crate::exit::report(&e)
             }
         }
@@ -157,40 +198,24 @@ fn prepare(
         }
         eprintln!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
     }
-    let colocated = match m
-        .get_one::<String>("colocated")
-        .cloned()
-        .or_else(|| parent_env.get("TOPORUN_COLOCATED").cloned())
-        .as_deref()
-    {
-        None | Some("join") => colocation::Mode::Join,
-        Some("warn") => colocation::Mode::Warn,
-        Some(other) => bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "TOPORUN_COLOCATED={other}: expected join or warn"
-        ))),
+    let colocated = match choice(
+        m,
+        "colocated",
+        "TOPORUN_COLOCATED",
+        &parent_env,
+        &["join", "warn"],
+    )? {
+        "warn" => colocation::Mode::Warn,
+        _ => colocation::Mode::Join,
     };
-    let nccl_report = match m
-        .get_one::<String>("nccl_report")
-        .cloned()
-        .or_else(|| parent_env.get("TOPORUN_NCCL_REPORT").cloned())
-        .as_deref()
-    {
-        None | Some("on") => true,
-        Some("off") => false,
-        Some(other) => bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "TOPORUN_NCCL_REPORT={other}: expected on or off"
-        ))),
-    };
-    let termination_log = m
-        .get_one::<String>("termination_log")
-        .cloned()
-        .or_else(|| parent_env.get("TOPORUN_TERMINATION_LOG").cloned())
-        .map(PathBuf::from)
-        .or_else(|| {
-            // The kubelet mounts it in every container; elsewhere there is none.
-            let k8s = Path::new(TERMINATION_LOG);
-            k8s.exists().then(|| k8s.to_path_buf())
-        });
+    let nccl_report = choice(
+        m,
+        "nccl_report",
+        "TOPORUN_NCCL_REPORT",
+        &parent_env,
+        &["on", "off"],
+    )? == "on";
+    let termination_log = termination_log(m, &parent_env);
     let status_port = match m.get_one::<u16>("status_port") {
         Some(p) => Some(*p),
         None => match parent_env.get("TORCHELASTIC_HEALTH_CHECK_PORT") {
@@ -278,7 +303,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             why.push_str(&format!("- {} [{}]{}\n", f.summary, f.id, fix(f)));
         }
         eprint!("{why}");
-        termination_message(Some(&p), &why);
+        termination_message(p.termination_log.clone(), &why);
         return Ok(EXIT_UNFIT);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.

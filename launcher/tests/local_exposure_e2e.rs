@@ -6,7 +6,7 @@ mod support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use support::*;
 
 /// An address of this machine that is not loopback (None in a sandbox without one).
@@ -39,11 +39,7 @@ fn a_one_node_jobs_store_listens_on_loopback_only() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(20));
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    listening(port);
     let from_outside =
         std::net::TcpStream::connect_timeout(&(outside, port).into(), Duration::from_secs(2));
     sigterm(&job);

@@ -64,14 +64,6 @@ fn alive(pid: i32) -> bool {
             .contains(") Z ")
 }
 
-fn listening(port: u16) {
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(20), "no store on {port}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// Store operations from the test, as an attacker on the network would make them.
 fn store<T>(port: u16, f: impl AsyncFnOnce(&mut StoreClient) -> T) -> T {
     let rt = tokio::runtime::Builder::new_current_thread()

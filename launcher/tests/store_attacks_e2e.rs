@@ -35,18 +35,11 @@ fn job(port: u16, nofile: Option<u64>) -> Child {
         with_nofile(&mut c, n, 20000);
     }
     let child = c.spawn().unwrap();
-    let t = Instant::now();
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            t.elapsed() < Duration::from_secs(20),
-            "the store never listened"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    listening(port);
     child
 }
 
-fn stop(mut child: Child) {
+fn stop_job(mut child: Child) {
     sigterm(&child);
     let _ = child.wait();
 }
@@ -188,10 +181,6 @@ fn reply_bombs_leave_the_job_and_the_store_standing() {
     eprintln!("reply bombs: launcher RSS peak {peak} MB, slowest PING {worst:?}");
     drop(flood);
     stop_job(child);
-}
-
-fn stop_job(child: Child) {
-    stop(child)
 }
 
 #[test]

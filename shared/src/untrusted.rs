@@ -26,14 +26,18 @@ pub fn valid_host(text: &str) -> bool {
         && !text.chars().any(|c| c.is_control() || c.is_whitespace())
 }
 
-/// An environment variable another node asks this node's ranks to get: a shell
-/// identifier for a name, no NUL in the value.
-pub fn valid_env(name: &str, value: &str) -> bool {
+/// A shell identifier: what a variable name must be to be exported or sourced.
+pub fn valid_name(name: &str) -> bool {
     name.chars()
         .next()
         .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-        && !value.contains('\0')
+}
+
+/// An environment variable another node asks this node's ranks to get: a shell
+/// identifier for a name, no NUL in the value.
+pub fn valid_env(name: &str, value: &str) -> bool {
+    valid_name(name) && !value.contains('\0')
 }
 
 #[cfg(test)]

@@ -6,8 +6,9 @@ use super::error::JobError;
 use super::nccl_report::{self, Capture, Reporter};
 use super::ranks::rank_commands;
 use super::run_dir::RunDir;
-use super::session::{random_id, Session};
+use super::session::Session;
 use super::spec::Job;
+use crate::paths::random_id;
 use crate::status::JobStatus;
 use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
@@ -52,15 +53,15 @@ fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
 /// already taken is said, and the job runs without it).
 fn status_endpoint(p: &Job) -> JobStatus {
     let status = JobStatus::new("", p.nproc);
-    let mut by_severity = std::collections::BTreeMap::new();
-    for f in p.findings() {
-        *by_severity.entry(f.severity.to_string()).or_insert(0) += 1;
-    }
-    status.update(|s| {
-        s.findings_by_severity = by_severity;
-        s.nodes_expected = p.opts.nnodes_max;
-    });
     if let Some(port) = p.status_port {
+        let mut by_severity = std::collections::BTreeMap::new();
+        for f in p.findings() {
+            *by_severity.entry(f.severity.to_string()).or_insert(0) += 1;
+        }
+        status.update(|s| {
+            s.findings_by_severity = by_severity;
+            s.nodes_expected = p.opts.nnodes_max;
+        });
         match crate::status::serve(port, status.clone()) {
             Ok(addr) => eprintln!(
                 "toporun: status endpoint on port {}: /healthz /readyz /metrics /status",
@@ -85,10 +86,11 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         eprintln!("toporun: received a signal while connecting to the rendezvous; exiting");
         return Ok(1);
     };
-    // The supervisor's heartbeat (this runtime turns) and the store's counters.
-    let beat = {
+    // For the endpoint: the supervisor's heartbeat (this runtime turns) and the
+    // store's counters.
+    let _beat = p.status_port.map(|_| {
         let (status, store) = (status.clone(), session.store());
-        tokio::spawn(async move {
+        AbortOnDrop(tokio::spawn(async move {
             loop {
                 status.beat();
                 if let Some(s) = &store {
@@ -100,9 +102,8 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 }
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
-        })
-    };
-    let _stop_beat = AbortOnDrop(beat);
+        }))
+    });
     let mut run_dir: Option<RunDir> = None;
     for round in 0..=p.opts.max_restarts {
         status.round(round);

@@ -15,5 +15,4 @@ mod spec;
 
 pub use error::JobError;
 pub use lifecycle::run;
-pub use session::random_id;
 pub use spec::{Job, NodePlace};

@@ -5,7 +5,7 @@
 use super::error::JobError;
 use super::nccl_report::ReportStore;
 use super::spec::{Job, NodePlace};
-use crate::paths::{self, Root};
+use crate::paths;
 use crate::rendezvous::{
     barrier, coordinate, join, request_stop, Config, JoinError, NodeInfo, Shape, StopWatch, Waiting,
 };
@@ -53,12 +53,6 @@ fn bind(port: u16, what: &str, reach: Reach) -> Result<StoreServer> {
     })
 }
 
-pub fn random_id() -> String {
-    Root::live()
-        .read(paths::PROC_RANDOM_UUID)
-        .unwrap_or_else(|| format!("{:x}", std::process::id()))
-}
-
 /// Whether this node should host the c10d store: `is_host` in --rdzv-conf, else the
 /// endpoint names this node (loopback, its hostname, or one of its addresses).
 fn hosts_c10d(p: &Job, host: &str) -> bool {
@@ -99,7 +93,7 @@ impl Session {
     /// Binds or connects. None when a handled signal arrived meanwhile.
     pub async fn start(p: &Job, events: &mut Events) -> Result<Option<Session>> {
         let o = &p.opts;
-        let run_id = o.run_id(&random_id());
+        let run_id = o.run_id(&paths::random_id());
         let (store_host, port) = o.store_address();
         if o.nnodes_max == 1 {
             // Nobody outside this machine needs a one-node job's store unless the

@@ -57,7 +57,7 @@ pub async fn join(
         (Shape::Static { .. }, Some(r)) => {
             // One node per rank: the first to claim it keeps it, a second is told
             // whose it is (a rank given twice would otherwise run twice).
-            let me = format!("{} ({})", info.hostname, claim_id());
+            let me = format!("{} ({})", info.hostname, crate::paths::random_id());
             let holder = c
                 .compare_set(&cfg.key(round, &format!("claim/{r}")), b"", me.as_bytes())
                 .await?;
@@ -141,14 +141,6 @@ pub async fn join(
         env,
         ..place
     })
-}
-
-/// Something that tells this process apart from any other claiming a node rank
-/// (containers share hostnames and pid 1).
-fn claim_id() -> String {
-    crate::paths::Root::live()
-        .read(crate::paths::PROC_RANDOM_UUID)
-        .unwrap_or_else(|| format!("pid {}", std::process::id()))
 }
 
 /// "node_rank,offset,world,nnodes" as the coordinator writes it, checked against what

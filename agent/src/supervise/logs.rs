@@ -126,23 +126,22 @@ fn console() -> &'static mpsc::Sender<Line> {
         std::thread::spawn(move || {
             for line in rx {
                 // One write per whole line: lines of different ranks never interleave.
-                let _ = match line {
-                    Line::Out(b) => {
-                        let r = std::io::stdout().lock().write_all(&b);
-                        budget().give(b.len());
-                        r
-                    }
-                    Line::Err(b) => {
-                        let r = std::io::stderr().lock().write_all(&b);
-                        budget().give(b.len());
-                        r
-                    }
+                let (bytes, to_stderr) = match line {
+                    Line::Out(b) => (b, false),
+                    Line::Err(b) => (b, true),
                     Line::Flush(ack) => {
                         let _ = std::io::stdout().flush();
                         let _ = ack.send(());
-                        Ok(())
+                        continue;
                     }
                 };
+                // Written or not (a closed console), the line leaves the queue.
+                let _ = if to_stderr {
+                    std::io::stderr().lock().write_all(&bytes)
+                } else {
+                    std::io::stdout().lock().write_all(&bytes)
+                };
+                budget().give(bytes.len());
             }
         });
         tx

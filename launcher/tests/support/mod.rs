@@ -135,3 +135,15 @@ pub fn with_nofile(cmd: &mut Command, soft: u64, hard: u64) -> &mut Command {
         })
     }
 }
+
+/// Waits (at most 20 s) until something listens on 127.0.0.1:`port`.
+pub fn listening(port: u16) {
+    let t = std::time::Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(20),
+            "nothing listens on port {port}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
