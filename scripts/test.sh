@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: real PyTorch (cached virtualenv) for the end-to-end tests,
-# then every crate's unit and end-to-end tests.
+# The whole test suite: real PyTorch (cached virtualenv) and a real etcd (Debian's
+# etcd-server) for the end-to-end tests, then every crate's unit and end-to-end tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TOPORUN_PYTHON=$(scripts/setup-venv.sh)
+export TOPORUN_ETCD=$(scripts/setup-etcd.sh)
 cargo test --workspace --all-targets "$@"

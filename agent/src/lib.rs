@@ -1,6 +1,7 @@
 //! toporun's in-container runtime: probing the live machine, the TCPStore-compatible
 //! store, rendezvous and rank supervision.
 
+pub mod etcd;
 pub mod job;
 pub mod nccl_watch;
 mod own_thread;

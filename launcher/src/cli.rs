@@ -149,11 +149,16 @@ pub fn toporun_command() -> Command {
         .subcommand(
             Command::new("bench").about("Benchmarks for sizing a deployment").subcommand_required(true).subcommand(
                 Command::new("rendezvous")
-                    .about("N simulated nodes run the real join protocol against a store; prints the time to a complete rendezvous and the operation rate")
+                    .about("N simulated nodes run the real join protocol against a store or etcd; prints the time to a complete rendezvous and the operation rate")
                     .arg(Arg::new("nodes").long("nodes").required(true).value_parser(clap::value_parser!(u32).range(1..=1_000_000)).help("simulated nodes"))
-                    .arg(Arg::new("endpoint").long("endpoint").value_name("HOST:PORT").help("an existing store (toporun's or PyTorch's TCPStore); default: an in-process toporun store"))
+                    .arg(Arg::new("backend").long("backend").value_parser(["store", "etcd"]).default_value("store").help("store: a TCPStore (toporun's, started in a separate process unless --endpoint names one); etcd: the etcd cluster at --endpoint"))
+                    .arg(Arg::new("endpoint").long("endpoint").value_name("HOST:PORT[,...]").help("store: an existing TCPStore (toporun's or PyTorch's); etcd: its client endpoints, comma-separated"))
                     .arg(Arg::new("timeout").long("timeout").default_value("120").value_parser(clap::value_parser!(u64)).help("seconds"))
                     .arg(format_arg(&["text", "json"], "text")),
+            ).subcommand(
+                // The bench's store, in its own process: its descriptors do not count
+                // against the simulated nodes' (a process may hold 20,000 here).
+                Command::new("store-server").hide(true).about("Serves a toporun store on a free loopback port, prints the port, and exits when stdin closes"),
             ),
         );
     global_args(cmd)

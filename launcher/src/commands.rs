@@ -26,6 +26,7 @@ pub fn dispatch(m: &ArgMatches) -> u8 {
         Some(("nccl-log", sub)) => crate::nccl_log_cmd::run(m, sub),
         Some(("bench", sub)) => match sub.subcommand() {
             Some(("rendezvous", b)) => bench_rendezvous(b),
+            Some(("store-server", _)) => bench_store_server(),
             _ => Ok(2),
         },
         _ => Ok(2),
@@ -207,20 +208,43 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
 }
 
 fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
+    use toporun_agent::rendezvous::bench::Target;
     let nodes = *b.get_one::<u32>("nodes").expect("required");
     let timeout =
         std::time::Duration::from_secs(*b.get_one::<u64>("timeout").expect("has default"));
-    let endpoint = match b.get_one::<String>("endpoint") {
-        None => None,
-        Some(e) => {
+    // One connection per simulated node.
+    toporun_agent::supervise::open_files::raise();
+    let endpoint = b.get_one::<String>("endpoint");
+    let mut _server = None;
+    let target = match (b.get_one::<String>("backend").map(String::as_str), endpoint) {
+        (Some("etcd"), None) => {
+            return Err(CannotRun(
+                "--backend etcd needs --endpoint (etcd's client endpoints)".into(),
+            )
+            .into())
+        }
+        (Some("etcd"), Some(list)) => Target::Etcd(
+            toporun_agent::etcd::parse_endpoints(list, false)
+                .map_err(|e| CannotRun(format!("--endpoint: {e}")))?,
+        ),
+        (_, Some(e)) => {
             let ep = toporun_shared::torchrun::endpoint::parse(e)
                 .map_err(|m| CannotRun(format!("--endpoint {m}")))?;
-            Some((
+            Target::Store(
                 ep.host,
                 ep.port.ok_or_else(|| {
                     CannotRun(format!("--endpoint {e}: give the port too (HOST:PORT)"))
                 })?,
-            ))
+            )
+        }
+        (_, None) => {
+            if std::env::var_os("XX_INPROC").is_some() {
+                Target::InProcess
+            } else {
+                let (child, port) = spawn_store_server()?;
+                _server = Some(child);
+                Target::Store("127.0.0.1".into(), port)
+            }
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -229,9 +253,12 @@ fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
         .build()?;
     let r = rt
         .block_on(toporun_agent::rendezvous::bench::bench(
-            nodes, endpoint, timeout,
+            nodes, target, timeout,
         ))
         .map_err(|e| anyhow::anyhow!("rendezvous bench failed: {e}"))?;
+    if let Some(mut child) = _server {
+        stop_store_server(&mut child);
+    }
     match format(b) {
         "json" => println!("{}", serde_json::to_string(&r)?),
         _ => println!(
@@ -239,5 +266,38 @@ fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
             r.nodes, r.seconds, r.store, r.ops, r.ops_per_second
         ),
     }
+    Ok(0)
+}
+
+/// Starts `toporun bench store-server` and reads the port it serves on.
+fn spawn_store_server() -> Result<(std::process::Child, u16)> {
+    use std::io::BufRead;
+    let exe = std::env::current_exe()?;
+    let mut child = std::process::Command::new(exe)
+        .args(["bench", "store-server"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().expect("piped")).read_line(&mut line)?;
+    let port = line.trim().parse().map_err(|_| {
+        anyhow::anyhow!("the bench's store process did not say its port ({line:?})")
+    })?;
+    Ok((child, port))
+}
+
+fn stop_store_server(child: &mut std::process::Child) {
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
+
+fn bench_store_server() -> Result<u8> {
+    toporun_agent::supervise::open_files::raise();
+    let server =
+        toporun_agent::store::StoreServer::bind_on(0, toporun_agent::store::Reach::Loopback)?;
+    println!("{}", server.port());
+    // Serves until the bench closes our stdin.
+    let mut sink = Vec::new();
+    let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
     Ok(0)
 }

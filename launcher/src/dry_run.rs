@@ -26,9 +26,13 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
     let known = o.rdzv_backend == RdzvBackend::Static || o.nnodes_max == 1;
     let node_rank = if known { o.node_rank as usize } else { 0 };
     let sizes = vec![p.nproc; o.nnodes_max as usize];
-    let (master, port) = o.store_address();
+    let (mut master, port) = o.store_address();
+    if o.rdzv_backend == RdzvBackend::Etcd {
+        master = "<node rank 0 of the round, port chosen there>".into();
+    }
     let node = NodePlace {
         run_id: o.run_id("<random at start>"),
+        round: 0,
         places: layout(&sizes, node_rank),
         master_addr: master,
         master_port: port,

@@ -6,9 +6,10 @@ use super::error::JobError;
 use super::nccl_report::{self, Capture, Reporter};
 use super::ranks::rank_commands;
 use super::run_dir::RunDir;
-use super::session::Session;
+use super::session::{Entered, Session};
 use super::spec::Job;
 use crate::paths::random_id;
+use crate::rendezvous::{FAIL, MEMBERSHIP, RESTART};
 use crate::status::JobStatus;
 use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
@@ -105,12 +106,27 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         }))
     });
     let mut run_dir: Option<RunDir> = None;
-    for round in 0..=p.opts.max_restarts {
-        status.round(round);
-        let Some(node) = session.join(p, round, events).await? else {
-            eprintln!("toporun: received a signal during the rendezvous; exiting");
-            return Ok(1);
+    // Rank failures count against --max-restarts (TORCHELASTIC_RESTART_COUNT); a
+    // membership change (a node lost or admitted) moves to the next round only.
+    let mut restarts: u32 = 0;
+    let mut next_round: u32 = 0;
+    loop {
+        status.round(restarts);
+        let node = match session.join(p, next_round, events).await? {
+            Entered::Placed(node) => node,
+            Entered::Signal => {
+                eprintln!("toporun: received a signal during the rendezvous; exiting");
+                return Ok(1);
+            }
+            Entered::JobFinished => {
+                eprintln!(
+                    "toporun: the job finished while this node waited as a spare; nothing to do"
+                );
+                return Ok(0);
+            }
         };
+        let round = node.round;
+        next_round = round + 1;
         if let Some(sig) = events.pending_signal() {
             eprintln!("toporun: received {sig} before the ranks started; exiting");
             return Ok(1);
@@ -137,7 +153,11 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 node.extra_env.reason
             );
         }
-        let attempt_dir = PathBuf::from(p.job_env(&node, round, &dir).attempt_dir);
+        let attempt_dir = PathBuf::from(p.job_env(&node, restarts, &dir).attempt_dir);
+        // torchrun reuses attempt_<restart count> after a membership change, emptied.
+        if attempt_dir.exists() {
+            let _ = std::fs::remove_dir_all(&attempt_dir);
+        }
         let (mut report_env, mut reporter) = match nccl_report::capture(p, &attempt_dir) {
             Capture::Files {
                 dir: ndir,
@@ -160,7 +180,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         if let Some(f) = &timer_file {
             report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
         }
-        let cmds = rank_commands(p, &node, &dir, round, &report_env)?;
+        let cmds = rank_commands(p, &node, &dir, restarts, &report_env)?;
         let stop = session.stop_watch(round, &node).await?;
         let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
         let timer_expired = async {
@@ -215,7 +235,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
             session
                 .stop_all(
                     round,
-                    &format!("fail: file timer expired on node {}", node.node_rank),
+                    &format!("{FAIL}: file timer expired on node {}", node.node_rank),
                 )
                 .await;
             return Ok((128 + e.signal).clamp(0, 255) as u8);
@@ -223,35 +243,45 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         if let Some(w) = init_watch {
             w.abort();
         }
-        let restart_left = round < p.opts.max_restarts;
+        let restart_left = restarts < p.opts.max_restarts;
         if let Some(r) = reporter.as_mut() {
             r.finish().await;
         }
+        // What a stop from the rendezvous means here: go on (counted or not) or end.
+        let mut go_on = |reason: &str, what: &str| -> bool {
+            if reason.starts_with(MEMBERSHIP) {
+                eprintln!("toporun: {reason}; {what} (a membership change: not counted against --max-restarts)");
+                true
+            } else if reason.starts_with(RESTART) && restarts < p.opts.max_restarts {
+                restarts += 1;
+                eprintln!(
+                    "toporun: {reason}; {what} (restart {restarts} of {})",
+                    p.opts.max_restarts
+                );
+                true
+            } else {
+                false
+            }
+        };
         match outcome {
-            Outcome::Succeeded => {
-                match session.finish(round, &node).await? {
-                    None => return Ok(0),
-                    // Another node failed after this one finished: every node restarts.
-                    Some(reason)
-                        if restart_left
-                            && !reason.starts_with("fail")
-                            && !reason.starts_with("exit barrier") =>
-                    {
-                        eprintln!("toporun: {reason}; restarting this node's ranks too (restart {} of {})", round + 1, p.opts.max_restarts);
-                    }
-                    Some(reason) => {
+            Outcome::Succeeded => match session.finish(round, &node).await? {
+                None => return Ok(0),
+                // Another node failed or was lost after this one finished: every
+                // node runs again.
+                Some(reason) => {
+                    if !go_on(&reason, "running this node's ranks again too") {
                         eprintln!(
                             "toporun: this node's ranks succeeded, but the job did not: {reason}"
                         );
                         return Ok(1);
                     }
                 }
-            }
+            },
             Outcome::Interrupted(sig) => {
                 session
                     .stop_all(
                         round,
-                        &format!("fail: node {} received {sig}", node.node_rank),
+                        &format!("{FAIL}: node {} received {sig}", node.node_rank),
                     )
                     .await;
                 eprintln!("toporun: stopped the ranks after {sig}");
@@ -273,13 +303,19 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                     .unwrap_or_else(|| format!("exit code {}", f.exitcode));
                 let reason = format!(
                     "{}: node {} local rank {} (rank {}) failed with {what}",
-                    if restart_left { "restart" } else { "fail" },
+                    if restart_left { RESTART } else { FAIL },
                     node.node_rank,
                     f.local_rank,
                     f.rank
                 );
-                session.stop_all(round, &reason).await;
+                // Another node may have stopped the round first (a lost node): its
+                // reason decides.
+                let won = session.stop_all(round, &reason).await;
                 status.update(|x| x.last_failure = Some(reason.clone()));
+                if won != reason && won.starts_with(MEMBERSHIP) {
+                    go_on(&won, "restarting this node's ranks");
+                    continue;
+                }
                 if !restart_left {
                     // torch prints socket.getfqdn() there.
                     let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
@@ -300,28 +336,16 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                     }
                     return Ok(1);
                 }
-                eprintln!(
-                    "toporun: {reason}; restarting every node's ranks (restart {} of {})",
-                    round + 1,
-                    p.opts.max_restarts
-                );
+                go_on(&reason, "restarting every node's ranks");
             }
             Outcome::Stopped(reason) => {
-                if reason.starts_with("fail") || !restart_left {
+                if !go_on(&reason, "restarting this node's ranks") {
                     eprintln!("toporun: the job stopped: {reason}");
                     return Ok(1);
                 }
-                eprintln!(
-                    "toporun: {reason}; restarting this node's ranks (restart {} of {})",
-                    round + 1,
-                    p.opts.max_restarts
-                );
             }
         }
     }
-    Err(JobError::Failed(
-        "the restart loop ended without an outcome".into(),
-    ))
 }
 
 /// Aborts a background task when the job ends.

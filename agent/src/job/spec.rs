@@ -37,6 +37,8 @@ pub struct Job {
 /// This node's place once the rendezvous closed.
 pub struct NodePlace {
     pub run_id: String,
+    /// The rendezvous round it was placed in.
+    pub round: u32,
     pub places: Vec<RankPlace>,
     pub master_addr: String,
     pub master_port: u16,

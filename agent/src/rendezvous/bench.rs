@@ -3,9 +3,24 @@
 
 use super::config::{Config, NodeInfo, Shape};
 use super::coordinator::coordinate;
+use super::kv::{EtcdKv, Kv};
 use super::node::join;
+use crate::etcd::Etcd;
 use crate::store::{StoreClient, StoreServer};
 use std::time::{Duration, Instant};
+
+/// Connections opening at once.
+const CONNECTING: usize = 1024;
+
+/// Where the simulated nodes meet.
+pub enum Target {
+    /// A toporun store in this process.
+    InProcess,
+    /// A TCPStore elsewhere (toporun's in another process, or PyTorch's).
+    Store(String, u16),
+    /// An etcd cluster (its client endpoints).
+    Etcd(Vec<String>),
+}
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct BenchResult {
@@ -16,31 +31,62 @@ pub struct BenchResult {
     pub store: String,
 }
 
-/// Runs one round of `nodes` nodes against `endpoint` (host, port), or against an
-/// in-process toporun store when None.
-pub async fn bench(
-    nodes: u32,
-    endpoint: Option<(String, u16)>,
-    timeout: Duration,
-) -> Result<BenchResult, String> {
-    let (host, port, store) = match endpoint {
-        Some((h, p)) => (
-            h.clone(),
-            p,
-            format!("external store at {}", crate::store::client::display(&h, p)),
-        ),
-        None => {
+/// Runs one round of `nodes` simulated nodes against `target`.
+pub async fn bench(nodes: u32, target: Target, timeout: Duration) -> Result<BenchResult, String> {
+    let mut _in_process = None;
+    let (target, store) = match target {
+        Target::InProcess => {
             let s = StoreServer::bind(0)
                 .map_err(|e| format!("cannot start the in-process store: {e}"))?;
+            let port = s.port();
+            _in_process = Some(s);
             (
-                "127.0.0.1".to_string(),
-                s.port(),
+                Target::Store("127.0.0.1".into(), port),
                 "toporun's in-process store".to_string(),
             )
         }
+        Target::Store(h, p) => {
+            let what = format!("the store at {}", crate::store::client::display(&h, p));
+            (Target::Store(h, p), what)
+        }
+        Target::Etcd(eps) => {
+            let what = format!("etcd at {}", eps.join(","));
+            (Target::Etcd(eps), what)
+        }
+    };
+    let etcd = match &target {
+        Target::Etcd(eps) => {
+            Some(Etcd::new(eps.clone(), &Default::default(), timeout).map_err(|e| e.to_string())?)
+        }
+        _ => None,
+    };
+    // Each simulated node connects from its own loopback address, as real nodes come
+    // from their own IPs (from one address, the kernel's search for a free ephemeral
+    // port among 16,000 connections costs more than the rendezvous).
+    let loopback = matches!(&target, Target::Store(h, _) if h == "127.0.0.1");
+    let connect = move |node: Option<u32>| {
+        let etcd = etcd.clone();
+        let source = node.filter(|_| loopback).map(|i| {
+            let [_, a, b, c] = i.to_be_bytes();
+            std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, a.saturating_add(1), b, c))
+        });
+        let store = match &target {
+            Target::Store(h, p) => Some((h.clone(), *p)),
+            _ => None,
+        };
+        async move {
+            match (etcd, store) {
+                (Some(e), _) => Ok(Kv::Etcd(EtcdKv::new(e))),
+                (None, Some((h, p))) => StoreClient::connect_from(&h, p, source, timeout)
+                    .await
+                    .map(Kv::Store)
+                    .map_err(|e| e.to_string()),
+                _ => Err("no target".to_string()),
+            }
+        }
     };
     let cfg = Config {
-        run_id: format!("bench-{}", std::process::id()),
+        run_id: format!("bench-{}-{}", std::process::id(), crate::paths::random_id()),
         shape: Shape::Elastic {
             min: nodes,
             max: nodes,
@@ -54,17 +100,21 @@ pub async fn bench(
         colocated: toporun_shared::colocation::Mode::Warn,
         key_space: None,
     };
+    // Connections open at most CONNECTING at a time: a storm beyond the kernel's
+    // listen backlog (net.core.somaxconn, 4096 by default) loses SYNs and waits out
+    // a 1 s retransmit, which measures the kernel, not the rendezvous.
+    let connecting = std::sync::Arc::new(tokio::sync::Semaphore::new(CONNECTING));
     let start = Instant::now();
     let mut tasks = Vec::with_capacity(nodes as usize);
     for i in 0..nodes {
-        let (h, cfg) = (host.clone(), cfg.clone());
+        let (cfg, conn, gate) = (cfg.clone(), connect(Some(i)), connecting.clone());
         tasks.push(tokio::spawn(async move {
-            let mut c = StoreClient::connect(&h, port, timeout)
-                .await
-                .map_err(|e| e.to_string())?;
+            let permit = gate.acquire_owned().await.map_err(|e| e.to_string())?;
+            let mut c = conn.await?;
+            drop(permit);
             let info = NodeInfo {
                 hostname: format!("sim-{i}"),
-                addr: format!("10.0.{}.{}", i / 250, i % 250),
+                addr: format!("10.{}.{}.{}", i / 62500, (i / 250) % 250, i % 250),
                 nproc: 8,
                 gpus: 8,
                 ..Default::default()
@@ -75,10 +125,8 @@ pub async fn bench(
             Ok::<_, String>((place, c.ops()))
         }));
     }
-    let mut coord = StoreClient::connect(&host, port, timeout)
-        .await
-        .map_err(|e| e.to_string())?;
-    coordinate(&mut coord, &cfg, 0, &mut |_| {})
+    let mut coord = connect(None).await?;
+    coordinate(&mut coord, &cfg, 0, &mut |_| {}, &mut || {})
         .await
         .map_err(|e| e.to_string())?;
     let mut ops = coord.ops();

@@ -105,6 +105,14 @@ impl Config {
         }
     }
 
+    /// A key of the run outside any round (the round counter).
+    pub fn key_base(&self, rest: &str) -> String {
+        match &self.key_space {
+            Some(space) => format!("toporun/{}/{space}/{rest}", self.run_id),
+            None => format!("toporun/{}/{rest}", self.run_id),
+        }
+    }
+
     pub fn max_nodes(&self) -> u32 {
         match self.shape {
             Shape::Static { nnodes } => nnodes,

@@ -3,7 +3,7 @@
 //! publishes every node's place, and says where it stands while it waits.
 
 use super::config::{Config, NodeInfo, Shape};
-use crate::store::{StoreClient, StoreError};
+use super::kv::{Kv, KvError};
 use std::time::{Duration, Instant};
 use toporun_shared::torchrun::MAX_NPROC;
 use toporun_shared::untrusted::{printable, valid_host};
@@ -25,7 +25,7 @@ pub struct Waiting {
 #[derive(Debug, thiserror::Error)]
 pub enum CoordinateError {
     #[error(transparent)]
-    Store(#[from] StoreError),
+    Kv(#[from] KvError),
     #[error("rendezvous timed out after {waited:.0?}: {joined} of {expected} node(s) joined{}", missing_text(.missing))]
     Timeout {
         waited: Duration,
@@ -112,16 +112,21 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Closes round `round` and publishes the layout; returns the node descriptions in
 /// node-rank order.
 pub async fn coordinate(
-    c: &mut StoreClient,
+    c: &mut Kv,
     cfg: &Config,
     round: u32,
     progress: &mut (dyn FnMut(&Waiting) + Send),
+    before_publish: &mut (dyn FnMut() + Send),
 ) -> Result<Vec<NodeInfo>, CoordinateError> {
+    let prefix = cfg.key(round, "");
     let start = Instant::now();
     let mut last_report = Instant::now();
     let mut quorum_at: Option<Instant> = None;
     let count = loop {
-        let joined = c.add(&cfg.key(round, "join"), 0).await? as u32;
+        let joined = match cfg.shape {
+            Shape::Static { .. } => c.tally_count(&cfg.key(round, "join")).await? as u32,
+            Shape::Elastic { .. } => c.enrolled_count(&prefix).await?,
+        };
         let elapsed = start.elapsed();
         let (expected, done) = match cfg.shape {
             Shape::Static { nnodes } => (nnodes, joined >= nnodes),
@@ -144,12 +149,20 @@ pub async fn coordinate(
         };
         if elapsed >= cfg.join_timeout && joined < need {
             let missing = missing_static(c, cfg, round).await?;
-            return Err(CoordinateError::Timeout {
+            let e = CoordinateError::Timeout {
                 waited: elapsed,
                 joined,
                 expected: need,
                 missing,
-            });
+            };
+            // The nodes that did join learn it now, not at their own deadline.
+            let _ = c
+                .set(
+                    &cfg.key(round, "closed"),
+                    format!("{CLOSED_ERROR}{e}").as_bytes(),
+                )
+                .await;
+            return Err(e);
         }
         if last_report.elapsed() >= PROGRESS_EVERY {
             let missing = missing_static(c, cfg, round).await?;
@@ -164,19 +177,34 @@ pub async fn coordinate(
         }
         tokio::time::sleep(POLL).await;
     };
-    let keys: Vec<String> = (0..count)
-        .map(|i| cfg.key(round, &format!("node/{i}")))
-        .collect();
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-    if matches!(cfg.shape, Shape::Static { .. }) && !c.check(&refs).await? {
-        let missing = missing_static(c, cfg, round).await?;
-        return Err(CoordinateError::Duplicate { missing });
+    let enrolled: Vec<(String, Vec<u8>)> = match cfg.shape {
+        Shape::Static { .. } => {
+            let keys: Vec<String> = (0..count)
+                .map(|i| cfg.key(round, &format!("node/{i}")))
+                .collect();
+            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            if !c.check(&refs).await? {
+                let missing = missing_static(c, cfg, round).await?;
+                return Err(CoordinateError::Duplicate { missing });
+            }
+            let values = c.multi_get(&refs, cfg.join_timeout).await?;
+            (0..count).map(|i| i.to_string()).zip(values).collect()
+        }
+        Shape::Elastic { .. } => c.enrolled(&prefix, count, cfg.join_timeout).await?,
+    };
+    if enrolled.len() != count as usize {
+        return Err(CoordinateError::BadNode(
+            enrolled.len() as u32,
+            format!(
+                "{} of {count} node descriptions could be read",
+                enrolled.len()
+            ),
+        ));
     }
-    let raw = c.multi_get(&refs, cfg.join_timeout).await?;
-    let infos: Vec<NodeInfo> = raw
+    let infos: Vec<NodeInfo> = enrolled
         .iter()
         .enumerate()
-        .map(|(i, b)| {
+        .map(|(i, (_, b))| {
             serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i as u32, e.to_string()))
         })
         .collect::<Result<_, _>>()?;
@@ -202,7 +230,7 @@ pub async fn coordinate(
         let seen = cfg.key(round, "refused_seen");
         let start = Instant::now();
         while start.elapsed() < REFUSAL_LINGER {
-            match c.add(&seen, 0).await {
+            match c.tally_count(&seen).await {
                 Ok(n) if n >= i64::from(count) => break,
                 Ok(_) => tokio::time::sleep(POLL).await,
                 Err(_) => break,
@@ -215,17 +243,25 @@ pub async fn coordinate(
     let coloc = toporun_shared::colocation::decide(&views, cfg.colocated);
     let mut offset = 0;
     let mut layout: Vec<(String, Vec<u8>)> = Vec::with_capacity(infos.len());
-    for (i, info) in infos.iter().enumerate() {
+    for (i, (info, (ticket, _))) in infos.iter().zip(&enrolled).enumerate() {
         layout.push((
-            cfg.key(round, &format!("layout/{i}")),
+            cfg.key(round, &format!("layout/{ticket}")),
             format!("{i},{offset},{world},{count}").into_bytes(),
         ));
         layout.push((
-            cfg.key(round, &format!("env/{i}")),
+            cfg.key(round, &format!("env/{ticket}")),
             serde_json::to_vec(&coloc.env[i]).expect("node env serializes"),
+        ));
+        // Who node i is, for the nodes that name it when it is lost.
+        layout.push((
+            cfg.key(round, &format!("name/{i}")),
+            format!("{}, {}", printable(&info.hostname), printable(&info.addr)).into_bytes(),
         ));
         offset += info.nproc;
     }
+    // Every node of the round has stopped its last ranks (it joined): the place
+    // where the new ones meet can be cleared before any starts.
+    before_publish();
     let pairs: Vec<(&str, &[u8])> = layout
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_slice()))
@@ -237,11 +273,7 @@ pub async fn coordinate(
 }
 
 /// Static node ranks whose description has not arrived (empty for c10d).
-async fn missing_static(
-    c: &mut StoreClient,
-    cfg: &Config,
-    round: u32,
-) -> Result<Vec<u32>, StoreError> {
+async fn missing_static(c: &mut Kv, cfg: &Config, round: u32) -> Result<Vec<u32>, KvError> {
     let Shape::Static { nnodes } = cfg.shape else {
         return Ok(Vec::new());
     };

@@ -4,22 +4,35 @@
 //! constant number of operations (a round of N nodes costs O(N) in total).
 //!
 //! Keys, under `toporun/<run_id>/r<round>/`:
-//! - `join`: ADD counter; c10d nodes take their join index from it.
-//! - `node/<idx>`: the node's description (JSON, with its nproc).
-//! - `layout/<idx>`: "node_rank,offset,world,nnodes", set by the coordinator.
-//! - `env/<idx>`: variables the co-location decision adds to the node's ranks (JSON).
+//! - `join`: ADD counter; c10d nodes take their join index (ticket) from it.
+//! - `node/<ticket>`: the node's description (JSON, with its nproc).
+//! - `layout/<ticket>`: "node_rank,offset,world,nnodes", set by the coordinator.
+//! - `env/<ticket>`: variables the co-location decision adds to the node's ranks.
 //! - `closed`: the number of nodes, set once when the round closes (nodes WAIT on it).
-//! - `stop`: "restart ..." or "fail ..." (first writer wins): every node stops its ranks.
-//! - `alive/<idx>`: keep-alive counters; `done`: the exit barrier.
+//! - `name/<rank>`: "hostname, address", to name a node that is lost.
+//! - `stop`: "restart ...", "membership ..." or "fail ..." (first writer wins): every
+//!   node stops its ranks.
+//! - `alive/<rank>`: keep-alives (counters; leased keys in etcd); `done`: the exit
+//!   barrier; `waiting`: nodes that arrived after the round closed.
+//!
+//! and `toporun/<run_id>/round`, the round the job is at: nodes that stop a round
+//! move it on, nodes that arrive read it. In etcd, counters are one key per node under
+//! the counter's name and c10d nodes enroll under their own id (`node/<id>`,
+//! `layout/<id>`), ordered by creation.
 
 pub mod bench;
 mod config;
 mod coordinator;
+mod kv;
 mod node;
 
 pub use config::{key_space, Config, NodeInfo, Shape};
 pub use coordinator::{coordinate, CoordinateError, Waiting};
-pub use node::{barrier, join, request_stop, JoinError, Place, StopWatch};
+pub use kv::{EtcdKv, Kv, KvError};
+pub use node::{
+    advance_round, barrier, current_round, join, request_stop, round_closed, wait_for_next_round,
+    JoinError, Next, Place, StopWatch, FAIL, MEMBERSHIP, RESTART,
+};
 
 #[cfg(test)]
 mod tests {
@@ -43,10 +56,12 @@ mod tests {
         }
     }
 
-    async fn client(port: u16) -> StoreClient {
-        StoreClient::connect("127.0.0.1", port, Duration::from_secs(2))
-            .await
-            .unwrap()
+    async fn client(port: u16) -> Kv {
+        Kv::Store(
+            StoreClient::connect("127.0.0.1", port, Duration::from_secs(2))
+                .await
+                .unwrap(),
+        )
     }
 
     #[tokio::test]
@@ -69,9 +84,15 @@ mod tests {
                     .unwrap()
             }));
         }
-        let infos = coordinate(&mut client(s.port()).await, &cfg, 0, &mut |_| {})
-            .await
-            .unwrap();
+        let infos = coordinate(
+            &mut client(s.port()).await,
+            &cfg,
+            0,
+            &mut |_| {},
+            &mut || {},
+        )
+        .await
+        .unwrap();
         assert_eq!(
             infos.iter().map(|i| i.nproc).collect::<Vec<_>>(),
             vec![1, 3]
@@ -101,7 +122,7 @@ mod tests {
         tokio::spawn(
             async move { join(&mut client(port).await, &c2, 0, &info, &mut |_| {}).await },
         );
-        let err = coordinate(&mut client(port).await, &cfg, 0, &mut |_| {})
+        let err = coordinate(&mut client(port).await, &cfg, 0, &mut |_| {}, &mut || {})
             .await
             .unwrap_err();
         assert!(
@@ -135,9 +156,15 @@ mod tests {
             }));
         }
         let t = std::time::Instant::now();
-        let infos = coordinate(&mut client(s.port()).await, &cfg, 0, &mut |_| {})
-            .await
-            .unwrap();
+        let infos = coordinate(
+            &mut client(s.port()).await,
+            &cfg,
+            0,
+            &mut |_| {},
+            &mut || {},
+        )
+        .await
+        .unwrap();
         assert_eq!(infos.len(), 2);
         assert!(
             t.elapsed() >= Duration::from_millis(250),
@@ -163,17 +190,20 @@ mod tests {
             round: 0,
             node_rank: 0,
             nnodes: 2,
-            is_host: true,
+            watches: true,
+            note: |_| {},
         };
         let reason = tokio::time::timeout(Duration::from_secs(3), watch.run())
             .await
             .unwrap();
-        assert!(reason.starts_with("node-lost: node 1"), "{reason}");
+        // Two nodes, one lost and nobody waiting: below --nnodes, the job cannot go on.
+        assert!(reason.starts_with("fail: node 1"), "{reason}");
+        assert!(reason.contains("fewer than the minimum of 2"), "{reason}");
     }
 
     #[tokio::test]
     async fn bench_a_thousand_nodes() {
-        let r = bench::bench(1000, None, Duration::from_secs(30))
+        let r = bench::bench(1000, bench::Target::InProcess, Duration::from_secs(30))
             .await
             .unwrap();
         assert_eq!(r.nodes, 1000);

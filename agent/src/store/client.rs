@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use toporun_shared::store::codec::{
     encode_request, CHECK_READY, VALIDATION_MAGIC, WAIT_STOP_WAITING,
@@ -36,12 +36,18 @@ pub enum StoreError {
 /// How long one request may take unless the caller says otherwise (torch's
 /// rendezvous read_timeout default).
 pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(60);
+/// Bytes of reply buffered per connection.
+const READ_BUFFER: usize = 1024;
 /// How long one connection's handshake may take before it is tried again.
 const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
 
 pub struct StoreClient {
-    stream: TcpStream,
+    /// Replies are read through a small buffer: one receive per reply rather than
+    /// one per field (a reply is a few fields; large values bypass the buffer).
+    stream: BufReader<TcpStream>,
     addr: String,
+    /// Requests without a reply, sent with the next request (one write for both).
+    pending: Vec<u8>,
     /// Requests sent, for the rendezvous bench's operation rate.
     ops: u64,
     /// Bound on every read and write, so a frozen store ends in an error.
@@ -69,6 +75,17 @@ impl StoreClient {
         port: u16,
         timeout: Duration,
     ) -> Result<StoreClient, StoreError> {
+        Self::connect_from(host, port, None, timeout).await
+    }
+
+    /// `connect` from a given local address (the rendezvous bench gives each
+    /// simulated node its own loopback address, as real nodes have their own IPs).
+    pub async fn connect_from(
+        host: &str,
+        port: u16,
+        source: Option<std::net::IpAddr>,
+        timeout: Duration,
+    ) -> Result<StoreClient, StoreError> {
         let addr = display(host, port);
         let start = Instant::now();
         let mut delay = Duration::from_millis(10);
@@ -79,12 +96,28 @@ impl StoreClient {
             // up on per attempt and, at `timeout`, for good.
             let left = timeout.saturating_sub(start.elapsed());
             let attempt = async {
-                let stream = TcpStream::connect(&addr)
-                    .await
-                    .map_err(|source| StoreError::Io {
-                        addr: addr.clone(),
-                        source,
-                    })?;
+                let io = |source| StoreError::Io {
+                    addr: addr.clone(),
+                    source,
+                };
+                let stream = match source {
+                    None => TcpStream::connect(&addr).await.map_err(io)?,
+                    Some(ip) => {
+                        let to = tokio::net::lookup_host(&addr)
+                            .await
+                            .map_err(io)?
+                            .find(|a| a.is_ipv4() == ip.is_ipv4())
+                            .ok_or_else(|| io(std::io::ErrorKind::AddrNotAvailable.into()))?;
+                        let socket = if ip.is_ipv4() {
+                            tokio::net::TcpSocket::new_v4()
+                        } else {
+                            tokio::net::TcpSocket::new_v6()
+                        }
+                        .map_err(io)?;
+                        socket.bind(SocketAddr::new(ip, 0)).map_err(io)?;
+                        socket.connect(to).await.map_err(io)?
+                    }
+                };
                 Self::handshake(stream, &addr).await
             };
             let err = match tokio::time::timeout(left.min(HANDSHAKE_DEADLINE), attempt).await {
@@ -111,10 +144,11 @@ impl StoreClient {
     async fn handshake(stream: TcpStream, addr: &str) -> Result<StoreClient, StoreError> {
         let _ = stream.set_nodelay(true);
         let mut c = StoreClient {
-            stream,
+            stream: BufReader::with_capacity(READ_BUFFER, stream),
             addr: addr.to_string(),
             ops: 0,
             deadline: DEFAULT_DEADLINE,
+            pending: Vec::new(),
         };
         let nonce = std::process::id();
         let mut hello = encode_request(&Request::Validate(VALIDATION_MAGIC));
@@ -133,7 +167,7 @@ impl StoreClient {
     }
 
     pub fn peer(&self) -> Option<SocketAddr> {
-        self.stream.peer_addr().ok()
+        self.stream.get_ref().peer_addr().ok()
     }
 
     fn io(&self, source: std::io::Error) -> StoreError {
@@ -145,7 +179,12 @@ impl StoreClient {
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), StoreError> {
         let (deadline, addr) = (self.deadline, self.addr.clone());
-        Self::within(deadline, addr, self.stream.write_all(bytes)).await
+        if self.pending.is_empty() {
+            return Self::within(deadline, addr, self.stream.write_all(bytes)).await;
+        }
+        let mut all = std::mem::take(&mut self.pending);
+        all.extend_from_slice(bytes);
+        Self::within(deadline, addr, self.stream.write_all(&all)).await
     }
 
     async fn send(&mut self, req: Request) -> Result<(), StoreError> {
@@ -205,6 +244,16 @@ impl StoreClient {
             value: value.to_vec(),
         })
         .await
+    }
+
+    /// A SET that goes out with the next request on this connection (SET has no
+    /// reply, so nothing waits for it): the caller must make another request.
+    pub fn set_with_next(&mut self, key: &str, value: &[u8]) {
+        self.ops += 1;
+        self.pending.extend(encode_request(&Request::Set {
+            key: prefixed(key),
+            value: value.to_vec(),
+        }));
     }
 
     pub async fn add(&mut self, key: &str, delta: i64) -> Result<i64, StoreError> {
@@ -283,6 +332,11 @@ impl StoreClient {
         timeout: Duration,
     ) -> Result<Vec<Vec<u8>>, StoreError> {
         self.wait(keys, timeout).await?;
+        self.multi_get_now(keys).await
+    }
+
+    /// Reads keys the caller knows exist (one round trip instead of two).
+    pub async fn multi_get_now(&mut self, keys: &[&str]) -> Result<Vec<Vec<u8>>, StoreError> {
         self.send(Request::MultiGet {
             keys: keys.iter().map(|k| prefixed(k)).collect(),
         })

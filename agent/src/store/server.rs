@@ -145,6 +145,18 @@ impl StoreServer {
         self.connections.load(Ordering::Relaxed)
     }
 
+    /// Forgets the last round's worker keys before a new round's workers start, so
+    /// they meet a store as fresh as the one torchrun gives every round (gloo and
+    /// NCCL bootstrap would otherwise read dead ranks' addresses). The rendezvous'
+    /// own keys stay.
+    pub fn forget_workers(&self) -> usize {
+        self.inner
+            .lock()
+            .expect("store lock")
+            .state
+            .retain_keys(|k| k.starts_with(b"/toporun/"))
+    }
+
     /// Reads a key as a worker would see it (client keys carry a leading "/").
     pub fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
         self.inner

@@ -61,6 +61,14 @@ impl StoreState {
     }
 
     /// A value, for the agent's own reads.
+    /// Drops every key (and queue) `keep` refuses; returns how many went.
+    pub fn retain_keys(&mut self, keep: impl Fn(&[u8]) -> bool) -> usize {
+        let before = self.data.len() + self.queues.len();
+        self.data.retain(|k, _| keep(k));
+        self.queues.retain(|k, _| keep(k));
+        before - self.data.len() - self.queues.len()
+    }
+
     pub fn get(&self, key: &[u8]) -> Option<&Vec<u8>> {
         self.data.get(key)
     }

@@ -125,6 +125,8 @@ impl NprocSpec {
 pub enum RdzvBackend {
     Static,
     C10d,
+    /// etcd's v3 API (torchrun's `etcd` and `etcd-v2` spellings): no node is special.
+    Etcd,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -317,8 +319,12 @@ pub fn resolve(
     let mut rdzv_backend = match value("rdzv_backend").as_deref().map(str::trim) {
         None | Some("static") => RdzvBackend::Static,
         Some("c10d") => RdzvBackend::C10d,
-        Some(b @ ("etcd" | "etcd-v2")) => return Err(err(format!("--rdzv-backend={b}: toporun does not speak etcd; use c10d (every node runs toporun) or static"))),
-        Some(b) => return Err(err(format!("--rdzv-backend={b}: unknown backend (static or c10d)"))),
+        Some("etcd" | "etcd-v2") => RdzvBackend::Etcd,
+        Some(b) => {
+            return Err(err(format!(
+                "--rdzv-backend={b}: unknown backend (static, c10d or etcd)"
+            )))
+        }
     };
     let mut rdzv_endpoint = value("rdzv_endpoint").unwrap_or_default();
     let mut rdzv_id = value("rdzv_id");
@@ -334,12 +340,35 @@ pub fn resolve(
         rdzv_endpoint = "localhost:0".into();
         rdzv_id = None;
     }
+    if rdzv_backend == RdzvBackend::Etcd {
+        // A comma-separated list of etcd client endpoints, with or without a scheme.
+        for ep in rdzv_endpoint.split(',').filter(|e| !e.trim().is_empty()) {
+            let bare = ep
+                .trim()
+                .trim_start_matches("http://")
+                .trim_start_matches("https://");
+            endpoint::parse(bare.trim_end_matches('/'))
+                .map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
+        }
+    }
     if !rdzv_endpoint.is_empty() {
-        endpoint::parse(&rdzv_endpoint).map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
-    } else if rdzv_backend == RdzvBackend::C10d {
-        return Err(err(
-            "--rdzv-backend=c10d needs --rdzv-endpoint HOST[:PORT]".into()
-        ));
+        if rdzv_backend != RdzvBackend::Etcd {
+            endpoint::parse(&rdzv_endpoint).map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
+        }
+    } else if rdzv_backend != RdzvBackend::Static {
+        return Err(err(format!(
+            "--rdzv-backend={} needs --rdzv-endpoint HOST[:PORT]{}",
+            if rdzv_backend == RdzvBackend::Etcd {
+                "etcd"
+            } else {
+                "c10d"
+            },
+            if rdzv_backend == RdzvBackend::Etcd {
+                " (etcd's client endpoints, comma-separated)"
+            } else {
+                ""
+            }
+        )));
     }
     let rdzv_conf = parse_conf(&value("rdzv_conf").unwrap_or_default()).map_err(value_err)?;
     // The timeouts toporun uses are checked here, before anything starts.
@@ -529,6 +558,8 @@ impl LaunchOptions {
         match self.rdzv_backend {
             RdzvBackend::Static => (self.master_addr.clone(), self.master_port),
             // resolve() validated the endpoint.
+            // etcd: no store at the endpoint; each round's node rank 0 hosts one.
+            RdzvBackend::Etcd => (String::new(), 0),
             RdzvBackend::C10d => match endpoint::parse(&self.rdzv_endpoint) {
                 Ok(ep) => (ep.host, ep.port.unwrap_or(C10D_PORT)),
                 Err(_) => (self.rdzv_endpoint.clone(), C10D_PORT),
@@ -540,7 +571,7 @@ impl LaunchOptions {
     pub fn store_port_option(&self) -> &'static str {
         match self.rdzv_backend {
             RdzvBackend::Static => "--master-port",
-            RdzvBackend::C10d => "--rdzv-endpoint port",
+            RdzvBackend::C10d | RdzvBackend::Etcd => "--rdzv-endpoint port",
         }
     }
 

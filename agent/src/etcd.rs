@@ -1,0 +1,453 @@
+//! etcd's v3 API through its JSON gateway (served on every client port since etcd 3.4),
+//! with reqwest: no protobuf compiler at build time. Requests go to one member and
+//! move to the next when it is unreachable, so losing a member while the cluster
+//! keeps quorum changes nothing for the caller.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde_json::{json, Value};
+use std::time::{Duration, Instant};
+use toporun_shared::untrusted::printable;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EtcdError {
+    #[error("no etcd member answered within {waited:.1?} (tried {endpoints}): {last}")]
+    Unreachable {
+        endpoints: String,
+        waited: Duration,
+        last: String,
+    },
+    #[error("etcd at {endpoint} refused {what}: {message}")]
+    Refused {
+        endpoint: String,
+        what: String,
+        message: String,
+    },
+    #[error("etcd at {endpoint} answered {what} with something that is not etcd's v3 API ({detail}); is it etcd 3.4 or later?")]
+    NotEtcd {
+        endpoint: String,
+        what: String,
+        detail: String,
+    },
+    #[error("bad etcd endpoint {0:?}: expected host:port or http(s)://host:port, comma-separated")]
+    BadEndpoint(String),
+    #[error("etcd TLS: {0}")]
+    Tls(String),
+}
+
+/// TLS settings, as torchrun's etcd rendezvous takes them from --rdzv-conf.
+#[derive(Debug, Clone, Default)]
+pub struct Tls {
+    pub cacert: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+}
+
+/// One range answer's key-value pair.
+#[derive(Debug, Clone)]
+pub struct Kv {
+    pub key: String,
+    pub value: Vec<u8>,
+    pub create_revision: i64,
+}
+
+#[derive(Clone)]
+pub struct Etcd {
+    http: reqwest::Client,
+    endpoints: Vec<String>,
+    current: usize,
+    /// How long one call may try, moving across members.
+    deadline: Duration,
+    ops: u64,
+}
+
+/// How long one member gets before the next is tried.
+const PER_MEMBER: Duration = Duration::from_secs(3);
+
+/// `host:port` or a URL, comma-separated, into base URLs (port 2379 by default).
+pub fn parse_endpoints(list: &str, https: bool) -> Result<Vec<String>, EtcdError> {
+    let scheme = if https { "https" } else { "http" };
+    list.split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (scheme, rest) = match e.split_once("://") {
+                Some((s @ ("http" | "https"), rest)) => (s, rest),
+                Some(_) => return Err(EtcdError::BadEndpoint(printable(e))),
+                None => (scheme, e),
+            };
+            let rest = rest.trim_end_matches('/');
+            let (host, port) = toporun_shared::torchrun::endpoint::parse(rest)
+                .map(|ep| (ep.host, ep.port.unwrap_or(2379)))
+                .map_err(|_| EtcdError::BadEndpoint(printable(e)))?;
+            if host.is_empty() || !toporun_shared::untrusted::valid_host(&host) {
+                return Err(EtcdError::BadEndpoint(printable(e)));
+            }
+            Ok(format!(
+                "{scheme}://{}",
+                crate::store::client::display(&host, port)
+            ))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|v| {
+            if v.is_empty() {
+                Err(EtcdError::BadEndpoint(list.to_string()))
+            } else {
+                Ok(v)
+            }
+        })
+}
+
+fn b64(bytes: &[u8]) -> String {
+    B64.encode(bytes)
+}
+
+/// The end of a prefix range: the prefix with its last byte incremented.
+fn prefix_end(prefix: &str) -> String {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return b64(&end);
+        }
+    }
+    b64(&[0])
+}
+
+/// The gateway writes 64-bit numbers as strings and leaves zero values out.
+fn int(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+impl Etcd {
+    pub fn new(endpoints: Vec<String>, tls: &Tls, deadline: Duration) -> Result<Etcd, EtcdError> {
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(2))
+            .pool_idle_timeout(Duration::from_secs(30))
+            .no_proxy();
+        if tls.cacert.is_some() || tls.cert.is_some() || tls.key.is_some() {
+            b = tls_settings(b, tls)?;
+        }
+        let http = b.build().map_err(|e| EtcdError::Tls(e.to_string()))?;
+        Ok(Etcd {
+            http,
+            endpoints,
+            current: 0,
+            deadline,
+            ops: 0,
+        })
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.endpoints.join(",")
+    }
+
+    pub fn ops(&self) -> u64 {
+        self.ops
+    }
+
+    pub fn set_deadline(&mut self, d: Duration) {
+        self.deadline = d;
+    }
+
+    /// One call of the v3 API: tries the current member, then the others, until the
+    /// deadline. An answer from etcd that is an error is not retried elsewhere.
+    async fn call(&mut self, path: &str, body: Value) -> Result<Value, EtcdError> {
+        self.ops += 1;
+        let start = Instant::now();
+        let mut last: String;
+        loop {
+            let base = self.endpoints[self.current].clone();
+            let left = self.deadline.saturating_sub(start.elapsed());
+            let sent = self
+                .http
+                .post(format!("{base}{path}"))
+                .timeout(left.min(PER_MEMBER).max(Duration::from_millis(50)))
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()
+                .await;
+            match sent {
+                Ok(resp) => {
+                    let status = resp.status();
+                    let text = resp.text().await.unwrap_or_default();
+                    let v: Value = serde_json::from_str(&text).map_err(|_| EtcdError::NotEtcd {
+                        endpoint: base.clone(),
+                        what: path.into(),
+                        detail: format!(
+                            "HTTP {status}: {}",
+                            printable(&text.chars().take(120).collect::<String>())
+                        ),
+                    })?;
+                    // A member without a leader (lost quorum on its side) is asked
+                    // again elsewhere; other errors are etcd's answer.
+                    let message = v.get("error").or_else(|| v.get("message"));
+                    match message {
+                        Some(m) if !status.is_success() || v.get("header").is_none() => {
+                            let m = printable(m.as_str().unwrap_or_default());
+                            if m.contains("no leader")
+                                || m.contains("leader changed")
+                                || status.is_server_error()
+                            {
+                                last = format!("{base}: {m}");
+                            } else {
+                                return Err(EtcdError::Refused {
+                                    endpoint: base,
+                                    what: path.into(),
+                                    message: m,
+                                });
+                            }
+                        }
+                        _ => return Ok(v),
+                    }
+                }
+                Err(e) => last = format!("{base}: {}", error_chain(&e)),
+            }
+            if start.elapsed() >= self.deadline {
+                return Err(EtcdError::Unreachable {
+                    endpoints: self.endpoints(),
+                    waited: start.elapsed(),
+                    last,
+                });
+            }
+            self.current = (self.current + 1) % self.endpoints.len();
+            if self.current == 0 {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// Any answer from the cluster (used to wait for it at start).
+    pub async fn ping(&mut self) -> Result<(), EtcdError> {
+        self.call("/v3/kv/range", json!({"key": b64(b"toporun/ping")}))
+            .await
+            .map(|_| ())
+    }
+
+    /// Puts a value; returns the revision it was written at.
+    pub async fn put(
+        &mut self,
+        key: &str,
+        value: &[u8],
+        lease: Option<i64>,
+    ) -> Result<i64, EtcdError> {
+        let mut body = json!({"key": b64(key.as_bytes()), "value": b64(value)});
+        if let Some(l) = lease {
+            body["lease"] = json!(l.to_string());
+        }
+        let v = self.call("/v3/kv/put", body).await?;
+        Ok(int(&v["header"]["revision"]))
+    }
+
+    pub async fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, EtcdError> {
+        let v = self
+            .call("/v3/kv/range", json!({"key": b64(key.as_bytes())}))
+            .await?;
+        Ok(self.kvs(&v)?.into_iter().next().map(|kv| kv.value))
+    }
+
+    /// Keys under a prefix, oldest first (by creation), at most `limit` (0: all).
+    pub async fn prefix(
+        &mut self,
+        prefix: &str,
+        keys_only: bool,
+        limit: i64,
+    ) -> Result<Vec<Kv>, EtcdError> {
+        let v = self
+            .call(
+                "/v3/kv/range",
+                json!({
+                    "key": b64(prefix.as_bytes()),
+                    "range_end": prefix_end(prefix),
+                    "keys_only": keys_only,
+                    "limit": limit.to_string(),
+                    "sort_target": "CREATE",
+                    "sort_order": "ASCEND",
+                }),
+            )
+            .await?;
+        self.kvs(&v)
+    }
+
+    /// How many keys lie under a prefix.
+    pub async fn count(&mut self, prefix: &str) -> Result<i64, EtcdError> {
+        let v = self
+            .call(
+                "/v3/kv/range",
+                json!({"key": b64(prefix.as_bytes()), "range_end": prefix_end(prefix), "count_only": true}),
+            )
+            .await?;
+        Ok(int(&v["count"]))
+    }
+
+    /// TCPStore's compare_set in one transaction: `desired` is written when the key
+    /// holds `expected` (or is absent and `expected` is empty); returns the value now.
+    pub async fn compare_set(
+        &mut self,
+        key: &str,
+        expected: &[u8],
+        desired: &[u8],
+    ) -> Result<Vec<u8>, EtcdError> {
+        let k = b64(key.as_bytes());
+        let compare = if expected.is_empty() {
+            json!({"key": k, "target": "CREATE", "result": "EQUAL", "create_revision": "0"})
+        } else {
+            json!({"key": k, "target": "VALUE", "result": "EQUAL", "value": b64(expected)})
+        };
+        let v = self
+            .call(
+                "/v3/kv/txn",
+                json!({
+                    "compare": [compare],
+                    "success": [{"request_put": {"key": k, "value": b64(desired)}}],
+                    "failure": [{"request_range": {"key": k}}],
+                }),
+            )
+            .await?;
+        if v["succeeded"].as_bool().unwrap_or(false) {
+            return Ok(desired.to_vec());
+        }
+        let range = &v["responses"][0]["response_range"];
+        Ok(self
+            .kvs(range)?
+            .into_iter()
+            .next()
+            .map(|kv| kv.value)
+            .unwrap_or_else(|| expected.to_vec()))
+    }
+
+    /// Several puts in transactions of at most 128 operations (etcd's default limit).
+    pub async fn put_all(&mut self, pairs: &[(&str, &[u8])]) -> Result<(), EtcdError> {
+        for chunk in pairs.chunks(128) {
+            let ops: Vec<Value> = chunk
+                .iter()
+                .map(|(k, v)| json!({"request_put": {"key": b64(k.as_bytes()), "value": b64(v)}}))
+                .collect();
+            self.call("/v3/kv/txn", json!({"success": ops})).await?;
+        }
+        Ok(())
+    }
+
+    /// Several gets in transactions of at most 128; None for absent keys.
+    pub async fn get_all(&mut self, keys: &[&str]) -> Result<Vec<Option<Vec<u8>>>, EtcdError> {
+        let mut out = Vec::with_capacity(keys.len());
+        for chunk in keys.chunks(128) {
+            let ops: Vec<Value> = chunk
+                .iter()
+                .map(|k| json!({"request_range": {"key": b64(k.as_bytes())}}))
+                .collect();
+            let v = self.call("/v3/kv/txn", json!({"success": ops})).await?;
+            let responses = v["responses"].as_array().cloned().unwrap_or_default();
+            for i in 0..chunk.len() {
+                let r = responses
+                    .get(i)
+                    .map(|r| &r["response_range"])
+                    .unwrap_or(&Value::Null);
+                out.push(self.kvs(r)?.into_iter().next().map(|kv| kv.value));
+            }
+        }
+        Ok(out)
+    }
+
+    /// A lease of `ttl` seconds (etcd may raise it to its minimum).
+    pub async fn grant(&mut self, ttl: i64) -> Result<i64, EtcdError> {
+        let v = self
+            .call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))
+            .await?;
+        match int(&v["ID"]) {
+            0 => Err(self.not_etcd("/v3/lease/grant", "no lease ID")),
+            id => Ok(id),
+        }
+    }
+
+    /// Refreshes a lease; false when it has expired already.
+    pub async fn keep_alive(&mut self, id: i64) -> Result<bool, EtcdError> {
+        let v = self
+            .call("/v3/lease/keepalive", json!({"ID": id.to_string()}))
+            .await?;
+        Ok(int(&v["result"]["TTL"]) > 0)
+    }
+
+    fn not_etcd(&self, what: &str, detail: &str) -> EtcdError {
+        EtcdError::NotEtcd {
+            endpoint: self.endpoints[self.current].clone(),
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+
+    fn kvs(&self, range: &Value) -> Result<Vec<Kv>, EtcdError> {
+        let Some(list) = range.get("kvs") else {
+            return Ok(Vec::new());
+        };
+        let list = list
+            .as_array()
+            .ok_or_else(|| self.not_etcd("a range", "kvs is not a list"))?;
+        list.iter()
+            .map(|kv| {
+                let decode = |field: &str| {
+                    B64.decode(kv[field].as_str().unwrap_or_default())
+                        .map_err(|_| self.not_etcd("a range", &format!("{field} is not base64")))
+                };
+                Ok(Kv {
+                    key: String::from_utf8_lossy(&decode("key")?).into_owned(),
+                    value: decode("value")?,
+                    create_revision: int(&kv["create_revision"]),
+                })
+            })
+            .collect()
+    }
+}
+
+/// The error and its causes on one line (reqwest's Display alone hides the cause).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+fn tls_settings(b: reqwest::ClientBuilder, tls: &Tls) -> Result<reqwest::ClientBuilder, EtcdError> {
+    let _ = (b, tls);
+    Err(EtcdError::Tls(
+        "this build of toporun speaks plain HTTP to etcd only; reach etcd over http:// (inside the cluster network) or through a TLS-terminating proxy".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoints_default_port_and_scheme() {
+        assert_eq!(
+            parse_endpoints("a:1, http://b , [::1]:3", false).unwrap(),
+            vec!["http://a:1", "http://b:2379", "http://[::1]:3"]
+        );
+        assert_eq!(parse_endpoints("c", true).unwrap(), vec!["https://c:2379"]);
+        assert!(parse_endpoints("", false).is_err());
+        assert!(parse_endpoints("ftp://x:1", false).is_err());
+        assert!(parse_endpoints("a:notaport", false).is_err());
+    }
+
+    #[test]
+    fn prefix_end_increments_the_last_byte() {
+        assert_eq!(B64.decode(prefix_end("a/")).unwrap(), b"a0");
+        assert_eq!(B64.decode(prefix_end("a\u{7f}")).unwrap(), b"a\x80");
+    }
+
+    #[test]
+    fn gateway_numbers_are_strings_or_absent() {
+        assert_eq!(int(&json!("42")), 42);
+        assert_eq!(int(&json!(7)), 7);
+        assert_eq!(int(&Value::Null), 0);
+    }
+}

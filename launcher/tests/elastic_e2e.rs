@@ -1,0 +1,481 @@
+//! Elastic jobs with real PyTorch (gloo) workers on loopback, over c10d and over a
+//! real 3-member etcd cluster: a lost node named and the survivors going on, a node
+//! killed and replaced, the store's node killed, an etcd member killed, spares and
+//! scale-up, etcd unreachable, garbage under the run's keys. Each test prints its
+//! measured times (`--nocapture`), which README's failure table quotes.
+
+mod support;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+use support::etcd::EtcdCluster;
+use support::*;
+
+/// Keep-alives every second, lost after two misses: a lost node is seen in 2-3 s.
+const CONF: &str =
+    "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60";
+
+#[derive(Clone, Copy, PartialEq)]
+enum Backend {
+    C10d,
+    Etcd,
+}
+
+struct Node {
+    child: Option<Child>,
+    err: PathBuf,
+    started: Instant,
+}
+
+impl Node {
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err).unwrap_or_default()
+    }
+
+    fn kill(&mut self) -> Instant {
+        let mut c = self.child.take().expect("running");
+        c.kill().unwrap();
+        let at = Instant::now();
+        c.wait().unwrap();
+        at
+    }
+
+    /// Exit code and how long the node ran.
+    fn wait(&mut self, limit: Duration) -> (i32, Duration) {
+        let c = self.child.as_mut().expect("running");
+        loop {
+            if let Some(s) = c.try_wait().unwrap() {
+                self.child = None;
+                return (s.code().unwrap_or(-1), self.started.elapsed());
+            }
+            if self.started.elapsed() > limit {
+                let _ = c.kill();
+                let _ = c.wait();
+                panic!("node did not end within {limit:?}:\n{}", self.stderr());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+struct Job {
+    dir: tempfile::TempDir,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+    started: usize,
+}
+
+impl Job {
+    fn new(backend: Backend, endpoint: &str, nnodes: &str, extra: &[&str]) -> Job {
+        let mut args: Vec<String> = vec![
+            format!("--nnodes={nnodes}"),
+            "--nproc-per-node=1".into(),
+            format!(
+                "--rdzv-backend={}",
+                if backend == Backend::Etcd {
+                    "etcd"
+                } else {
+                    "c10d"
+                }
+            ),
+            format!("--rdzv-endpoint={endpoint}"),
+            format!("--rdzv-id=elastic{}", free_port()),
+            format!("--rdzv-conf={CONF}"),
+            "--monitor-interval=0.2".into(),
+        ];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        args.push("elastic_steps.py".into());
+        Job {
+            dir: tempfile::tempdir().unwrap(),
+            args,
+            env: Vec::new(),
+            started: 0,
+        }
+    }
+
+    fn env(mut self, k: &str, v: &str) -> Job {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    fn node(&mut self) -> Node {
+        let err = self.dir.path().join(format!("node{}.err", self.started));
+        self.started += 1;
+        let mut c = toporun();
+        c.args(&self.args)
+            .env("PROBE_OUT", self.dir.path())
+            .env("PYTHON_EXEC", python())
+            .current_dir(scripts())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&err).unwrap());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        Node {
+            child: Some(c.spawn().unwrap()),
+            err,
+            started: Instant::now(),
+        }
+    }
+
+    /// (time, world, rank, step, restart count, pid) of every step so far.
+    fn steps(&self) -> Vec<(f64, u32, u32, u32, String, u32)> {
+        std::fs::read_to_string(self.dir.path().join("steps"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                Some((
+                    f.first()?.parse().ok()?,
+                    f.get(1)?.parse().ok()?,
+                    f.get(2)?.parse().ok()?,
+                    f.get(3)?.parse().ok()?,
+                    f.get(4)?.to_string(),
+                    f.get(5)?.parse().ok()?,
+                ))
+            })
+            .collect()
+    }
+
+    /// Waits until a step of a `world`-rank round ran.
+    fn wait_steps(&self, world: u32, limit: Duration) {
+        let t = Instant::now();
+        while !self.steps().iter().any(|s| s.1 == world) {
+            assert!(
+                t.elapsed() < limit,
+                "no step with world size {world} within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Seconds from `at` (a kill) to the first step of a `world`-rank round started
+    /// after it (by a rank process that had not stepped before).
+    fn first_step_after(&self, at: std::time::SystemTime, world: u32) -> Option<f64> {
+        let at = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs_f64();
+        let steps = self.steps();
+        let old: std::collections::BTreeSet<u32> =
+            steps.iter().filter(|s| s.0 <= at).map(|s| s.5).collect();
+        steps
+            .iter()
+            .filter(|s| s.0 > at && s.1 == world && !old.contains(&s.5))
+            .map(|s| s.0 - at)
+            .reduce(f64::min)
+    }
+
+    fn finished(&self, world: u32) -> Vec<String> {
+        (0..world)
+            .filter_map(|r| {
+                std::fs::read_to_string(self.dir.path().join(format!("finished-{r}-{world}"))).ok()
+            })
+            .collect()
+    }
+}
+
+fn c10d_endpoint() -> String {
+    format!("127.0.0.1:{}", free_port())
+}
+
+#[test]
+fn etcd_two_node_gloo_job() {
+    let etcd = EtcdCluster::start(3);
+    let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[]).env("STEPS", "4");
+    let mut nodes = [job.node(), job.node()];
+    for n in &mut nodes {
+        let (code, took) = n.wait(Duration::from_secs(90));
+        assert_eq!(code, 0, "{}", n.stderr());
+        eprintln!("etcd 2-node job: {took:.1?}");
+    }
+    assert_eq!(job.finished(2).len(), 2);
+    let all: String = nodes.iter().map(Node::stderr).collect();
+    assert!(
+        all.contains("joining through etcd at http://127.0.0.1"),
+        "{all}"
+    );
+    assert_eq!(all.matches("node rank 0 of 2").count(), 1, "{all}");
+}
+
+#[test]
+fn an_etcd_member_killed_mid_job_changes_nothing() {
+    let mut etcd = EtcdCluster::start(3);
+    let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[])
+        .env("STEPS", "20")
+        .env("STEP_SECS", "0.25");
+    let mut nodes = [job.node(), job.node()];
+    job.wait_steps(2, Duration::from_secs(60));
+    // The first endpoint: the member every node talks to first.
+    etcd.kill(0);
+    for n in &mut nodes {
+        let (code, _) = n.wait(Duration::from_secs(90));
+        assert_eq!(code, 0, "{}", n.stderr());
+    }
+    // Both ranks finished in the first attempt: no restart, no new round.
+    assert_eq!(job.finished(2), vec!["0", "0"]);
+    assert!(!nodes.iter().any(|n| n.stderr().contains("round 1")));
+}
+
+/// Kills the node hosting the workers' store (node rank 0) of a 3-node round.
+fn kill_the_store_node(backend: Backend, endpoint: &str) -> (Job, Vec<(i32, String)>, f64) {
+    let mut job = Job::new(backend, endpoint, "2:3", &["--max-restarts=2"])
+        .env("STEPS", "24")
+        .env("STEP_SECS", "0.25");
+    let mut nodes: Vec<Node> = (0..3).map(|_| job.node()).collect();
+    job.wait_steps(3, Duration::from_secs(60));
+    let victim = nodes
+        .iter()
+        .position(|n| match backend {
+            Backend::Etcd => n.stderr().contains("this node is node rank 0 of 3"),
+            Backend::C10d => n.stderr().contains("hosting the store"),
+        })
+        .expect("a node hosts the store");
+    let at = std::time::SystemTime::now();
+    nodes[victim].kill();
+    let mut out = Vec::new();
+    for (i, n) in nodes.iter_mut().enumerate().filter(|(i, _)| *i != victim) {
+        let (code, _) = n.wait(Duration::from_secs(90));
+        eprintln!("node {i}: exit {code}");
+        out.push((code, n.stderr()));
+    }
+    let next = job.first_step_after(at, 2).unwrap_or(f64::NAN);
+    (job, out, next)
+}
+
+#[test]
+fn etcd_survives_the_loss_of_the_node_hosting_the_store() {
+    let etcd = EtcdCluster::start(3);
+    let (job, survivors, next) = kill_the_store_node(Backend::Etcd, &etcd.endpoints());
+    eprintln!("etcd, store node killed: first step of the 2-node round {next:.1} s after the kill");
+    for (code, err) in &survivors {
+        assert_eq!(*code, 0, "{err}");
+    }
+    assert_eq!(job.finished(2).len(), 2, "survivors finish as a 2-rank job");
+    assert!(next < 15.0, "{next}");
+}
+
+#[test]
+fn c10d_loses_the_job_with_the_store_host_and_says_so() {
+    let (_job, survivors, _) = kill_the_store_node(Backend::C10d, &c10d_endpoint());
+    for (code, err) in &survivors {
+        assert_eq!(*code, 1, "{err}");
+        assert!(
+            err.contains("lost the rendezvous state") || err.contains("rendezvous store"),
+            "{err}"
+        );
+    }
+}
+
+/// A node that comes while a round below --nnodes max runs is admitted at once: the
+/// running nodes restart (not counted against --max-restarts) and the job finishes
+/// with both.
+fn scale_up(backend: Backend, endpoint: &str) {
+    let mut job = Job::new(backend, endpoint, "1:2", &[])
+        .env("STEPS", "16")
+        .env("STEP_SECS", "0.25");
+    let mut first = job.node();
+    job.wait_steps(1, Duration::from_secs(60));
+    let at = std::time::SystemTime::now();
+    let mut second = job.node();
+    for n in [&mut first, &mut second] {
+        let (code, _) = n.wait(Duration::from_secs(90));
+        assert_eq!(code, 0, "{}", n.stderr());
+    }
+    let admitted = job.first_step_after(at, 2).expect("a 2-node round ran");
+    eprintln!("scale-up: the new node's first step {admitted:.1} s after it started");
+    assert_eq!(job.finished(2), vec!["0", "0"], "not counted as a restart");
+    assert!(
+        first.stderr().contains("waiting to join") && first.stderr().contains("not counted"),
+        "{}",
+        first.stderr()
+    );
+}
+
+#[test]
+fn c10d_admits_a_node_that_comes_while_the_job_runs() {
+    scale_up(Backend::C10d, &c10d_endpoint());
+}
+
+#[test]
+fn etcd_admits_a_node_that_comes_while_the_job_runs() {
+    let etcd = EtcdCluster::start(3);
+    scale_up(Backend::Etcd, &etcd.endpoints());
+}
+
+/// Three nodes for a 2-node job: the third waits as a spare; a running node is lost
+/// in a quiet phase (no collective notices), its loss is named by keep-alives, and the
+/// spare takes its place.
+fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
+    let mut job = Job::new(backend, endpoint, "2", &[])
+        .env("STEPS", "40")
+        .env("STEP_SECS", "0.25")
+        .env("QUIET", "1");
+    let mut a = job.node();
+    let mut b = job.node();
+    job.wait_steps(2, Duration::from_secs(60));
+    let mut spare = job.node();
+    let t = Instant::now();
+    while !spare.stderr().contains("waits for the next round") {
+        assert!(t.elapsed() < Duration::from_secs(20), "{}", spare.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Lose a node that does not host the c10d store.
+    let victim_is_a = backend == Backend::Etcd || !a.stderr().contains("hosting the store");
+    let at = std::time::SystemTime::now();
+    let survivor = if victim_is_a {
+        a.kill();
+        &mut b
+    } else {
+        b.kill();
+        &mut a
+    };
+    for n in [survivor, &mut spare] {
+        let (code, _) = n.wait(Duration::from_secs(120));
+        assert_eq!(code, 0, "{}", n.stderr());
+    }
+    let next = job.first_step_after(at, 2).expect("a new round ran");
+    eprintln!("spare replaces a lost node: first step of the next round {next:.1} s after the kill (keep-alive timeout 2 s)");
+    let all = format!("{}{}", a.stderr(), b.stderr());
+    assert!(
+        all.contains("stopped sending keep-alives") && all.contains("last seen"),
+        "the lost node is named: {all}"
+    );
+    assert!(next < 2.0 + 5.0 + 3.0, "{next}");
+    assert_eq!(job.finished(2).len(), 2);
+}
+
+#[test]
+fn c10d_spare_replaces_a_lost_node() {
+    spare_replaces_a_lost_node(Backend::C10d, &c10d_endpoint());
+}
+
+#[test]
+fn etcd_spare_replaces_a_lost_node() {
+    let etcd = EtcdCluster::start(3);
+    spare_replaces_a_lost_node(Backend::Etcd, &etcd.endpoints());
+}
+
+/// A node killed (toporun and its ranks) and started again 8 s later, as Kubernetes
+/// restarts a pod: the job goes on and every node exits 0.
+fn killed_and_replaced(backend: Backend, endpoint: &str) {
+    let mut job = Job::new(backend, endpoint, "2", &["--max-restarts=3"])
+        .env("STEPS", "60")
+        .env("STEP_SECS", "0.2");
+    let mut a = job.node();
+    let mut b = job.node();
+    job.wait_steps(2, Duration::from_secs(60));
+    let at = std::time::SystemTime::now();
+    // Kill the node that does not host the c10d store (etcd: either).
+    let victim_is_b = backend == Backend::Etcd || a.stderr().contains("hosting the store");
+    let mut keep = if victim_is_b {
+        b.kill();
+        a
+    } else {
+        a.kill();
+        b
+    };
+    std::thread::sleep(Duration::from_secs(8));
+    let mut replacement = job.node();
+    for n in [&mut keep, &mut replacement] {
+        let (code, _) = n.wait(Duration::from_secs(120));
+        assert_eq!(code, 0, "{}", n.stderr());
+    }
+    let next = job.first_step_after(at, 2).expect("the job went on");
+    eprintln!(
+        "node killed, replaced 8 s later: first step of the next round {next:.1} s after the kill"
+    );
+    assert_eq!(job.finished(2).len(), 2);
+}
+
+#[test]
+fn c10d_node_killed_and_replaced_8s_later() {
+    killed_and_replaced(Backend::C10d, &c10d_endpoint());
+}
+
+#[test]
+fn etcd_node_killed_and_replaced_8s_later() {
+    let etcd = EtcdCluster::start(3);
+    killed_and_replaced(Backend::Etcd, &etcd.endpoints());
+}
+
+#[test]
+fn etcd_unreachable_at_start_names_the_endpoints_and_gives_up_at_the_join_timeout() {
+    let (p1, p2) = (free_port(), free_port());
+    let (code, _, err) = run(toporun()
+        .args([
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=etcd-v2",
+            &format!("--rdzv-endpoint=127.0.0.1:{p1},http://127.0.0.1:{p2}"),
+            "--rdzv-conf=join_timeout=3",
+            "--no-python",
+            "true",
+        ])
+        .current_dir(scripts()));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("127.0.0.1:{p1}")) && err.contains(&format!("127.0.0.1:{p2}")),
+        "{err}"
+    );
+    assert!(err.contains("could not reach etcd within 3s"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn garbage_under_the_runs_keys_is_named_not_a_panic() {
+    // etcd: another program wrote the run's round counter.
+    let etcd = EtcdCluster::start(1);
+    etcd.put("toporun/garbled/round", "banana");
+    let (code, _, err) = run(toporun()
+        .args([
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--rdzv-backend=etcd",
+            &format!("--rdzv-endpoint={}", etcd.endpoints()),
+            "--rdzv-id=garbled",
+            "--no-python",
+            "true",
+        ])
+        .current_dir(scripts()));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("round counter") && err.contains("banana") && !err.contains("panicked"),
+        "{err}"
+    );
+    // c10d: a client of the host's store writes the same key before a node joins.
+    let endpoint = c10d_endpoint();
+    let mut job = Job::new(Backend::C10d, &endpoint, "2", &[]);
+    let mut host = job.node();
+    let port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+    listening(port);
+    let run_id = job.args[4].trim_start_matches("--rdzv-id=").to_string();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut c =
+            toporun_agent::store::StoreClient::connect("127.0.0.1", port, Duration::from_secs(5))
+                .await
+                .unwrap();
+        c.set(&format!("toporun/{run_id}/round"), b"\x1b[31mred")
+            .await
+            .unwrap();
+    });
+    let mut other = job.node();
+    let (code, _) = other.wait(Duration::from_secs(30));
+    assert_eq!(code, 1, "{}", other.stderr());
+    assert!(
+        other.stderr().contains("round counter") && !other.stderr().contains('\x1b'),
+        "{}",
+        other.stderr()
+    );
+    host.kill();
+}

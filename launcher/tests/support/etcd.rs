@@ -1,0 +1,150 @@
+//! A real etcd cluster on loopback for the elastic tests: members started from the
+//! `etcd` binary scripts/setup-etcd.sh installs (`TOPORUN_ETCD`, else PATH), each
+//! killable on its own.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct EtcdCluster {
+    members: Vec<Option<Child>>,
+    /// Client URLs, one per member.
+    pub clients: Vec<String>,
+    _dir: tempfile::TempDir,
+}
+
+fn binary() -> PathBuf {
+    std::env::var_os("TOPORUN_ETCD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("etcd"))
+}
+
+impl EtcdCluster {
+    /// Starts `n` members and waits until the cluster answers.
+    pub fn start(n: usize) -> EtcdCluster {
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<(u16, u16)> = (0..n)
+            .map(|_| (super::free_port(), super::free_port()))
+            .collect();
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("m{i}=http://127.0.0.1:{peer}"))
+            .collect();
+        // One token for the cluster (its members must agree), unique per test.
+        let token = format!("t{}", ports[0].0);
+        let mut members = Vec::new();
+        let mut clients = Vec::new();
+        for (i, (client, peer)) in ports.iter().enumerate() {
+            let url = format!("http://127.0.0.1:{client}");
+            let log = std::fs::File::create(dir.path().join(format!("m{i}.log"))).unwrap();
+            let child = Command::new(binary())
+                .args(["--name", &format!("m{i}")])
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("m{i}")))
+                .args([
+                    "--listen-client-urls",
+                    &url,
+                    "--advertise-client-urls",
+                    &url,
+                ])
+                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{peer}"),
+                ])
+                .args(["--initial-cluster", &initial.join(",")])
+                .args([
+                    "--initial-cluster-state",
+                    "new",
+                    "--initial-cluster-token",
+                    &token,
+                ])
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start etcd ({}): {e}; run scripts/setup-etcd.sh",
+                        binary().display()
+                    )
+                });
+            members.push(Some(child));
+            clients.push(url);
+        }
+        let cluster = EtcdCluster {
+            members,
+            clients,
+            _dir: dir,
+        };
+        cluster.wait_ready();
+        cluster
+    }
+
+    fn wait_ready(&self) {
+        let start = Instant::now();
+        let http = reqwest::blocking::Client::new();
+        for url in &self.clients {
+            loop {
+                let ok = http
+                    .post(format!("{url}/v3/kv/put"))
+                    .body(r#"{"key":"cmVhZHk=","value":"MQ=="}"#)
+                    .send()
+                    .is_ok_and(|r| r.status().is_success());
+                if ok {
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "etcd did not come up"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+
+    /// The endpoints as --rdzv-endpoint takes them.
+    pub fn endpoints(&self) -> String {
+        self.clients
+            .iter()
+            .map(|u| u.trim_start_matches("http://").to_string())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// SIGKILLs member `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.members[i].take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// Writes a key through the JSON gateway of a live member.
+    pub fn put(&self, key: &str, value: &str) {
+        use base64::Engine;
+        let b = base64::engine::general_purpose::STANDARD;
+        let body = serde_json::json!({"key": b.encode(key), "value": b.encode(value)});
+        let url = self
+            .clients
+            .iter()
+            .zip(&self.members)
+            .find(|(_, m)| m.is_some())
+            .map(|(u, _)| u)
+            .expect("a live member");
+        let r = reqwest::blocking::Client::new()
+            .post(format!("{url}/v3/kv/put"))
+            .body(body.to_string())
+            .send()
+            .unwrap();
+        assert!(r.status().is_success());
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
