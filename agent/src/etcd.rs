@@ -415,11 +415,12 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
+/// Why TLS settings are refused: this build has no TLS stack (reqwest without one).
+pub const NO_TLS: &str = "this build of toporun speaks plain HTTP to etcd only (--rdzv-conf protocol=https, cacert, cert and key are not supported yet); reach etcd over http:// inside the cluster network, or through a TLS-terminating proxy";
+
 fn tls_settings(b: reqwest::ClientBuilder, tls: &Tls) -> Result<reqwest::ClientBuilder, EtcdError> {
     let _ = (b, tls);
-    Err(EtcdError::Tls(
-        "this build of toporun speaks plain HTTP to etcd only; reach etcd over http:// (inside the cluster network) or through a TLS-terminating proxy".into(),
-    ))
+    Err(EtcdError::Tls(NO_TLS.into()))
 }
 
 #[cfg(test)]

@@ -76,6 +76,16 @@ struct Job {
 
 impl Job {
     fn new(backend: Backend, endpoint: &str, nnodes: &str, extra: &[&str]) -> Job {
+        Job::with_conf(backend, endpoint, nnodes, CONF, extra)
+    }
+
+    fn with_conf(
+        backend: Backend,
+        endpoint: &str,
+        nnodes: &str,
+        conf: &str,
+        extra: &[&str],
+    ) -> Job {
         let mut args: Vec<String> = vec![
             format!("--nnodes={nnodes}"),
             "--nproc-per-node=1".into(),
@@ -89,7 +99,7 @@ impl Job {
             ),
             format!("--rdzv-endpoint={endpoint}"),
             format!("--rdzv-id=elastic{}", free_port()),
-            format!("--rdzv-conf={CONF}"),
+            format!("--rdzv-conf={conf}"),
             "--monitor-interval=0.2".into(),
         ];
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -363,9 +373,12 @@ fn etcd_spare_replaces_a_lost_node() {
 }
 
 /// A node killed (toporun and its ranks) and started again 8 s later, as Kubernetes
-/// restarts a pod: the job goes on and every node exits 0.
+/// restarts a pod: the job goes on and every node exits 0. Default keep-alives (5 s,
+/// 3 misses): the replacement is there before the loss is declared (with fewer than
+/// --nnodes min nodes left and none waiting, a lost node ends the job).
 fn killed_and_replaced(backend: Backend, endpoint: &str) {
-    let mut job = Job::new(backend, endpoint, "2", &["--max-restarts=3"])
+    let conf = "last_call_timeout=1,join_timeout=60";
+    let mut job = Job::with_conf(backend, endpoint, "2", conf, &["--max-restarts=3"])
         .env("STEPS", "60")
         .env("STEP_SECS", "0.2");
     let mut a = job.node();
@@ -478,4 +491,23 @@ fn garbage_under_the_runs_keys_is_named_not_a_panic() {
         other.stderr()
     );
     host.kill();
+}
+
+#[test]
+fn etcd_tls_settings_are_refused_by_name_not_tried() {
+    for conf in ["protocol=https", "cacert=/etc/ca.pem"] {
+        let (code, _, err) = run(toporun()
+            .args([
+                "--nnodes=2",
+                "--nproc-per-node=1",
+                "--rdzv-backend=etcd",
+                "--rdzv-endpoint=127.0.0.1:2379",
+                &format!("--rdzv-conf={conf}"),
+                "--no-python",
+                "true",
+            ])
+            .current_dir(scripts()));
+        assert_eq!(code, 2, "{conf}: {err}");
+        assert!(err.contains("plain HTTP to etcd only"), "{err}");
+    }
 }

@@ -245,7 +245,11 @@ fn a_node_killed_mid_run_stops_the_others_within_the_keep_alive_timeout() {
     n1.wait().unwrap();
     let (code, _, err, took) = finish(n0, Duration::from_secs(20));
     assert_eq!(code, 1);
-    assert!(err.contains("node 1 stopped sending keep-alives"), "{err}");
+    assert!(
+        err.contains("node 1 (") && err.contains("stopped sending keep-alives"),
+        "{err}"
+    );
+    assert!(err.contains("fewer than the minimum of 2"), "{err}");
     assert!(took < Duration::from_secs(6), "{took:?}");
 }
 

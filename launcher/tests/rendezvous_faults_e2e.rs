@@ -181,10 +181,12 @@ fn a_black_holed_store_is_given_up_at_the_join_timeout() {
 
 #[test]
 fn a_forged_layout_is_refused_by_name_and_leaves_no_rank() {
+    // Three static nodes, the third never comes: node 1 has joined and waits for the
+    // round to close when an attacker closes it with a forged layout.
     let d = tempfile::tempdir().unwrap();
     let port = free_port();
     let host = node(
-        2,
+        3,
         0,
         port,
         FAST,
@@ -193,15 +195,8 @@ fn a_forged_layout_is_refused_by_name_and_leaves_no_rank() {
     .spawn()
     .unwrap();
     listening(port);
-    store(port, async |c| {
-        c.set("toporun/faults/r0/closed", b"2").await.unwrap();
-        c.set("toporun/faults/r0/layout/1", b"1,0,2,4000000000")
-            .await
-            .unwrap();
-        c.set("toporun/faults/r0/env/1", b"{}").await.unwrap();
-    });
     let victim = node(
-        2,
+        3,
         1,
         port,
         FAST,
@@ -209,11 +204,21 @@ fn a_forged_layout_is_refused_by_name_and_leaves_no_rank() {
     )
     .spawn()
     .unwrap();
+    store(port, async |c| {
+        c.wait(&["toporun/faults/r0/node/1"], Duration::from_secs(20))
+            .await
+            .unwrap();
+        c.set("toporun/faults/r0/layout/1", b"1,0,2,4000000000")
+            .await
+            .unwrap();
+        c.set("toporun/faults/r0/env/1", b"{}").await.unwrap();
+        c.set("toporun/faults/r0/closed", b"3").await.unwrap();
+    });
     let (code, err, _) = wait(victim, Duration::from_secs(30));
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("unusable layout"), "{err}");
     assert!(!d.path().join("victim-ran").exists());
-    // The host notices the node it lost and stops its own rank.
+    // The host never gets its round (its rank never starts) and gives up.
     let (code, err, _) = wait(host, Duration::from_secs(40));
     assert_eq!(code, 1, "{err}");
     std::thread::sleep(Duration::from_millis(500));

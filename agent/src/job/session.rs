@@ -198,6 +198,16 @@ async fn connect_etcd(
         cert: conf("cert"),
         key: conf("key"),
     };
+    let tls_asked = https
+        || endpoints.iter().any(|e| e.starts_with("https://"))
+        || tls.cacert.is_some()
+        || tls.cert.is_some()
+        || tls.key.is_some();
+    if tls_asked {
+        return Err(JobError::Usage(
+            etcd::EtcdError::Tls(etcd::NO_TLS.into()).to_string(),
+        ));
+    }
     let mut client = Etcd::new(endpoints, &tls, Duration::from_secs(5))
         .map_err(|e| JobError::Usage(e.to_string()))?;
     eprintln!(
@@ -420,7 +430,26 @@ impl Session {
             };
             if waiting {
                 let m = self.multi.as_mut().expect("multi-node");
-                eprintln!("toporun: rendezvous {run_id}: round {round} is running without this node; it waits for the next round (the running nodes admit it if the round is below --nnodes max, else it is a spare)");
+                // Static: this node's rank is held in the running round, by a node
+                // that died (this one replaces it at the next round) or by a node
+                // given the same --node-rank (a mistake in the job spec).
+                let holder = match m.info.node_rank {
+                    Some(r) => {
+                        let claim = m.cfg.key(round, &format!("claim/{r}"));
+                        let held = m.client.check(&[&claim]).await.unwrap_or(false);
+                        let who = if held {
+                            m.client.get(&claim, m.cfg.read_timeout).await.ok()
+                        } else {
+                            None
+                        };
+                        who.map(|w| (r, printable(&String::from_utf8_lossy(&w))))
+                    }
+                    None => None,
+                };
+                match &holder {
+                    Some((r, who)) => eprintln!("toporun: rendezvous {run_id}: node rank {r} is held by {who} in the running round {round}: if that node died, this one takes its place at the next round (once its keep-alives stop); if two nodes were given the same --node-rank, fix the job spec"),
+                    None => eprintln!("toporun: rendezvous {run_id}: round {round} is running without this node; it waits for the next round (the running nodes admit it if the round is below --nnodes max, else it is a spare)"),
+                }
                 let mut report = |w: Duration| {
                     eprintln!(
                         "toporun: rendezvous {run_id}: waiting for round {} ({:.0}s)",
@@ -431,12 +460,31 @@ impl Session {
                 let waited = wait_for_next_round(&mut m.client, &m.cfg, round, &mut report);
                 tokio::pin!(waited);
                 let next = tokio::select! {
-                    r = &mut waited => r.map_err(|e| JobError::failed(format!("rendezvous {run_id}: no round this node could join"), e))?,
+                    r = &mut waited => match (r, &holder) {
+                        (Ok(n), _) => n,
+                        // The store went away while this node waited: the job ended
+                        // (or its host died) without needing this static rank.
+                        (Err(_), Some(_)) => Next::Finished,
+                        (Err(e), None) => return Err(JobError::failed(format!("rendezvous {run_id}: no round this node could join"), e)),
+                    },
                     _ = until_signal(events) => return Ok(Entered::Signal),
                 };
                 min_round = match next {
                     Next::Round(r) => r,
-                    Next::Finished => return Ok(Entered::JobFinished),
+                    Next::Finished => match holder {
+                        // A static rank the job never needed again was a duplicate.
+                        Some((rank, other)) => {
+                            return Err(JobError::failed(
+                                format!("rendezvous {run_id}"),
+                                JoinError::DuplicateRank {
+                                    rank,
+                                    other,
+                                    me: printable(&m.info.hostname),
+                                },
+                            ))
+                        }
+                        None => return Ok(Entered::JobFinished),
+                    },
                 };
             }
         }

@@ -59,8 +59,9 @@ impl EtcdKv {
 
 type R<T> = Result<T, KvError>;
 
-/// How often a waiting etcd client looks again.
+/// How often a waiting etcd client looks again: at first, and at most.
 const ETCD_POLL: Duration = Duration::from_millis(25);
+const ETCD_POLL_MAX: Duration = Duration::from_millis(400);
 
 impl Kv {
     pub fn ops(&self) -> u64 {
@@ -99,7 +100,10 @@ impl Kv {
         match self {
             Kv::Store(c) => Ok(c.wait(keys, timeout).await?),
             Kv::Etcd(_) => {
+                // Polling backs off (a thousand waiting nodes must not flood the
+                // cluster); a watch stream would need the gateway's chunked answers.
                 let start = Instant::now();
+                let mut pause = ETCD_POLL;
                 while !self.check(keys).await? {
                     if start.elapsed() >= timeout {
                         return Err(KvError::WaitTimeout(
@@ -107,7 +111,8 @@ impl Kv {
                             keys.iter().map(|k| k.to_string()).collect(),
                         ));
                     }
-                    tokio::time::sleep(ETCD_POLL).await;
+                    tokio::time::sleep(pause.min(timeout.saturating_sub(start.elapsed()))).await;
+                    pause = (pause * 3 / 2).min(ETCD_POLL_MAX);
                 }
                 Ok(())
             }

@@ -207,6 +207,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(r.nodes, 1000);
-        assert!(r.ops >= 6000, "{r:?}");
+        // Each node: join, wait, one read of its place (and the coordinator's).
+        assert!(r.ops >= 3000, "{r:?}");
     }
 }
