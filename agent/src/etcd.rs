@@ -123,8 +123,15 @@ fn int(v: &Value) -> i64 {
     }
 }
 
+/// Installs rustls' ring provider for this process (reqwest is built without one of
+/// its own: aws-lc would need cmake and a C toolchain per target).
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Etcd {
     pub fn new(endpoints: Vec<String>, tls: &Tls, deadline: Duration) -> Result<Etcd, EtcdError> {
+        install_tls_provider();
         let mut b = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))
@@ -415,12 +422,51 @@ fn error_chain(e: &dyn std::error::Error) -> String {
     s
 }
 
-/// Why TLS settings are refused: this build has no TLS stack (reqwest without one).
-pub const NO_TLS: &str = "this build of toporun speaks plain HTTP to etcd only (--rdzv-conf protocol=https, cacert, cert and key are not supported yet); reach etcd over http:// inside the cluster network, or through a TLS-terminating proxy";
-
-fn tls_settings(b: reqwest::ClientBuilder, tls: &Tls) -> Result<reqwest::ClientBuilder, EtcdError> {
-    let _ = (b, tls);
-    Err(EtcdError::Tls(NO_TLS.into()))
+/// The CA to trust (instead of the system's) and the client certificate, as
+/// torchrun's etcd rendezvous takes them (`cacert`, `cert`, `key`).
+fn tls_settings(
+    mut b: reqwest::ClientBuilder,
+    tls: &Tls,
+) -> Result<reqwest::ClientBuilder, EtcdError> {
+    let read = |what: &str, path: &str| {
+        std::fs::read(path).map_err(|e| EtcdError::Tls(format!("{what} {}: {e}", printable(path))))
+    };
+    if let Some(ca) = &tls.cacert {
+        let certs = reqwest::Certificate::from_pem_bundle(&read("cacert", ca)?).map_err(|e| {
+            EtcdError::Tls(format!("cacert {}: {}", printable(ca), error_chain(&e)))
+        })?;
+        if certs.is_empty() {
+            return Err(EtcdError::Tls(format!(
+                "cacert {}: no PEM certificate in it",
+                printable(ca)
+            )));
+        }
+        b = b.tls_certs_only(certs);
+    }
+    match (&tls.cert, &tls.key) {
+        (Some(cert), Some(key)) => {
+            let mut pem = read("cert", cert)?;
+            pem.push(b'\n');
+            pem.extend(read("key", key)?);
+            let id = reqwest::Identity::from_pem(&pem).map_err(|e| {
+                EtcdError::Tls(format!(
+                    "cert {} / key {}: {}",
+                    printable(cert),
+                    printable(key),
+                    error_chain(&e)
+                ))
+            })?;
+            b = b.identity(id);
+        }
+        (None, None) => {}
+        _ => {
+            return Err(EtcdError::Tls(
+                "--rdzv-conf cert and key go together (the client certificate and its private key)"
+                    .into(),
+            ))
+        }
+    }
+    Ok(b)
 }
 
 #[cfg(test)]

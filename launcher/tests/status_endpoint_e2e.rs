@@ -83,10 +83,7 @@ fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 #[test]
 fn readiness_liveness_and_metrics_follow_a_real_job() {
     let (port, sport) = (free_port(), free_port());
-    let client = reqwest::blocking::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()
-        .unwrap();
+    let client = http().timeout(Duration::from_secs(5)).build().unwrap();
     let mut n0 = node(0, port, Some(sport));
     until("the endpoint answers", Duration::from_secs(20), || {
         get(&client, sport, "/healthz").is_some_and(|(c, _)| c == 200)

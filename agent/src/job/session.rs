@@ -198,16 +198,6 @@ async fn connect_etcd(
         cert: conf("cert"),
         key: conf("key"),
     };
-    let tls_asked = https
-        || endpoints.iter().any(|e| e.starts_with("https://"))
-        || tls.cacert.is_some()
-        || tls.cert.is_some()
-        || tls.key.is_some();
-    if tls_asked {
-        return Err(JobError::Usage(
-            etcd::EtcdError::Tls(etcd::NO_TLS.into()).to_string(),
-        ));
-    }
     let mut client = Etcd::new(endpoints, &tls, Duration::from_secs(5))
         .map_err(|e| JobError::Usage(e.to_string()))?;
     eprintln!(

@@ -64,6 +64,11 @@ mod tests {
         )
     }
 
+    /// Runs round 0's coordinator on the store at `port`.
+    async fn coordinate_on(port: u16, cfg: &Config) -> Result<Vec<NodeInfo>, CoordinateError> {
+        coordinate(&mut client(port).await, cfg, 0, &mut |_| {}, &mut || {}).await
+    }
+
     #[tokio::test]
     async fn static_heterogeneous_nodes_get_ranks_in_node_order() {
         let s = StoreServer::bind(0).unwrap();
@@ -84,15 +89,7 @@ mod tests {
                     .unwrap()
             }));
         }
-        let infos = coordinate(
-            &mut client(s.port()).await,
-            &cfg,
-            0,
-            &mut |_| {},
-            &mut || {},
-        )
-        .await
-        .unwrap();
+        let infos = coordinate_on(s.port(), &cfg).await.unwrap();
         assert_eq!(
             infos.iter().map(|i| i.nproc).collect::<Vec<_>>(),
             vec![1, 3]
@@ -122,9 +119,7 @@ mod tests {
         tokio::spawn(
             async move { join(&mut client(port).await, &c2, 0, &info, &mut |_| {}).await },
         );
-        let err = coordinate(&mut client(port).await, &cfg, 0, &mut |_| {}, &mut || {})
-            .await
-            .unwrap_err();
+        let err = coordinate_on(port, &cfg).await.unwrap_err();
         assert!(
             err.to_string().contains("missing node rank(s) [1]"),
             "{err}"
@@ -156,15 +151,7 @@ mod tests {
             }));
         }
         let t = std::time::Instant::now();
-        let infos = coordinate(
-            &mut client(s.port()).await,
-            &cfg,
-            0,
-            &mut |_| {},
-            &mut || {},
-        )
-        .await
-        .unwrap();
+        let infos = coordinate_on(s.port(), &cfg).await.unwrap();
         assert_eq!(infos.len(), 2);
         assert!(
             t.elapsed() >= Duration::from_millis(250),

@@ -22,7 +22,27 @@ fn binary() -> PathBuf {
 impl EtcdCluster {
     /// Starts `n` members and waits until the cluster answers.
     pub fn start(n: usize) -> EtcdCluster {
+        EtcdCluster::start_with(n, false)
+    }
+
+    /// One member serving clients over TLS only and asking for a client certificate
+    /// (a CA, the server's and a client's certificate made with openssl, in `tls_dir()`).
+    pub fn start_tls() -> EtcdCluster {
+        EtcdCluster::start_with(1, true)
+    }
+
+    /// Where `start_tls` keeps ca.pem, client.pem and client-key.pem.
+    pub fn tls_dir(&self) -> PathBuf {
+        self._dir.path().join("tls")
+    }
+
+    fn start_with(n: usize, tls: bool) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap();
+        let tls_dir = dir.path().join("tls");
+        if tls {
+            make_certificates(&tls_dir);
+        }
+        let scheme = if tls { "https" } else { "http" };
         let ports: Vec<(u16, u16)> = (0..n)
             .map(|_| (super::free_port(), super::free_port()))
             .collect();
@@ -36,9 +56,19 @@ impl EtcdCluster {
         let mut members = Vec::new();
         let mut clients = Vec::new();
         for (i, (client, peer)) in ports.iter().enumerate() {
-            let url = format!("http://127.0.0.1:{client}");
+            let url = format!("{scheme}://127.0.0.1:{client}");
             let log = std::fs::File::create(dir.path().join(format!("m{i}.log"))).unwrap();
-            let child = Command::new(binary())
+            let mut cmd = Command::new(binary());
+            if tls {
+                cmd.arg("--cert-file")
+                    .arg(tls_dir.join("server.pem"))
+                    .arg("--key-file")
+                    .arg(tls_dir.join("server-key.pem"))
+                    .arg("--trusted-ca-file")
+                    .arg(tls_dir.join("ca.pem"))
+                    .arg("--client-cert-auth");
+            }
+            let child = cmd
                 .args(["--name", &format!("m{i}")])
                 .arg("--data-dir")
                 .arg(dir.path().join(format!("m{i}")))
@@ -83,7 +113,19 @@ impl EtcdCluster {
 
     fn wait_ready(&self) {
         let start = Instant::now();
-        let http = reqwest::blocking::Client::new();
+        let mut b = super::http();
+        if self.clients[0].starts_with("https") {
+            let dir = self.tls_dir();
+            let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+            let mut id = read("client.pem");
+            id.extend(read("client-key.pem"));
+            b = b
+                .tls_certs_only(vec![
+                    reqwest::Certificate::from_pem(&read("ca.pem")).unwrap()
+                ])
+                .identity(reqwest::Identity::from_pem(&id).unwrap());
+        }
+        let http = b.build().unwrap();
         for url in &self.clients {
             loop {
                 let ok = http
@@ -107,7 +149,11 @@ impl EtcdCluster {
     pub fn endpoints(&self) -> String {
         self.clients
             .iter()
-            .map(|u| u.trim_start_matches("http://").to_string())
+            .map(|u| {
+                u.trim_start_matches("http://")
+                    .trim_start_matches("https://")
+                    .to_string()
+            })
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -132,7 +178,9 @@ impl EtcdCluster {
             .find(|(_, m)| m.is_some())
             .map(|(u, _)| u)
             .expect("a live member");
-        let r = reqwest::blocking::Client::new()
+        let r = super::http()
+            .build()
+            .unwrap()
             .post(format!("{url}/v3/kv/put"))
             .body(body.to_string())
             .send()
@@ -147,4 +195,30 @@ impl Drop for EtcdCluster {
             self.kill(i);
         }
     }
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, with openssl.
+/// The server certificate also allows client use: etcd 3.4 gateway dials its own gRPC
+/// port with it.
+fn make_certificates(dir: &std::path::Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let script = r#"set -e
+openssl req -x509 -newkey rsa:2048 -nodes -keyout ca-key.pem -out ca.pem -days 2 -subj /CN=toporun-test-ca
+openssl req -newkey rsa:2048 -nodes -keyout server-key.pem -out server.csr -subj /CN=127.0.0.1
+printf 'subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n' > server.ext
+openssl x509 -req -in server.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out server.pem -days 2 -extfile server.ext
+openssl req -newkey rsa:2048 -nodes -keyout client-key.pem -out client.csr -subj /CN=toporun-node
+printf 'extendedKeyUsage=clientAuth\n' > client.ext
+openssl x509 -req -in client.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -out client.pem -days 2 -extfile client.ext
+"#;
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .current_dir(dir)
+        .output()
+        .expect("openssl makes the test certificates");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

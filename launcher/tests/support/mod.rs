@@ -149,3 +149,10 @@ pub fn listening(port: u16) {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// An HTTP client (reqwest is built with rustls and no crypto provider of its own:
+/// the process installs ring's, as toporun does).
+pub fn http() -> reqwest::blocking::ClientBuilder {
+    toporun_agent::etcd::install_tls_provider();
+    reqwest::blocking::Client::builder()
+}
