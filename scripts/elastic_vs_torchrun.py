@@ -26,13 +26,14 @@ def free_port():
 
 
 class Job:
-    def __init__(self, launcher, nnodes, extra, env):
+    def __init__(self, launcher, nnodes, extra, env, conf=CONF):
         self.dir = tempfile.mkdtemp()
         port = free_port()
+        self.port = port
         self.cmd = (TORCHRUN if launcher == "torchrun" else [TOPORUN]) + [
             f"--nnodes={nnodes}", "--nproc-per-node=1", "--rdzv-backend=c10d",
             f"--rdzv-endpoint=127.0.0.1:{port}", f"--rdzv-id=cmp{port}",
-            f"--rdzv-conf={CONF}", "--monitor-interval=0.2", *extra, "elastic_steps.py"]
+            f"--rdzv-conf={conf}", "--monitor-interval=0.2", *extra, "elastic_steps.py"]
         self.env = dict(os.environ, PROBE_OUT=self.dir, PYTHON_EXEC=PY, **env)
         self.nodes = []
 
@@ -65,17 +66,29 @@ class Job:
         return min(later) if later else None
 
     def kill(self, p):
-        # The launcher and its ranks, as a node's death takes them.
-        os.killpg(p.pid, signal.SIGKILL)
+        """The launcher and every process under it, as a node's death takes them
+        (torchrun's workers run in sessions of their own)."""
+        tree, todo = [], [p.pid]
+        while todo:
+            pid = todo.pop()
+            tree.append(pid)
+            kids = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)],
+                                  capture_output=True, text=True).stdout.split()
+            todo.extend(int(k) for k in kids)
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         p.wait()
 
     def hosting(self, p):
         """Whether this node hosts the c10d store (it holds the endpoint's port)."""
-        port = self.cmd[4].rsplit(":", 1)[1]
+        port = self.port
         out = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout
         return any(f":{port} " in l and f"pid={p.pid}," in l for l in out.splitlines())
 
-    def finish(self, limit=150):
+    def finish(self, limit=90):
         codes = []
         for p in self.nodes:
             if p.returncode is not None and p.returncode < 0:
@@ -89,8 +102,10 @@ class Job:
 
 
 def killed_and_replaced(launcher):
-    """Two nodes; the one not hosting the store is killed and started again 8 s later."""
-    job = Job(launcher, "2", ["--max-restarts=3"], {"STEPS": "60", "STEP_SECS": "0.2"})
+    """Two nodes; the one not hosting the store is killed and started again 8 s later
+    (default keep-alives, as a pod restarted by Kubernetes)."""
+    job = Job(launcher, "2", ["--max-restarts=3"], {"STEPS": "60", "STEP_SECS": "0.2"},
+              conf="last_call_timeout=1,join_timeout=60")
     a, b = job.node(), job.node()
     job.wait_steps(2)
     time.sleep(1)
