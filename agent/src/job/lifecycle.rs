@@ -111,7 +111,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     let mut restarts: u32 = 0;
     let mut next_round: u32 = 0;
     loop {
-        status.round(restarts);
+        status.round(next_round, restarts);
         let node = match session.join(p, next_round, events).await? {
             Entered::Placed(node) => node,
             Entered::Signal => {
@@ -127,6 +127,8 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         };
         let round = node.round;
         next_round = round + 1;
+        // A node that waited for a later round (a spare) reports the one it joined.
+        status.update(|x| x.round = Some(round));
         if let Some(sig) = events.pending_signal() {
             eprintln!("toporun: received {sig} before the ranks started; exiting");
             return Ok(1);

@@ -140,11 +140,11 @@ mod tests {
     #[test]
     fn exits_and_restarts_show() {
         let s = JobStatus::new("job", 1);
-        s.round(0);
+        s.round(0, 0);
         s.placed(0, 1);
         s.rank_started(0, 0, 7);
         s.rank_exited(7, 3);
-        s.round(1);
+        s.round(1, 1);
         let text = render(&s.snapshot());
         assert!(
             text.contains("toporun_rank_exits_total{code=\"3\"} 1"),

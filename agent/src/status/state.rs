@@ -95,11 +95,13 @@ impl JobStatus {
         self.update(|x| x.heartbeat = Some(Instant::now()));
     }
 
-    /// A new round is being formed: the ranks of the last one are gone.
-    pub fn round(&self, round: u32) {
+    /// A new round is being formed: the ranks of the last one are gone. `restarts`
+    /// counts rank-failure restarts only (a membership change forms a round without
+    /// one), as TORCHELASTIC_RESTART_COUNT does.
+    pub fn round(&self, round: u32, restarts: u32) {
         self.update(|x| {
-            if x.round.is_some() {
-                x.restarts += 1;
+            if restarts > x.restarts {
+                x.restarts = restarts;
                 x.last_restart = Some(Instant::now());
             }
             x.round = Some(round);
@@ -146,7 +148,7 @@ mod tests {
     #[test]
     fn ready_only_with_every_rank_running_after_rendezvous() {
         let s = JobStatus::new("job", 2);
-        s.round(0);
+        s.round(0, 0);
         assert!(!s.snapshot().ready());
         s.placed(0, 1);
         s.rank_started(0, 0, 10);
@@ -156,8 +158,12 @@ mod tests {
         s.rank_exited(11, 1);
         assert!(!s.snapshot().ready());
         assert_eq!(s.snapshot().exits_by_code.get(&1), Some(&1));
-        s.round(1);
+        s.round(1, 1);
         let x = s.snapshot();
         assert_eq!((x.restarts, x.ranks.len(), x.ready()), (1, 0, false));
+        // A membership change: a new round, no restart.
+        s.round(2, 1);
+        let x = s.snapshot();
+        assert_eq!((x.round, x.restarts), (Some(2), 1));
     }
 }
