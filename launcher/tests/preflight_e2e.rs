@@ -66,6 +66,7 @@ fn broken_pods_say_what_is_wrong() {
         ),
         ("broken-1-of-8-gpus", &[], &["gpu.visible"]),
         ("broken-p2p-not-supported", &[], &["gpu.p2p"]),
+        ("broken-gpu-health", &[], &["gpu.memory"]),
     ];
     for (h, extra, want) in cases {
         let (code, v) = findings(h, extra);
@@ -235,4 +236,50 @@ fn topo_json_for_public_captures_matches_their_text() {
     );
     assert_eq!(v["gpus"][4]["cpu_affinity"], "10-19,30-39");
     assert_eq!(topo_json("dgx-a100.txt")["gpus"][2]["numa_node"], 1);
+}
+
+/// Each NVML health fault injected in the fixture is named, with its GPU, in every
+/// output format; the pending row remap is an error, the others warnings.
+#[test]
+fn gpu_health_faults_are_named_in_every_format() {
+    let (code, v) = findings("broken-gpu-health", &[]);
+    assert_eq!(code, 1);
+    let summary = |id: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id}: {v}"))["summary"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(summary("gpu.memory").contains("GPU1: a row remap is pending"));
+    for (id, needle) in [
+        ("gpu.pcie", "GPU3: x8 of x16"),
+        ("gpu.throttle", "GPU2: hardware thermal"),
+        ("gpu.nvlink", "GPU0: 16 of 18 links up"),
+        ("gpu.processes", "GPU2: 1 process"),
+    ] {
+        assert!(summary(id).contains(needle), "{id}: {}", summary(id));
+        assert!(warning_ids(&v).contains(&id.to_string()), "{id}");
+    }
+    let (code, text, _) = run(toporun().args(["--facts", &host("broken-gpu-health"), "preflight"]));
+    assert_eq!(code, 1);
+    assert!(
+        text.contains("GPU3: x8 of x16") && text.contains("fix: cordon and drain"),
+        "{text}"
+    );
+    let (_, junit, _) = run(toporun().args([
+        "--facts",
+        &host("broken-gpu-health"),
+        "preflight",
+        "--format",
+        "junit",
+    ]));
+    assert!(
+        junit.contains("gpu.memory") && junit.contains("row remap is pending"),
+        "{junit}"
+    );
 }

@@ -2,14 +2,16 @@
 //! machine without it yields facts saying so, not an error).
 
 use crate::paths::{self, Root};
+use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
-    ComputeMode, P2pCapabilitiesIndex, P2pStatus, TopologyLevel,
+    ComputeMode, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, RetirementCause,
+    TopologyLevel,
 };
 use nvml_wrapper::{Device, Nvml};
 use toporun_shared::cpulist;
 use toporun_shared::facts::{
-    classify_link, FabricState, Gpu, GpuFacts, GpuSource, LinkKind, NvlinkInfo, P2pPair, P2pState,
-    PcieAncestor,
+    classify_link, FabricState, Gpu, GpuFacts, GpuHealth, GpuSource, LinkKind, NvlinkInfo, P2pPair,
+    P2pState, PcieAncestor, PcieLink, RemappedRows, ThrottleReason,
 };
 
 /// Where GPU facts come from: NVML live, or a fixture in tests.
@@ -100,6 +102,9 @@ fn probe_nvml(nvml: &Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError> {
 
 fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
     let words = 16; // affinity words of 64 CPUs: up to 1024 CPUs
+    let link_states: Vec<bool> = (0..MAX_NVLINKS)
+        .filter_map(|l| d.link_wrapper_for(l).is_active().ok())
+        .collect();
     let remotes: Vec<String> = (0..MAX_NVLINKS)
         .map(|l| d.link_wrapper_for(l))
         .filter(|l| l.is_active().unwrap_or(false))
@@ -136,7 +141,93 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
             active_links: remotes.len() as u32,
             remotes,
         },
+        health: health(nvml, d, &link_states),
     }
+}
+
+/// NVML's health answers; "not supported" leaves a field empty.
+fn health(nvml: &Nvml, d: &Device, link_states: &[bool]) -> GpuHealth {
+    let retired = [
+        RetirementCause::MultipleSingleBitEccErrors,
+        RetirementCause::DoubleBitEccError,
+    ]
+    .iter()
+    .map(|c| d.retired_pages(c.clone()).map(|p| p.len() as u32))
+    .collect::<Result<Vec<u32>, _>>()
+    .ok()
+    .map(|v| v.iter().sum());
+    let pcie = (|| {
+        Some(PcieLink {
+            gen: d.current_pcie_link_gen().ok()?,
+            max_gen: d.max_pcie_link_gen().ok()?,
+            width: d.current_pcie_link_width().ok()?,
+            max_width: d.max_pcie_link_width().ok()?,
+        })
+    })();
+    GpuHealth {
+        remapped_rows: remapped_rows(nvml, d),
+        retired_pages: retired,
+        retirement_pending: d.are_pages_pending_retired().ok(),
+        ecc_uncorrected_volatile: d
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Volatile)
+            .ok(),
+        ecc_uncorrected_aggregate: d
+            .total_ecc_errors(MemoryError::Uncorrected, EccCounter::Aggregate)
+            .ok(),
+        pcie,
+        throttle: d
+            .current_throttle_reasons()
+            .map(throttle_reasons)
+            .unwrap_or_default(),
+        nvlink_supported: (!link_states.is_empty()).then_some(link_states.len() as u32),
+        compute_processes: d.running_compute_processes().ok().map(|p| p.len() as u32),
+    }
+}
+
+fn throttle_reasons(r: ThrottleReasons) -> Vec<ThrottleReason> {
+    [
+        (ThrottleReasons::HW_SLOWDOWN, ThrottleReason::HwSlowdown),
+        (
+            ThrottleReasons::HW_THERMAL_SLOWDOWN,
+            ThrottleReason::HwThermal,
+        ),
+        (
+            ThrottleReasons::SW_THERMAL_SLOWDOWN,
+            ThrottleReason::SwThermal,
+        ),
+        (
+            ThrottleReasons::HW_POWER_BRAKE_SLOWDOWN,
+            ThrottleReason::HwPowerBrake,
+        ),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| r.contains(*bit))
+    .map(|(_, reason)| reason)
+    .collect()
+}
+
+/// nvmlDeviceGetRemappedRows is not wrapped: call it raw.
+fn remapped_rows(nvml: &Nvml, d: &Device) -> Option<RemappedRows> {
+    let lib = nvml.lib();
+    let (mut corr, mut unc, mut pending, mut failed) = (0u32, 0u32, 0u32, 0u32);
+    // SAFETY: a valid device handle and four out-parameters NVML writes.
+    let rc = unsafe {
+        lib.nvmlDeviceGetRemappedRows.as_ref().ok().map(|_| {
+            lib.nvmlDeviceGetRemappedRows(
+                d.handle(),
+                &mut corr,
+                &mut unc,
+                &mut pending,
+                &mut failed,
+            )
+        })
+    }?;
+    (rc == 0).then_some(RemappedRows {
+        correctable: corr,
+        uncorrectable: unc,
+        pending: pending != 0,
+        failed: failed != 0,
+    })
 }
 
 /// nvmlDeviceGetGpuFabricInfoV is not wrapped: call it raw (v3 struct, then the

@@ -32,3 +32,94 @@ pub fn probe_host(
     facts.gpus.device_nodes = gpu::device_nodes(root);
     facts
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toporun_shared::facts::{GpuFacts, GpuSource, PcieLink, RemappedRows, ThrottleReason};
+    use toporun_shared::finding::Severity;
+
+    /// GPU facts of two healthy H100s, as NVML gives them.
+    fn two_gpus() -> GpuFacts {
+        let mut g = GpuFacts {
+            source: GpuSource::Nvml,
+            ..Default::default()
+        };
+        for i in 0..2 {
+            let mut d = toporun_shared::facts::Gpu {
+                index: i,
+                mig_enabled: Some(false),
+                persistence_mode: Some(true),
+                ..Default::default()
+            };
+            d.health.remapped_rows = Some(RemappedRows::default());
+            d.health.ecc_uncorrected_volatile = Some(0);
+            d.health.compute_processes = Some(0);
+            d.health.pcie = Some(PcieLink {
+                gen: 5,
+                max_gen: 5,
+                width: 16,
+                max_width: 16,
+            });
+            g.devices.push(d);
+        }
+        g
+    }
+
+    /// Each fault injected through the probe trait reaches preflight as its finding.
+    #[test]
+    fn gpu_faults_given_by_the_probe_become_findings() {
+        type Inject = fn(&mut GpuFacts);
+        let faults: [(Inject, &str, Severity); 6] = [
+            (
+                |g| g.devices[1].health.remapped_rows.as_mut().unwrap().failed = true,
+                "gpu.memory",
+                Severity::Error,
+            ),
+            (
+                |g| g.devices[0].health.ecc_uncorrected_volatile = Some(1),
+                "gpu.memory",
+                Severity::Error,
+            ),
+            (
+                |g| g.devices[1].health.pcie.as_mut().unwrap().width = 4,
+                "gpu.pcie",
+                Severity::Warning,
+            ),
+            (
+                |g| g.devices[0].health.throttle = vec![ThrottleReason::HwPowerBrake],
+                "gpu.throttle",
+                Severity::Warning,
+            ),
+            (
+                |g| g.devices[1].mig_enabled = Some(true),
+                "gpu.mode",
+                Severity::Error,
+            ),
+            (
+                |g| g.devices[0].health.compute_processes = Some(2),
+                "gpu.processes",
+                Severity::Warning,
+            ),
+        ];
+        let dir = tempfile::tempdir().unwrap();
+        let root = Root::at(dir.path());
+        let clean = probe_host(&root, &gpu::FixedGpus(two_gpus()), std::iter::empty());
+        let opts = toporun_shared::preflight::PreflightOptions::default();
+        let before = toporun_shared::preflight::run(&clean, &opts);
+        for (inject, id, severity) in faults {
+            assert_eq!(
+                before.iter().find(|f| f.id == id).unwrap().severity,
+                Severity::Ok,
+                "{id} before the fault"
+            );
+            let mut g = two_gpus();
+            inject(&mut g);
+            let facts = probe_host(&root, &gpu::FixedGpus(g), std::iter::empty());
+            let after = toporun_shared::preflight::run(&facts, &opts);
+            let f = after.iter().find(|f| f.id == id).unwrap();
+            assert_eq!(f.severity, severity, "{f:?}");
+            assert!(f.remedy.is_some(), "{f:?}");
+        }
+    }
+}

@@ -1,5 +1,6 @@
 //! GPU facts: devices, the link matrix and P2P status between pairs.
 
+use super::gpu_health::GpuHealth;
 use super::link::LinkKind;
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +98,7 @@ pub struct Gpu {
     pub cpu_affinity: Vec<u32>,
     pub fabric: Option<FabricState>,
     pub nvlink: NvlinkInfo,
+    pub health: GpuHealth,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

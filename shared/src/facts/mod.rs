@@ -4,12 +4,14 @@
 //! copy; every decision (findings, NCCL plan, rank layout) is a pure function of them.
 
 mod gpu;
+mod gpu_health;
 mod link;
 
 pub use gpu::{
     classify_link, same_bus, FabricState, Gpu, GpuFacts, GpuSource, NvlinkInfo, P2pPair, P2pState,
     PcieAncestor, INVISIBLE_REMOTE,
 };
+pub use gpu_health::{GpuHealth, PcieLink, RemappedRows, ThrottleReason};
 pub use link::{LinkKind, LinkParseError};
 
 use serde::{Deserialize, Serialize};

@@ -3,6 +3,7 @@
 
 mod caps;
 mod gpu;
+mod gpu_health;
 mod ipc;
 mod net;
 mod options;
@@ -20,6 +21,7 @@ pub fn run(facts: &HostFacts, opts: &PreflightOptions) -> Vec<Finding> {
     out.extend(ipc::check(facts));
     out.extend(caps::check(facts));
     out.extend(gpu::check(facts, opts));
+    out.extend(gpu_health::check(facts));
     out.extend(rdma::check(facts, opts));
     out.push(net::check(facts));
     out.extend(crate::nccl_env_check::check(facts, &facts.container.env));
