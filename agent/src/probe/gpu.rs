@@ -152,7 +152,7 @@ fn health(nvml: &Nvml, d: &Device, link_states: &[bool]) -> GpuHealth {
         RetirementCause::DoubleBitEccError,
     ]
     .iter()
-    .map(|c| d.retired_pages(c.clone()).map(|p| p.len() as u32))
+    .map(|c| d.retired_pages(*c).map(|p| p.len() as u32))
     .collect::<Result<Vec<u32>, _>>()
     .ok()
     .map(|v| v.iter().sum());
