@@ -3,6 +3,7 @@
 
 pub mod etcd;
 pub mod job;
+pub mod link_bandwidth;
 pub mod nccl_watch;
 mod own_thread;
 pub mod paths;

@@ -100,6 +100,12 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing [default: warn; env TOPORUN_PREFLIGHT]"),
         )
         .arg(
+            Arg::new("preflight_measure")
+                .long("preflight-measure")
+                .action(ArgAction::SetTrue)
+                .help("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings [env TOPORUN_PREFLIGHT_MEASURE=1]"),
+        )
+        .arg(
             Arg::new("status_port")
                 .long("status-port")
                 .value_name("PORT")
@@ -129,7 +135,8 @@ pub fn toporun_command() -> Command {
         .arg(format_arg(&["text", "json", "junit"], "text"))
         .arg(Arg::new("expect_gpus").long("expect-gpus").value_parser(clap::value_parser!(u32)).value_name("N").help("error when fewer GPUs are visible"))
         .arg(Arg::new("min_shm").long("min-shm").value_name("SIZE").default_value("1Gi").help("smallest acceptable /dev/shm (16Gi, 1G, bytes)"))
-        .arg(Arg::new("require").long("require").value_parser(["nvlink", "rdma", "efa"]).action(ArgAction::Append).value_delimiter(',').help("make these an error when absent"));
+        .arg(Arg::new("require").long("require").value_parser(["nvlink", "rdma", "efa"]).action(ArgAction::Append).value_delimiter(',').help("make these an error when absent"))
+        .arg(Arg::new("measure").long("measure").action(ArgAction::SetTrue).help("also measure copy bandwidth between every GPU pair (both directions) and between each GPU and pinned host memory near it, through the CUDA driver, and compare each link with its class (a few hundred ms on 8 GPUs; skipped with a note where there is no driver)"));
     let cmd = Command::new("toporun")
         .version(env!("CARGO_PKG_VERSION"))
         .about("A torchrun-compatible launcher that knows the GPU host and the container it runs in.\n\n`toporun [torchrun options] ENTRYPOINT [ARGS]` launches like torchrun.")

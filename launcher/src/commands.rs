@@ -178,15 +178,23 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
             == Some(clap::parser::ValueSource::CommandLine),
         require,
     };
-    let f = facts(m, sub)?;
+    let mut f = facts(m, sub)?;
+    if sub.get_flag("measure") {
+        if m.get_one::<String>("facts").is_some() || sub.get_one::<String>("facts").is_some() {
+            return Err(CannotRun("--measure measures this machine's GPUs; --facts replays another's facts (a measurement recorded in them is checked without --measure)".into()).into());
+        }
+        f.bandwidth = Some(toporun_agent::link_bandwidth::measure(&f.gpus));
+    }
     let findings = preflight::run(&f, &opts);
     match format(sub) {
-        "json" => println!(
-            "{}",
-            serde_json::to_string_pretty(
-                &serde_json::json!({"ok": worst(&findings) < Severity::Error, "findings": findings})
-            )?
-        ),
+        "json" => {
+            let mut doc =
+                serde_json::json!({"ok": worst(&findings) < Severity::Error, "findings": findings});
+            if let Some(b) = &f.bandwidth {
+                doc["bandwidth"] = serde_json::to_value(b)?;
+            }
+            println!("{}", serde_json::to_string_pretty(&doc)?)
+        }
         "junit" => print!("{}", output::junit(&findings)),
         _ => {
             print!("{}", output::findings_text(&findings, &Style::stdout()));

@@ -77,6 +77,14 @@ fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Pref
     )
 }
 
+/// `--preflight-measure`, or TOPORUN_PREFLIGHT_MEASURE=1/true.
+fn wants_measure(m: &ArgMatches, env: &BTreeMap<String, String>) -> bool {
+    m.get_flag("preflight_measure")
+        || env
+            .get("TOPORUN_PREFLIGHT_MEASURE")
+            .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"))
+}
+
 /// Where the root cause of a failure goes: `--termination-log`, else
 /// TOPORUN_TERMINATION_LOG, else the kubelet's file when it mounted one.
 fn termination_log(m: &ArgMatches, env: &BTreeMap<String, String>) -> Option<PathBuf> {
@@ -271,6 +279,14 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         eprintln!("toporun: python: {} ({})", p.python, p.python_why);
     }
     let mode = preflight_mode(m, &p.parent_env)?;
+    let mut p = p;
+    if mode != PreflightMode::Off && wants_measure(m, &p.parent_env) {
+        if m.get_one::<String>("facts").is_some() {
+            eprintln!("toporun: --preflight-measure: not measured, the facts come from --facts");
+        } else {
+            p.facts.bandwidth = Some(toporun_agent::link_bandwidth::measure(&p.facts.gpus));
+        }
+    }
     let findings = match mode {
         PreflightMode::Off => Vec::new(),
         _ => p.findings(),

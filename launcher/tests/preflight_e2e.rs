@@ -283,3 +283,72 @@ fn gpu_health_faults_are_named_in_every_format() {
         "{junit}"
     );
 }
+
+/// A real measurement (1x H100, tests/fixtures/device/measure-h100) replayed from its
+/// facts: at its PCIe Gen5 x16 class; the same host with a halved host->device figure
+/// is named with the class it misses.
+#[test]
+fn measured_links_are_checked_against_their_class() {
+    let path = host("h100x1-measured");
+    let (code, v) = findings("h100x1-measured", &[]);
+    assert_eq!(code, 0, "{v}");
+    let by_id = |v: &serde_json::Value, id: &str| {
+        v["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["id"] == id)
+            .unwrap_or_else(|| panic!("no {id}: {v}"))
+            .clone()
+    };
+    let f = by_id(&v, "gpu.host_bandwidth");
+    assert_eq!(f["severity"], "ok", "{f}");
+    assert!(f["summary"].as_str().unwrap().contains("GPU0 54.9/55.1 GB/s"), "{f}");
+    let mut facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    facts["bandwidth"]["host"][0]["h2d_gbps"] = serde_json::json!(21.5);
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("slow.json");
+    std::fs::write(&p, facts.to_string()).unwrap();
+    let (code, out, err) = run(toporun().args([
+        "--facts",
+        p.to_str().unwrap(),
+        "preflight",
+        "--format",
+        "json",
+    ]));
+    assert_eq!(code, 0, "a slow link is a warning: {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let f = by_id(&v, "gpu.host_bandwidth");
+    assert_eq!(f["severity"], "warning", "{f}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("GPU0 21.5 GB/s host->device")
+            && f["summary"].as_str().unwrap().contains("PCIe Gen5 x16"),
+        "{f}"
+    );
+}
+
+/// No CUDA driver here: --measure says so and checks the rest; with --facts it refuses.
+#[test]
+fn measure_without_a_driver_is_a_note_and_with_facts_a_usage_error() {
+    if std::path::Path::new("/dev/nvidiactl").exists() {
+        return; // a GPU machine: scripts/gpu_measure_links.sh covers it
+    }
+    let (code, out, err) = run(toporun().args(["preflight", "--measure", "--format", "json"]));
+    assert_eq!(code, 0, "{out} {err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(
+        v["bandwidth"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("libcuda.so.1"),
+        "{v}"
+    );
+    let (code, _, err) =
+        run(toporun().args(["--facts", &host("h200x4"), "preflight", "--measure"]));
+    assert_eq!(code, 2);
+    assert!(err.contains("--measure measures this machine"), "{err}");
+}

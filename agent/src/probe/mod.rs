@@ -28,6 +28,7 @@ pub fn probe_host(
         nics: net::probe(root),
         rdma: rdma::probe(root),
         platform: platform::probe(root, python.as_deref()),
+        bandwidth: None,
     };
     facts.gpus.device_nodes = gpu::device_nodes(root);
     facts

@@ -3,10 +3,12 @@
 //! Facts are plain data. The agent probes them live; `--facts FILE` replays a captured
 //! copy; every decision (findings, NCCL plan, rank layout) is a pure function of them.
 
+mod bandwidth;
 mod gpu;
 mod gpu_health;
 mod link;
 
+pub use bandwidth::{HostCopy, LinkBandwidth, PairCopy};
 pub use gpu::{
     classify_link, same_bus, FabricState, Gpu, GpuFacts, GpuSource, NvlinkInfo, P2pPair, P2pState,
     PcieAncestor, INVISIBLE_REMOTE,
@@ -38,6 +40,9 @@ pub struct HostFacts {
     pub nics: Vec<Nic>,
     pub rdma: Vec<RdmaDevice>,
     pub platform: PlatformFacts,
+    /// Link bandwidth measured by `preflight --measure`; absent when not asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bandwidth: Option<LinkBandwidth>,
 }
 
 impl HostFacts {

@@ -1,6 +1,7 @@
 //! `toporun preflight`: is this container fit to run a distributed PyTorch job?
 //! Every check is a pure function of the host facts and the options.
 
+mod bandwidth;
 mod caps;
 mod gpu;
 mod gpu_health;
@@ -22,6 +23,7 @@ pub fn run(facts: &HostFacts, opts: &PreflightOptions) -> Vec<Finding> {
     out.extend(caps::check(facts));
     out.extend(gpu::check(facts, opts));
     out.extend(gpu_health::check(facts));
+    out.extend(bandwidth::check(facts));
     out.extend(rdma::check(facts, opts));
     out.push(net::check(facts));
     out.extend(crate::nccl_env_check::check(facts, &facts.container.env));

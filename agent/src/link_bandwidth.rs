@@ -1,0 +1,298 @@
+//! `preflight --measure`: copy bandwidth between every GPU pair (both directions, over
+//! the path CUDA takes: peer access where the GPUs allow it, else staged through host
+//! memory) and between each GPU and pinned memory near it, timed with CUDA events.
+//! The CUDA driver is loaded at run time (cudarc, dynamic loading): a container
+//! without libcuda.so.1 gets a measurement that says so.
+
+use cudarc::driver::{result, sys};
+use std::ffi::c_void;
+use std::time::{Duration, Instant};
+use toporun_shared::cpulist;
+use toporun_shared::facts::{same_bus, GpuFacts, HostCopy, LinkBandwidth, PairCopy};
+
+/// Bytes per copy: large enough that a copy's fixed cost is noise on NVLink.
+pub const BUFFER_BYTES: usize = 64 << 20;
+/// Copies per link run untimed for about this long, then twice timed for about
+/// TARGET_SECONDS (at least one copy, at most MAX_REPS).
+const WARM_SECONDS: f64 = 0.005;
+const TARGET_SECONDS: f64 = 0.010;
+const MAX_REPS: usize = 20;
+/// A hung or crawling link must not hold a launch: stop measuring after this.
+const BUDGET: Duration = Duration::from_secs(10);
+
+/// Measures every link of the GPUs CUDA sees, named by their index in `gpus` (NVML
+/// order, matched by PCI bus id: CUDA's own order can differ).
+pub fn measure(gpus: &GpuFacts) -> LinkBandwidth {
+    let t0 = Instant::now();
+    // SAFETY: only tries to dlopen the library; cudarc panics on first use otherwise.
+    if !unsafe { sys::is_culib_present() } {
+        return LinkBandwidth {
+            error: Some("no CUDA driver library (libcuda.so.1) in this container: run it with the NVIDIA runtime to measure links".into()),
+            ..Default::default()
+        };
+    }
+    let mut m = LinkBandwidth {
+        buffer_bytes: BUFFER_BYTES as u64,
+        ..Default::default()
+    };
+    if let Err(e) = run(gpus, t0, &mut m) {
+        m.error = Some(e);
+    }
+    m.seconds = t0.elapsed().as_secs_f64();
+    m
+}
+
+/// One GPU's context, buffers, stream and events. Raw CUDA handles: used from one
+/// thread at a time, each call after making its context current.
+struct Gpu {
+    index: u32,
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+    stream: sys::CUstream,
+    src: sys::CUdeviceptr,
+    dst: sys::CUdeviceptr,
+    host: *mut c_void,
+    start: sys::CUevent,
+    stop: sys::CUevent,
+    cpus: String,
+}
+
+// SAFETY: CUDA handles may be used from any thread once their context is current there.
+unsafe impl Send for Gpu {}
+
+fn cuda(what: &str, e: result::DriverError) -> String {
+    format!("{what}: {e:?}")
+}
+
+fn run(gpus: &GpuFacts, t0: Instant, m: &mut LinkBandwidth) -> Result<(), String> {
+    result::init().map_err(|e| cuda("cuInit", e))?;
+    let mut version = 0;
+    // SAFETY: an out-parameter.
+    if unsafe { sys::cuDriverGetVersion(&mut version) } == sys::CUresult::CUDA_SUCCESS {
+        m.cuda_driver = Some(version as u32);
+    }
+    let count = result::device::get_count().map_err(|e| cuda("cuDeviceGetCount", e))?;
+    // Contexts and pinned buffers for all GPUs at once: most of the start-up cost,
+    // and each pinned buffer allocated by a thread on its GPU's CPUs.
+    let setups: Vec<_> = (0..count)
+        .map(|ordinal| {
+            let (index, cpus) = identify(gpus, ordinal);
+            std::thread::spawn(move || setup(ordinal, index, &cpus))
+        })
+        .collect();
+    let mut all = Vec::new();
+    let mut failed = None;
+    for s in setups {
+        match s.join() {
+            Ok(Ok(g)) => all.push(g),
+            Ok(Err(e)) => failed = failed.or(Some(e)),
+            Err(_) => failed = failed.or(Some("a setup thread panicked".to_string())),
+        }
+    }
+    m.init_seconds = t0.elapsed().as_secs_f64();
+    let outcome = match failed {
+        Some(e) => Err(e),
+        None => measure_all(&all, t0, m),
+    };
+    for g in all {
+        teardown(g);
+    }
+    outcome
+}
+
+/// The facts index of CUDA device `ordinal` (by PCI bus id), and its near CPUs.
+fn identify(gpus: &GpuFacts, ordinal: i32) -> (u32, Vec<u32>) {
+    let bus = result::device::get(ordinal).ok().map(|dev| {
+        let attr = |a| unsafe { result::device::get_attribute(dev, a) }.unwrap_or(-1);
+        use sys::CUdevice_attribute::*;
+        format!(
+            "{:08x}:{:02x}:{:02x}.0",
+            attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+            attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+            attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)
+        )
+    });
+    match bus.and_then(|b| gpus.devices.iter().find(|d| same_bus(&d.pci_bus_id, &b))) {
+        Some(d) => (d.index, d.cpu_affinity.clone()),
+        None => (ordinal as u32, Vec::new()),
+    }
+}
+
+fn setup(ordinal: i32, index: u32, cpus: &[u32]) -> Result<Gpu, String> {
+    if !cpus.is_empty() {
+        let mut set = nix::sched::CpuSet::new();
+        for c in cpus {
+            let _ = set.set(*c as usize);
+        }
+        // Best effort: a cgroup may not allow those CPUs; the figure says where it ran.
+        let _ = nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set);
+    }
+    let on = |what: &'static str| move |e| cuda(&format!("GPU{index} {what}"), e);
+    let dev = result::device::get(ordinal).map_err(on("cuDeviceGet"))?;
+    // SAFETY: `dev` came from cuDeviceGet; every handle below is used with its
+    // context current, and freed in `teardown`.
+    unsafe {
+        let ctx = result::primary_ctx::retain(dev).map_err(on("cuDevicePrimaryCtxRetain"))?;
+        result::ctx::set_current(ctx).map_err(on("cuCtxSetCurrent"))?;
+        let src = result::malloc_sync(BUFFER_BYTES).map_err(on("cuMemAlloc"))?;
+        let dst = result::malloc_sync(BUFFER_BYTES).map_err(on("cuMemAlloc"))?;
+        result::memset_d8_sync(src, 1, BUFFER_BYTES).map_err(on("cuMemsetD8"))?;
+        let host = result::malloc_host(BUFFER_BYTES, 0).map_err(on("cuMemHostAlloc"))?;
+        std::ptr::write_bytes(host as *mut u8, 1, BUFFER_BYTES);
+        let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
+            .map_err(on("cuStreamCreate"))?;
+        let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(on("cuEventCreate"))?;
+        let stop = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
+            .map_err(on("cuEventCreate"))?;
+        Ok(Gpu {
+            index,
+            dev,
+            ctx,
+            stream,
+            src,
+            dst,
+            host,
+            start,
+            stop,
+            cpus: cpulist::format(cpus),
+        })
+    }
+}
+
+fn teardown(g: Gpu) {
+    // SAFETY: the handles were made in `setup` and are not used after this.
+    unsafe {
+        let _ = result::ctx::set_current(g.ctx);
+        let _ = result::stream::synchronize(g.stream);
+        let _ = result::event::destroy(g.start);
+        let _ = result::event::destroy(g.stop);
+        let _ = result::stream::destroy(g.stream);
+        let _ = result::memory_free(g.src);
+        let _ = result::memory_free(g.dst);
+        let _ = result::free_host(g.host);
+        // The last reference destroys the context: the GPUs are free for the ranks.
+        let _ = result::primary_ctx::release(g.dev);
+    }
+}
+
+fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), String> {
+    let over = || t0.elapsed() > BUDGET;
+    let peer = |a: &Gpu, b: &Gpu| -> Result<bool, String> {
+        let mut can = 0;
+        // SAFETY: out-parameter; devices from cuDeviceGet.
+        unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.dev, b.dev) }
+            .result()
+            .map_err(|e| cuda("cuDeviceCanAccessPeer", e))?;
+        if can == 1 {
+            // SAFETY: a's context current; enabling twice answers "already enabled".
+            unsafe {
+                result::ctx::set_current(a.ctx).map_err(|e| cuda("cuCtxSetCurrent", e))?;
+                let rc = sys::cuCtxEnablePeerAccess(b.ctx, 0);
+                if rc != sys::CUresult::CUDA_SUCCESS
+                    && rc != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
+                {
+                    return Ok(false);
+                }
+            }
+        }
+        Ok(can == 1)
+    };
+    for a in all {
+        for b in all {
+            if a.index == b.index {
+                continue;
+            }
+            if over() {
+                return Err(format!(
+                    "stopped after {} s: links too slow to measure them all",
+                    BUDGET.as_secs()
+                ));
+            }
+            let peer_access = peer(a, b)?;
+            // The copy runs on the source GPU's stream, as PyTorch's tensor.to() does.
+            let gbps = time(a, |s| unsafe {
+                result::memcpy_peer_async(b.ctx, b.dst, a.ctx, a.src, BUFFER_BYTES, s)
+            })?;
+            m.pairs.push(PairCopy {
+                src: a.index,
+                dst: b.index,
+                gbps,
+                peer_access,
+            });
+        }
+    }
+    for g in all {
+        if over() {
+            return Err(format!("stopped after {} s", BUDGET.as_secs()));
+        }
+        // SAFETY: pinned host buffer and device buffers of BUFFER_BYTES each.
+        let h2d = time(g, |s| unsafe {
+            sys::cuMemcpyHtoDAsync_v2(g.dst, g.host, BUFFER_BYTES, s).result()
+        })?;
+        let d2h = time(g, |s| unsafe {
+            sys::cuMemcpyDtoHAsync_v2(g.host, g.src, BUFFER_BYTES, s).result()
+        })?;
+        m.host.push(HostCopy {
+            gpu: g.index,
+            h2d_gbps: h2d,
+            d2h_gbps: d2h,
+            cpus: g.cpus.clone(),
+        });
+    }
+    m.pairs.sort_by_key(|p| (p.src, p.dst));
+    m.host.sort_by_key(|h| h.gpu);
+    Ok(())
+}
+
+/// GB/s of `copy` on `g`'s stream. An idle GPU's PCIe link runs at a low generation
+/// and retrains under load, and first use maps peer memory: copies run untimed for
+/// WARM_SECONDS first. Then two timed runs of about TARGET_SECONDS; the faster counts
+/// (a link does not run faster than it can, only slower when disturbed).
+fn time(
+    g: &Gpu,
+    copy: impl Fn(sys::CUstream) -> Result<(), result::DriverError>,
+) -> Result<f64, String> {
+    let timed = |reps: usize| -> Result<f64, result::DriverError> {
+        // SAFETY: g's context is made current; its events and stream live until teardown.
+        unsafe {
+            result::ctx::set_current(g.ctx)?;
+            result::event::record(g.start, g.stream)?;
+            for _ in 0..reps {
+                copy(g.stream)?;
+            }
+            result::event::record(g.stop, g.stream)?;
+            result::event::synchronize(g.stop)?;
+            Ok((result::event::elapsed(g.start, g.stop)? as f64 / 1e3).max(1e-9))
+        }
+    };
+    let err = |e| cuda(&format!("GPU{} copy", g.index), e);
+    let mut warm = 0.0;
+    let mut one = f64::MAX;
+    for _ in 0..MAX_REPS {
+        let t = timed(1).map_err(err)?;
+        one = one.min(t);
+        warm += t;
+        if warm >= WARM_SECONDS {
+            break;
+        }
+    }
+    let reps = ((TARGET_SECONDS / one).ceil() as usize).clamp(1, MAX_REPS);
+    let secs = timed(reps).map_err(err)?.min(timed(reps).map_err(err)?);
+    Ok((BUFFER_BYTES * reps) as f64 / secs / 1e9)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_driver_the_measurement_says_so() {
+        let m = measure(&GpuFacts::default());
+        if unsafe { sys::is_culib_present() } {
+            return; // a GPU machine: the device script checks the figures there
+        }
+        assert!(m.pairs.is_empty() && m.host.is_empty());
+        assert!(m.error.unwrap().contains("libcuda.so.1"));
+    }
+}

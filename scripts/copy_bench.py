@@ -1,0 +1,54 @@
+"""PyTorch's copy bandwidth, the reference for `toporun preflight --measure`: every
+ordered GPU pair (x.to(other), issued on the source GPU as PyTorch does) and each
+GPU's host<->device copies from pinned memory, timed with CUDA events, with the same
+buffer size and a comparable repeat count. Prints one JSON document.
+Usage: python3 scripts/copy_bench.py [MiB]"""
+import json, sys, time
+
+t0 = time.perf_counter()
+import torch
+
+MIB = int(sys.argv[1]) if len(sys.argv) > 1 else 64
+n = MIB << 20
+REPS = 10
+WARM = 5
+
+
+def timed(stream_dev, copy):
+    """Best of two runs of REPS copies, after WARM untimed ones (an idle GPU's PCIe
+    link retrains to full speed under load; first use maps peer memory)."""
+    with torch.cuda.device(stream_dev):
+        for _ in range(WARM):
+            copy()
+        torch.cuda.synchronize(stream_dev)
+        best = 0.0
+        for _ in range(2):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(REPS):
+                copy()
+            stop.record()
+            stop.synchronize()
+            best = max(best, n * REPS / (start.elapsed_time(stop) / 1e3) / 1e9)
+        return best
+
+
+count = torch.cuda.device_count()
+bufs = [torch.ones(n, dtype=torch.uint8, device=f"cuda:{i}") for i in range(count)]
+outs = [torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}") for i in range(count)]
+init = time.perf_counter() - t0
+pairs = []
+for a in range(count):
+    for b in range(count):
+        if a != b:
+            gbps = timed(a, lambda: bufs[a].to(f"cuda:{b}", non_blocking=True))
+            pairs.append({"src": a, "dst": b, "gbps": round(gbps, 2),
+                          "peer_access": torch.cuda.can_device_access_peer(a, b)})
+host = []
+for g in range(count):
+    pinned = torch.ones(n, dtype=torch.uint8, pin_memory=True)
+    h2d = timed(g, lambda: outs[g].copy_(pinned, non_blocking=True))
+    d2h = timed(g, lambda: pinned.copy_(bufs[g], non_blocking=True))
+    host.append({"gpu": g, "h2d_gbps": round(h2d, 2), "d2h_gbps": round(d2h, 2)})
+print(json.dumps({"tool": f"torch {torch.__version__}", "buffer_bytes": n, "init_seconds": round(init, 3),
+                  "seconds": round(time.perf_counter() - t0, 3), "pairs": pairs, "host": host}))

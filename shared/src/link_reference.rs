@@ -1,0 +1,141 @@
+//! What a link should carry: reference copy bandwidths by link class, each with where
+//! the figure comes from. `preflight --measure` compares every measured link with its
+//! class and names the links below `SLOW_FRACTION` of it.
+
+use crate::facts::{Gpu, LinkKind, PcieLink};
+
+/// A link measured below this fraction of its class is a finding.
+pub const SLOW_FRACTION: f64 = 0.7;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reference {
+    /// GB/s one copy in one direction should reach.
+    pub gbps: f64,
+    /// The class, as a person names it: "NV18 (Hopper)", "PCIe Gen5 x16".
+    pub class: String,
+    pub source: &'static str,
+}
+
+/// NCCL's own model of one NVLink's usable bandwidth (GB/s per direction), by GPU
+/// architecture: src/graph/topo.h, SM60/70/80/86/90/100_NVLINK_BW.
+const NCCL_TOPO_H: &str = "NCCL src/graph/topo.h (SMxx_NVLINK_BW: NCCL's model of one link)";
+
+fn nvlink_per_link(gpu_name: &str) -> Option<(f64, &'static str)> {
+    let n = gpu_name.to_ascii_uppercase();
+    let has = |keys: &[&str]| keys.iter().any(|k| n.contains(k));
+    Some(if has(&["B200", "B100", "GB200", "B300"]) {
+        (40.1, "Blackwell")
+    } else if has(&["H100", "H200", "H800", "H20", "GH200"]) {
+        (20.6, "Hopper")
+    } else if has(&["A100", "A800", "A30"]) {
+        (20.0, "Ampere")
+    } else if has(&["A40", "A6000", "A10", "3090"]) {
+        (12.0, "Ampere GA10x")
+    } else if has(&["V100"]) {
+        (20.0, "Volta")
+    } else if has(&["P100"]) {
+        (18.0, "Pascal")
+    } else {
+        return None;
+    })
+}
+
+/// Raw GB/s of one PCIe lane per generation (after line coding), PCI-SIG.
+fn lane_raw_gbps(gen: u32) -> Option<f64> {
+    Some(match gen {
+        1 => 0.25,
+        2 => 0.5,
+        3 => 0.985,
+        4 => 1.969,
+        5 => 3.938,
+        6 => 7.563,
+        _ => return None,
+    })
+}
+
+/// NCCL's PCI_BW (12 GB/s for Gen3 x16) over Gen3 x16's raw 15.75 GB/s: the share of
+/// a PCIe link a copy can use.
+const PCIE_EFFICIENCY: f64 = 12.0 / 15.75;
+const PCIE_SOURCE: &str = "PCI-SIG lane rate x NCCL's PCI_BW efficiency (12 GB/s for Gen3 x16, src/graph/topo.h); measured on H100/H200 hosts: README";
+
+/// A GPU's host link at its best (maximum generation and width).
+pub fn host(gpu: &Gpu) -> Option<Reference> {
+    let p = gpu.health.pcie?;
+    pcie(p.max_gen, p.max_width)
+}
+
+fn pcie(gen: u32, width: u32) -> Option<Reference> {
+    let lane = lane_raw_gbps(gen)?;
+    (width > 0).then(|| Reference {
+        gbps: lane * width as f64 * PCIE_EFFICIENCY,
+        class: format!("PCIe Gen{gen} x{width}"),
+        source: PCIE_SOURCE,
+    })
+}
+
+/// What a copy between two GPUs with this link should reach. None where no class
+/// figure applies (the path crosses the CPU, or nothing is known of the GPUs).
+pub fn pair(a: &Gpu, b: &Gpu, link: LinkKind) -> Option<Reference> {
+    match link {
+        LinkKind::NvLink(n) => {
+            let (per, arch) = nvlink_per_link(&a.name)?;
+            Some(Reference {
+                gbps: per * n as f64,
+                class: format!("NV{n} ({arch})"),
+                source: NCCL_TOPO_H,
+            })
+        }
+        // P2P under PCIe switches: the slower of the two GPUs' links bounds it.
+        LinkKind::Pix | LinkKind::Pxb => {
+            let slower = |p: PcieLink| (p.max_gen, p.max_width);
+            let (ga, wa) = slower(a.health.pcie?);
+            let (gb, wb) = slower(b.health.pcie?);
+            let mut r = pcie(ga.min(gb), wa.min(wb))?;
+            r.class = format!("{link} ({})", r.class);
+            Some(r)
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gpu(name: &str, gen: u32, width: u32) -> Gpu {
+        let mut g = Gpu {
+            name: name.into(),
+            ..Default::default()
+        };
+        g.health.pcie = Some(PcieLink {
+            gen: 1,
+            max_gen: gen,
+            width,
+            max_width: width,
+        });
+        g
+    }
+
+    #[test]
+    fn nvlink_class_is_links_times_nccls_per_link_model() {
+        let h = gpu("NVIDIA H200", 5, 16);
+        let r = pair(&h, &h, LinkKind::NvLink(18)).unwrap();
+        assert!((r.gbps - 370.8).abs() < 0.01, "{r:?}");
+        assert_eq!(r.class, "NV18 (Hopper)");
+        let a = gpu("NVIDIA A100-SXM4-40GB", 4, 16);
+        assert_eq!(pair(&a, &a, LinkKind::NvLink(12)).unwrap().gbps, 240.0);
+        assert!(pair(&gpu("Mystery GPU", 4, 16), &h, LinkKind::NvLink(4)).is_none());
+    }
+
+    #[test]
+    fn pcie_class_follows_generation_and_width() {
+        let g5 = host(&gpu("NVIDIA H100 PCIe", 5, 16)).unwrap();
+        assert!((g5.gbps - 48.0).abs() < 0.1, "{g5:?}");
+        let g4x8 = host(&gpu("x", 4, 8)).unwrap();
+        assert!((g4x8.gbps - 12.0).abs() < 0.1, "{g4x8:?}");
+        let (a, b) = (gpu("L40S", 4, 16), gpu("L40S", 4, 8));
+        let r = pair(&a, &b, LinkKind::Pix).unwrap();
+        assert_eq!(r.class, "PIX (PCIe Gen4 x8)");
+        assert!(pair(&a, &b, LinkKind::Sys).is_none());
+    }
+}
