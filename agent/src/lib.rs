@@ -1,6 +1,7 @@
 //! toporun's in-container runtime: probing the live machine, the TCPStore-compatible
 //! store, rendezvous and rank supervision.
 
+pub mod cloud_metadata;
 pub mod etcd;
 pub mod job;
 pub mod link_bandwidth;

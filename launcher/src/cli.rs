@@ -129,6 +129,14 @@ pub fn launch_command(name: &'static str) -> Command {
     global_args(cmd)
 }
 
+/// `--no-metadata`, for the commands that ask the cloud's metadata service.
+fn no_metadata_arg() -> Arg {
+    Arg::new("no_metadata")
+        .long("no-metadata")
+        .action(ArgAction::SetTrue)
+        .help("do not ask the cloud's metadata service (AWS IMDSv2, GCP, Azure; at most 300 ms, silent off-cloud) for the instance type [env TOPORUN_NO_METADATA=1]")
+}
+
 pub fn toporun_command() -> Command {
     let preflight = Command::new("preflight")
         .about("Check that this container is fit for distributed training; exit 1 on any error finding")
@@ -136,14 +144,15 @@ pub fn toporun_command() -> Command {
         .arg(Arg::new("expect_gpus").long("expect-gpus").value_parser(clap::value_parser!(u32)).value_name("N").help("error when fewer GPUs are visible"))
         .arg(Arg::new("min_shm").long("min-shm").value_name("SIZE").default_value("1Gi").help("smallest acceptable /dev/shm (16Gi, 1G, bytes)"))
         .arg(Arg::new("require").long("require").value_parser(["nvlink", "rdma", "efa"]).action(ArgAction::Append).value_delimiter(',').help("make these an error when absent"))
-        .arg(Arg::new("measure").long("measure").action(ArgAction::SetTrue).help("also measure copy bandwidth between every GPU pair (both directions) and between each GPU and pinned host memory near it, through the CUDA driver, and compare each link with its class (a few hundred ms on 8 GPUs; skipped with a note where there is no driver)"));
+        .arg(Arg::new("measure").long("measure").action(ArgAction::SetTrue).help("also measure copy bandwidth between every GPU pair (both directions) and between each GPU and pinned host memory near it, through the CUDA driver, and compare each link with its class (a few hundred ms on 8 GPUs; skipped with a note where there is no driver)"))
+        .arg(no_metadata_arg());
     let cmd = Command::new("toporun")
         .version(env!("CARGO_PKG_VERSION"))
         .about("A torchrun-compatible launcher that knows the GPU host and the container it runs in.\n\n`toporun [torchrun options] ENTRYPOINT [ARGS]` launches like torchrun.")
         .subcommand_required(true)
         .arg_required_else_help(true)
         .override_usage("toporun [torchrun options] ENTRYPOINT [ARGS]...   (launch, exactly like torchrun)\n       toporun [--facts FILE] <COMMAND>")
-        .subcommand(Command::new("probe").about("Print the host facts toporun sees").arg(format_arg(&["text", "json"], "text")))
+        .subcommand(Command::new("probe").about("Print the host facts toporun sees").arg(format_arg(&["text", "json"], "text")).arg(no_metadata_arg()))
         .subcommand(Command::new("topo").about("The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices").arg(format_arg(&["text", "json"], "text")))
         .subcommand(preflight)
         .subcommand(launch_command("launch"))

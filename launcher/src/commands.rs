@@ -42,6 +42,28 @@ fn facts(m: &ArgMatches, sub: &ArgMatches) -> Result<toporun_shared::facts::Host
     facts_source::load(pick("facts"), pick("nvidia_smi_topo"))
 }
 
+/// Live facts with the instance type from the cloud's metadata service, asked while
+/// the host is probed (it costs nothing then, BUDGET at most off-cloud).
+fn facts_and_cloud(m: &ArgMatches, sub: &ArgMatches) -> Result<toporun_shared::facts::HostFacts> {
+    use toporun_agent::cloud_metadata::{self, Endpoints};
+    let given = sub
+        .get_one::<String>("facts")
+        .or_else(|| m.get_one::<String>("facts"));
+    let off = sub.get_flag("no_metadata")
+        || std::env::var("TOPORUN_NO_METADATA")
+            .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
+    let ask = (given.is_none() && !off).then(|| {
+        std::thread::spawn(|| {
+            cloud_metadata::instance(&Endpoints::from_env(|k| std::env::var(k).ok()))
+        })
+    });
+    let mut f = facts(m, sub)?;
+    if let Some(asked) = ask {
+        f.cloud = asked.join().ok().flatten();
+    }
+    Ok(f)
+}
+
 fn format(sub: &ArgMatches) -> &str {
     sub.get_one::<String>("format")
         .map(String::as_str)
@@ -49,7 +71,7 @@ fn format(sub: &ArgMatches) -> &str {
 }
 
 fn probe(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
-    let f = facts(m, sub)?;
+    let f = facts_and_cloud(m, sub)?;
     match format(sub) {
         "json" => println!("{}", f.to_json()),
         _ => print!(
@@ -178,7 +200,7 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
             == Some(clap::parser::ValueSource::CommandLine),
         require,
     };
-    let mut f = facts(m, sub)?;
+    let mut f = facts_and_cloud(m, sub)?;
     if sub.get_flag("measure") {
         if m.get_one::<String>("facts").is_some() || sub.get_one::<String>("facts").is_some() {
             return Err(CannotRun("--measure measures this machine's GPUs; --facts replays another's facts (a measurement recorded in them is checked without --measure)".into()).into());

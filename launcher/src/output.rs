@@ -125,11 +125,12 @@ pub fn host_summary(f: &HostFacts) -> String {
         c.seccomp.map_or("unknown".to_string(), |m| m.to_string())
     );
     format!(
-        "host: {} ({}), {} CPUs, /dev/shm {}\nGPUs: {} {} (first pair: {link}, source: {}){}\nNICs: {}\nRDMA: {}\n{nccl}",
+        "host: {} ({}), {} CPUs, /dev/shm {}\n{}GPUs: {} {} (first pair: {link}, source: {}){}\nNICs: {}\nRDMA: {}\n{nccl}",
         c.hostname,
         f.platform.product_name.as_deref().unwrap_or("unknown platform"),
         c.cpu_count,
         c.shm.as_ref().map_or("absent".into(), |s| format_size(s.total_bytes)),
+        f.cloud.as_ref().map_or(String::new(), |i| format!("instance: {} ({}, {} ms)\n", i.instance_type, i.source, i.millis)),
         gpus.count(),
         names.first().copied().unwrap_or(""),
         gpus.source,

@@ -303,7 +303,13 @@ fn measured_links_are_checked_against_their_class() {
     };
     let f = by_id(&v, "gpu.host_bandwidth");
     assert_eq!(f["severity"], "ok", "{f}");
-    assert!(f["summary"].as_str().unwrap().contains("GPU0 54.9/55.1 GB/s"), "{f}");
+    assert!(
+        f["summary"]
+            .as_str()
+            .unwrap()
+            .contains("GPU0 54.9/55.1 GB/s"),
+        "{f}"
+    );
     let mut facts: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     facts["bandwidth"]["host"][0]["h2d_gbps"] = serde_json::json!(21.5);

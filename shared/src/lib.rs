@@ -7,6 +7,7 @@ pub mod cpulist;
 pub mod facts;
 pub mod finding;
 pub mod host_buffers;
+pub mod instance_types;
 pub mod link_reference;
 pub mod measured;
 pub mod nccl_env_check;

@@ -29,6 +29,7 @@ pub fn probe_host(
         rdma: rdma::probe(root),
         platform: platform::probe(root, python.as_deref()),
         bandwidth: None,
+        cloud: None,
     };
     facts.gpus.device_nodes = gpu::device_nodes(root);
     facts

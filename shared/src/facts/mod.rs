@@ -43,6 +43,22 @@ pub struct HostFacts {
     /// Link bandwidth measured by `preflight --measure`; absent when not asked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bandwidth: Option<LinkBandwidth>,
+    /// The instance as the cloud's metadata service names it; absent off-cloud, or
+    /// when not asked (`--no-metadata`, a launch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cloud: Option<CloudInstance>,
+}
+
+/// What a cloud's metadata service said about this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct CloudInstance {
+    /// "aws", "gcp" or "azure".
+    pub provider: String,
+    pub instance_type: String,
+    /// The request that answered: "AWS IMDSv2 (token) http://169.254.169.254".
+    pub source: String,
+    pub millis: u64,
 }
 
 impl HostFacts {

@@ -5,6 +5,7 @@ mod bandwidth;
 mod caps;
 mod gpu;
 mod gpu_health;
+mod instance;
 mod ipc;
 mod net;
 mod options;
@@ -13,6 +14,7 @@ mod shm;
 
 use crate::facts::HostFacts;
 use crate::finding::Finding;
+pub use instance::instance_type;
 pub use options::{PreflightOptions, Requirement, DEFAULT_MIN_SHM};
 
 /// All findings, in a stable order.
@@ -25,6 +27,7 @@ pub fn run(facts: &HostFacts, opts: &PreflightOptions) -> Vec<Finding> {
     out.extend(gpu_health::check(facts));
     out.extend(bandwidth::check(facts));
     out.extend(rdma::check(facts, opts));
+    out.extend(instance::check(facts));
     out.push(net::check(facts));
     out.extend(crate::nccl_env_check::check(facts, &facts.container.env));
     out

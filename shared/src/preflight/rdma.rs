@@ -4,18 +4,6 @@ use super::options::{PreflightOptions, Requirement};
 use crate::facts::{HostFacts, RdmaKind};
 use crate::finding::{Finding, Severity};
 
-/// EFA devices an instance type has (AWS documentation).
-fn expected_efa(product: &str) -> Option<usize> {
-    let t = product.trim();
-    Some(match t {
-        _ if t.starts_with("p4d.24xlarge") || t.starts_with("p4de.24xlarge") => 4,
-        "p5.48xlarge" | "p5e.48xlarge" => 32,
-        "p5en.48xlarge" => 16,
-        _ if t.starts_with("p6-b200") => 8,
-        _ => return None,
-    })
-}
-
 pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let efa: Vec<_> = facts.efa_devices().collect();
     let gpus = facts.gpus.count();
@@ -62,16 +50,6 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         ));
     }
     if !efa.is_empty() {
-        if let Some(want) = facts
-            .platform
-            .product_name
-            .as_deref()
-            .and_then(expected_efa)
-            .filter(|w| efa.len() < *w)
-        {
-            return Some(f(Severity::Warning, format!("{} of the {want} EFA devices of a {} are visible: inter-node bandwidth is capped accordingly", efa.len(), facts.platform.product_name.as_deref().unwrap_or_default()))
-                .remedy(format!("request all of them: resources.limits: {{vpc.amazonaws.com/efa: {want}}}")));
-        }
         if facts.platform.ofi_nccl_plugins.is_empty() {
             return Some(f(Severity::Warning, format!("{} EFA device(s) but no aws-ofi-nccl plugin found: NCCL will not use EFA and falls back to TCP sockets", efa.len()))
                 .remedy("use an image with aws-ofi-nccl (AWS Deep Learning Containers ship it under /opt/amazon/ofi-nccl) and put its lib directory on LD_LIBRARY_PATH"));
@@ -137,11 +115,6 @@ mod tests {
         assert_eq!(
             check(&f, &PreflightOptions::default()).unwrap().severity,
             Severity::Ok
-        );
-        f.rdma.truncate(1);
-        assert_eq!(
-            check(&f, &PreflightOptions::default()).unwrap().severity,
-            Severity::Warning
         );
     }
 
