@@ -285,6 +285,15 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             eprintln!("toporun: --preflight-measure: not measured, the facts come from --facts");
         } else {
             p.facts.bandwidth = Some(toporun_agent::link_bandwidth::measure(&p.facts.gpus));
+            // What was measured, also when every link is fine (the findings below
+            // show warnings and errors only).
+            for f in toporun_shared::preflight::run(&p.facts, &Default::default())
+                .iter()
+                .filter(|f| f.id.starts_with("gpu.") && f.id.contains("bandwidth"))
+                .filter(|f| f.severity < toporun_shared::finding::Severity::Warning)
+            {
+                eprintln!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
+            }
         }
     }
     let findings = match mode {

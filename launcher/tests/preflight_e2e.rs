@@ -289,6 +289,8 @@ fn gpu_health_faults_are_named_in_every_format() {
 /// is named with the class it misses.
 #[test]
 fn measured_links_are_checked_against_their_class() {
+    let (code, v) = findings("h200x1-measured", &[]);
+    assert_eq!(code, 0, "{v}");
     let path = host("h100x1-measured");
     let (code, v) = findings("h100x1-measured", &[]);
     assert_eq!(code, 0, "{v}");
@@ -357,4 +359,23 @@ fn measure_without_a_driver_is_a_note_and_with_facts_a_usage_error() {
         run(toporun().args(["--facts", &host("h200x4"), "preflight", "--measure"]));
     assert_eq!(code, 2);
     assert!(err.contains("--measure measures this machine"), "{err}");
+    // The launch's preflight measures when asked, says why it could not, and starts.
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("noop.py");
+    std::fs::write(&script, "print('rank ran')\n").unwrap();
+    let (code, out, err) = run(toporun()
+        .args([
+            "--preflight-measure",
+            "--standalone",
+            "--nproc-per-node=1",
+            "--no-python",
+        ])
+        .arg("python3")
+        .arg(&script));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("rank ran"), "{out}");
+    assert!(
+        err.contains("links not measured: no CUDA driver library"),
+        "{err}"
+    );
 }
