@@ -74,6 +74,9 @@ const MEASURED: &[(&str, f64, &str)] = &[(
 
 fn pcie(gen: u32, width: u32) -> Option<Reference> {
     let lane = lane_raw_gbps(gen)?;
+    if width == 0 {
+        return None;
+    }
     let class = format!("PCIe Gen{gen} x{width}");
     if let Some((_, gbps, source)) = MEASURED.iter().find(|(c, _, _)| *c == class) {
         return Some(Reference {
@@ -82,7 +85,7 @@ fn pcie(gen: u32, width: u32) -> Option<Reference> {
             source,
         });
     }
-    (width > 0).then(|| Reference {
+    Some(Reference {
         gbps: lane * width as f64 * PCIE_EFFICIENCY,
         class,
         source: PCIE_SOURCE,
