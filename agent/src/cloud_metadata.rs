@@ -93,12 +93,20 @@ fn plausible(body: &str) -> Option<String> {
     ok.then(|| t.to_string())
 }
 
-async fn text(resp: reqwest::Response) -> Option<String> {
+/// A successful answer's body, read chunk by chunk and given up past MAX_ANSWER (a
+/// server at that address that streams without end costs nothing).
+async fn text(mut resp: reqwest::Response) -> Option<String> {
     if !resp.status().is_success() || resp.content_length().is_some_and(|n| n > MAX_ANSWER as u64) {
         return None;
     }
-    let body = resp.bytes().await.ok()?;
-    (body.len() <= MAX_ANSWER).then(|| String::from_utf8_lossy(&body).into_owned())
+    let mut body = Vec::new();
+    while let Some(chunk) = resp.chunk().await.ok()? {
+        body.extend_from_slice(&chunk);
+        if body.len() > MAX_ANSWER {
+            return None;
+        }
+    }
+    Some(String::from_utf8_lossy(&body).into_owned())
 }
 
 fn found(provider: &str, instance_type: String, source: String) -> CloudInstance {

@@ -345,7 +345,13 @@ fn measure_without_a_driver_is_a_note_and_with_facts_a_usage_error() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
         return; // a GPU machine: scripts/gpu_measure_links.sh covers it
     }
-    let (code, out, err) = run(toporun().args(["preflight", "--measure", "--format", "json"]));
+    let (code, out, err) = run(toporun().args([
+        "preflight",
+        "--measure",
+        "--no-metadata",
+        "--format",
+        "json",
+    ]));
     assert_eq!(code, 0, "{out} {err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(

@@ -1,12 +1,13 @@
 """A local HTTP server answering like one cloud's metadata service, from the recorded
 answers in tests/fixtures/metadata. Prints its port, then serves until killed.
 Usage: metadata_server.py aws|gcp|azure|slow|garbage FIXTURE_DIR
-slow: answers like aws after 3 s; garbage: 200 with an HTML page to every request."""
+slow: answers like aws after 3 s; garbage: 200 with an HTML page to every request;
+endless: 200 and a chunked body that never ends."""
 import json, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 mode, fixtures = sys.argv[1], sys.argv[2]
-rec = json.load(open(f"{fixtures}/{'aws' if mode in ('slow', 'garbage') else mode}.json"))
+rec = json.load(open(f"{fixtures}/{'aws' if mode in ('slow', 'garbage', 'endless') else mode}.json"))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -29,6 +30,16 @@ class Handler(BaseHTTPRequestHandler):
     def route(self, method):
         if mode == "slow":
             time.sleep(3)
+        if mode == "endless":
+            self.send_response(200)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b"%x\r\n%s\r\n" % (65536, b"p" * 65536)
+            try:
+                while True:
+                    self.wfile.write(chunk)
+            except OSError:
+                return
         if mode == "garbage":
             return self.answer(200, "<html><body>" + "\x07 not metadata " * 300 + "</body></html>")
         h = self.headers

@@ -13,8 +13,6 @@ pub fn toporun() -> Command {
     let bin = std::env::var("TOPORUN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_toporun").into());
     let mut c = Command::new(bin);
     c.env_remove("NO_COLOR");
-    // Hermetic: a CI runner on a cloud VM would otherwise find its own instance type.
-    c.env("TOPORUN_NO_METADATA", "1");
     for (k, _) in std::env::vars() {
         if k.starts_with("PET_")
             || k.starts_with("NCCL_")

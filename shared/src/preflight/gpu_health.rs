@@ -185,9 +185,10 @@ fn nvlink(devs: &[Gpu]) -> Finding {
 
 fn mode(devs: &[Gpu]) -> Finding {
     let mig: Vec<bool> = devs.iter().filter_map(|d| d.mig_enabled).collect();
-    let mig_on: Vec<String> = per_gpu(devs, |d| (d.mig_enabled == Some(true)).then(String::new))
-        .into_iter()
-        .map(|s| s.trim_end_matches(": ").to_string())
+    let mig_on: Vec<String> = devs
+        .iter()
+        .filter(|d| d.mig_enabled == Some(true))
+        .map(|d| format!("GPU{}", d.index))
         .collect();
     if mig.contains(&true) && mig.contains(&false) {
         return Finding::new("gpu.mode", Severity::Error, format!("MIG mode differs across GPUs (on for {}): ranks on MIG instances see a slice of a GPU, with no NVLink/P2P between instances", mig_on.join(", ")))

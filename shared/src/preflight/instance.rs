@@ -64,7 +64,14 @@ pub fn check(facts: &HostFacts) -> Option<Finding> {
         if t.nvlink { " (NVLink)" } else { "" }
     );
     if let Some(problem) = rdma_missing(facts, t, gpus) {
-        return Some(problem(f(Severity::Warning, String::new()), &name));
+        // NVLink instances are built for multi-node training, their NICs are its
+        // fabric; on the others (g5, g6, g6e) EFA is an option many jobs never use.
+        let sev = if t.nvlink {
+            Severity::Warning
+        } else {
+            Severity::Info
+        };
+        return Some(problem(f(sev, String::new()), &name));
     }
     Some(f(
         if gpus < t.gpus {
@@ -211,10 +218,15 @@ mod tests {
         for d in &mut f.gpus.devices {
             d.name = "NVIDIA L40S".into();
         }
-        f.rdma = devices(RdmaKind::Efa, 1);
         let x = check(&f).unwrap();
         assert_eq!(x.facts["from"], "DMI product name");
-        assert_eq!(x.severity, Severity::Ok, "{x:?}");
+        assert_eq!(x.severity, Severity::Info, "EFA is optional on g6e: {x:?}");
+        assert!(
+            x.summary.contains("1 EFA devices expected, 0 visible"),
+            "{x:?}"
+        );
+        f.rdma = devices(RdmaKind::Efa, 1);
+        assert_eq!(check(&f).unwrap().severity, Severity::Ok);
     }
 
     #[test]
