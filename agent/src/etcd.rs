@@ -250,13 +250,6 @@ impl Etcd {
         Ok(int(&v["header"]["revision"]))
     }
 
-    pub async fn get(&mut self, key: &str) -> Result<Option<Vec<u8>>, EtcdError> {
-        let v = self
-            .call("/v3/kv/range", json!({"key": b64(key.as_bytes())}))
-            .await?;
-        Ok(self.kvs(&v)?.into_iter().next().map(|kv| kv.value))
-    }
-
     /// Keys under a prefix, oldest first (by creation), at most `limit` (0: all).
     pub async fn prefix(
         &mut self,

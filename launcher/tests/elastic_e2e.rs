@@ -319,6 +319,18 @@ fn etcd_admits_a_node_that_comes_while_the_job_runs() {
     scale_up(Backend::Etcd, &etcd.endpoints());
 }
 
+/// Kills one of two running nodes, not the one hosting the c10d store (etcd: either,
+/// `a`); true when it was `a`.
+fn kill_a_non_host(backend: Backend, a: &mut Node, b: &mut Node) -> bool {
+    let kill_a = backend == Backend::Etcd || !a.stderr().contains("hosting the store");
+    if kill_a {
+        a.kill();
+    } else {
+        b.kill();
+    }
+    kill_a
+}
+
 /// Three nodes for a 2-node job: the third waits as a spare; a running node is lost
 /// in a quiet phase (no collective notices), its loss is named by keep-alives, and the
 /// spare takes its place.
@@ -336,14 +348,10 @@ fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
         assert!(t.elapsed() < Duration::from_secs(20), "{}", spare.stderr());
         std::thread::sleep(Duration::from_millis(50));
     }
-    // Lose a node that does not host the c10d store.
-    let victim_is_a = backend == Backend::Etcd || !a.stderr().contains("hosting the store");
     let at = std::time::SystemTime::now();
-    let survivor = if victim_is_a {
-        a.kill();
+    let survivor = if kill_a_non_host(backend, &mut a, &mut b) {
         &mut b
     } else {
-        b.kill();
         &mut a
     };
     for n in [survivor, &mut spare] {
@@ -385,14 +393,10 @@ fn killed_and_replaced(backend: Backend, endpoint: &str) {
     let mut b = job.node();
     job.wait_steps(2, Duration::from_secs(60));
     let at = std::time::SystemTime::now();
-    // Kill the node that does not host the c10d store (etcd: either).
-    let victim_is_b = backend == Backend::Etcd || a.stderr().contains("hosting the store");
-    let mut keep = if victim_is_b {
-        b.kill();
-        a
-    } else {
-        a.kill();
+    let mut keep = if kill_a_non_host(backend, &mut a, &mut b) {
         b
+    } else {
+        a
     };
     std::thread::sleep(Duration::from_secs(8));
     let mut replacement = job.node();

@@ -484,8 +484,7 @@ impl Session {
     /// the etcd node that claimed the round).
     async fn join_round(&mut self, p: &Job, round: u32, events: &mut Events) -> Result<Joined> {
         let m = self.multi.as_mut().expect("multi-node");
-        let coordinates = if m.etcd.is_some() {
-            let me = crate::paths::random_id();
+        let coordinates = if let Some(me) = m.client.etcd_uid().map(str::to_string) {
             m.client
                 .compare_set(&m.cfg.key(round, "coordinator"), b"", me.as_bytes())
                 .await

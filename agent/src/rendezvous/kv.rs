@@ -59,6 +59,16 @@ impl EtcdKv {
 
 type R<T> = Result<T, KvError>;
 
+impl Kv {
+    /// This node's identity in etcd (the name of its own keys); None on a store.
+    pub fn etcd_uid(&self) -> Option<&str> {
+        match self {
+            Kv::Etcd(e) => Some(&e.uid),
+            Kv::Store(_) => None,
+        }
+    }
+}
+
 /// How often a waiting etcd client looks again: at first, and at most.
 const ETCD_POLL: Duration = Duration::from_millis(25);
 const ETCD_POLL_MAX: Duration = Duration::from_millis(400);
