@@ -284,7 +284,9 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         if m.get_one::<String>("facts").is_some() {
             eprintln!("toporun: --preflight-measure: not measured, the facts come from --facts");
         } else {
-            p.facts.bandwidth = Some(toporun_agent::link_bandwidth::measure(&p.facts.gpus));
+            p.facts.bandwidth = Some(crate::measure_child::measure(
+                crate::measure_child::DEADLINE,
+            ));
             // What was measured, also when every link is fine (the findings below
             // show warnings and errors only).
             for f in toporun_shared::preflight::run(&p.facts, &Default::default())

@@ -6,6 +6,7 @@ mod dry_run;
 mod exit;
 mod facts_source;
 mod launch;
+mod measure_child;
 mod nccl_log_cmd;
 mod output;
 
