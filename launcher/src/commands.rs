@@ -205,6 +205,7 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
         if m.get_one::<String>("facts").is_some() || sub.get_one::<String>("facts").is_some() {
             return Err(CannotRun("--measure measures this machine's GPUs; --facts replays another's facts (a measurement recorded in them is checked without --measure)".into()).into());
         }
+        watchdog(crate::measure_child::DEADLINE);
         f.bandwidth = Some(toporun_agent::link_bandwidth::measure(&f.gpus));
     }
     let findings = preflight::run(&f, &opts);
@@ -235,6 +236,22 @@ fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
         }
     }
     Ok(u8::from(worst(&findings) == Severity::Error))
+}
+
+/// A CUDA driver can hang in cuInit (a GPU fallen off the bus): say what is awaited
+/// after 5 s, and give up (exit 2, "could not run") at the deadline.
+fn watchdog(deadline: std::time::Duration) {
+    std::thread::spawn(move || {
+        let early = std::time::Duration::from_secs(5).min(deadline);
+        std::thread::sleep(early);
+        eprintln!(
+            "toporun: --measure: still waiting for the CUDA driver and the copies after {} s",
+            early.as_secs()
+        );
+        std::thread::sleep(deadline - early);
+        eprintln!("toporun: error: --measure did not finish in {} s: the CUDA driver hangs (a GPU fallen off the bus? nvidia-smi -q, dmesg for Xid 79)", deadline.as_secs());
+        std::process::exit(2);
+    });
 }
 
 fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
