@@ -8,8 +8,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use toporun_shared::facts::LinkBandwidth;
 
-/// The whole measurement, CUDA start included, takes well under 2 s on 8 GPUs.
+/// The whole measurement, CUDA start included, takes well under 2 s on 8 GPUs; the
+/// child gives up by itself at this deadline, the launcher stops it 5 s later.
 pub const DEADLINE: Duration = Duration::from_secs(30);
+const BACKSTOP: Duration = Duration::from_secs(5);
 
 fn failed(why: String) -> LinkBandwidth {
     LinkBandwidth {
@@ -20,7 +22,7 @@ fn failed(why: String) -> LinkBandwidth {
 
 pub fn measure(deadline: Duration) -> LinkBandwidth {
     match std::env::current_exe() {
-        Ok(exe) => measure_with(&exe, deadline),
+        Ok(exe) => measure_with(&exe, deadline + BACKSTOP),
         Err(e) => failed(format!(
             "cannot find toporun's own binary to measure with: {e}"
         )),
@@ -38,18 +40,21 @@ fn measure_with(exe: &std::path::Path, deadline: Duration) -> LinkBandwidth {
         ])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
     {
         Ok(c) => c,
         Err(e) => return failed(format!("cannot start the measurement: {e}")),
     };
-    let mut out = child.stdout.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = r.read_to_string(&mut s);
+            s
+        })
+    };
+    let reader = drain(Box::new(child.stdout.take().expect("piped")));
+    let errors = drain(Box::new(child.stderr.take().expect("piped")));
     let t0 = Instant::now();
     let mut said = false;
     loop {
@@ -71,10 +76,25 @@ fn measure_with(exe: &std::path::Path, deadline: Duration) -> LinkBandwidth {
         }
     }
     let text = reader.join().unwrap_or_default();
+    let why = errors.join().unwrap_or_default();
     serde_json::from_str::<serde_json::Value>(&text)
         .ok()
         .and_then(|v| serde_json::from_value(v["bandwidth"].clone()).ok())
-        .unwrap_or_else(|| failed("the measurement printed no result".into()))
+        .unwrap_or_else(|| {
+            let last = why
+                .lines()
+                .last()
+                .unwrap_or("")
+                .trim_start_matches("toporun: ");
+            failed(format!(
+                "the measurement printed no result{}",
+                if last.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {last}")
+                }
+            ))
+        })
 }
 
 #[cfg(test)]
@@ -108,7 +128,16 @@ mod tests {
         let m = measure_with(&script(dir.path(), &format!("echo '{json}'")), DEADLINE);
         assert_eq!(m.error, None);
         assert_eq!(m.host[0].d2h_gbps, 54.0);
-        let m = measure_with(&script(dir.path(), "echo not json"), DEADLINE);
-        assert!(m.error.unwrap().contains("printed no result"));
+        let m = measure_with(
+            &script(
+                dir.path(),
+                "echo not json; echo 'toporun: error: cuInit hangs' >&2; exit 2",
+            ),
+            DEADLINE,
+        );
+        assert_eq!(
+            m.error.unwrap(),
+            "the measurement printed no result: error: cuInit hangs"
+        );
     }
 }
