@@ -365,7 +365,10 @@ fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
         all.contains("stopped sending keep-alives") && all.contains("last seen"),
         "the lost node is named: {all}"
     );
-    assert!(next < 2.0 + 5.0 + 3.0, "{next}");
+    // Alone this takes 4.8-6.0 s; with the other elastic tests and their etcd clusters
+    // running beside it on CI's 2 cores, once 10.3 s. The bound catches a round that
+    // waits for a join timeout (60 s), not scheduling noise.
+    assert!(next < 2.0 + 5.0 + 8.0, "{next}");
     assert_eq!(job.finished(2).len(), 2);
 }
 
