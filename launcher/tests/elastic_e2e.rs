@@ -383,6 +383,49 @@ fn etcd_spare_replaces_a_lost_node() {
     spare_replaces_a_lost_node(Backend::Etcd, &etcd.endpoints());
 }
 
+/// etcd: a spare that dies while it waits drops out of the waiting count (its lease
+/// expires), so when a running node is then lost the survivor knows no one will come
+/// and says so at once, instead of forming a round for the dead spare and waiting the
+/// join timeout (60 s) for it.
+#[test]
+fn etcd_forgets_a_spare_that_died_while_waiting() {
+    let etcd = EtcdCluster::start(3);
+    let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[])
+        .env("STEPS", "120")
+        .env("STEP_SECS", "0.25")
+        .env("QUIET", "1");
+    let mut a = job.node();
+    let mut b = job.node();
+    job.wait_steps(2, Duration::from_secs(60));
+    let mut spare = job.node();
+    let t = Instant::now();
+    while !spare.stderr().contains("waits for the next round") {
+        assert!(t.elapsed() < Duration::from_secs(20), "{}", spare.stderr());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The running nodes see the spare (their note), then it dies.
+    std::thread::sleep(Duration::from_secs(2));
+    spare.kill();
+    // Its lease (keep-alive interval 1 s x 2 misses) runs out.
+    std::thread::sleep(Duration::from_secs(4));
+    let killed = Instant::now();
+    let survivor = if kill_a_non_host(Backend::Etcd, &mut a, &mut b) {
+        &mut b
+    } else {
+        &mut a
+    };
+    let (code, _) = survivor.wait(Duration::from_secs(90));
+    let took = killed.elapsed();
+    let err = survivor.stderr();
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("1 node(s) remain and 0 wait, fewer than the minimum of 2"),
+        "{err}"
+    );
+    eprintln!("a dead spare forgotten: the survivor exited {took:.1?} after the loss");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
 /// A node killed (toporun and its ranks) and started again 8 s later, as Kubernetes
 /// restarts a pod: the job goes on and every node exits 0. Default keep-alives (5 s,
 /// 3 misses): the replacement is there before the loss is declared (with fewer than

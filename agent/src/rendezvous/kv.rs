@@ -59,6 +59,25 @@ impl EtcdKv {
 
 type R<T> = Result<T, KvError>;
 
+impl EtcdKv {
+    /// Keeps this node's lease alive, or grants a new one of `ttl` when there is none
+    /// or it expired (a paused node).
+    async fn renew_lease(&mut self, ttl: Duration) -> Result<(), crate::etcd::EtcdError> {
+        let alive = match self.lease {
+            Some(id) => self.etcd.keep_alive(id).await?,
+            None => false,
+        };
+        if !alive {
+            self.lease = Some(
+                self.etcd
+                    .grant(ttl.as_secs_f64().ceil().max(1.0) as i64)
+                    .await?,
+            );
+        }
+        Ok(())
+    }
+}
+
 impl Kv {
     /// This node's identity in etcd (the name of its own keys); None on a store.
     pub fn etcd_uid(&self) -> Option<&str> {
@@ -193,6 +212,29 @@ impl Kv {
         }
     }
 
+    /// Counts this node under `key` as `tally` does, for as long as it lives: in etcd
+    /// the entry holds this node's lease, renewed by each later call, so a node that
+    /// dies (a spare killed while it waits) drops out of the count when its lease
+    /// expires. A TCPStore counter cannot forget: the first call counts, later ones
+    /// do nothing.
+    pub async fn tally_alive(&mut self, key: &str, ttl: Duration, first: bool) -> R<()> {
+        match self {
+            Kv::Store(c) => {
+                if first {
+                    c.add(key, 1).await?;
+                }
+                Ok(())
+            }
+            Kv::Etcd(e) => {
+                e.renew_lease(ttl).await?;
+                e.etcd
+                    .put(&format!("{key}/{}", e.uid), b"1", e.lease)
+                    .await?;
+                Ok(())
+            }
+        }
+    }
+
     /// How many nodes `tally` counted under `key`.
     pub async fn tally_count(&mut self, key: &str) -> R<i64> {
         match self {
@@ -271,21 +313,10 @@ impl Kv {
                 .map(|_| ())
                 .map_err(Into::into),
             Kv::Etcd(e) => {
-                let key = format!("{alive}{idx}");
-                let fresh = match e.lease {
-                    Some(id) => !e.etcd.keep_alive(id).await?,
-                    None => true,
-                };
-                if fresh {
-                    e.lease = Some(
-                        e.etcd
-                            .grant(ttl.as_secs_f64().ceil().max(1.0) as i64)
-                            .await?,
-                    );
-                }
+                e.renew_lease(ttl).await?;
                 // The key is (re)attached each beat: cheap, and it survives a lease
                 // that expired while this node was paused.
-                e.etcd.put(&key, b"1", e.lease).await?;
+                e.etcd.put(&format!("{alive}{idx}"), b"1", e.lease).await?;
                 Ok(())
             }
         }

@@ -207,19 +207,27 @@ pub enum Next {
 
 /// A node that arrived after round `round` closed: counted as waiting (the running
 /// nodes admit it at their next look if the round is below its maximum size; else it
-/// is a spare), it waits for the next round, or the job's end, up to the join
-/// timeout.
+/// is a spare; in etcd it stays counted only while it keeps its lease alive), it
+/// waits for the next round, or the job's end, up to the join timeout.
 pub async fn wait_for_next_round(
     c: &mut Kv,
     cfg: &Config,
     round: u32,
     report: &mut (dyn FnMut(Duration) + Send),
 ) -> Result<Next, JoinError> {
-    c.tally(&cfg.key(round, "waiting")).await?;
+    // Counted as waiting while alive: in etcd the count forgets a spare that dies.
+    let waiting = cfg.key(round, "waiting");
+    let ttl = cfg.keepalive_interval * cfg.keepalive_misses;
+    c.tally_alive(&waiting, ttl, true).await?;
+    let mut next_beat = Instant::now() + cfg.keepalive_interval;
     let start = Instant::now();
     let mut last = Instant::now();
     let finished = cfg.key_base("finished");
     loop {
+        if Instant::now() >= next_beat {
+            c.tally_alive(&waiting, ttl, false).await?;
+            next_beat = Instant::now() + cfg.keepalive_interval;
+        }
         let now = current_round(c, cfg).await?;
         if now > round {
             return Ok(Next::Round(now));
