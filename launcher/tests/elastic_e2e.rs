@@ -331,23 +331,30 @@ fn kill_a_non_host(backend: Backend, a: &mut Node, b: &mut Node) -> bool {
     kill_a
 }
 
-/// Three nodes for a 2-node job: the third waits as a spare; a running node is lost
-/// in a quiet phase (no collective notices), its loss is named by keep-alives, and the
-/// spare takes its place.
-fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
+/// A 2-node job of STEPS quiet steps (no collective notices a lost node) running, and
+/// a third node that has said it waits as a spare.
+fn two_nodes_and_a_spare(backend: Backend, endpoint: &str, steps: u32) -> (Job, Node, Node, Node) {
     let mut job = Job::new(backend, endpoint, "2", &[])
-        .env("STEPS", "40")
+        .env("STEPS", &steps.to_string())
         .env("STEP_SECS", "0.25")
         .env("QUIET", "1");
-    let mut a = job.node();
-    let mut b = job.node();
+    let a = job.node();
+    let b = job.node();
     job.wait_steps(2, Duration::from_secs(60));
-    let mut spare = job.node();
+    let spare = job.node();
     let t = Instant::now();
     while !spare.stderr().contains("waits for the next round") {
         assert!(t.elapsed() < Duration::from_secs(20), "{}", spare.stderr());
         std::thread::sleep(Duration::from_millis(50));
     }
+    (job, a, b, spare)
+}
+
+/// Three nodes for a 2-node job: the third waits as a spare; a running node is lost
+/// in a quiet phase (no collective notices), its loss is named by keep-alives, and the
+/// spare takes its place.
+fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
+    let (job, mut a, mut b, mut spare) = two_nodes_and_a_spare(backend, endpoint, 40);
     let at = std::time::SystemTime::now();
     let survivor = if kill_a_non_host(backend, &mut a, &mut b) {
         &mut b
@@ -390,19 +397,8 @@ fn etcd_spare_replaces_a_lost_node() {
 #[test]
 fn etcd_forgets_a_spare_that_died_while_waiting() {
     let etcd = EtcdCluster::start(3);
-    let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[])
-        .env("STEPS", "120")
-        .env("STEP_SECS", "0.25")
-        .env("QUIET", "1");
-    let mut a = job.node();
-    let mut b = job.node();
-    job.wait_steps(2, Duration::from_secs(60));
-    let mut spare = job.node();
-    let t = Instant::now();
-    while !spare.stderr().contains("waits for the next round") {
-        assert!(t.elapsed() < Duration::from_secs(20), "{}", spare.stderr());
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (_job, mut a, mut b, mut spare) =
+        two_nodes_and_a_spare(Backend::Etcd, &etcd.endpoints(), 120);
     // The running nodes see the spare (their note), then it dies.
     std::thread::sleep(Duration::from_secs(2));
     spare.kill();
