@@ -289,9 +289,8 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             ));
             // What was measured, also when every link is fine (the findings below
             // show warnings and errors only).
-            for f in toporun_shared::preflight::run(&p.facts, &Default::default())
+            for f in toporun_shared::preflight::bandwidth_findings(&p.facts)
                 .iter()
-                .filter(|f| f.id.starts_with("gpu.") && f.id.contains("bandwidth"))
                 .filter(|f| f.severity < toporun_shared::finding::Severity::Warning)
             {
                 eprintln!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);

@@ -464,20 +464,26 @@ fn etcd_node_killed_and_replaced_8s_later() {
     killed_and_replaced(Backend::Etcd, &etcd.endpoints());
 }
 
+/// One node of a 2-node `true` job on etcd (`backend`: etcd or etcd-v2), for the
+/// cases that end before a round forms: exit code, stdout, stderr.
+fn one_etcd_node(backend: &str, endpoints: &str, extra: &[&str]) -> (i32, String, String) {
+    run(toporun()
+        .args(["--nnodes=2", "--nproc-per-node=1"])
+        .arg(format!("--rdzv-backend={backend}"))
+        .arg(format!("--rdzv-endpoint={endpoints}"))
+        .args(extra)
+        .args(["--no-python", "true"])
+        .current_dir(scripts()))
+}
+
 #[test]
 fn etcd_unreachable_at_start_names_the_endpoints_and_gives_up_at_the_join_timeout() {
     let (p1, p2) = (free_port(), free_port());
-    let (code, _, err) = run(toporun()
-        .args([
-            "--nnodes=2",
-            "--nproc-per-node=1",
-            "--rdzv-backend=etcd-v2",
-            &format!("--rdzv-endpoint=127.0.0.1:{p1},http://127.0.0.1:{p2}"),
-            "--rdzv-conf=join_timeout=3",
-            "--no-python",
-            "true",
-        ])
-        .current_dir(scripts()));
+    let (code, _, err) = one_etcd_node(
+        "etcd-v2",
+        &format!("127.0.0.1:{p1},http://127.0.0.1:{p2}"),
+        &["--rdzv-conf=join_timeout=3"],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains(&format!("127.0.0.1:{p1}")) && err.contains(&format!("127.0.0.1:{p2}")),
@@ -492,17 +498,7 @@ fn garbage_under_the_runs_keys_is_named_not_a_panic() {
     // etcd: another program wrote the run's round counter.
     let etcd = EtcdCluster::start(1);
     etcd.put("toporun/garbled/round", "banana");
-    let (code, _, err) = run(toporun()
-        .args([
-            "--nnodes=2",
-            "--nproc-per-node=1",
-            "--rdzv-backend=etcd",
-            &format!("--rdzv-endpoint={}", etcd.endpoints()),
-            "--rdzv-id=garbled",
-            "--no-python",
-            "true",
-        ])
-        .current_dir(scripts()));
+    let (code, _, err) = one_etcd_node("etcd", &etcd.endpoints(), &["--rdzv-id=garbled"]);
     assert_eq!(code, 1, "{err}");
     assert!(
         err.contains("round counter") && err.contains("banana") && !err.contains("panicked"),
@@ -563,31 +559,19 @@ fn etcd_over_tls_with_client_certificates() {
         "protocol=https,cacert={},join_timeout=3",
         tls.join("ca.pem").display()
     );
-    let (code, _, err) = run(toporun()
-        .args([
-            "--nnodes=2",
-            "--nproc-per-node=1",
-            "--rdzv-backend=etcd",
-            &format!("--rdzv-endpoint={}", etcd.endpoints()),
-            &format!("--rdzv-conf={no_cert}"),
-            "--no-python",
-            "true",
-        ])
-        .current_dir(scripts()));
+    let (code, _, err) = one_etcd_node(
+        "etcd",
+        &etcd.endpoints(),
+        &[&format!("--rdzv-conf={no_cert}")],
+    );
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("could not reach etcd"), "{err}");
     // A certificate file that is not there: exit 2, named.
-    let (code, _, err) = run(toporun()
-        .args([
-            "--nnodes=2",
-            "--nproc-per-node=1",
-            "--rdzv-backend=etcd",
-            &format!("--rdzv-endpoint={}", etcd.endpoints()),
-            "--rdzv-conf=protocol=https,cacert=/nonexistent/ca.pem",
-            "--no-python",
-            "true",
-        ])
-        .current_dir(scripts()));
+    let (code, _, err) = one_etcd_node(
+        "etcd",
+        &etcd.endpoints(),
+        &["--rdzv-conf=protocol=https,cacert=/nonexistent/ca.pem"],
+    );
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cacert /nonexistent/ca.pem"), "{err}");
 }

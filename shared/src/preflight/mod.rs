@@ -14,6 +14,7 @@ mod shm;
 
 use crate::facts::HostFacts;
 use crate::finding::Finding;
+pub use bandwidth::check as bandwidth_findings;
 pub use instance::instance_type;
 pub use options::{PreflightOptions, Requirement, DEFAULT_MIN_SHM};
 
