@@ -23,8 +23,15 @@ needs() { objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V
 
 build() { # rust target triple, arch name
   local triple=$1 arch=$2
-  cargo zigbuild --release -p toporun --target "$triple.$GLIBC"
-  local bin="target/$triple/release/toporun"
+  # The binary cargo just built, wherever its target directory is (CARGO_TARGET_DIR,
+  # build.target-dir): never an older one left in ./target.
+  local bin
+  bin=$(cargo zigbuild --release -p toporun --target "$triple.$GLIBC" --message-format=json-render-diagnostics \
+    | grep -o '"executable":"[^"]*/toporun"' | tail -1 | sed 's/^"executable":"//; s/"$//')
+  if [ -z "$bin" ] || [ ! -x "$bin" ]; then
+    echo "build-release: cargo reported no toporun executable for $triple" >&2
+    exit 1
+  fi
   local need
   need=$(needs "$bin")
   if [ "$(printf '%s\n%s\n' "$need" "$GLIBC" | sort -V | tail -1)" != "$GLIBC" ]; then

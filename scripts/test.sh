@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole test suite: real PyTorch (cached virtualenv) and a real etcd (Debian's
-# etcd-server) for the end-to-end tests, then every crate's unit and end-to-end tests.
+# etcd-server) for the end-to-end tests, then every crate's unit and end-to-end tests,
+# the ones `cargo test` alone leaves out (#[ignore = "needs PyTorch..."]) included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export TOPORUN_PYTHON=$(scripts/setup-venv.sh)
 export TOPORUN_ETCD=$(scripts/setup-etcd.sh)
-cargo test --workspace --all-targets "$@"
+cargo test --workspace --all-targets "$@" -- --include-ignored

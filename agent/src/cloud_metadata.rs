@@ -45,7 +45,7 @@ impl Endpoints {
 
 /// Asks every service at once; the first plausible answer within BUDGET wins.
 pub fn instance(endpoints: &Endpoints) -> Option<CloudInstance> {
-    crate::etcd::install_tls_provider();
+    crate::tls::install_provider();
     let t0 = Instant::now();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -2,7 +2,6 @@
 //! store, rendezvous and rank supervision.
 
 pub mod cloud_metadata;
-pub mod etcd;
 pub mod job;
 pub mod link_bandwidth;
 pub mod nccl_watch;
@@ -13,3 +12,4 @@ pub mod rendezvous;
 pub mod status;
 pub mod store;
 pub mod supervise;
+pub mod tls;

@@ -9,6 +9,9 @@ use toporun_shared::preflight::{self, PreflightOptions, Requirement};
 use toporun_shared::units::parse_size;
 
 pub fn dispatch(m: &ArgMatches) -> u8 {
+    if !matches!(m.subcommand_name(), Some("launch") | None) {
+        crate::exit::quiet_on_closed_pipe();
+    }
     let result = match m.subcommand() {
         Some(("probe", sub)) => probe(m, sub),
         Some(("topo", sub)) => topo(m, sub),
@@ -271,7 +274,7 @@ fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
             .into())
         }
         (Some("etcd"), Some(list)) => Target::Etcd(
-            toporun_agent::etcd::parse_endpoints(list, false)
+            toporun_agent::rendezvous::etcd_client::parse_endpoints(list, false)
                 .map_err(|e| CannotRun(format!("--endpoint: {e}")))?,
         ),
         (_, Some(e)) => {

@@ -25,3 +25,16 @@ pub fn report(err: &anyhow::Error) -> u8 {
         1
     }
 }
+
+/// A printing command ends quietly when its reader goes away (`| head`), as coreutils
+/// do: SIGPIPE's default action, instead of Rust's ignored SIGPIPE and a panic at
+/// the next print. Not for a real launch, whose supervisor must outlive its console.
+pub fn quiet_on_closed_pipe() {
+    use nix::sys::signal::{signal, SigHandler, Signal};
+    // SAFETY: SIG_DFL installs no handler code; nothing else relies on SIGPIPE's
+    // disposition in a command that only prints.
+    #[allow(unsafe_code)]
+    unsafe {
+        let _ = signal(Signal::SIGPIPE, SigHandler::SigDfl);
+    }
+}

@@ -268,6 +268,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         eprintln!("toporun: note: {note}");
     }
     if m.get_flag("dry_run") {
+        crate::exit::quiet_on_closed_pipe();
         let format = m
             .get_one::<String>("format")
             .map(String::as_str)

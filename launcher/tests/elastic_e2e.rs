@@ -196,6 +196,7 @@ fn c10d_endpoint() -> String {
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_two_node_gloo_job() {
     let etcd = EtcdCluster::start(3);
     let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[]).env("STEPS", "4");
@@ -215,6 +216,7 @@ fn etcd_two_node_gloo_job() {
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn an_etcd_member_killed_mid_job_changes_nothing() {
     let mut etcd = EtcdCluster::start(3);
     let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[])
@@ -260,6 +262,7 @@ fn kill_the_store_node(backend: Backend, endpoint: &str) -> (Job, Vec<(i32, Stri
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_survives_the_loss_of_the_node_hosting_the_store() {
     let etcd = EtcdCluster::start(3);
     let (job, survivors, next) = kill_the_store_node(Backend::Etcd, &etcd.endpoints());
@@ -272,6 +275,7 @@ fn etcd_survives_the_loss_of_the_node_hosting_the_store() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn c10d_loses_the_job_with_the_store_host_and_says_so() {
     let (_job, survivors, _) = kill_the_store_node(Backend::C10d, &c10d_endpoint());
     for (code, err) in &survivors {
@@ -309,11 +313,13 @@ fn scale_up(backend: Backend, endpoint: &str) {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn c10d_admits_a_node_that_comes_while_the_job_runs() {
     scale_up(Backend::C10d, &c10d_endpoint());
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_admits_a_node_that_comes_while_the_job_runs() {
     let etcd = EtcdCluster::start(3);
     scale_up(Backend::Etcd, &etcd.endpoints());
@@ -380,11 +386,13 @@ fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn c10d_spare_replaces_a_lost_node() {
     spare_replaces_a_lost_node(Backend::C10d, &c10d_endpoint());
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_spare_replaces_a_lost_node() {
     let etcd = EtcdCluster::start(3);
     spare_replaces_a_lost_node(Backend::Etcd, &etcd.endpoints());
@@ -395,6 +403,7 @@ fn etcd_spare_replaces_a_lost_node() {
 /// and says so at once, instead of forming a round for the dead spare and waiting the
 /// join timeout (60 s) for it.
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_forgets_a_spare_that_died_while_waiting() {
     let etcd = EtcdCluster::start(3);
     let (_job, mut a, mut b, mut spare) =
@@ -454,11 +463,13 @@ fn killed_and_replaced(backend: Backend, endpoint: &str) {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn c10d_node_killed_and_replaced_8s_later() {
     killed_and_replaced(Backend::C10d, &c10d_endpoint());
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_node_killed_and_replaced_8s_later() {
     let etcd = EtcdCluster::start(3);
     killed_and_replaced(Backend::Etcd, &etcd.endpoints());
@@ -494,6 +505,7 @@ fn etcd_unreachable_at_start_names_the_endpoints_and_gives_up_at_the_join_timeou
 }
 
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn garbage_under_the_runs_keys_is_named_not_a_panic() {
     // etcd: another program wrote the run's round counter.
     let etcd = EtcdCluster::start(1);
@@ -537,6 +549,7 @@ fn garbage_under_the_runs_keys_is_named_not_a_panic() {
 
 /// etcd over TLS with client certificates, as torchrun's --rdzv-conf names them.
 #[test]
+#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
 fn etcd_over_tls_with_client_certificates() {
     let etcd = EtcdCluster::start_tls();
     let tls = etcd.tls_dir();

@@ -5,6 +5,7 @@ mod support;
 use support::*;
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn torchrun_symlink_in_a_venv_runs_that_venvs_python() {
     let real = python();
     let venv = real.parent().unwrap().parent().unwrap();

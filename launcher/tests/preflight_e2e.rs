@@ -133,6 +133,7 @@ fn small_shm_is_an_error_only_where_nccl_needs_shm_files() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn junit_is_valid_xml_with_a_failure_per_error() {
     let (code, out, _) = run(toporun().args([
         "--facts",

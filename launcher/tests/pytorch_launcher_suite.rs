@@ -183,6 +183,7 @@ const PY: &str = "touch_rank.py";
 const SH: &str = "touch_rank.sh";
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_user_script_python() {
     let s = script(PY);
     let r = both(
@@ -201,6 +202,7 @@ fn launch_user_script_python() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_user_script_python_caffe2_bc() {
     let s = script(PY);
     let r = both(
@@ -221,6 +223,7 @@ fn launch_user_script_python_caffe2_bc() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_user_script_bash_and_no_python_with_module() {
     let s = script(SH);
     let base = [
@@ -246,6 +249,7 @@ fn launch_user_script_bash_and_no_python_with_module() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_user_script_default_nproc() {
     let s = script(SH);
     let r = both(
@@ -264,6 +268,7 @@ fn launch_user_script_default_nproc() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_with_env_vars() {
     let s = script(SH);
     let env = [
@@ -307,6 +312,7 @@ fn nproc(value: &str) -> [Run; 2] {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn nproc_launch_configurations() {
     assert_ran(&nproc("4"), 4);
     // auto without an accelerator: one rank per CPU this process may use.
@@ -345,6 +351,7 @@ fn elastic_args<'a>(
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_elastic() {
     let s = script(PY);
     // The quotes are in torch's test too: they reach the launcher as part of the value.
@@ -359,6 +366,7 @@ fn launch_elastic() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_elastic_worker_raise_exception() {
     let s = script(PY);
     let a = elastic_args(
@@ -391,6 +399,7 @@ fn launch_elastic_worker_raise_exception() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_elastic_multiple_agents() {
     let s = script(PY);
     let a = elastic_args(
@@ -411,6 +420,7 @@ fn launch_elastic_multiple_agents() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn launch_standalone_and_run_path() {
     let s = script(PY);
     for first in ["--standalone", "--run-path"] {
@@ -444,6 +454,7 @@ fn elastic_launched(extra: &[&str]) -> [Run; 2] {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn is_torchelastic_launched() {
     for extra in [&[][..], &["--logs_specs=default"][..]] {
         for run in elastic_launched(extra) {
@@ -455,6 +466,7 @@ fn is_torchelastic_launched() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn logs_specs_entrypoint_must_be_defined() {
     for run in elastic_launched(&["--logs_specs=DOESNOT_EXIST"]) {
         assert_eq!(run.outcome.code, 1, "{}", run.stderr);
@@ -464,6 +476,7 @@ fn logs_specs_entrypoint_must_be_defined() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn init_method_tcp_and_env_with_torchelastic() {
     let s = script(PY);
     let port = support::free_port().to_string();
@@ -489,6 +502,7 @@ fn init_method_tcp_and_env_with_torchelastic() {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn capture_logs_using_default_logs_specs() {
     let s = script(SH);
     let r = both(

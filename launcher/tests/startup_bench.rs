@@ -5,6 +5,7 @@ mod support;
 use support::*;
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn fifty_times_faster_than_torchrun_and_small() {
     let out = std::process::Command::new("python3")
         .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench_startup.py"))

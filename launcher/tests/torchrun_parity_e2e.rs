@@ -24,6 +24,7 @@ fn both(args: &[&str]) -> [(i32, String); 2] {
 }
 
 #[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
 fn usage_errors_match_torchrun() {
     for (args, code, words) in [
         (

@@ -6,6 +6,7 @@ pub mod cpu_binding;
 pub mod cpulist;
 pub mod facts;
 pub mod finding;
+pub mod flags;
 pub mod host_buffers;
 pub mod instance_types;
 pub mod link_reference;

@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 
 const ID: &str = "nccl.env";
 
+/// NCCL reads its switches as integers: "true" is 0 to it.
 fn truthy(v: &str) -> bool {
-    matches!(v.trim(), "1" | "true" | "TRUE" | "True" | "yes")
+    crate::flags::nccl_flag(v)
 }
 
 /// Whether an NCCL_SOCKET_IFNAME value selects `iface` (NCCL's prefix/exact/exclude syntax).

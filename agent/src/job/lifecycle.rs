@@ -2,14 +2,16 @@
 //! start the local ranks, supervise them, report NCCL, and restart, stop or finish
 //! with the other nodes, the way torchrun's elastic agent does.
 
+use super::entry::Entered;
 use super::error::JobError;
 use super::nccl_report::{self, Capture, Reporter};
 use super::ranks::rank_commands;
 use super::run_dir::RunDir;
-use super::session::{Entered, Session};
-use super::spec::Job;
+use super::session::Session;
+use super::spec::{Job, NodePlace};
+use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::paths::random_id;
-use crate::rendezvous::{FAIL, MEMBERSHIP, RESTART};
+use crate::rendezvous::StopReason;
 use crate::status::JobStatus;
 use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
@@ -74,10 +76,38 @@ fn status_endpoint(p: &Job) -> JobStatus {
     status
 }
 
+/// The supervisor's heartbeat and the store's counters, for the endpoint.
+fn status_beat(p: &Job, status: &JobStatus, session: &Session) -> Option<AbortOnDrop> {
+    p.status_port?;
+    let (status, store) = (status.clone(), session.store());
+    Some(AbortOnDrop(tokio::spawn(async move {
+        loop {
+            status.beat();
+            if let Some(s) = &store {
+                let (c, o) = (s.connections(), s.ops());
+                status.update(|x| {
+                    x.store_connections = c;
+                    x.store_operations = o;
+                });
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    })))
+}
+
+/// What stays the same from one round to the next.
+struct Life {
+    status: JobStatus,
+    timer: Option<FileTimer>,
+    timer_file: Option<String>,
+    grace: Duration,
+    run_dir: Option<RunDir>,
+}
+
 /// Runs the job to its end on this node; the exit code torchrun would give.
 pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     let status = status_endpoint(p);
-    let mut timer = file_timer(p)?;
+    let timer = file_timer(p)?;
     let timer_file: Option<String> = timer
         .as_ref()
         .map(|t| t.path().display().to_string())
@@ -87,31 +117,21 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         eprintln!("toporun: received a signal while connecting to the rendezvous; exiting");
         return Ok(1);
     };
-    // For the endpoint: the supervisor's heartbeat (this runtime turns) and the
-    // store's counters.
-    let _beat = p.status_port.map(|_| {
-        let (status, store) = (status.clone(), session.store());
-        AbortOnDrop(tokio::spawn(async move {
-            loop {
-                status.beat();
-                if let Some(s) = &store {
-                    let (c, o) = (s.connections(), s.ops());
-                    status.update(|x| {
-                        x.store_connections = c;
-                        x.store_operations = o;
-                    });
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-        }))
-    });
-    let mut run_dir: Option<RunDir> = None;
-    // Rank failures count against --max-restarts (TORCHELASTIC_RESTART_COUNT); a
-    // membership change (a node lost or admitted) moves to the next round only.
-    let mut restarts: u32 = 0;
+    let _beat = status_beat(p, &status, &session);
+    let mut life = Life {
+        status,
+        timer,
+        timer_file,
+        grace,
+        run_dir: None,
+    };
+    let mut restarts = Restarts {
+        used: 0,
+        max: p.opts.max_restarts,
+    };
     let mut next_round: u32 = 0;
     loop {
-        status.round(next_round, restarts);
+        life.status.round(next_round, restarts.used);
         let node = match session.join(p, next_round, events).await? {
             Entered::Placed(node) => node,
             Entered::Signal => {
@@ -125,227 +145,256 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 return Ok(0);
             }
         };
-        let round = node.round;
-        next_round = round + 1;
-        // A node that waited for a later round (a spare) reports the one it joined.
-        status.update(|x| x.round = Some(round));
+        next_round = node.round + 1;
         if let Some(sig) = events.pending_signal() {
             eprintln!("toporun: received {sig} before the ranks started; exiting");
             return Ok(1);
         }
-        status.update(|x| x.run_id = node.run_id.clone());
-        status.placed(node.node_rank, node.nnodes);
-        let dir = match &run_dir {
-            Some(d) => d.path.clone(),
-            None => run_dir
-                .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
-                .path
-                .clone(),
-        };
-        if !node.extra_env.vars.is_empty() {
-            let vars: Vec<String> = node
-                .extra_env
-                .vars
-                .iter()
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect();
-            eprintln!(
-                "toporun: co-location: {} on this node's ranks: {}",
-                vars.join(" "),
-                node.extra_env.reason
-            );
+        let end = attempt(p, &mut life, &mut session, &node, restarts, events).await?;
+        match transitions::next(&end, restarts) {
+            Next::Round { counted, say } => {
+                restarts.used += u32::from(counted);
+                eprintln!("toporun: {say}");
+            }
+            Next::Exit { code, say, .. } => {
+                if let Some(say) = say {
+                    eprintln!("toporun: {say}");
+                }
+                return Ok(code);
+            }
         }
-        let attempt_dir = PathBuf::from(p.job_env(&node, restarts, &dir).attempt_dir);
-        // torchrun reuses attempt_<restart count> after a membership change, emptied.
-        if attempt_dir.exists() {
-            let _ = std::fs::remove_dir_all(&attempt_dir);
-        }
-        let (mut report_env, mut reporter) = match nccl_report::capture(p, &attempt_dir) {
-            Capture::Files {
-                dir: ndir,
-                prefix,
+    }
+}
+
+/// Says the co-location variables this node's ranks get.
+fn say_colocation(node: &NodePlace) {
+    if node.extra_env.vars.is_empty() {
+        return;
+    }
+    let vars: Vec<String> = node
+        .extra_env
+        .vars
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    eprintln!(
+        "toporun: co-location: {} on this node's ranks: {}",
+        vars.join(" "),
+        node.extra_env.reason
+    );
+}
+
+/// One attempt of this node's ranks in the round `node` placed it in, and what the
+/// rendezvous said about its end.
+async fn attempt(
+    p: &Job,
+    life: &mut Life,
+    session: &mut Session,
+    node: &NodePlace,
+    restarts: Restarts,
+    events: &mut Events,
+) -> Result<AttemptEnd, JobError> {
+    let (round, status) = (node.round, life.status.clone());
+    // A node that waited for a later round (a spare) reports the one it joined.
+    status.update(|x| {
+        x.round = Some(round);
+        x.run_id = node.run_id.clone();
+    });
+    status.placed(node.node_rank, node.nnodes);
+    let dir = match &life.run_dir {
+        Some(d) => d.path.clone(),
+        None => life
+            .run_dir
+            .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
+            .path
+            .clone(),
+    };
+    say_colocation(node);
+    let attempt_dir = PathBuf::from(p.job_env(node, restarts.used, &dir).attempt_dir);
+    // torchrun reuses attempt_<restart count> after a membership change, emptied.
+    if attempt_dir.exists() {
+        let _ = std::fs::remove_dir_all(&attempt_dir);
+    }
+    let (mut report_env, mut reporter) = match nccl_report::capture(p, &attempt_dir) {
+        Capture::Files {
+            dir: ndir,
+            prefix,
+            env,
+        } => {
+            let store = session.report_store(round, node);
+            (
                 env,
-            } => {
-                let store = session.report_store(round, &node);
-                (
-                    env,
-                    Some(Reporter::start(p, &ndir, &prefix, p.nproc, &dir, store)),
-                )
-            }
-            Capture::Off(why) => {
-                if p.nccl_report && round == 0 {
-                    eprintln!("toporun: nccl report off: {why}");
-                }
-                (BTreeMap::new(), None)
-            }
-        };
-        if let Some(f) = &timer_file {
-            report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
+                Some(Reporter::start(p, &ndir, &prefix, p.nproc, &dir, store)),
+            )
         }
-        let cmds = rank_commands(p, &node, &dir, restarts, &report_env)?;
-        let stop = session.stop_watch(round, &node).await?;
-        let init_watch = session.watch_init(node.places.first().map_or(0, |r| r.world_size), grace);
-        let timer_expired = async {
-            match timer.as_mut() {
-                Some(t) => {
-                    let e = t.expired().await;
-                    // The killed rank's exit normally ends the attempt first (and
-                    // names its rank); a pid that is no rank of ours stops it here.
-                    tokio::time::sleep(Duration::from_secs(2)).await;
-                    format!(
-                        "fail: the file timer of pid {} (scope {}) expired",
-                        e.pid, e.scope_id
-                    )
-                }
-                None => std::future::pending().await,
+        Capture::Off(why) => {
+            if p.nccl_report && round == 0 {
+                eprintln!("toporun: nccl report off: {why}");
             }
-        };
-        let stop = async move {
-            tokio::select! {
-                r = stop => r,
-                r = timer_expired => r,
-            }
-        };
-        let on_rank = |e: RankEvent| match e {
-            RankEvent::Started {
-                local_rank,
-                rank,
-                pid,
-            } => status.rank_started(local_rank, rank, pid),
-            RankEvent::Exited { pid, code } => status.rank_exited(pid, code),
-        };
-        let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop, &on_rank)
+            (BTreeMap::new(), None)
+        }
+    };
+    if let Some(f) = &life.timer_file {
+        report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
+    }
+    let cmds = rank_commands(p, node, &dir, restarts.used, &report_env)?;
+    let stop = session.stop_watch(round, node).await?;
+    let world = node.places.first().map_or(0, |r| r.world_size);
+    let init_watch = session.watch_init(world, life.grace);
+    let timer = &mut life.timer;
+    let stop = async move {
+        tokio::select! {
+            r = stop => r,
+            r = timer_expired(timer) => r,
+        }
+    };
+    let on_rank = |e: RankEvent| match e {
+        RankEvent::Started {
+            local_rank,
+            rank,
+            pid,
+        } => status.rank_started(local_rank, rank, pid),
+        RankEvent::Exited { pid, code } => status.rank_exited(pid, code),
+    };
+    let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop, &on_rank)
+        .await
+        .map_err(|e| JobError::failed("supervising the ranks", e))?;
+    if let Some(w) = init_watch {
+        w.abort();
+    }
+    if let Some(e) = life.timer.as_mut().and_then(|t| t.fired.take()) {
+        return Ok(file_timer_fired(session, node, &outcome, e).await);
+    }
+    if let Some(r) = reporter.as_mut() {
+        r.finish().await;
+    }
+    Ok(match outcome {
+        Outcome::Succeeded => AttemptEnd::Succeeded {
+            barrier: session.finish(round, node).await?,
+        },
+        Outcome::Interrupted(sig) => {
+            let why = format!("node {} received {sig}", node.node_rank);
+            session.stop_all(round, StopReason::fail(why)).await;
+            eprintln!("toporun: stopped the ranks after {sig}");
+            AttemptEnd::Signal
+        }
+        Outcome::Failed(failures) => {
+            rank_failed(
+                p,
+                session,
+                node,
+                restarts,
+                reporter.as_ref(),
+                &failures,
+                &life.status,
+            )
             .await
-            .map_err(|e| JobError::failed("supervising the ranks", e))?;
-        if let Some(e) = timer.as_mut().and_then(|t| t.fired.take()) {
-            // torchrun's FileTimerServer kills the worker, then its own agent with the
-            // same signal: no restart, exit 128 + signal.
-            let who = match &outcome {
-                Outcome::Failed(fs) => fs.iter().find(|f| f.pid == e.pid).map(|f| {
-                    format!(
-                        "rank {} (local rank {}, pid {})",
-                        f.rank, f.local_rank, f.pid
-                    )
-                }),
-                _ => None,
-            }
-            .unwrap_or_else(|| format!("pid {}", e.pid));
-            let sig = Signal::try_from(e.signal)
-                .map(|s| s.as_str().to_string())
-                .unwrap_or_else(|_| e.signal.to_string());
-            eprintln!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
-            session
-                .stop_all(
-                    round,
-                    &format!("{FAIL}: file timer expired on node {}", node.node_rank),
-                )
-                .await;
-            return Ok((128 + e.signal).clamp(0, 255) as u8);
         }
-        if let Some(w) = init_watch {
-            w.abort();
+        Outcome::Stopped(reason) => AttemptEnd::Stopped(reason),
+    })
+}
+
+/// The file timer's expiry as a stop reason (never, without a timer).
+async fn timer_expired(timer: &mut Option<FileTimer>) -> StopReason {
+    match timer.as_mut() {
+        Some(t) => {
+            let e = t.expired().await;
+            // The killed rank's exit normally ends the attempt first (and names its
+            // rank); a pid that is no rank of ours stops it here.
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            StopReason::fail(format!(
+                "the file timer of pid {} (scope {}) expired",
+                e.pid, e.scope_id
+            ))
         }
-        let restart_left = restarts < p.opts.max_restarts;
-        if let Some(r) = reporter.as_mut() {
-            r.finish().await;
+        None => std::future::pending().await,
+    }
+}
+
+/// torchrun's FileTimerServer kills the worker, then its own agent with the same
+/// signal: no restart, exit 128 + signal.
+async fn file_timer_fired(
+    session: &mut Session,
+    node: &NodePlace,
+    outcome: &Outcome<StopReason>,
+    e: supervise::file_timer::Expired,
+) -> AttemptEnd {
+    let who = match outcome {
+        Outcome::Failed(fs) => fs.iter().find(|f| f.pid == e.pid).map(|f| {
+            format!(
+                "rank {} (local rank {}, pid {})",
+                f.rank, f.local_rank, f.pid
+            )
+        }),
+        _ => None,
+    }
+    .unwrap_or_else(|| format!("pid {}", e.pid));
+    let sig = Signal::try_from(e.signal)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| e.signal.to_string());
+    eprintln!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
+    let why = format!("file timer expired on node {}", node.node_rank);
+    session.stop_all(node.round, StopReason::fail(why)).await;
+    AttemptEnd::FileTimer { signal: e.signal }
+}
+
+/// A local rank failed: every node is told, and when the job ends here the failure
+/// summary, termination message and error file are written.
+async fn rank_failed(
+    p: &Job,
+    session: &mut Session,
+    node: &NodePlace,
+    restarts: Restarts,
+    reporter: Option<&Reporter>,
+    failures: &[supervise::Failure],
+    status: &JobStatus,
+) -> AttemptEnd {
+    for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
+        let fix = cause.remedy.as_deref().unwrap_or("");
+        eprintln!(
+            "toporun: NCCL failed on this node: {}. Fix: {fix}",
+            cause.summary
+        );
+    }
+    // The rank that failed first, not one toporun stopped after it.
+    let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
+    let what = f
+        .signal
+        .clone()
+        .unwrap_or_else(|| format!("exit code {}", f.exitcode));
+    let ours = transitions::failure_stop(
+        restarts,
+        &format!(
+            "node {} local rank {} (rank {}) failed with {what}",
+            node.node_rank, f.local_rank, f.rank
+        ),
+    );
+    // Another node may have stopped the round first (a lost node): its reason decides.
+    let won = session.stop_all(node.round, ours.clone()).await;
+    status.update(|x| x.last_failure = Some(ours.to_string()));
+    let end = AttemptEnd::RankFailed { ours, won };
+    if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts) {
+        write_failure(p, f, failures);
+    }
+    end
+}
+
+/// torchrun's failure summary, on stderr, in the termination message and in
+/// TORCHELASTIC_ERROR_FILE.
+fn write_failure(p: &Job, f: &supervise::Failure, failures: &[supervise::Failure]) {
+    // torch prints socket.getfqdn() there.
+    let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
+    let summary = failure_summary(&p.opts.entrypoint, &host, failures);
+    eprint!("{summary}");
+    if let Some(path) = &p.termination_log {
+        if let Err(e) = supervise::write_termination_message(path, &summary) {
+            let path = path.display();
+            eprintln!("toporun: cannot write the termination message {path}: {e}");
         }
-        // What a stop from the rendezvous means here: go on (counted or not) or end.
-        let mut go_on = |reason: &str, what: &str| -> bool {
-            if reason.starts_with(MEMBERSHIP) {
-                eprintln!("toporun: {reason}; {what} (a membership change: not counted against --max-restarts)");
-                true
-            } else if reason.starts_with(RESTART) && restarts < p.opts.max_restarts {
-                restarts += 1;
-                eprintln!(
-                    "toporun: {reason}; {what} (restart {restarts} of {})",
-                    p.opts.max_restarts
-                );
-                true
-            } else {
-                false
-            }
-        };
-        match outcome {
-            Outcome::Succeeded => match session.finish(round, &node).await? {
-                None => return Ok(0),
-                // Another node failed or was lost after this one finished: every
-                // node runs again.
-                Some(reason) => {
-                    if !go_on(&reason, "running this node's ranks again too") {
-                        eprintln!(
-                            "toporun: this node's ranks succeeded, but the job did not: {reason}"
-                        );
-                        return Ok(1);
-                    }
-                }
-            },
-            Outcome::Interrupted(sig) => {
-                session
-                    .stop_all(
-                        round,
-                        &format!("{FAIL}: node {} received {sig}", node.node_rank),
-                    )
-                    .await;
-                eprintln!("toporun: stopped the ranks after {sig}");
-                return Ok(1);
-            }
-            Outcome::Failed(failures) => {
-                for cause in reporter.as_ref().map(|r| r.failures()).unwrap_or_default() {
-                    eprintln!(
-                        "toporun: NCCL failed on this node: {}. Fix: {}",
-                        cause.summary,
-                        cause.remedy.as_deref().unwrap_or("")
-                    );
-                }
-                // The rank that failed first, not one toporun stopped after it.
-                let f = supervise::root_cause(&failures).unwrap_or(&failures[0]);
-                let what = f
-                    .signal
-                    .clone()
-                    .unwrap_or_else(|| format!("exit code {}", f.exitcode));
-                let reason = format!(
-                    "{}: node {} local rank {} (rank {}) failed with {what}",
-                    if restart_left { RESTART } else { FAIL },
-                    node.node_rank,
-                    f.local_rank,
-                    f.rank
-                );
-                // Another node may have stopped the round first (a lost node): its
-                // reason decides.
-                let won = session.stop_all(round, &reason).await;
-                status.update(|x| x.last_failure = Some(reason.clone()));
-                if won != reason && won.starts_with(MEMBERSHIP) {
-                    go_on(&won, "restarting this node's ranks");
-                    continue;
-                }
-                if !restart_left {
-                    // torch prints socket.getfqdn() there.
-                    let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
-                    let summary = failure_summary(&p.opts.entrypoint, &host, &failures);
-                    eprint!("{summary}");
-                    if let Some(path) = &p.termination_log {
-                        if let Err(e) = supervise::write_termination_message(path, &summary) {
-                            eprintln!(
-                                "toporun: cannot write the termination message {}: {e}",
-                                path.display()
-                            );
-                        }
-                    }
-                    if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
-                        if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
-                            eprintln!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
-                        }
-                    }
-                    return Ok(1);
-                }
-                go_on(&reason, "restarting every node's ranks");
-            }
-            Outcome::Stopped(reason) => {
-                if !go_on(&reason, "restarting this node's ranks") {
-                    eprintln!("toporun: the job stopped: {reason}");
-                    return Ok(1);
-                }
-            }
+    }
+    if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
+        if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
+            eprintln!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
         }
     }
 }

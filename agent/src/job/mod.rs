@@ -5,13 +5,21 @@
 //! direction (lifecycle -> session, ranks, nccl_report -> spec, error) and never on
 //! this file.
 
+mod entry;
 mod error;
 mod lifecycle;
+mod multi_node;
+mod multi_node_join;
 pub mod nccl_report;
+mod node_table;
 mod ranks;
+mod rdzv_connect;
 mod run_dir;
 mod session;
+mod single_node;
 mod spec;
+mod store_host;
+mod transitions;
 
 pub use error::JobError;
 pub use lifecycle::run;

@@ -5,6 +5,7 @@ pub mod fqdn;
 pub mod gpu;
 mod net;
 pub mod platform;
+pub mod port_owner;
 mod rdma;
 
 pub use gpu::{GpuProbe, NvmlProbe};

@@ -1,11 +1,11 @@
 //! `toporun bench rendezvous`: N simulated nodes (async tasks, one connection each) run
 //! the real join protocol against a store, to size the rendezvous host.
 
+use super::backend::etcd_client::Etcd;
+use super::backend::{Backend, EtcdKv, Kv, StoreKv};
 use super::config::{Config, NodeInfo, Shape};
 use super::coordinator::coordinate;
-use super::kv::{EtcdKv, Kv};
 use super::node::join;
-use crate::etcd::Etcd;
 use crate::store::{StoreClient, StoreServer};
 use std::time::{Duration, Instant};
 
@@ -79,7 +79,7 @@ pub async fn bench(nodes: u32, target: Target, timeout: Duration) -> Result<Benc
                 (Some(e), _) => Ok(Kv::Etcd(EtcdKv::new(e))),
                 (None, Some((h, p))) => StoreClient::connect_from(&h, p, source, timeout)
                     .await
-                    .map(Kv::Store)
+                    .map(|c| Kv::Store(StoreKv(c)))
                     .map_err(|e| e.to_string()),
                 _ => Err("no target".to_string()),
             }

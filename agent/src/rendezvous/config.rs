@@ -1,6 +1,7 @@
 //! What a rendezvous is configured with (its shape and timeouts) and what each node
 //! tells the others.
 
+use super::keys::{RoundKeys, RunKeys};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -98,19 +99,19 @@ impl Config {
         }
     }
 
-    pub fn key(&self, round: u32, rest: &str) -> String {
-        match &self.key_space {
-            Some(space) => format!("toporun/{}/{space}/r{round}/{rest}", self.run_id),
-            None => format!("toporun/{}/r{round}/{rest}", self.run_id),
-        }
+    /// The run's keys (under the key space a token opens).
+    pub fn keys(&self) -> RunKeys {
+        RunKeys::new(&self.run_id, self.key_space.as_deref())
     }
 
-    /// A key of the run outside any round (the round counter).
-    pub fn key_base(&self, rest: &str) -> String {
-        match &self.key_space {
-            Some(space) => format!("toporun/{}/{space}/{rest}", self.run_id),
-            None => format!("toporun/{}/{rest}", self.run_id),
-        }
+    /// The keys of round `round`.
+    pub fn round_keys(&self, round: u32) -> RoundKeys {
+        self.keys().round(round)
+    }
+
+    /// The fewest nodes a round runs with.
+    pub fn min_nodes(&self) -> u32 {
+        self.nnodes().0
     }
 
     pub fn max_nodes(&self) -> u32 {

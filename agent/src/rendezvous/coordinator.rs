@@ -2,14 +2,13 @@
 //! round (static: all nodes; c10d: max nodes, or min nodes plus the last-call window),
 //! publishes every node's place, and says where it stands while it waits.
 
+use super::backend::{Backend, Kv, KvError};
 use super::config::{Config, NodeInfo, Shape};
-use super::kv::{Kv, KvError};
+use super::keys::RoundKeys;
+use super::protocol::{Closed, Layout, StopReason};
 use std::time::{Duration, Instant};
 use toporun_shared::torchrun::MAX_NPROC;
 use toporun_shared::untrusted::{printable, valid_host};
-
-/// The value of `closed` that tells every node the round failed, and why.
-pub const CLOSED_ERROR: &str = "error: ";
 
 /// Where a round stands, reported every few seconds while it waits.
 #[derive(Debug, Clone)]
@@ -33,6 +32,15 @@ pub enum CoordinateError {
         expected: u32,
         missing: Vec<u32>,
     },
+    #[error("rendezvous timed out after {waited:.0?} (join_timeout) with {joined} node(s) joined, enough for the minimum of {min}, before the last call of {last_call:.0?} ended: as in torchrun, the join timeout bounds the whole rendezvous; set --rdzv-conf join_timeout above last_call_timeout, or start --nnodes max nodes")]
+    TimeoutInLastCall {
+        waited: Duration,
+        joined: u32,
+        min: u32,
+        last_call: Duration,
+    },
+    #[error("{key} was set by someone other than the coordinator of the round (this node) before it closed the round: a forged value ({value}); every node is stopped. Give the job a secret with --rdzv-conf token=... and keep the store's port private")]
+    Forged { key: String, value: String },
     #[error("{} nodes joined but node rank(s) {missing:?} did not: two nodes were given the same --node-rank", .missing.len())]
     Duplicate { missing: Vec<u32> },
     #[error("node {0} published an unreadable description: {1}")]
@@ -118,14 +126,115 @@ pub async fn coordinate(
     progress: &mut (dyn FnMut(&Waiting) + Send),
     before_publish: &mut (dyn FnMut() + Send),
 ) -> Result<Vec<NodeInfo>, CoordinateError> {
-    let prefix = cfg.key(round, "");
+    let keys = cfg.round_keys(round);
+    let result = close(c, cfg, &keys, progress, before_publish).await;
+    if let Err(e) = &result {
+        refuse(c, cfg, &keys, e).await;
+    }
+    result
+}
+
+/// Tells every node why the round failed instead of leaving them to their own
+/// timeouts: a forgery stops the job; otherwise `closed` carries the refusal, and
+/// for a refused node the store stays up until the nodes have read it (or a few
+/// seconds).
+async fn refuse(c: &mut Kv, cfg: &Config, keys: &RoundKeys, e: &CoordinateError) {
+    match e {
+        CoordinateError::Forged { .. } => {
+            let stop = StopReason::fail(e.to_string()).encode();
+            let _ = c.compare_set(&keys.stop(), b"", &stop).await;
+            return;
+        }
+        CoordinateError::Kv(_) => return,
+        _ => {}
+    }
+    let closed = Closed::Refused(e.to_string()).encode();
+    if c.set(&keys.closed(), &closed).await.is_err() {
+        return;
+    }
+    if !matches!(
+        e,
+        CoordinateError::Invalid { .. } | CoordinateError::TooManyRanks(_)
+    ) {
+        return;
+    }
+    let joined = match cfg.shape {
+        Shape::Static { .. } => c.tally_count(&keys.join()).await.ok(),
+        Shape::Elastic { .. } => c
+            .enrolled_count(&keys.join(), &keys.nodes())
+            .await
+            .ok()
+            .map(u64::from),
+    };
+    let count = joined.unwrap_or(0).min(u64::from(cfg.max_nodes()));
+    let start = Instant::now();
+    while start.elapsed() < REFUSAL_LINGER {
+        match c.tally_count(&keys.refused_seen()).await {
+            Ok(n) if n >= count => break,
+            Ok(_) => tokio::time::sleep(POLL).await,
+            Err(_) => break,
+        }
+    }
+}
+
+async fn close(
+    c: &mut Kv,
+    cfg: &Config,
+    keys: &RoundKeys,
+    progress: &mut (dyn FnMut(&Waiting) + Send),
+    before_publish: &mut (dyn FnMut() + Send),
+) -> Result<Vec<NodeInfo>, CoordinateError> {
+    let count = wait_for_nodes(c, cfg, keys, progress).await?;
+    let enrolled = read_enrolled(c, cfg, keys, count).await?;
+    let infos: Vec<NodeInfo> = enrolled
+        .iter()
+        .enumerate()
+        .map(|(i, (_, b))| {
+            serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i as u32, e.to_string()))
+        })
+        .collect::<Result<_, _>>()?;
+    let total: u64 = infos.iter().map(|i| u64::from(i.nproc)).sum();
+    for (i, info) in infos.iter().enumerate() {
+        validate(cfg, i as u32, info)?;
+    }
+    let world = u32::try_from(total)
+        .ok()
+        .filter(|_| total <= toporun_shared::torchrun::MAX_WORLD)
+        .ok_or(CoordinateError::TooManyRanks(total))?;
+    let tickets: Vec<&str> = enrolled.iter().map(|(t, _)| t.as_str()).collect();
+    let layout = layout(cfg, keys, &infos, &tickets, world);
+    // Every node of the round has stopped its last ranks (it joined): the place
+    // where the new ones meet can be cleared before any starts.
+    before_publish();
+    forged_closed(c, keys).await?;
+    let pairs: Vec<(&str, &[u8])> = layout
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_slice()))
+        .collect();
+    c.multi_set(&pairs).await?;
+    c.set(&keys.closed(), &Closed::Nodes(count).encode())
+        .await?;
+    Ok(infos)
+}
+
+/// Polls until the round can close; returns how many nodes it closes with.
+async fn wait_for_nodes(
+    c: &mut Kv,
+    cfg: &Config,
+    keys: &RoundKeys,
+    progress: &mut (dyn FnMut(&Waiting) + Send),
+) -> Result<u32, CoordinateError> {
     let start = Instant::now();
     let mut last_report = Instant::now();
     let mut quorum_at: Option<Instant> = None;
-    let count = loop {
+    loop {
+        // The coordinator is the only writer of `closed`: one found now is forged.
+        forged_closed(c, keys).await?;
         let joined = match cfg.shape {
-            Shape::Static { .. } => c.tally_count(&cfg.key(round, "join")).await? as u32,
-            Shape::Elastic { .. } => c.enrolled_count(&prefix).await?,
+            Shape::Static { .. } => {
+                u32::try_from(c.tally_count(&keys.join()).await?).unwrap_or(u32::MAX)
+            }
+            Shape::Elastic { .. } => c.enrolled_count(&keys.join(), &keys.nodes()).await?,
         };
         let elapsed = start.elapsed();
         let (expected, done) = match cfg.shape {
@@ -134,38 +243,18 @@ pub async fn coordinate(
                 if joined >= min && quorum_at.is_none() {
                     quorum_at = Some(Instant::now());
                 }
-                (
-                    max,
-                    joined >= max || quorum_at.is_some_and(|t| t.elapsed() >= cfg.last_call),
-                )
+                let last_call_over = quorum_at.is_some_and(|t| t.elapsed() >= cfg.last_call);
+                (max, joined >= max || last_call_over)
             }
         };
         if done {
-            break joined.min(cfg.max_nodes());
+            return Ok(joined.min(cfg.max_nodes()));
         }
-        let need = match cfg.shape {
-            Shape::Static { nnodes } => nnodes,
-            Shape::Elastic { min, .. } => min,
-        };
-        if elapsed >= cfg.join_timeout && joined < need {
-            let missing = missing_static(c, cfg, round).await?;
-            let e = CoordinateError::Timeout {
-                waited: elapsed,
-                joined,
-                expected: need,
-                missing,
-            };
-            // The nodes that did join learn it now, not at their own deadline.
-            let _ = c
-                .set(
-                    &cfg.key(round, "closed"),
-                    format!("{CLOSED_ERROR}{e}").as_bytes(),
-                )
-                .await;
-            return Err(e);
+        if elapsed >= cfg.join_timeout {
+            return Err(timed_out(c, cfg, keys, elapsed, joined).await?);
         }
         if last_report.elapsed() >= PROGRESS_EVERY {
-            let missing = missing_static(c, cfg, round).await?;
+            let missing = missing_static(c, cfg, keys).await?;
             progress(&Waiting {
                 joined,
                 expected,
@@ -176,21 +265,71 @@ pub async fn coordinate(
             last_report = Instant::now();
         }
         tokio::time::sleep(POLL).await;
-    };
-    let enrolled: Vec<(String, Vec<u8>)> = match cfg.shape {
+    }
+}
+
+/// The join timeout bounds the whole rendezvous, as torchrun's does: with the
+/// minimum joined but the last call still open it is a timeout all the same.
+async fn timed_out(
+    c: &mut Kv,
+    cfg: &Config,
+    keys: &RoundKeys,
+    waited: Duration,
+    joined: u32,
+) -> Result<CoordinateError, KvError> {
+    let min = cfg.min_nodes();
+    if joined >= min {
+        return Ok(CoordinateError::TimeoutInLastCall {
+            waited,
+            joined,
+            min,
+            last_call: cfg.last_call,
+        });
+    }
+    Ok(CoordinateError::Timeout {
+        waited,
+        joined,
+        expected: min,
+        missing: missing_static(c, cfg, keys).await?,
+    })
+}
+
+async fn forged_closed(c: &mut Kv, keys: &RoundKeys) -> Result<(), CoordinateError> {
+    let key = keys.closed();
+    if !c.check(&[&key]).await? {
+        return Ok(());
+    }
+    let value = c.read(&[&key]).await?.remove(0);
+    let text = String::from_utf8_lossy(&value);
+    Err(CoordinateError::Forged {
+        key,
+        value: format!(
+            "{:?}",
+            printable(&text.chars().take(80).collect::<String>())
+        ),
+    })
+}
+
+/// The first `count` nodes' tickets and descriptions, in node-rank order.
+async fn read_enrolled(
+    c: &mut Kv,
+    cfg: &Config,
+    keys: &RoundKeys,
+    count: u32,
+) -> Result<Vec<(String, Vec<u8>)>, CoordinateError> {
+    let enrolled = match cfg.shape {
         Shape::Static { .. } => {
-            let keys: Vec<String> = (0..count)
-                .map(|i| cfg.key(round, &format!("node/{i}")))
-                .collect();
-            let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let tickets: Vec<String> = (0..count).map(|i| i.to_string()).collect();
+            let node_keys: Vec<String> = tickets.iter().map(|t| keys.node(t)).collect();
+            let refs: Vec<&str> = node_keys.iter().map(String::as_str).collect();
             if !c.check(&refs).await? {
-                let missing = missing_static(c, cfg, round).await?;
+                let missing = missing_static(c, cfg, keys).await?;
                 return Err(CoordinateError::Duplicate { missing });
             }
             let values = c.multi_get(&refs, cfg.join_timeout).await?;
-            (0..count).map(|i| i.to_string()).zip(values).collect()
+            tickets.into_iter().zip(values).collect()
         }
-        Shape::Elastic { .. } => c.enrolled(&prefix, count, cfg.join_timeout).await?,
+        Shape::Elastic { .. } => c.enrolled(&keys.nodes(), count, cfg.join_timeout).await?,
     };
     if enrolled.len() != count as usize {
         return Err(CoordinateError::BadNode(
@@ -201,85 +340,53 @@ pub async fn coordinate(
             ),
         ));
     }
-    let infos: Vec<NodeInfo> = enrolled
-        .iter()
-        .enumerate()
-        .map(|(i, (_, b))| {
-            serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i as u32, e.to_string()))
-        })
-        .collect::<Result<_, _>>()?;
-    let total: u64 = infos.iter().map(|i| u64::from(i.nproc)).sum();
-    let checked = infos
-        .iter()
-        .enumerate()
-        .try_for_each(|(i, info)| validate(cfg, i as u32, info))
-        .and(if total > toporun_shared::torchrun::MAX_WORLD {
-            Err(CoordinateError::TooManyRanks(total))
-        } else {
-            Ok(())
-        });
-    if let Err(e) = checked {
-        // Every node learns it at once instead of waiting out its timeout; the store
-        // stays up until they have read it (or a few seconds).
-        let _ = c
-            .set(
-                &cfg.key(round, "closed"),
-                format!("{CLOSED_ERROR}{e}").as_bytes(),
-            )
-            .await;
-        let seen = cfg.key(round, "refused_seen");
-        let start = Instant::now();
-        while start.elapsed() < REFUSAL_LINGER {
-            match c.tally_count(&seen).await {
-                Ok(n) if n >= i64::from(count) => break,
-                Ok(_) => tokio::time::sleep(POLL).await,
-                Err(_) => break,
-            }
-        }
-        return Err(e);
-    }
-    let world = total as u32; // checked above
+    Ok(enrolled)
+}
+
+/// Every node's layout, co-location variables and name, as key-value pairs.
+fn layout(
+    cfg: &Config,
+    keys: &RoundKeys,
+    infos: &[NodeInfo],
+    tickets: &[&str],
+    world: u32,
+) -> Vec<(String, Vec<u8>)> {
     let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
     let coloc = toporun_shared::colocation::decide(&views, cfg.colocated);
+    let nnodes = infos.len() as u32;
     let mut offset = 0;
-    let mut layout: Vec<(String, Vec<u8>)> = Vec::with_capacity(infos.len());
-    for (i, (info, (ticket, _))) in infos.iter().zip(&enrolled).enumerate() {
-        layout.push((
-            cfg.key(round, &format!("layout/{ticket}")),
-            format!("{i},{offset},{world},{count}").into_bytes(),
-        ));
-        layout.push((
-            cfg.key(round, &format!("env/{ticket}")),
-            serde_json::to_vec(&coloc.env[i]).expect("node env serializes"),
+    let mut out = Vec::with_capacity(infos.len() * 3);
+    for (i, (info, ticket)) in infos.iter().zip(tickets).enumerate() {
+        let node_rank = i as u32;
+        let place = Layout {
+            node_rank,
+            offset,
+            world,
+            nnodes,
+        };
+        out.push((keys.layout(ticket), place.encode()));
+        out.push((
+            keys.env(ticket),
+            serde_json::to_vec(&coloc.env[i]).unwrap_or_default(),
         ));
         // Who node i is, for the nodes that name it when it is lost.
-        layout.push((
-            cfg.key(round, &format!("name/{i}")),
+        out.push((
+            keys.name(node_rank),
             format!("{}, {}", printable(&info.hostname), printable(&info.addr)).into_bytes(),
         ));
         offset += info.nproc;
     }
-    // Every node of the round has stopped its last ranks (it joined): the place
-    // where the new ones meet can be cleared before any starts.
-    before_publish();
-    let pairs: Vec<(&str, &[u8])> = layout
-        .iter()
-        .map(|(k, v)| (k.as_str(), v.as_slice()))
-        .collect();
-    c.multi_set(&pairs).await?;
-    c.set(&cfg.key(round, "closed"), count.to_string().as_bytes())
-        .await?;
-    Ok(infos)
+    out
 }
 
 /// Static node ranks whose description has not arrived (empty for c10d).
-async fn missing_static(c: &mut Kv, cfg: &Config, round: u32) -> Result<Vec<u32>, KvError> {
+async fn missing_static(c: &mut Kv, cfg: &Config, keys: &RoundKeys) -> Result<Vec<u32>, KvError> {
     let Shape::Static { nnodes } = cfg.shape else {
         return Ok(Vec::new());
     };
     let mut missing = Vec::new();
     for r in 0..nnodes {
-        if !c.check(&[&cfg.key(round, &format!("node/{r}"))]).await? {
+        if !c.check(&[&keys.node(&r.to_string())]).await? {
             missing.push(r);
         }
     }

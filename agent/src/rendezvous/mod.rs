@@ -1,38 +1,27 @@
-//! toporun's rendezvous over a TCPStore: nodes join a round, one coordinator closes it
-//! and hands out places. Only standard store operations are used, so the same protocol
-//! runs against toporun's store or PyTorch's own TCPStore server, and every node does a
-//! constant number of operations (a round of N nodes costs O(N) in total).
-//!
-//! Keys, under `toporun/<run_id>/r<round>/`:
-//! - `join`: ADD counter; c10d nodes take their join index (ticket) from it.
-//! - `node/<ticket>`: the node's description (JSON, with its nproc).
-//! - `layout/<ticket>`: "node_rank,offset,world,nnodes", set by the coordinator.
-//! - `env/<ticket>`: variables the co-location decision adds to the node's ranks.
-//! - `closed`: the number of nodes, set once when the round closes (nodes WAIT on it).
-//! - `name/<rank>`: "hostname, address", to name a node that is lost.
-//! - `stop`: "restart ...", "membership ..." or "fail ..." (first writer wins): every
-//!   node stops its ranks.
-//! - `alive/<rank>`: keep-alives (counters; leased keys in etcd); `done`: the exit
-//!   barrier; `waiting`: nodes that arrived after the round closed.
-//!
-//! and `toporun/<run_id>/round`, the round the job is at: nodes that stop a round
-//! move it on, nodes that arrive read it. In etcd, counters are one key per node under
-//! the counter's name and c10d nodes enroll under their own id (`node/<id>`,
-//! `layout/<id>`), ordered by creation.
+//! toporun's rendezvous: nodes join a round, one coordinator closes it and hands out
+//! places. Only standard store operations are used, so the same protocol runs
+//! against toporun's store, PyTorch's own TCPStore server or etcd, and every node does
+//! a constant number of operations (a round of N nodes costs O(N) in total). Every
+//! key is named in `keys`, every value is a type of `protocol`, and the state lives
+//! behind `backend`.
 
+pub mod backend;
 pub mod bench;
 mod config;
 mod coordinator;
-mod kv;
+mod keys;
 mod node;
+mod protocol;
 
+pub use backend::{etcd_client, Backend, EtcdKv, Kv, KvError, StoreKv};
 pub use config::{key_space, Config, NodeInfo, Shape};
 pub use coordinator::{coordinate, CoordinateError, Waiting};
-pub use kv::{EtcdKv, Kv, KvError};
+pub use keys::{RoundKeys, RunKeys};
 pub use node::{
     advance_round, barrier, current_round, join, request_stop, round_closed, wait_for_next_round,
-    JoinError, Next, Place, StopWatch, FAIL, MEMBERSHIP, RESTART,
+    BarrierNode, JoinError, Next, Place, StopWatch,
 };
+pub use protocol::{Closed, Layout, StopKind, StopReason};
 
 #[cfg(test)]
 mod tests {
@@ -57,11 +46,11 @@ mod tests {
     }
 
     async fn client(port: u16) -> Kv {
-        Kv::Store(
+        Kv::Store(StoreKv(
             StoreClient::connect("127.0.0.1", port, Duration::from_secs(2))
                 .await
                 .unwrap(),
-        )
+        ))
     }
 
     /// Runs round 0's coordinator on the store at `port`.
@@ -184,17 +173,110 @@ mod tests {
             .await
             .unwrap();
         // Two nodes, one lost and nobody waiting: below --nnodes, the job cannot go on.
-        assert!(reason.starts_with("fail: node 1"), "{reason}");
-        assert!(reason.contains("fewer than the minimum of 2"), "{reason}");
+        assert_eq!(reason.kind, StopKind::Fail, "{reason}");
+        assert!(reason.detail.starts_with("node 1"), "{reason}");
+        assert!(
+            reason.detail.contains("fewer than the minimum of 2"),
+            "{reason}"
+        );
+    }
+
+    fn node(rank: Option<u32>) -> NodeInfo {
+        NodeInfo {
+            node_rank: rank,
+            nproc: 1,
+            hostname: "node".into(),
+            addr: "node".into(),
+            ..Default::default()
+        }
     }
 
     #[tokio::test]
-    async fn bench_a_thousand_nodes() {
-        let r = bench::bench(1000, bench::Target::InProcess, Duration::from_secs(30))
+    async fn a_negative_join_count_is_garbage_not_a_huge_one() {
+        let s = StoreServer::bind(0).unwrap();
+        let cfg = cfg(Shape::Static { nnodes: 2 });
+        // Any store client can write the counter; -3 as u32 would read as 4e9 joined.
+        let mut stranger = client(s.port()).await;
+        let Kv::Store(StoreKv(raw)) = &mut stranger else {
+            unreachable!()
+        };
+        raw.add(&cfg.round_keys(0).join(), -3).await.unwrap();
+        let err = coordinate_on(s.port(), &cfg).await.unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, CoordinateError::Kv(KvError::Garbage(_))),
+            "{text}"
+        );
+        assert!(text.contains("r0/join reads -3"), "{text}");
+    }
+
+    #[tokio::test]
+    async fn the_join_timeout_bounds_the_round_even_with_min_nodes() {
+        // torchrun: the join deadline passes before the last call ends: timeout.
+        let s = StoreServer::bind(0).unwrap();
+        let mut cfg = cfg(Shape::Elastic { min: 1, max: 2 });
+        cfg.join_timeout = Duration::from_millis(400);
+        cfg.last_call = Duration::from_secs(10);
+        let (c2, port) = (cfg.clone(), s.port());
+        tokio::spawn(async move {
+            join(&mut client(port).await, &c2, 0, &node(None), &mut |_| {}).await
+        });
+        let t = std::time::Instant::now();
+        let err = coordinate_on(s.port(), &cfg).await.unwrap_err();
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+        assert!(
+            matches!(
+                err,
+                CoordinateError::TimeoutInLastCall {
+                    joined: 1,
+                    min: 1,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err
+            .to_string()
+            .contains("join_timeout above last_call_timeout"));
+    }
+
+    #[tokio::test]
+    async fn a_forged_closed_stops_host_and_late_node_at_once() {
+        let s = StoreServer::bind(0).unwrap();
+        let cfg = cfg(Shape::Static { nnodes: 2 });
+        let keys = cfg.round_keys(0);
+        let port = s.port();
+        let c0 = cfg.clone();
+        tokio::spawn(async move {
+            join(&mut client(port).await, &c0, 0, &node(Some(0)), &mut |_| {}).await
+        });
+        let c1 = cfg.clone();
+        let coordinator = tokio::spawn(async move { coordinate_on(port, &c1).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // A stranger closes the round before node 1 joins.
+        let mut stranger = client(port).await;
+        stranger
+            .set(&keys.closed(), &Closed::Nodes(2).encode())
             .await
             .unwrap();
-        assert_eq!(r.nodes, 1000);
-        // Each node: join, wait, one read of its place (and the coordinator's).
-        assert!(r.ops >= 3000, "{r:?}");
+        stranger.set(&keys.layout("1"), b"{}").await.unwrap();
+        let t = std::time::Instant::now();
+        let err = coordinator.await.unwrap().unwrap_err();
+        assert!(matches!(err, CoordinateError::Forged { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("r0/closed was set by someone other"),
+            "{err}"
+        );
+        // Node 1 finds the round closed and would wait as a spare: it is told instead.
+        let mut c = client(port).await;
+        assert!(round_closed(&mut c, &cfg, 0).await.unwrap());
+        let late = wait_for_next_round(&mut c, &cfg, 0, &mut |_| {}).await;
+        let Err(JoinError::Stopped(reason)) = late else {
+            panic!("the late node was not stopped")
+        };
+        assert_eq!(reason.kind, StopKind::Fail);
+        assert!(reason.detail.contains("forged"), "{reason}");
+        assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     }
 }

@@ -1,12 +1,12 @@
 //! A node's side: join a round, learn its place, keep alive, watch for a stop, and
 //! wait at the exit barrier.
 
+use super::backend::{Backend, Kv, KvError};
 use super::config::{Config, NodeInfo, Shape};
-use super::coordinator::CLOSED_ERROR;
-use super::kv::{Kv, KvError};
+use super::keys::RoundKeys;
+use super::protocol::{Closed, Expect, Layout, StopKind, StopReason, Unreadable};
 use std::time::{Duration, Instant};
 use toporun_shared::colocation::NodeEnv;
-use toporun_shared::torchrun::MAX_WORLD;
 use toporun_shared::untrusted::{printable, valid_env};
 
 /// This node's place in a closed round.
@@ -32,6 +32,10 @@ pub enum JoinError {
     Surplus { round: u32, nnodes: u32 },
     #[error("the store holds an unusable layout for this node: {0}")]
     BadLayout(String),
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
+    #[error("the job stopped while this node waited for a round: {0}")]
+    Stopped(StopReason),
     #[error("the node hosting the rendezvous refused the round: {0}")]
     Refused(String),
     #[error("node rank {rank} is already taken by {other}; this node ({me}) was given the same --node-rank: give every node its own --node-rank from 0 to --nnodes - 1")]
@@ -52,41 +56,11 @@ pub async fn join(
     info: &NodeInfo,
     report: &mut (dyn FnMut(Duration) + Send),
 ) -> Result<Place, JoinError> {
-    let body = serde_json::to_vec(info).unwrap_or_default();
-    let prefix = cfg.key(round, "");
-    let (ticket, expect_rank) = match (cfg.shape, info.node_rank) {
-        (Shape::Static { .. }, Some(r)) => {
-            // One node per rank: the first to claim it keeps it, a second is told
-            // whose it is (a rank given twice would otherwise run twice).
-            let me = format!("{} ({})", info.hostname, crate::paths::random_id());
-            let holder = c
-                .compare_set(&cfg.key(round, &format!("claim/{r}")), b"", me.as_bytes())
-                .await?;
-            if holder != me.as_bytes() {
-                return Err(JoinError::DuplicateRank {
-                    rank: r,
-                    other: printable(&String::from_utf8_lossy(&holder)),
-                    me: printable(&me),
-                });
-            }
-            c.set(&cfg.key(round, &format!("node/{r}")), &body).await?;
-            c.tally(&cfg.key(round, "join")).await?;
-            (r.to_string(), Some(r))
-        }
-        _ => {
-            let ticket = c.enroll(&prefix, &body).await?;
-            // A TCPStore's ticket is the join order, which is the node rank.
-            let rank = if c.is_etcd() {
-                None
-            } else {
-                ticket.parse().ok()
-            };
-            (ticket, rank)
-        }
-    };
+    let keys = cfg.round_keys(round);
+    let (ticket, expect_rank) = enter(c, cfg, &keys, info).await?;
     let start = Instant::now();
     let deadline = cfg.join_timeout + cfg.last_call + cfg.close_timeout;
-    let closed = cfg.key(round, "closed");
+    let closed = keys.closed();
     loop {
         match c.wait(&[&closed], PROGRESS_EVERY).await {
             Ok(()) => break,
@@ -95,42 +69,28 @@ pub async fn join(
             Err(e) => return Err(e.into()),
         }
     }
-    let layout_key = cfg.key(round, &format!("layout/{ticket}"));
-    let env_key = cfg.key(round, &format!("env/{ticket}"));
-    // A round closes with at least its minimum of nodes, so a TCPStore node whose join
-    // order is below it has a layout: one read for all three keys (on a refusal the
-    // layout reads empty and `closed` says why).
-    let min = match cfg.shape {
-        Shape::Static { nnodes } => nnodes,
-        Shape::Elastic { min, .. } => min,
-    };
-    let sure = expect_rank.is_some_and(|r| r < min) && !c.is_etcd();
+    let (layout_key, env_key) = (keys.layout(&ticket), keys.env(&ticket));
+    // A round closes with at least its minimum of nodes, so a node whose join order
+    // is below it has a layout: one read for all three keys (on a refusal the layout
+    // reads empty and `closed` says why).
+    let sure = expect_rank.is_some_and(|r| r < cfg.min_nodes()) && c.tickets_are_join_order();
     let mut got = if sure {
         c.read(&[&closed, &layout_key, &env_key]).await?
     } else {
         c.read(&[&closed]).await?
     };
-    let closed_text = String::from_utf8_lossy(&got[0]).into_owned();
-    if let Some(why) = closed_text.strip_prefix(CLOSED_ERROR) {
-        let _ = c.tally(&cfg.key(round, "refused_seen")).await;
-        return Err(JoinError::Refused(printable(why)));
-    }
-    let nnodes: u32 = closed_text
-        .parse()
-        .ok()
-        .filter(|n| (1..=cfg.max_nodes()).contains(n))
-        .ok_or_else(|| {
-            JoinError::BadLayout(format!(
-                "the round closed with {:?} nodes (1 to {})",
-                printable(&closed_text),
-                cfg.max_nodes()
-            ))
-        })?;
+    let nnodes = match Closed::decode(&closed, &got[0], cfg.max_nodes())? {
+        Closed::Refused(why) => {
+            let _ = c.tally(&keys.refused_seen()).await;
+            return Err(JoinError::Refused(why));
+        }
+        Closed::Nodes(n) => n,
+    };
     if !sure {
         // The coordinator wrote every layout before `closed`: a node without one
-        // came too late (a TCPStore's join order tells without asking).
+        // came too late (join order tells without asking).
         let placed = match expect_rank {
-            Some(r) if !c.is_etcd() => r < nnodes,
+            Some(r) if c.tickets_are_join_order() => r < nnodes,
             _ => c.check(&[&layout_key]).await?,
         };
         if !placed {
@@ -138,14 +98,65 @@ pub async fn join(
         }
         got = c.read(&[&closed, &layout_key, &env_key]).await?;
     }
-    let raw = got.pop().unwrap_or_default();
-    let place = parse_layout(
-        &String::from_utf8_lossy(&got[1]),
-        expect_rank,
+    let expect = Expect {
+        node_rank: expect_rank,
         nnodes,
-        info.nproc,
-    )?;
-    let env: NodeEnv = serde_json::from_slice(&raw)
+        nproc: info.nproc,
+    };
+    let layout = Layout::decode(&layout_key, &got[1], expect)?;
+    let env = node_env(&got[2])?;
+    Ok(Place {
+        round,
+        node_rank: layout.node_rank,
+        offset: layout.offset,
+        world: layout.world,
+        nnodes: layout.nnodes,
+        env,
+    })
+}
+
+/// Enters the round: a static node claims its rank, a c10d node takes a ticket.
+/// Returns the ticket and the node rank where it is known already.
+async fn enter(
+    c: &mut Kv,
+    cfg: &Config,
+    keys: &RoundKeys,
+    info: &NodeInfo,
+) -> Result<(String, Option<u32>), JoinError> {
+    let body = serde_json::to_vec(info).unwrap_or_default();
+    match (cfg.shape, info.node_rank) {
+        (Shape::Static { .. }, Some(r)) => {
+            // One node per rank: the first to claim it keeps it, a second is told
+            // whose it is (a rank given twice would otherwise run twice).
+            let me = format!("{} ({})", info.hostname, crate::paths::random_id());
+            let holder = c.compare_set(&keys.claim(r), b"", me.as_bytes()).await?;
+            if holder != me.as_bytes() {
+                return Err(JoinError::DuplicateRank {
+                    rank: r,
+                    other: printable(&String::from_utf8_lossy(&holder)),
+                    me: printable(&me),
+                });
+            }
+            c.set(&keys.node(&r.to_string()), &body).await?;
+            c.tally(&keys.join()).await?;
+            Ok((r.to_string(), Some(r)))
+        }
+        _ => {
+            let ticket = c.enroll(&keys.join(), &keys.nodes(), &body).await?;
+            // Where tickets follow the join order, the ticket is the node rank.
+            let rank = if c.tickets_are_join_order() {
+                ticket.parse().ok()
+            } else {
+                None
+            };
+            Ok((ticket, rank))
+        }
+    }
+}
+
+/// The co-location variables the coordinator gave this node: NCCL's only.
+fn node_env(raw: &[u8]) -> Result<NodeEnv, JoinError> {
+    serde_json::from_slice(raw)
         .ok()
         .filter(|e: &NodeEnv| {
             e.vars
@@ -155,20 +166,15 @@ pub async fn join(
         .ok_or_else(|| {
             JoinError::BadLayout(format!(
                 "unusable co-location variables {}",
-                printable(&String::from_utf8_lossy(&raw))
+                printable(&String::from_utf8_lossy(raw))
             ))
-        })?;
-    Ok(Place {
-        round,
-        env,
-        ..place
-    })
+        })
 }
 
 /// The round the job is at (`round` under the run's keys), created at 0 by the
 /// first node.
 pub async fn current_round(c: &mut Kv, cfg: &Config) -> Result<u32, JoinError> {
-    let key = cfg.key_base("round");
+    let key = cfg.keys().round_counter();
     let v = c.compare_set(&key, b"", b"0").await?;
     let text = String::from_utf8_lossy(&v);
     text.parse::<u32>().map_err(|_| {
@@ -183,7 +189,7 @@ pub async fn current_round(c: &mut Kv, cfg: &Config) -> Result<u32, JoinError> {
 /// Moves the job from round `from` to `from + 1` (if no node did yet); returns the
 /// round it is at now.
 pub async fn advance_round(c: &mut Kv, cfg: &Config, from: u32) -> Result<u32, JoinError> {
-    let key = cfg.key_base("round");
+    let key = cfg.keys().round_counter();
     c.compare_set(
         &key,
         from.to_string().as_bytes(),
@@ -195,7 +201,7 @@ pub async fn advance_round(c: &mut Kv, cfg: &Config, from: u32) -> Result<u32, J
 
 /// Whether round `round` closed (its nodes are running or done).
 pub async fn round_closed(c: &mut Kv, cfg: &Config, round: u32) -> Result<bool, JoinError> {
-    Ok(c.check(&[&cfg.key(round, "closed")]).await?)
+    Ok(c.check(&[&cfg.round_keys(round).closed()]).await?)
 }
 
 /// What a node that waited for the next round found.
@@ -216,13 +222,15 @@ pub async fn wait_for_next_round(
     report: &mut (dyn FnMut(Duration) + Send),
 ) -> Result<Next, JoinError> {
     // Counted as waiting while alive: in etcd the count forgets a spare that dies.
-    let waiting = cfg.key(round, "waiting");
+    let keys = cfg.round_keys(round);
+    let waiting = keys.waiting();
     let ttl = cfg.keepalive_interval * cfg.keepalive_misses;
     c.tally_alive(&waiting, ttl, true).await?;
     let mut next_beat = Instant::now() + cfg.keepalive_interval;
     let start = Instant::now();
     let mut last = Instant::now();
-    let finished = cfg.key_base("finished");
+    let finished = cfg.keys().finished();
+    let stop = keys.stop();
     loop {
         if Instant::now() >= next_beat {
             c.tally_alive(&waiting, ttl, false).await?;
@@ -235,6 +243,12 @@ pub async fn wait_for_next_round(
         if c.check(&[&finished]).await? {
             return Ok(Next::Finished);
         }
+        // A job that ends (rather than moves to the next round) ends for spares too.
+        if let Some(reason) = stop_reason(c, &stop).await? {
+            if reason.kind == StopKind::Fail {
+                return Err(JoinError::Stopped(reason));
+            }
+        }
         if start.elapsed() >= cfg.join_timeout {
             return Err(JoinError::Timeout(start.elapsed()));
         }
@@ -246,70 +260,35 @@ pub async fn wait_for_next_round(
     }
 }
 
-/// "node_rank,offset,world,nnodes" as the coordinator writes it, checked against what
-/// this node knows: its join index, the round's size and its own rank count.
-fn parse_layout(
-    text: &str,
-    expect_rank: Option<u32>,
-    nnodes_closed: u32,
-    nproc: u32,
-) -> Result<Place, JoinError> {
-    let bad = |why: &str| JoinError::BadLayout(format!("{:?}: {why}", printable(text)));
-    let nums: Vec<u32> = text
-        .split(',')
-        .map(|x| x.parse().map_err(|_| bad("not four integers")))
-        .collect::<Result<_, _>>()?;
-    let [node_rank, offset, world, nnodes] = nums[..] else {
-        return Err(bad("not four integers"));
-    };
-    if expect_rank.is_some_and(|r| r != node_rank) || node_rank >= nnodes || nnodes != nnodes_closed
-    {
-        return Err(bad(&format!(
-            "this node joined as {} of {nnodes_closed}",
-            expect_rank.map_or("a node".into(), |r| format!("node {r}"))
-        )));
-    }
-    if u64::from(world) > MAX_WORLD || u64::from(offset) + u64::from(nproc) > u64::from(world) {
-        return Err(bad(&format!(
-            "this node's {nproc} ranks do not fit at offset {offset} of {world}"
-        )));
-    }
-    Ok(Place {
-        round: 0,
-        node_rank,
-        offset,
-        world,
-        nnodes,
-        env: NodeEnv::default(),
-    })
-}
-
 /// Asks every node to stop its ranks (first reason wins); returns the winning reason.
 pub async fn request_stop(
     c: &mut Kv,
     cfg: &Config,
     round: u32,
-    reason: &str,
-) -> Result<String, KvError> {
-    let won = c
-        .compare_set(&cfg.key(round, "stop"), b"", reason.as_bytes())
-        .await?;
-    Ok(printable(&String::from_utf8_lossy(&won)))
+    reason: &StopReason,
+) -> Result<StopReason, KvError> {
+    let key = cfg.round_keys(round).stop();
+    let won = c.compare_set(&key, b"", &reason.encode()).await?;
+    Ok(StopReason::decode(&key, &won))
 }
 
-/// Stop reasons: a rank failure counts against --max-restarts, a membership change
-/// (a node lost or admitted) does not, a failure ends the job.
-pub const RESTART: &str = "restart";
-pub const MEMBERSHIP: &str = "membership";
-pub const FAIL: &str = "fail";
+/// The round's stop reason, if a node asked for one.
+async fn stop_reason(c: &mut Kv, key: &str) -> Result<Option<StopReason>, KvError> {
+    if !c.check(&[key]).await? {
+        return Ok(None);
+    }
+    let raw = c.read(&[key]).await?.remove(0);
+    Ok(Some(StopReason::decode(key, &raw)))
+}
 
 /// One node's view of a running round: it beats, and a watching node (the store's
 /// host; in etcd every node) also looks at the others' keep-alives and at nodes
 /// waiting to join.
 struct Watch {
+    keys: RoundKeys,
     live: Liveness,
     next_beat: Instant,
-    spares: i64,
+    spares: u64,
     round: u32,
     node_rank: u32,
     nnodes: u32,
@@ -323,10 +302,11 @@ impl Watch {
         node_rank: u32,
         nnodes: u32,
         watches: bool,
-        etcd: bool,
+        leases: bool,
     ) -> Watch {
         Watch {
-            live: Liveness::new(nnodes, cfg, etcd),
+            keys: cfg.round_keys(round),
+            live: Liveness::new(nnodes, cfg, leases),
             next_beat: Instant::now(),
             spares: 0,
             round,
@@ -344,57 +324,65 @@ impl Watch {
         cfg: &Config,
         admit: bool,
         note: fn(&str),
-    ) -> Result<Option<String>, KvError> {
-        let (round, node_rank, nnodes) = (self.round, self.node_rank, self.nnodes);
+    ) -> Result<Option<StopReason>, KvError> {
         if Instant::now() < self.next_beat {
             return Ok(None);
         }
-        let alive = cfg.key(round, "alive/");
+        let alive = self.keys.alive();
         let ttl = cfg.keepalive_interval * cfg.keepalive_misses;
-        c.beat(&alive, node_rank, ttl).await?;
+        c.beat(&alive, self.node_rank, ttl).await?;
         self.next_beat = Instant::now() + cfg.keepalive_interval;
         if !self.watches {
             return Ok(None);
         }
-        let pulses = c.pulses(&alive, nnodes).await?;
-        let lost: Vec<(u32, Duration)> = pulses
-            .iter()
-            .enumerate()
-            .filter(|(r, _)| *r as u32 != node_rank)
-            .filter_map(|(r, v)| self.live.observe(r as u32, *v).map(|d| (r as u32, d)))
+        let pulses = c.pulses(&alive, self.nnodes).await?;
+        let lost: Vec<(u32, Duration)> = (0..self.nnodes)
+            .zip(pulses)
+            .filter(|(r, _)| *r != self.node_rank)
+            .filter_map(|(r, v)| self.live.observe(r, v).map(|d| (r, d)))
             .collect();
-        let waiting = c.tally_count(&cfg.key(round, "waiting")).await?;
-        let (min, max) = cfg.nnodes();
+        let waiting = c.tally_count(&self.keys.waiting()).await?;
         if !lost.is_empty() {
-            let mut names = Vec::new();
-            for (r, silent) in &lost {
-                let name = match c.check(&[&cfg.key(round, &format!("name/{r}"))]).await? {
-                    true => printable(&String::from_utf8_lossy(
-                        &c.get(&cfg.key(round, &format!("name/{r}")), cfg.read_timeout)
-                            .await?,
-                    )),
-                    false => "?".into(),
-                };
-                names.push(format!("node {r} ({name}) stopped sending keep-alives, last seen {:.1}s ago (dead or partitioned)", silent.as_secs_f64()));
-            }
-            let remain = nnodes - lost.len() as u32;
-            let available = i64::from(remain) + waiting;
-            return Ok(Some(if available >= i64::from(min) {
-                format!("{MEMBERSHIP}: {}; the next round runs with the {remain} remaining node(s) and {waiting} waiting", names.join("; "))
-            } else {
-                format!("{FAIL}: {}; {remain} node(s) remain and {waiting} wait, fewer than the minimum of {min} (--nnodes): the job cannot go on until more nodes come; start the lost node again or lower --nnodes", names.join("; "))
-            }));
+            return Ok(Some(self.lost(c, cfg, &lost, waiting).await?));
         }
+        let (max, nnodes) = (cfg.max_nodes(), self.nnodes);
         if waiting > 0 && admit && nnodes < max {
-            return Ok(Some(format!("{MEMBERSHIP}: {waiting} node(s) waiting to join a round of {nnodes} (--nnodes max {max}); restarting to admit them")));
+            return Ok(Some(StopReason::new(StopKind::Membership, format!("{waiting} node(s) waiting to join a round of {nnodes} (--nnodes max {max}); restarting to admit them"))));
         }
         if waiting != self.spares {
             self.spares = waiting;
             if waiting > 0 {
-                note(&format!("round {round} is full ({nnodes} of --nnodes max {max}); {waiting} spare node(s) wait and join at the next round"));
+                note(&format!("round {} is full ({nnodes} of --nnodes max {max}); {waiting} spare node(s) wait and join at the next round", self.round));
             }
         }
         Ok(None)
+    }
+
+    /// The stop for lost nodes: a membership change while enough remain, else the end.
+    async fn lost(
+        &self,
+        c: &mut Kv,
+        cfg: &Config,
+        lost: &[(u32, Duration)],
+        waiting: u64,
+    ) -> Result<StopReason, KvError> {
+        let mut names = Vec::new();
+        for (r, silent) in lost {
+            let key = self.keys.name(*r);
+            let name = match c.check(&[&key]).await? {
+                true => printable(&String::from_utf8_lossy(&c.read(&[&key]).await?.remove(0))),
+                false => "?".into(),
+            };
+            names.push(format!("node {r} ({name}) stopped sending keep-alives, last seen {:.1}s ago (dead or partitioned)", silent.as_secs_f64()));
+        }
+        let remain = self.nnodes - lost.len() as u32;
+        let min = cfg.min_nodes();
+        let names = names.join("; ");
+        Ok(if u64::from(remain) + waiting >= u64::from(min) {
+            StopReason::new(StopKind::Membership, format!("{names}; the next round runs with the {remain} remaining node(s) and {waiting} waiting"))
+        } else {
+            StopReason::fail(format!("{names}; {remain} node(s) remain and {waiting} wait, fewer than the minimum of {min} (--nnodes): the job cannot go on until more nodes come; start the lost node again or lower --nnodes"))
+        })
     }
 }
 
@@ -412,46 +400,39 @@ pub struct StopWatch {
 }
 
 impl StopWatch {
-    /// Returns the stop reason: set by a node, by the keep-alive check, or "fail: lost
-    /// the store" when the rendezvous state became unreachable.
-    pub async fn run(mut self) -> String {
-        let stop_key = self.cfg.key(self.round, "stop");
+    /// Returns the stop reason: set by a node, by the keep-alive check, or a failure
+    /// when the rendezvous state became unreachable.
+    pub async fn run(mut self) -> StopReason {
+        let stop_key = self.cfg.round_keys(self.round).stop();
+        let leases = self.client.leases();
         let mut watch = Watch::new(
             &self.cfg,
             self.round,
             self.node_rank,
             self.nnodes,
             self.watches,
-            self.client.is_etcd(),
+            leases,
         );
         loop {
             let step = async {
                 let c = &mut self.client;
-                let found = watch.look(c, &self.cfg, true, self.note).await?;
-                if let Some(reason) = found {
+                if let Some(reason) = watch.look(c, &self.cfg, true, self.note).await? {
                     return request_stop(c, &self.cfg, self.round, &reason)
                         .await
                         .map(Some);
                 }
-                if c.check(&[&stop_key]).await? {
-                    return Ok(Some(printable(&String::from_utf8_lossy(
-                        &c.get(&stop_key, Duration::from_secs(5)).await?,
-                    ))));
-                }
-                Ok::<_, KvError>(None)
+                stop_reason(c, &stop_key).await
             };
             match step.await {
                 Ok(Some(reason)) => return reason,
                 Ok(None) => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => {
-                    return format!(
-                        "{FAIL}: lost the rendezvous state ({e}); {}",
-                        if self.client.is_etcd() {
-                            "etcd has lost quorum or is unreachable from this node"
-                        } else {
-                            "the node hosting the store has probably died"
-                        }
-                    )
+                    let why = if self.client.hosted_by_a_node() {
+                        "the node hosting the store has probably died"
+                    } else {
+                        "etcd has lost quorum or is unreachable from this node"
+                    };
+                    return StopReason::fail(format!("lost the rendezvous state ({e}); {why}"));
                 }
             }
         }
@@ -459,7 +440,7 @@ impl StopWatch {
 }
 
 /// Keep-alives a watching node reads: a node whose reading has not moved for
-/// `limit` is lost; with etcd's leases, a key that vanished is lost at once.
+/// `limit` is lost; with leases, a key that vanished is lost at once.
 struct Liveness {
     last: Vec<(i64, Instant)>,
     limit: Duration,
@@ -490,25 +471,33 @@ impl Liveness {
     }
 }
 
+/// Who waits at the exit barrier.
+#[derive(Debug, Clone, Copy)]
+pub struct BarrierNode {
+    pub node_rank: u32,
+    pub nnodes: u32,
+    /// Looks at the others' keep-alives while it waits.
+    pub watches: bool,
+    /// Hosts the store the rendezvous lives in.
+    pub is_host: bool,
+}
+
 /// The exit barrier: waits until every node finished, or a stop arrives. Nodes keep
 /// beating while they wait and watching nodes look at every beat, so a node still
 /// working is waited for as long as it lives (no fixed timeout tears the state down
-/// under it), and a node that died is named. A node that loses a TCPStore here has
-/// finished its work (the host left after the others were done): that is no failure.
-/// The store's host then lingers until every node has seen the barrier open, so its
-/// store outlives their last request.
+/// under it), and a node that died is named. A node that loses a store hosted by a
+/// node here has finished its work (the host left after the others were done): that
+/// is no failure. The store's host then lingers until every node has seen the
+/// barrier open, so its store outlives their last request.
 pub async fn barrier(
     c: &mut Kv,
     cfg: &Config,
     round: u32,
-    node_rank: u32,
-    nnodes: u32,
-    watches: bool,
-    is_host: bool,
-) -> Result<Option<String>, KvError> {
-    let result = barrier_inner(c, cfg, round, node_rank, nnodes, watches, is_host).await;
+    me: BarrierNode,
+) -> Result<Option<StopReason>, KvError> {
+    let result = barrier_inner(c, cfg, round, me).await;
     match result {
-        Err(_) if !is_host && !c.is_etcd() => Ok(None),
+        Err(_) if !me.is_host && c.hosted_by_a_node() => Ok(None),
         r => r,
     }
 }
@@ -517,37 +506,30 @@ async fn barrier_inner(
     c: &mut Kv,
     cfg: &Config,
     round: u32,
-    node_rank: u32,
-    nnodes: u32,
-    watches: bool,
-    is_host: bool,
-) -> Result<Option<String>, KvError> {
-    let done = cfg.key(round, "done");
-    let seen = cfg.key(round, "done_seen");
-    let stop = cfg.key(round, "stop");
+    me: BarrierNode,
+) -> Result<Option<StopReason>, KvError> {
+    let keys = cfg.round_keys(round);
+    let (done, stop) = (keys.done(), keys.stop());
     c.tally(&done).await?;
-    let mut watch = Watch::new(cfg, round, node_rank, nnodes, watches, c.is_etcd());
-    loop {
-        if c.tally_count(&done).await? >= i64::from(nnodes) {
-            break;
-        }
-        if c.check(&[&stop]).await? {
-            return Ok(Some(printable(&String::from_utf8_lossy(
-                &c.get(&stop, Duration::from_secs(5)).await?,
-            ))));
+    let leases = c.leases();
+    let mut watch = Watch::new(cfg, round, me.node_rank, me.nnodes, me.watches, leases);
+    let everyone = u64::from(me.nnodes);
+    while c.tally_count(&done).await? < everyone {
+        if let Some(reason) = stop_reason(c, &stop).await? {
+            return Ok(Some(reason));
         }
         if let Some(reason) = watch.look(c, cfg, false, |_| {}).await? {
             return request_stop(c, cfg, round, &reason).await.map(Some);
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    c.tally(&seen).await?;
+    c.tally(&keys.done_seen()).await?;
     // Spares waiting for a next round learn there is none.
-    c.set(&cfg.key_base("finished"), round.to_string().as_bytes())
+    c.set(&cfg.keys().finished(), round.to_string().as_bytes())
         .await?;
-    if is_host {
+    if me.is_host {
         let linger = Instant::now();
-        while c.tally_count(&seen).await? < i64::from(nnodes)
+        while c.tally_count(&keys.done_seen()).await? < everyone
             && linger.elapsed() < Duration::from_secs(30)
         {
             tokio::time::sleep(Duration::from_millis(20)).await;

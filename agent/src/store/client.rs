@@ -67,6 +67,20 @@ fn prefixed(key: &str) -> Vec<u8> {
     format!("/{key}").into_bytes()
 }
 
+/// Linux connects a socket to itself (TCP simultaneous open) when nothing listens on
+/// a local port of the ephemeral range and the kernel picks that same port as the
+/// source: the client then talks to itself, and holds the very port the store's host
+/// must bind ("already in use"). Such a connection is dropped and counts as refused.
+fn not_self_connected(stream: TcpStream) -> std::io::Result<TcpStream> {
+    match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(local), Ok(peer)) if local == peer => Err(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "no store listens yet (the connection reached itself)",
+        )),
+        _ => Ok(stream),
+    }
+}
+
 impl StoreClient {
     /// Connects with exponential backoff (capped at 1 s) until `timeout`, then runs the
     /// validation handshake and a ping.
@@ -118,7 +132,7 @@ impl StoreClient {
                         socket.connect(to).await.map_err(io)?
                     }
                 };
-                Self::handshake(stream, &addr).await
+                Self::handshake(not_self_connected(stream).map_err(io)?, &addr).await
             };
             let err = match tokio::time::timeout(left.min(HANDSHAKE_DEADLINE), attempt).await {
                 Ok(Ok(c)) => return Ok(c),
@@ -461,5 +475,16 @@ mod tests {
             .err()
             .unwrap();
         assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_connection_to_itself_is_refused() {
+        // Simultaneous open: a socket bound to a port and connected to that same port.
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let me = socket.local_addr().unwrap();
+        let stream = socket.connect(me).await.unwrap();
+        let e = not_self_connected(stream).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
     }
 }

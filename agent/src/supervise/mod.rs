@@ -21,16 +21,16 @@ use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 use std::time::{Duration, Instant, SystemTime};
 
-/// How an attempt ended.
+/// How an attempt ended; `R` is why another node stopped it.
 #[derive(Debug)]
-pub enum Outcome {
+pub enum Outcome<R> {
     Succeeded,
     /// One or more ranks failed; the others were stopped.
     Failed(Vec<Failure>),
     /// toporun got a handled signal and stopped the ranks.
     Interrupted(Signal),
     /// Another node asked every node to stop (a failure elsewhere, a lost node).
-    Stopped(String),
+    Stopped(R),
 }
 
 /// Becomes a child subreaper, so orphaned grandchildren re-parent to toporun and are
@@ -62,26 +62,26 @@ pub enum RankEvent {
 
 /// Runs one attempt of all local ranks until they all succeed, one fails (the others
 /// are stopped), or a handled signal arrives (forwarded, then the ranks are stopped).
-pub async fn run_attempt(
+pub async fn run_attempt<R: std::fmt::Display>(
     cmds: Vec<RankCmd>,
     events: &mut Events,
     shutdown_timeout: Duration,
-    stop_request: impl std::future::Future<Output = String>,
+    stop_request: impl std::future::Future<Output = R>,
     on_rank: &dyn Fn(RankEvent),
-) -> std::io::Result<Outcome> {
+) -> std::io::Result<Outcome<R>> {
     let outcome = attempt(cmds, events, shutdown_timeout, stop_request, on_rank).await;
     // Every line the ranks wrote reaches the console before anything else is said.
     drain(Duration::from_secs(2));
     outcome
 }
 
-async fn attempt(
+async fn attempt<R: std::fmt::Display>(
     cmds: Vec<RankCmd>,
     events: &mut Events,
     shutdown_timeout: Duration,
-    stop_request: impl std::future::Future<Output = String>,
+    stop_request: impl std::future::Future<Output = R>,
     on_rank: &dyn Fn(RankEvent),
-) -> std::io::Result<Outcome> {
+) -> std::io::Result<Outcome<R>> {
     let mut stop_request = std::pin::pin!(stop_request);
     let mut ranks: Vec<Running> = Vec::with_capacity(cmds.len());
     for cmd in cmds {

@@ -153,6 +153,6 @@ pub fn listening(port: u16) {
 /// An HTTP client (reqwest is built with rustls and no crypto provider of its own:
 /// the process installs ring's, as toporun does).
 pub fn http() -> reqwest::blocking::ClientBuilder {
-    toporun_agent::etcd::install_tls_provider();
+    toporun_agent::tls::install_provider();
     reqwest::blocking::Client::builder()
 }

@@ -4,10 +4,13 @@
 pub mod endpoint;
 pub mod interpreter;
 pub mod options;
+pub mod rdzv_conf;
 pub mod std_spec;
+pub mod values;
 pub mod worker;
 
 pub use options::{
     resolve, seconds, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, MAX_NODES,
     MAX_NPROC, MAX_WORLD, OPTIONS,
 };
+pub use rdzv_conf::{EtcdProtocol, RdzvConf};

@@ -2,6 +2,7 @@
 //! resolution: command line > PET_<DEST> environment > default.
 
 use super::endpoint;
+use super::rdzv_conf::RdzvConf;
 use super::std_spec::StdSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -149,7 +150,7 @@ pub struct LaunchOptions {
     /// The endpoint as given (empty for static).
     pub rdzv_endpoint: String,
     pub rdzv_id: Option<String>,
-    pub rdzv_conf: BTreeMap<String, String>,
+    pub rdzv_conf: RdzvConf,
     pub standalone: bool,
     pub max_restarts: u32,
     pub role: String,
@@ -177,62 +178,7 @@ pub struct LaunchOptions {
     pub notes: Vec<String>,
 }
 
-/// A bad option. `usage`: argparse (or a range check) refuses it before anything runs
-/// (exit 2); otherwise torchrun finds it only when it runs, as a ValueError or
-/// RuntimeError (exit 1), and toporun exits as torchrun does.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{message}")]
-pub struct OptionsError {
-    pub message: String,
-    pub usage: bool,
-}
-
-impl OptionsError {
-    pub fn usage(message: impl Into<String>) -> OptionsError {
-        OptionsError {
-            message: message.into(),
-            usage: true,
-        }
-    }
-
-    pub fn value(message: impl Into<String>) -> OptionsError {
-        OptionsError {
-            message: message.into(),
-            usage: false,
-        }
-    }
-
-    pub fn exit_code(&self) -> u8 {
-        if self.usage {
-            2
-        } else {
-            1
-        }
-    }
-}
-
-/// Upper bounds that keep every count, product and deadline representable: more than
-/// any machine or job has, far below what would wrap or overflow.
-pub const MAX_NPROC: u32 = 4096;
-pub const MAX_NODES: u32 = 1 << 20;
-/// torch keeps ranks in a C int.
-pub const MAX_WORLD: u64 = i32::MAX as u64;
-/// Durations (timeouts, intervals) up to 30 days.
-pub const MAX_SECS: f64 = 30.0 * 24.0 * 3600.0;
-
-/// Seconds as a Duration, refusing NaN, negatives and anything above MAX_SECS.
-pub fn seconds(what: &str, v: &str) -> Result<Duration, OptionsError> {
-    v.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|x| x.is_finite() && (0.0..=MAX_SECS).contains(x))
-        .map(Duration::from_secs_f64)
-        .ok_or_else(|| {
-            OptionsError::usage(format!(
-                "{what}={v}: expected a number of seconds from 0 to {MAX_SECS:.0} (30 days)"
-            ))
-        })
-}
+pub use super::values::{seconds, OptionsError, MAX_NODES, MAX_NPROC, MAX_SECS, MAX_WORLD};
 
 /// c10d's default rendezvous port.
 pub const C10D_PORT: u16 = 29400;
@@ -370,27 +316,7 @@ pub fn resolve(
             }
         )));
     }
-    let rdzv_conf = parse_conf(&value("rdzv_conf").unwrap_or_default()).map_err(value_err)?;
-    // The timeouts toporun uses are checked here, before anything starts.
-    for key in [
-        "join_timeout",
-        "last_call_timeout",
-        "close_timeout",
-        "read_timeout",
-        "keep_alive_interval",
-    ] {
-        if let Some(v) = rdzv_conf.get(key) {
-            seconds(&format!("--rdzv-conf {key}"), v)?;
-        }
-    }
-    if let Some(v) = rdzv_conf.get("keep_alive_max_attempt") {
-        v.parse::<u32>().map_err(|_| {
-            err(format!(
-                "--rdzv-conf keep_alive_max_attempt={v}: expected an integer from 0 to {}",
-                u32::MAX
-            ))
-        })?;
-    }
+    let rdzv_conf = RdzvConf::parse(&value("rdzv_conf").unwrap_or_default())?;
     let module = flag("module")?;
     let no_python = flag("no_python")?;
     if module && no_python {
@@ -530,27 +456,7 @@ fn parse_nnodes(v: &str) -> Result<(u32, u32), OptionsError> {
     Ok((lo as u32, hi as u32))
 }
 
-fn parse_conf(v: &str) -> Result<BTreeMap<String, String>, String> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|kv| !kv.is_empty())
-        .map(|kv| {
-            kv.split_once('=')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-                .ok_or_else(|| format!("--rdzv-conf '{kv}' is not key=value"))
-        })
-        .collect()
-}
-
 impl LaunchOptions {
-    /// A rendezvous setting in seconds, with torchrun's default.
-    pub fn conf_secs(&self, key: &str, default: f64) -> Result<Duration, OptionsError> {
-        match self.rdzv_conf.get(key) {
-            None => Ok(Duration::from_secs_f64(default)),
-            Some(v) => seconds(&format!("--rdzv-conf {key}"), v),
-        }
-    }
-
     /// Where the store lives, for every node and worker: static rendezvous uses the
     /// master address and port; c10d (and --standalone, resolved to localhost:0) the
     /// rendezvous endpoint, port 29400 by default.

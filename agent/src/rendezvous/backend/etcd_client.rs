@@ -33,6 +33,8 @@ pub enum EtcdError {
     BadEndpoint(String),
     #[error("etcd TLS: {0}")]
     Tls(String),
+    #[error("no etcd endpoint: --rdzv-endpoint names none")]
+    NoEndpoints,
 }
 
 /// TLS settings, as torchrun's etcd rendezvous takes them from --rdzv-conf.
@@ -45,7 +47,7 @@ pub struct Tls {
 
 /// One range answer's key-value pair.
 #[derive(Debug, Clone)]
-pub struct Kv {
+pub struct KeyValue {
     pub key: String,
     pub value: Vec<u8>,
     pub create_revision: i64,
@@ -123,15 +125,13 @@ fn int(v: &Value) -> i64 {
     }
 }
 
-/// Installs rustls' ring provider for this process (reqwest is built without one of
-/// its own: aws-lc would need cmake and a C toolchain per target).
-pub fn install_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
 impl Etcd {
     pub fn new(endpoints: Vec<String>, tls: &Tls, deadline: Duration) -> Result<Etcd, EtcdError> {
-        install_tls_provider();
+        // Every request indexes the list: an empty one is refused here, not a panic later.
+        if endpoints.is_empty() {
+            return Err(EtcdError::NoEndpoints);
+        }
+        crate::tls::install_provider();
         let mut b = reqwest::Client::builder()
             .connect_timeout(Duration::from_secs(2))
             .pool_idle_timeout(Duration::from_secs(30))
@@ -256,7 +256,7 @@ impl Etcd {
         prefix: &str,
         keys_only: bool,
         limit: i64,
-    ) -> Result<Vec<Kv>, EtcdError> {
+    ) -> Result<Vec<KeyValue>, EtcdError> {
         let v = self
             .call(
                 "/v3/kv/range",
@@ -380,7 +380,7 @@ impl Etcd {
         }
     }
 
-    fn kvs(&self, range: &Value) -> Result<Vec<Kv>, EtcdError> {
+    fn kvs(&self, range: &Value) -> Result<Vec<KeyValue>, EtcdError> {
         let Some(list) = range.get("kvs") else {
             return Ok(Vec::new());
         };
@@ -393,7 +393,7 @@ impl Etcd {
                     B64.decode(kv[field].as_str().unwrap_or_default())
                         .map_err(|_| self.not_etcd("a range", &format!("{field} is not base64")))
                 };
-                Ok(Kv {
+                Ok(KeyValue {
                     key: String::from_utf8_lossy(&decode("key")?).into_owned(),
                     value: decode("value")?,
                     create_revision: int(&kv["create_revision"]),
@@ -476,6 +476,12 @@ mod tests {
         assert!(parse_endpoints("", false).is_err());
         assert!(parse_endpoints("ftp://x:1", false).is_err());
         assert!(parse_endpoints("a:notaport", false).is_err());
+    }
+
+    #[test]
+    fn no_endpoints_is_an_error_not_a_panic() {
+        let e = Etcd::new(Vec::new(), &Tls::default(), Duration::from_secs(1)).err();
+        assert!(matches!(e, Some(EtcdError::NoEndpoints)), "{e:?}");
     }
 
     #[test]

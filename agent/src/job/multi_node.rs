@@ -1,0 +1,303 @@
+//! A node of a multi-node job: its connection to the rendezvous state (a store one
+//! node hosts, or etcd), what it tells the others, and what it does each round
+//! besides joining (`multi_node_join`): the workers' store, stop requests, the
+//! NCCL report's place and the exit barrier.
+
+use super::entry::StopFuture;
+use super::error::JobError;
+use super::nccl_report::ReportStore;
+use super::node_table::node_table;
+use super::rdzv_connect::{connect_etcd, connect_store};
+use super::spec::{Job, NodePlace};
+use super::store_host::{bind, bind_c10d, endpoint_is_here};
+use crate::rendezvous::etcd_client::Etcd;
+use crate::rendezvous::{
+    barrier, key_space, request_stop, Backend, BarrierNode, Config, EtcdKv, Kv, NodeInfo, Shape,
+    StopReason, StopWatch, StoreKv,
+};
+use crate::store::{Reach, StoreClient, StoreServer};
+use crate::supervise::Events;
+use std::time::Duration;
+use toporun_shared::colocation;
+use toporun_shared::torchrun::{endpoint, RdzvBackend};
+use toporun_shared::untrusted::{printable, valid_host};
+
+type Result<T> = std::result::Result<T, JobError>;
+
+pub struct MultiNode {
+    pub(super) run_id: String,
+    pub(super) store_host: String,
+    pub(super) port: u16,
+    /// The rendezvous store this node hosts (static, c10d).
+    pub(super) server: Option<StoreServer>,
+    /// etcd: the workers' store this node hosts as node rank 0 of the current round.
+    pub(super) round_server: Option<StoreServer>,
+    pub(super) cfg: Config,
+    /// Hosts the rendezvous store (static and c10d).
+    pub(super) is_host: bool,
+    pub(super) client: Kv,
+    pub(super) info: NodeInfo,
+    /// The etcd cluster, when the rendezvous lives there.
+    pub(super) etcd: Option<Etcd>,
+    /// NCCL hosts the co-location model expects from the last round (host only).
+    expected_nccl_nodes: Option<u32>,
+    /// The machine (boot_id) of every global rank in the last round (host only).
+    rank_machines: Vec<Option<String>>,
+}
+
+fn config(p: &Job, run_id: &str) -> Config {
+    let o = &p.opts;
+    let conf = &o.rdzv_conf;
+    let shape = match o.rdzv_backend {
+        RdzvBackend::Static => Shape::Static {
+            nnodes: o.nnodes_max,
+        },
+        RdzvBackend::C10d | RdzvBackend::Etcd => Shape::Elastic {
+            min: o.nnodes_min,
+            max: o.nnodes_max,
+        },
+    };
+    let token = conf
+        .token
+        .as_ref()
+        .or_else(|| p.parent_env.get("TOPORUN_RDZV_TOKEN"))
+        .filter(|t| !t.is_empty());
+    Config {
+        run_id: run_id.to_string(),
+        shape,
+        join_timeout: conf.join_timeout,
+        last_call: conf.last_call_timeout,
+        close_timeout: conf.close_timeout,
+        read_timeout: conf.read_timeout,
+        keepalive_interval: conf.keep_alive_interval,
+        keepalive_misses: conf.keep_alive_max_attempt,
+        colocated: p.colocated,
+        key_space: token.map(|t| key_space(run_id, t)),
+    }
+}
+
+/// What this node tells the others.
+fn node_info(p: &Job, shape: Shape) -> NodeInfo {
+    let (o, c) = (&p.opts, &p.facts.container);
+    NodeInfo {
+        nnodes: Some((o.nnodes_min, o.nnodes_max)),
+        node_rank: matches!(shape, Shape::Static { .. }).then_some(o.node_rank),
+        hostname: c.hostname.clone(),
+        addr: o.local_addr.clone().unwrap_or_else(|| c.hostname.clone()),
+        nproc: p.nproc,
+        gpus: p.facts.gpus.count(),
+        boot_id: c.boot_id.clone(),
+        ipc_ns: c.namespaces.get("ipc").map(|n| n.inode),
+        net_ns: c.namespaces.get("net").map(|n| n.inode),
+        shm_dev: c.shm.as_ref().and_then(|s| s.dev),
+        gpu_nodes: p
+            .facts
+            .gpus
+            .device_nodes
+            .iter()
+            .filter(|d| d.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
+            .cloned()
+            .collect(),
+        nccl: colocation::VARS
+            .iter()
+            .filter_map(|v| Some((v.to_string(), p.rank_value(v)?)))
+            .collect(),
+    }
+}
+
+/// Hosts the rendezvous store where this node should; returns the server, if any.
+async fn host_store(p: &Job, store_host: &str, port: u16) -> Result<Option<StoreServer>> {
+    let o = &p.opts;
+    match o.rdzv_backend {
+        RdzvBackend::Etcd => Ok(None),
+        RdzvBackend::Static if o.node_rank == 0 => {
+            bind(port, o.store_port_option(), Reach::All).map(Some)
+        }
+        RdzvBackend::Static => Ok(None),
+        RdzvBackend::C10d => {
+            let here = match o.rdzv_conf.is_host {
+                Some(is_host) => is_host,
+                None => endpoint_is_here(p, store_host).await,
+            };
+            if !here {
+                return Ok(None);
+            }
+            bind_c10d(p, port, &endpoint::join(store_host, port))
+        }
+    }
+}
+
+impl MultiNode {
+    /// Hosts or connects. None when a handled signal arrived meanwhile.
+    pub async fn start(p: &Job, run_id: String, events: &mut Events) -> Result<Option<MultiNode>> {
+        let (store_host, port) = p.opts.store_address();
+        let server = host_store(p, &store_host, port).await?;
+        let is_host = server.is_some();
+        let cfg = config(p, &run_id);
+        let (client, etcd) = if p.opts.rdzv_backend == RdzvBackend::Etcd {
+            match connect_etcd(p, &cfg, events).await? {
+                Some(e) => (Kv::Etcd(EtcdKv::new(e.clone())), Some(e)),
+                None => return Ok(None),
+            }
+        } else {
+            match connect_store(&store_host, port, is_host, &cfg, events).await? {
+                Some(c) => (Kv::Store(StoreKv(c)), None),
+                None => return Ok(None),
+            }
+        };
+        let info = node_info(p, cfg.shape);
+        Ok(Some(MultiNode {
+            run_id,
+            store_host,
+            port,
+            server,
+            round_server: None,
+            cfg,
+            is_host,
+            client,
+            info,
+            etcd,
+            expected_nccl_nodes: None,
+            rank_machines: Vec::new(),
+        }))
+    }
+
+    /// Another connection to the rendezvous state (its own lease in etcd).
+    pub(super) async fn connect(&self, host: &str) -> Result<Kv> {
+        if let Some(e) = &self.etcd {
+            return Ok(Kv::Etcd(EtcdKv::new(e.clone())));
+        }
+        let mut c = StoreClient::connect(host, self.port, Duration::from_secs(30))
+            .await
+            .map_err(|e| JobError::failed("connecting to the rendezvous store", e))?;
+        c.set_deadline(self.cfg.read_timeout);
+        Ok(Kv::Store(StoreKv(c)))
+    }
+
+    /// Whether this node looks at the others' keep-alives: the store's host, or every
+    /// node where no node hosts the state.
+    fn watches(&self) -> bool {
+        self.is_host || self.etcd.is_some()
+    }
+
+    /// Where the rendezvous lives, for messages.
+    pub(super) fn rendezvous_where(&self) -> String {
+        match &self.etcd {
+            Some(e) => format!("etcd at {}", e.endpoints()),
+            None => self.store_host.clone(),
+        }
+    }
+
+    /// What the coordinator learnt: the node table, the co-location findings, and
+    /// what the NCCL report will expect.
+    pub(super) fn coordinated(&mut self, p: &Job, round: u32, infos: &[NodeInfo]) {
+        eprint!("{}", node_table(&self.run_id, round, infos));
+        let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
+        let decision = colocation::decide(&views, p.colocated);
+        self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
+        self.rank_machines = infos
+            .iter()
+            .flat_map(|i| std::iter::repeat_n(i.boot_id.clone(), i.nproc as usize))
+            .collect();
+        for f in decision.findings {
+            let fix = f.remedy.map(|r| format!(". Fix: {r}")).unwrap_or_default();
+            eprintln!("toporun: {}: {}: {}{fix}", f.severity, f.id, f.summary);
+        }
+    }
+
+    /// The workers' store for round `round`: the rendezvous store (static, c10d), or
+    /// in etcd one that node rank 0 of the round starts and publishes.
+    pub(super) async fn master(&mut self, round: u32, node_rank: u32) -> Result<(String, u16)> {
+        if self.etcd.is_none() {
+            return Ok((self.store_host.clone(), self.port));
+        }
+        let key = self.cfg.round_keys(round).master();
+        if node_rank == 0 {
+            let server = StoreServer::bind_on(0, Reach::All)
+                .map_err(|e| JobError::failed("starting the workers' store", e))?;
+            let (addr, port) = (self.info.addr.clone(), server.port());
+            self.round_server = Some(server);
+            self.client
+                .set(&key, endpoint::join(&addr, port).as_bytes())
+                .await
+                .map_err(|e| JobError::failed("publishing the workers' store", e))?;
+            return Ok((addr, port));
+        }
+        self.round_server = None;
+        let raw = self
+            .client
+            .get(&key, self.cfg.read_timeout)
+            .await
+            .map_err(|e| {
+                let what =
+                    format!("reading where node rank 0 of round {round} runs the workers' store");
+                JobError::failed(what, e)
+            })?;
+        let text = String::from_utf8_lossy(&raw);
+        endpoint::parse(&text)
+            .ok()
+            .and_then(|ep| Some((ep.host.clone(), ep.port?)))
+            .filter(|(h, _)| valid_host(h))
+            .ok_or_else(|| {
+                JobError::Failed(format!(
+                    "round {round}: node rank 0 published an unusable store address {:?}",
+                    printable(&text)
+                ))
+            })
+    }
+
+    /// Where this node publishes its NCCL digest.
+    pub fn report_store(&self, round: u32, node: &NodePlace) -> ReportStore {
+        // Digests meet in the workers' store (the rendezvous store, or in etcd the
+        // one node rank 0 runs), which the node hosting it reads.
+        ReportStore {
+            host: node.master_addr.clone(),
+            port: node.master_port,
+            prefix: self.cfg.round_keys(round).nccl(),
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            is_host: if self.etcd.is_some() {
+                node.node_rank == 0
+            } else {
+                self.is_host
+            },
+            expected_nccl_nodes: self.expected_nccl_nodes,
+            rank_machines: self.rank_machines.clone(),
+        }
+    }
+
+    /// A future that resolves when another node asks every node to stop.
+    pub async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
+        let watch = StopWatch {
+            client: self.connect(&self.store_host).await?,
+            cfg: self.cfg.clone(),
+            round,
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            watches: self.watches(),
+            note: |m| eprintln!("toporun: {m}"),
+        };
+        Ok(Box::pin(watch.run()))
+    }
+
+    /// Tells every node to stop (first reason wins); returns the reason that won.
+    pub async fn stop_all(&mut self, round: u32, reason: StopReason) -> StopReason {
+        request_stop(&mut self.client, &self.cfg, round, &reason)
+            .await
+            .unwrap_or(reason)
+    }
+
+    /// The exit barrier; None when every node finished.
+    pub async fn finish(&mut self, round: u32, node: &NodePlace) -> Result<Option<StopReason>> {
+        eprintln!("toporun: this node's ranks finished; waiting for the other nodes (as long as they are alive)");
+        let me = BarrierNode {
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            watches: self.watches(),
+            is_host: self.is_host,
+        };
+        barrier(&mut self.client, &self.cfg, round, me)
+            .await
+            .map_err(|e| JobError::failed("the exit barrier", e))
+    }
+}

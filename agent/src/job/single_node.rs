@@ -1,0 +1,44 @@
+//! A one-node job: it hosts its own store, loopback-only unless the user named an
+//! address others can reach, and every round places all ranks on this node.
+
+use super::error::JobError;
+use super::spec::{Job, NodePlace};
+use super::store_host::{bind, is_loopback};
+use crate::store::{Reach, StoreServer};
+use toporun_shared::torchrun::worker::layout;
+
+pub struct SingleNode {
+    run_id: String,
+    store_host: String,
+    pub(super) server: StoreServer,
+}
+
+impl SingleNode {
+    pub fn start(p: &Job, run_id: String) -> Result<SingleNode, JobError> {
+        let (store_host, port) = p.opts.store_address();
+        let reach = if is_loopback(&store_host) {
+            Reach::Loopback
+        } else {
+            Reach::All
+        };
+        let server = bind(port, p.opts.store_port_option(), reach)?;
+        Ok(SingleNode {
+            run_id,
+            store_host,
+            server,
+        })
+    }
+
+    pub fn place(&self, p: &Job, round: u32) -> NodePlace {
+        NodePlace {
+            run_id: self.run_id.clone(),
+            round,
+            places: layout(&[p.nproc], 0),
+            master_addr: self.store_host.clone(),
+            master_port: self.server.port(),
+            node_rank: 0,
+            nnodes: 1,
+            extra_env: Default::default(),
+        }
+    }
+}
