@@ -249,3 +249,75 @@ fn the_checker_finds_back_imports_and_cycles() {
     );
     assert_eq!(bad.len(), 2, "{bad:?}");
 }
+
+/// Literals that name a rendezvous key (a segment under `toporun/<run>/r<N>/`).
+const KEY_LITERALS: &[&str] = &[
+    "\"join\"",
+    "\"closed\"",
+    "\"stop\"",
+    "\"waiting\"",
+    "\"done\"",
+    "\"done_seen\"",
+    "\"refused_seen\"",
+    "\"coordinator\"",
+    "\"master\"",
+    "\"round\"",
+    "\"finished\"",
+    "\"layout/",
+    "\"env/",
+    "\"name/",
+    "\"node/",
+    "\"alive/",
+    "\"claim/",
+    "\"nccl/",
+    "\"toporun/",
+    "}join",
+    "}node/",
+];
+
+/// Rendezvous keys in non-test code outside `rendezvous/keys.rs`, as file:line.
+fn stray_keys(src: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for (_, file) in modules(src) {
+        if file.ends_with("rendezvous/keys.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).unwrap();
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (i, line) in code.lines().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            // The etcd client's reachability probe reads a key of no rendezvous.
+            if line.contains("b\"toporun/ping\"") {
+                continue;
+            }
+            if KEY_LITERALS.iter().any(|k| line.contains(k)) {
+                out.push(format!("{}:{}: {}", file.display(), i + 1, line.trim()));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_rendezvous_key_exists_outside_round_keys() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/src");
+    let stray = stray_keys(&src);
+    assert!(
+        stray.is_empty(),
+        "name these keys in RoundKeys/RunKeys: {stray:#?}"
+    );
+}
+
+#[test]
+fn the_key_check_finds_a_literal_key() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("lib.rs"), "mod a;\n").unwrap();
+    std::fs::write(
+        t.path().join("a.rs"),
+        "fn f(p: &str) -> String { format!(\"{p}closed\") + \"closed\" }\n",
+    )
+    .unwrap();
+    assert_eq!(stray_keys(t.path()).len(), 1);
+}

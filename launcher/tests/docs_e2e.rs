@@ -1,0 +1,238 @@
+//! The docs stay true: every finding id in the code is in the catalogue, every
+//! `TOPORUN_*` variable the code reads is in the README's table, every relative link
+//! resolves, and every `toporun`/`torchrun` command line in a shell block parses with
+//! toporun's own parser (as the manifests' command lines do).
+
+mod support;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use support::*;
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Non-test Rust code of the three crates, file by file.
+fn sources() -> Vec<(PathBuf, String)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = ["shared/src", "agent/src", "launcher/src"]
+        .iter()
+        .map(|d| repo().join(d))
+        .collect();
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                let text = std::fs::read_to_string(&p).unwrap();
+                let code = text.split("#[cfg(test)]").next().unwrap_or("").to_string();
+                out.push((p, code));
+            }
+        }
+    }
+    out
+}
+
+/// The contents of every string literal (no escapes needed for ids and names).
+fn literals(code: &str) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    let bytes = code.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'"' {
+            let start = i + 1;
+            let mut j = start;
+            while j < bytes.len() && bytes[j] != b'"' {
+                j += if bytes[j] == b'\\' { 2 } else { 1 };
+            }
+            out.push((i, code[start..j.min(code.len())].to_string()));
+            i = j + 1;
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+const FAMILIES: &[&str] = &[
+    "caps", "efa", "gpu", "instance", "ipc", "nccl", "net", "rdzv", "shm",
+];
+
+fn finding_ids() -> BTreeSet<String> {
+    let mut ids = BTreeSet::new();
+    for (_, code) in sources() {
+        for (at, lit) in literals(&code) {
+            let family = lit.split_once('.').is_some_and(|(f, rest)| {
+                FAMILIES.contains(&f)
+                    && !rest.is_empty()
+                    && rest
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            });
+            let made_here = code[..at].trim_end().ends_with("Finding::new(");
+            if family || made_here {
+                ids.insert(lit);
+            }
+        }
+    }
+    ids
+}
+
+#[test]
+fn every_finding_id_is_in_the_catalogue() {
+    let catalogue = std::fs::read_to_string(repo().join("docs/findings.md")).unwrap();
+    let ids = finding_ids();
+    assert!(
+        ids.contains("shm.size") && ids.contains("memlock"),
+        "{ids:?}"
+    );
+    let missing: Vec<_> = ids
+        .iter()
+        .filter(|id| !catalogue.contains(&format!("| `{id}` |")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/findings.md: {missing:?}");
+}
+
+#[test]
+fn every_toporun_variable_is_in_the_readme_table() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let mut vars = BTreeSet::new();
+    for (_, code) in sources() {
+        for (_, lit) in literals(&code) {
+            if lit.starts_with("TOPORUN_")
+                && lit.len() > 8
+                && lit.chars().all(|c| c.is_ascii_uppercase() || c == '_')
+            {
+                vars.insert(lit);
+            }
+        }
+    }
+    assert!(vars.contains("TOPORUN_PREFLIGHT"), "{vars:?}");
+    let missing: Vec<_> = vars
+        .iter()
+        .filter(|v| !readme.contains(&format!("| `{v}` |")))
+        .collect();
+    assert!(missing.is_empty(), "not in the README's table: {missing:?}");
+}
+
+fn markdown_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = ["README.md", "ARCHITECTURE.md", "CONTRIBUTING.md"]
+        .iter()
+        .map(|f| repo().join(f))
+        .collect();
+    for e in std::fs::read_dir(repo().join("docs")).unwrap().flatten() {
+        if e.path().extension().is_some_and(|x| x == "md") {
+            files.push(e.path());
+        }
+    }
+    files
+}
+
+#[test]
+fn every_relative_link_resolves() {
+    let mut broken = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for part in text.split("](").skip(1) {
+            let target = part.split(')').next().unwrap_or("");
+            let path = target.split('#').next().unwrap_or("");
+            if path.is_empty() || path.contains("://") || path.starts_with("mailto:") {
+                continue;
+            }
+            if !file.parent().unwrap().join(path).exists() {
+                broken.push(format!("{}: {target}", file.display()));
+            }
+        }
+    }
+    assert!(broken.is_empty(), "{broken:#?}");
+}
+
+/// `toporun`/`torchrun` lines of the shell blocks, as argument lists (prompt, trailing
+/// comment and redirection removed); lines with placeholders are left out.
+fn documented_commands(text: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let mut in_shell = false;
+    for line in text.lines() {
+        let t = line.trim();
+        if t.starts_with("```") {
+            in_shell = matches!(t, "```sh" | "```bash" | "```console");
+            continue;
+        }
+        let t = t.strip_prefix("$ ").unwrap_or(t);
+        if !in_shell || !(t.starts_with("toporun ") || t.starts_with("torchrun ")) {
+            continue;
+        }
+        let t = t.split(" #").next().unwrap_or(t);
+        let t = t.split(" > ").next().unwrap_or(t);
+        let t = t.split(" | ").next().unwrap_or(t);
+        let words: Vec<String> = t.split_whitespace().map(String::from).collect();
+        let placeholder = |w: &String| {
+            w.contains('[')
+                || w.contains("...")
+                || w.contains('"')
+                || w.contains('\'')
+                || (w.len() > 1 && w.chars().all(|c| c.is_ascii_uppercase()))
+        };
+        if !words.iter().any(placeholder) {
+            out.push(words);
+        }
+    }
+    out
+}
+
+#[test]
+fn every_documented_command_line_parses() {
+    let mut checked = 0;
+    let mut bad = Vec::new();
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for words in documented_commands(&text) {
+            // A captured host instead of whatever the line names (or this machine).
+            let mut args: Vec<String> = vec!["--facts".into(), host("h200x4")];
+            let mut rest = words[1..].iter();
+            while let Some(w) = rest.next() {
+                if w == "--facts" {
+                    rest.next();
+                } else {
+                    args.push(w.clone());
+                }
+            }
+            let launch = words[0] == "torchrun"
+                || !args.iter().any(|a| {
+                    matches!(
+                        a.as_str(),
+                        "preflight" | "probe" | "topo" | "nccl-log" | "bench" | "launch"
+                    )
+                });
+            if launch {
+                args.splice(2..2, ["launch".to_string(), "--dry-run".to_string()]);
+            } else if args.iter().any(|a| a == "launch") && !args.iter().any(|a| a == "--dry-run") {
+                continue;
+            }
+            if args.iter().any(|a| a == "bench") {
+                continue; // benchmarks run for seconds; their options are tested by their own tests
+            }
+            let (code, _, err) = run(toporun().args(&args));
+            checked += 1;
+            // The fixture host may fail a check (exit 1); a usage error never passes.
+            if code == 2 || (launch && code != 0) {
+                bad.push(format!("{}: {words:?}: exit {code}: {err}", file.display()));
+            }
+        }
+    }
+    assert!(checked >= 5, "only {checked} command lines found");
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+#[test]
+fn a_misspelled_flag_in_a_doc_is_found() {
+    let cmds = documented_commands(
+        "```sh\ntoporun preflight --expect-gpu-count 8   # wrong\ntoporun nccl-log FILE...\n```\n",
+    );
+    assert_eq!(cmds.len(), 1);
+    let mut args = vec!["--facts".to_string(), host("h200x4")];
+    args.extend(cmds[0][1..].iter().cloned());
+    let (code, _, _) = run(toporun().args(&args));
+    assert_eq!(code, 2);
+}
