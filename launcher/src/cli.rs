@@ -207,6 +207,7 @@ pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::E
     if let Some(shell) = completion_request(argv) {
         // As argparse's action: print and exit before the entrypoint is required.
         print_completion(&mut cmd, &shell)?;
+        #[allow(clippy::exit)]
         std::process::exit(0);
     }
     let m = cmd.try_get_matches_from_mut(argv)?;

@@ -1,5 +1,6 @@
 //! The shared crate: toporun's domain with no I/O. Host facts, findings, the NCCL
 //! planner, the torchrun contract, parsers of foreign formats and the TCPStore codec.
+#![forbid(unsafe_code)]
 
 pub mod colocation;
 pub mod cpu_binding;
