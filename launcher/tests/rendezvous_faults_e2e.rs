@@ -208,15 +208,21 @@ fn a_forged_layout_is_refused_by_name_and_leaves_no_rank() {
         c.wait(&["toporun/faults/r0/node/1"], Duration::from_secs(20))
             .await
             .unwrap();
-        c.set("toporun/faults/r0/layout/1", b"1,0,2,4000000000")
+        // Well-formed values (toporun's own encoding), a place that cannot be.
+        c.set(
+            "toporun/faults/r0/layout/1",
+            br#"{"node_rank":1,"offset":0,"world":2,"nnodes":4000000000}"#,
+        )
+        .await
+        .unwrap();
+        c.set("toporun/faults/r0/env/1", b"{}").await.unwrap();
+        c.set("toporun/faults/r0/closed", br#"{"nodes":3}"#)
             .await
             .unwrap();
-        c.set("toporun/faults/r0/env/1", b"{}").await.unwrap();
-        c.set("toporun/faults/r0/closed", b"3").await.unwrap();
     });
     let (code, err, _) = wait(victim, Duration::from_secs(30));
     assert_eq!(code, 1, "{err}");
-    assert!(err.contains("unusable layout"), "{err}");
+    assert!(err.contains("toporun/faults/r0/layout/1 holds"), "{err}");
     assert!(!d.path().join("victim-ran").exists());
     // The host never gets its round (its rank never starts) and gives up.
     let (code, err, _) = wait(host, Duration::from_secs(40));
