@@ -1,6 +1,7 @@
 //! The command line: torchrun's options (built from the shared option table, so the
 //! real launch and `launch --dry-run` share one parser) and toporun's subcommands.
 
+use crate::subcommands::{Cli, DryRunFormat};
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
 use toporun_shared::torchrun::OPTIONS;
@@ -32,12 +33,13 @@ fn global_args(cmd: Command) -> Command {
     )
 }
 
-fn format_arg(values: &'static [&'static str], default: &'static str) -> Arg {
+/// `--dry-run --format`, typed.
+fn dry_run_format_arg() -> Arg {
     Arg::new("format")
         .long("format")
-        .value_parser(clap::builder::PossibleValuesParser::new(values))
-        .default_value(default)
-        .help("output format")
+        .value_parser(clap::builder::EnumValueParser::<DryRunFormat>::new())
+        .default_value("text")
+        .help("output format of --dry-run")
 }
 
 /// torchrun's options plus toporun's launch extras.
@@ -73,7 +75,7 @@ pub fn launch_command(name: &'static str) -> Command {
                 .action(ArgAction::SetTrue)
                 .help("print the plan and every rank's environment and command; start nothing"),
         )
-        .arg(format_arg(&["text", "shell", "env", "json"], "text"))
+        .arg(dry_run_format_arg())
         .arg(
             Arg::new("nccl_env")
                 .long("nccl-env")
@@ -129,55 +131,10 @@ pub fn launch_command(name: &'static str) -> Command {
     global_args(cmd)
 }
 
-/// `--no-metadata`, for the commands that ask the cloud's metadata service.
-fn no_metadata_arg() -> Arg {
-    Arg::new("no_metadata")
-        .long("no-metadata")
-        .action(ArgAction::SetTrue)
-        .help("do not ask the cloud's metadata service (AWS IMDSv2, GCP, Azure; at most 300 ms, silent off-cloud) for the instance type [env TOPORUN_NO_METADATA=1]")
-}
-
+/// toporun's own subcommands (derived in `subcommands`), with the launch beside them.
 pub fn toporun_command() -> Command {
-    let preflight = Command::new("preflight")
-        .about("Check that this container is fit for distributed training; exit 1 on any error finding")
-        .arg(format_arg(&["text", "json", "junit"], "text"))
-        .arg(Arg::new("expect_gpus").long("expect-gpus").value_parser(clap::value_parser!(u32)).value_name("N").help("error when fewer GPUs are visible"))
-        .arg(Arg::new("min_shm").long("min-shm").value_name("SIZE").default_value("1Gi").help("smallest acceptable /dev/shm (16Gi, 1G, bytes)"))
-        .arg(Arg::new("require").long("require").value_parser(["nvlink", "rdma", "efa"]).action(ArgAction::Append).value_delimiter(',').help("make these an error when absent"))
-        .arg(Arg::new("measure").long("measure").action(ArgAction::SetTrue).help("also measure copy bandwidth between every GPU pair (both directions) and between each GPU and pinned host memory near it, through the CUDA driver, and compare each link with its class (a few hundred ms on 8 GPUs; skipped with a note where there is no driver)"))
-        .arg(no_metadata_arg());
-    let cmd = Command::new("toporun")
-        .version(env!("CARGO_PKG_VERSION"))
-        .about("A torchrun-compatible launcher that knows the GPU host and the container it runs in.\n\n`toporun [torchrun options] ENTRYPOINT [ARGS]` launches like torchrun.")
-        .subcommand_required(true)
-        .arg_required_else_help(true)
-        .override_usage("toporun [torchrun options] ENTRYPOINT [ARGS]...   (launch, exactly like torchrun)\n       toporun [--facts FILE] <COMMAND>")
-        .subcommand(Command::new("probe").about("Print the host facts toporun sees").arg(format_arg(&["text", "json"], "text")).arg(no_metadata_arg()))
-        .subcommand(Command::new("topo").about("The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices").arg(format_arg(&["text", "json"], "text")))
-        .subcommand(preflight)
-        .subcommand(launch_command("launch"))
-        .subcommand(
-            Command::new("nccl-log")
-                .about("Read NCCL INFO logs (files, or - for stdin): per communicator the ranks, nodes and the transport between ranks, whether each is the best the hardware allows (given --facts or --nvidia-smi-topo), and known failures with their fix. Exit 0 all best, 1 something is not or a failure was found, 2 nothing readable")
-                .arg(Arg::new("files").value_name("FILE").num_args(1..).required(true))
-                .arg(format_arg(&["text", "json"], "text")),
-        )
-        .subcommand(
-            Command::new("bench").about("Benchmarks for sizing a deployment").subcommand_required(true).subcommand(
-                Command::new("rendezvous")
-                    .about("N simulated nodes run the real join protocol against a store or etcd; prints the time to a complete rendezvous and the operation rate")
-                    .arg(Arg::new("nodes").long("nodes").required(true).value_parser(clap::value_parser!(u32).range(1..=1_000_000)).help("simulated nodes"))
-                    .arg(Arg::new("backend").long("backend").value_parser(["store", "etcd"]).default_value("store").help("store: a TCPStore (toporun's, started in a separate process unless --endpoint names one); etcd: the etcd cluster at --endpoint"))
-                    .arg(Arg::new("endpoint").long("endpoint").value_name("HOST:PORT[,...]").help("store: an existing TCPStore (toporun's or PyTorch's); etcd: its client endpoints, comma-separated"))
-                    .arg(Arg::new("timeout").long("timeout").default_value("120").value_parser(clap::value_parser!(u64)).help("seconds"))
-                    .arg(format_arg(&["text", "json"], "text")),
-            ).subcommand(
-                // The bench's store, in its own process: its descriptors do not count
-                // against the simulated nodes' (a process may hold 20,000 here).
-                Command::new("store-server").hide(true).about("Serves a toporun store on a free loopback port, prints the port, and exits when stdin closes"),
-            ),
-        );
-    global_args(cmd)
+    use clap::CommandFactory;
+    Cli::command().subcommand(launch_command("launch"))
 }
 
 /// The options the command line set (dest -> value), for PET_* precedence.

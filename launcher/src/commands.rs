@@ -1,83 +1,81 @@
-//! `probe`, `topo`, `preflight`.
+//! toporun's own subcommands: `probe`, `topo`, `preflight`, `bench` (and the
+//! dispatch to `nccl-log`), on typed arguments.
 
+use crate::documents;
 use crate::facts_source::{self, CannotRun};
 use crate::output::{self, Style};
+use crate::subcommands::{
+    Bench, BenchBackend, Cli, Globals, Metadata, PreflightArgs, PreflightFormat, ReportFormat, Sub,
+};
 use anyhow::Result;
-use clap::ArgMatches;
 use toporun_shared::finding::{worst, Severity};
 use toporun_shared::preflight::{self, PreflightOptions, Requirement};
 use toporun_shared::units::parse_size;
 
-pub fn dispatch(m: &ArgMatches) -> u8 {
-    if !matches!(m.subcommand_name(), Some("launch") | None) {
-        crate::exit::quiet_on_closed_pipe();
+/// `toporun [globals] launch ...` that reached the subcommand parser: parsed again as
+/// argparse would (abbreviations, a dash-led entrypoint) and launched.
+pub fn launch(m: &clap::ArgMatches) -> u8 {
+    let argv: Vec<String> = std::env::args().collect();
+    let at = argv.iter().position(|a| a == "launch").unwrap_or(0);
+    let Some(("launch", sub)) = m.subcommand() else {
+        return 2;
+    };
+    match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..]) {
+        Ok(_) => crate::launch::run(sub),
+        Err(e) => crate::exit::usage(e),
     }
-    let result = match m.subcommand() {
-        Some(("probe", sub)) => probe(m, sub),
-        Some(("topo", sub)) => topo(m, sub),
-        Some(("preflight", sub)) => preflight(m, sub),
-        Some(("launch", sub)) => {
-            // Re-check the launch form's entrypoint as argparse would.
-            let argv: Vec<String> = std::env::args().collect();
-            let at = argv.iter().position(|a| a == "launch").unwrap_or(0);
-            return match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..])
-            {
-                Ok(_) => crate::launch::run(sub),
-                Err(e) => crate::exit::usage(e),
-            };
-        }
-        Some(("nccl-log", sub)) => crate::nccl_log_cmd::run(m, sub),
-        Some(("bench", sub)) => match sub.subcommand() {
-            Some(("rendezvous", b)) => bench_rendezvous(b),
-            Some(("store-server", _)) => bench_store_server(),
-            _ => Ok(2),
-        },
-        _ => Ok(2),
+}
+
+pub fn dispatch(cli: Cli) -> u8 {
+    crate::exit::quiet_on_closed_pipe();
+    let g = &cli.globals;
+    let result = match cli.command {
+        Sub::Probe { format, metadata } => probe(g, format, &metadata),
+        Sub::Topo { format } => topo(g, format),
+        Sub::Preflight(args) => preflight(g, &args),
+        Sub::NcclLog { files, format } => crate::nccl_log_cmd::run(g, &files, format),
+        Sub::Bench {
+            which:
+                Bench::Rendezvous {
+                    nodes,
+                    backend,
+                    endpoint,
+                    timeout,
+                    format,
+                },
+        } => bench_rendezvous(nodes, backend, endpoint.as_deref(), timeout, format),
+        Sub::Bench {
+            which: Bench::StoreServer,
+        } => bench_store_server(),
     };
     result.unwrap_or_else(|e| crate::exit::report(&e))
 }
 
-fn facts(m: &ArgMatches, sub: &ArgMatches) -> Result<toporun_shared::facts::HostFacts> {
-    let pick = |id: &str| {
-        sub.get_one::<String>(id)
-            .or_else(|| m.get_one::<String>(id))
-    };
-    facts_source::load(pick("facts"), pick("nvidia_smi_topo"))
+fn facts(g: &Globals) -> Result<toporun_shared::facts::HostFacts> {
+    facts_source::load(g.facts.as_ref(), g.nvidia_smi_topo.as_ref())
 }
 
 /// Live facts with the instance type from the cloud's metadata service, asked while
 /// the host is probed (it costs nothing then, BUDGET at most off-cloud).
-fn facts_and_cloud(m: &ArgMatches, sub: &ArgMatches) -> Result<toporun_shared::facts::HostFacts> {
+fn facts_and_cloud(g: &Globals, metadata: &Metadata) -> Result<toporun_shared::facts::HostFacts> {
     use toporun_agent::cloud_metadata::{self, Endpoints};
-    let given = sub
-        .get_one::<String>("facts")
-        .or_else(|| m.get_one::<String>("facts"));
-    let off = sub.get_flag("no_metadata")
-        || std::env::var("TOPORUN_NO_METADATA")
-            .is_ok_and(|v| matches!(v.as_str(), "1" | "true" | "yes"));
-    let ask = (given.is_none() && !off).then(|| {
+    let ask = (g.facts.is_none() && !metadata.no_metadata).then(|| {
         std::thread::spawn(|| {
             cloud_metadata::instance(&Endpoints::from_env(|k| std::env::var(k).ok()))
         })
     });
-    let mut f = facts(m, sub)?;
+    let mut f = facts(g)?;
     if let Some(asked) = ask {
         f.cloud = asked.join().ok().flatten();
     }
     Ok(f)
 }
 
-fn format(sub: &ArgMatches) -> &str {
-    sub.get_one::<String>("format")
-        .map(String::as_str)
-        .unwrap_or("text")
-}
-
-fn probe(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
-    let f = facts_and_cloud(m, sub)?;
-    match format(sub) {
-        "json" => println!("{}", f.to_json()),
-        _ => print!(
+fn probe(g: &Globals, format: ReportFormat, metadata: &Metadata) -> Result<u8> {
+    let f = facts_and_cloud(g, metadata)?;
+    match format {
+        ReportFormat::Json => println!("{}", f.to_json()),
+        ReportFormat::Text => print!(
             "{}{}",
             output::host_summary(&f),
             if f.gpus.count() > 0 {
@@ -90,24 +88,13 @@ fn probe(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
     Ok(0)
 }
 
-fn topo(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
-    let f = facts(m, sub)?;
-    if format(sub) == "json" {
-        let p2p: Vec<serde_json::Value> = f
-            .gpus
-            .p2p
-            .iter()
-            .map(|p| serde_json::json!({"a": p.a, "b": p.b, "read": p.read, "write": p.write}))
-            .collect();
-        let doc = serde_json::json!({
-            "gpus": f.gpus.devices.iter().map(|d| serde_json::json!({"index": d.index, "name": d.name, "uuid": d.uuid, "pci_bus_id": d.pci_bus_id, "cpu_affinity": toporun_shared::cpulist::format(&d.cpu_affinity), "numa_node": d.numa_node})).collect::<Vec<_>>(),
-            "matrix": f.gpus.links,
-            "p2p": p2p,
-            "nics": f.nics,
-            "rdma": f.rdma,
-            "source": f.gpus.source,
-        });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+fn topo(g: &Globals, format: ReportFormat) -> Result<u8> {
+    let f = facts(g)?;
+    if format == ReportFormat::Json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&documents::Topo::of(&f))?
+        );
         return Ok(0);
     }
     if f.gpus.count() == 0 {
@@ -179,50 +166,39 @@ fn topo(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
     Ok(0)
 }
 
-fn preflight(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
-    let min_shm = sub.get_one::<String>("min_shm").expect("has default");
+fn preflight(g: &Globals, args: &PreflightArgs) -> Result<u8> {
+    let min_shm = args.min_shm.as_deref().unwrap_or("1Gi");
     let min_shm_bytes = parse_size(min_shm).ok_or_else(|| {
         CannotRun(format!(
             "--min-shm {min_shm}: not a size (use 1Gi, 16Gi, 512Mi, or bytes)"
         ))
     })?;
-    let require = sub
-        .get_many::<String>("require")
-        .into_iter()
-        .flatten()
-        .map(|r| match r.as_str() {
-            "nvlink" => Requirement::Nvlink,
-            "rdma" => Requirement::Rdma,
-            _ => Requirement::Efa,
-        })
-        .collect();
     let opts = PreflightOptions {
-        expect_gpus: sub.get_one::<u32>("expect_gpus").copied(),
+        expect_gpus: args.expect_gpus,
         min_shm_bytes,
-        min_shm_explicit: sub.value_source("min_shm")
-            == Some(clap::parser::ValueSource::CommandLine),
-        require,
+        min_shm_explicit: args.min_shm.is_some(),
+        require: args.require.iter().map(|r| Requirement::from(*r)).collect(),
     };
-    let mut f = facts_and_cloud(m, sub)?;
-    if sub.get_flag("measure") {
-        if m.get_one::<String>("facts").is_some() || sub.get_one::<String>("facts").is_some() {
+    let mut f = facts_and_cloud(g, &args.metadata)?;
+    if args.measure {
+        if g.facts.is_some() {
             return Err(CannotRun("--measure measures this machine's GPUs; --facts replays another's facts (a measurement recorded in them is checked without --measure)".into()).into());
         }
         watchdog(crate::measure_child::DEADLINE);
         f.bandwidth = Some(toporun_agent::link_bandwidth::measure(&f.gpus));
     }
     let findings = preflight::run(&f, &opts);
-    match format(sub) {
-        "json" => {
-            let mut doc =
-                serde_json::json!({"ok": worst(&findings) < Severity::Error, "findings": findings});
-            if let Some(b) = &f.bandwidth {
-                doc["bandwidth"] = serde_json::to_value(b)?;
-            }
+    match args.format {
+        PreflightFormat::Json => {
+            let doc = documents::Preflight {
+                bandwidth: f.bandwidth.as_ref(),
+                findings: &findings,
+                ok: worst(&findings) < Severity::Error,
+            };
             println!("{}", serde_json::to_string_pretty(&doc)?)
         }
-        "junit" => print!("{}", output::junit(&findings)),
-        _ => {
+        PreflightFormat::Junit => print!("{}", output::junit(&findings)),
+        PreflightFormat::Text => {
             print!("{}", output::findings_text(&findings, &Style::stdout()));
             let errors = findings
                 .iter()
@@ -259,27 +235,30 @@ fn watchdog(deadline: std::time::Duration) {
     });
 }
 
-fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
+fn bench_rendezvous(
+    nodes: u32,
+    backend: BenchBackend,
+    endpoint: Option<&str>,
+    timeout: u64,
+    format: ReportFormat,
+) -> Result<u8> {
     use toporun_agent::rendezvous::bench::Target;
-    let nodes = *b.get_one::<u32>("nodes").expect("required");
-    let timeout =
-        std::time::Duration::from_secs(*b.get_one::<u64>("timeout").expect("has default"));
+    let timeout = std::time::Duration::from_secs(timeout);
     // One connection per simulated node.
     toporun_agent::supervise::open_files::raise();
-    let endpoint = b.get_one::<String>("endpoint");
     let mut _server = None;
-    let target = match (b.get_one::<String>("backend").map(String::as_str), endpoint) {
-        (Some("etcd"), None) => {
+    let target = match (backend, endpoint) {
+        (BenchBackend::Etcd, None) => {
             return Err(CannotRun(
                 "--backend etcd needs --endpoint (etcd's client endpoints)".into(),
             )
             .into())
         }
-        (Some("etcd"), Some(list)) => Target::Etcd(
+        (BenchBackend::Etcd, Some(list)) => Target::Etcd(
             toporun_agent::rendezvous::etcd_client::parse_endpoints(list, false)
                 .map_err(|e| CannotRun(format!("--endpoint: {e}")))?,
         ),
-        (_, Some(e)) => {
+        (BenchBackend::Store, Some(e)) => {
             let ep = toporun_shared::torchrun::endpoint::parse(e)
                 .map_err(|m| CannotRun(format!("--endpoint {m}")))?;
             Target::Store(
@@ -289,7 +268,7 @@ fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
                 })?,
             )
         }
-        (_, None) => {
+        (BenchBackend::Store, None) => {
             if std::env::var_os("XX_INPROC").is_some() {
                 Target::InProcess
             } else {
@@ -311,9 +290,9 @@ fn bench_rendezvous(b: &ArgMatches) -> Result<u8> {
     if let Some(mut child) = _server {
         stop_store_server(&mut child);
     }
-    match format(b) {
-        "json" => println!("{}", serde_json::to_string(&r)?),
-        _ => println!(
+    match format {
+        ReportFormat::Json => println!("{}", serde_json::to_string(&r)?),
+        ReportFormat::Text => println!(
             "{} nodes joined in {:.3} s against {}: {} store operations, {:.0} ops/s",
             r.nodes, r.seconds, r.store, r.ops, r.ops_per_second
         ),

@@ -1,7 +1,9 @@
 //! `launch --dry-run`: the host, what is wrong, the NCCL plan with reasons, and every
 //! local rank's complete environment and command line. Starts nothing.
 
+use crate::documents;
 use crate::output::{findings_text, host_summary, Style};
+use crate::subcommands::DryRunFormat;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -118,7 +120,8 @@ fn shell_quote(v: &str) -> String {
 /// Output meant to be sourced or given to `docker --env-file` must not gain a line or
 /// a command from a variable: names are shell identifiers, and `env` values (which
 /// that format cannot quote) hold no line break or NUL. Refused, not rewritten.
-fn check_sourceable(name: &str, value: Option<&str>, format: &str) -> Result<()> {
+fn check_sourceable(name: &str, value: Option<&str>, format: DryRunFormat) -> Result<()> {
+    let format = format.name();
     if !toporun_shared::untrusted::valid_name(name) {
         anyhow::bail!(toporun_shared::torchrun::OptionsError::usage(format!(
             "--format {format}: the variable name {name:?} is not a shell identifier; unset it or use --format json"
@@ -140,10 +143,10 @@ fn comment(text: &str) -> String {
         .collect()
 }
 
-pub fn render(p: &Job, format: &str) -> Result<String> {
+pub fn render(p: &Job, format: DryRunFormat) -> Result<String> {
     let (views, ranking) = ranks(p)?;
     Ok(match format {
-        "env" => p
+        DryRunFormat::Env => p
             .plan
             .env()
             .iter()
@@ -152,7 +155,7 @@ pub fn render(p: &Job, format: &str) -> Result<String> {
                 Ok(format!("{k}={v}\n"))
             })
             .collect::<Result<String>>()?,
-        "shell" => {
+        DryRunFormat::Shell => {
             let mut out = String::from(
                 "# toporun launch --dry-run --format shell: the node-wide NCCL environment\n",
             );
@@ -175,24 +178,44 @@ pub fn render(p: &Job, format: &str) -> Result<String> {
             }
             out
         }
-        "json" => {
-            let (report, expected) = nccl_lines(p);
-            let doc = serde_json::json!({
-                "host": {"hostname": p.facts.container.hostname, "gpus": p.facts.gpus.count(), "links": p.facts.gpus.links, "product": p.facts.platform.product_name},
-                "findings": p.findings(),
-                "plan": p.plan.variables,
-                "nproc_per_node": p.nproc,
-                "nnodes": format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
-                "global_ranks": ranking,
-                "notes": p.opts.notes,
-                "python": {"path": p.python, "why": p.python_why},
-                "nccl_report": report,
-                "nccl_expected": expected,
-                "ranks": views.iter().map(|r| serde_json::json!({"local_rank": r.local_rank, "rank": r.rank, "gpu": r.gpu.as_ref().map(|g| g.0), "gpu_uuid": r.gpu.as_ref().map(|g| &g.1), "cpus": r.cpus, "env": r.env, "argv": r.argv})).collect::<Vec<_>>(),
-            });
+        DryRunFormat::Json => {
+            let (nccl_report, nccl_expected) = nccl_lines(p);
+            let f = &p.facts;
+            let doc = documents::DryRun {
+                findings: p.findings(),
+                global_ranks: ranking,
+                host: documents::DryRunHost {
+                    gpus: f.gpus.count(),
+                    hostname: &f.container.hostname,
+                    links: &f.gpus.links,
+                    product: f.platform.product_name.as_deref(),
+                },
+                nccl_expected,
+                nccl_report,
+                nnodes: format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
+                notes: &p.opts.notes,
+                nproc_per_node: p.nproc,
+                plan: &p.plan.variables,
+                python: documents::Python {
+                    path: &p.python,
+                    why: &p.python_why,
+                },
+                ranks: views
+                    .iter()
+                    .map(|r| documents::DryRunRank {
+                        argv: &r.argv,
+                        cpus: r.cpus.as_deref(),
+                        env: &r.env,
+                        gpu: r.gpu.as_ref().map(|g| g.0),
+                        gpu_uuid: r.gpu.as_ref().map(|g| g.1.as_str()),
+                        local_rank: r.local_rank,
+                        rank: r.rank,
+                    })
+                    .collect(),
+            };
             serde_json::to_string_pretty(&doc)? + "\n"
         }
-        _ => {
+        DryRunFormat::Text => {
             let style = Style::stdout();
             let mut out = host_summary(&p.facts);
             let f = p.findings();

@@ -4,6 +4,7 @@
 use crate::cli;
 use crate::dry_run;
 use crate::facts_source;
+use crate::subcommands::DryRunFormat;
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
 use nix::sys::signal::Signal;
@@ -82,7 +83,7 @@ fn wants_measure(m: &ArgMatches, env: &BTreeMap<String, String>) -> bool {
     m.get_flag("preflight_measure")
         || env
             .get("TOPORUN_PREFLIGHT_MEASURE")
-            .is_some_and(|v| matches!(v.as_str(), "1" | "true" | "yes"))
+            .is_some_and(|v| toporun_shared::flags::torch_bool(v) == Some(true))
 }
 
 /// Where the root cause of a failure goes: `--termination-log`, else
@@ -270,9 +271,9 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     if m.get_flag("dry_run") {
         crate::exit::quiet_on_closed_pipe();
         let format = m
-            .get_one::<String>("format")
-            .map(String::as_str)
-            .unwrap_or("text");
+            .get_one::<DryRunFormat>("format")
+            .copied()
+            .unwrap_or(DryRunFormat::Text);
         print!("{}", dry_run::render(&p, format)?);
         return Ok(0);
     }

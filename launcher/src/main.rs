@@ -2,6 +2,7 @@
 
 mod cli;
 mod commands;
+mod documents;
 mod dry_run;
 mod exit;
 mod facts_source;
@@ -9,6 +10,7 @@ mod launch;
 mod measure_child;
 mod nccl_log_cmd;
 mod output;
+mod subcommands;
 
 use std::process::ExitCode;
 
@@ -52,7 +54,11 @@ fn main() -> ExitCode {
         }
     } else {
         match cli::toporun_command().try_get_matches_from(&argv) {
-            Ok(m) => commands::dispatch(&m),
+            Ok(m) if m.subcommand_name() == Some("launch") => commands::launch(&m),
+            Ok(m) => match <subcommands::Cli as clap::FromArgMatches>::from_arg_matches(&m) {
+                Ok(parsed) => commands::dispatch(parsed),
+                Err(e) => exit::usage(e),
+            },
             Err(e) => exit::usage(e),
         }
     };

@@ -1,8 +1,8 @@
 //! `toporun nccl-log FILE...`: NCCL logs pasted into tickets, read and judged.
 
 use crate::facts_source::{self, CannotRun};
+use crate::subcommands::{Globals, ReportFormat};
 use anyhow::Result;
-use clap::ArgMatches;
 use std::io::Read;
 use toporun_shared::finding::Finding;
 use toporun_shared::nccl_log::{self, Analyzer, LogReport, Topology};
@@ -21,19 +21,10 @@ fn read_capped(path: &str) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn run(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
-    let pick = |id: &str| {
-        sub.get_one::<String>(id)
-            .or_else(|| m.get_one::<String>(id))
-    };
-    let facts = facts_source::load_given(pick("facts"), pick("nvidia_smi_topo"))?;
+pub fn run(g: &Globals, files: &[String], format: ReportFormat) -> Result<u8> {
+    let facts = facts_source::load_given(g.facts.as_ref(), g.nvidia_smi_topo.as_ref())?;
     let mut a = Analyzer::new();
-    let files: Vec<&String> = sub
-        .get_many::<String>("files")
-        .into_iter()
-        .flatten()
-        .collect();
-    for f in &files {
+    for f in files {
         a.feed_text(&String::from_utf8_lossy(&read_capped(f)?));
     }
     let mut report = a.report();
@@ -49,22 +40,12 @@ pub fn run(m: &ArgMatches, sub: &ArgMatches) -> Result<u8> {
         facts.as_ref().map(|f| Topology { facts: f }).as_ref(),
     );
     let findings = nccl_log::findings(&report);
-    match sub.get_one::<String>("format").map(String::as_str) {
-        Some("json") => println!(
+    match format {
+        ReportFormat::Json => println!(
             "{}",
-            serde_json::to_string_pretty(&serde_json::json!({
-                "version": report.version,
-                "net_plugins": report.net_plugins,
-                "nccl_lines": report.nccl_lines,
-                "communicators": report.comms.iter().map(|c| serde_json::json!({
-                    "id": c.id, "nranks": c.nranks, "nnodes": c.nnodes, "local_ranks": c.local_ranks,
-                    "complete": c.complete(), "ranks": c.ranks, "links": c.links,
-                    "summary": nccl_log::comm_line(c),
-                })).collect::<Vec<_>>(),
-                "findings": findings,
-            }))?
+            serde_json::to_string_pretty(&crate::documents::NcclLog::of(&report, &findings))?
         ),
-        _ => print!("{}", text(&report, &findings, facts.is_some())),
+        ReportFormat::Text => print!("{}", text(&report, &findings, facts.is_some())),
     }
     Ok(u8::from(!findings.is_empty()))
 }

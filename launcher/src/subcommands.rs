@@ -1,0 +1,230 @@
+//! toporun's own subcommands (probe, topo, preflight, nccl-log, bench) as typed
+//! arguments with clap's derive: every choice is an enum next to its definition, and
+//! `TOPORUN_*` switches come through clap's `env`. The launch keeps the builder in
+//! `cli.rs`, made from the shared torchrun option table.
+
+use clap::builder::TypedValueParser;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use toporun_shared::preflight::Requirement;
+
+/// A yes/no from the environment by torch's rule (`flags::torch_bool`).
+fn torch_bool() -> impl TypedValueParser<Value = bool> {
+    clap::builder::NonEmptyStringValueParser::new().try_map(|v| {
+        toporun_shared::flags::torch_bool(&v)
+            .ok_or_else(|| format!("{v:?}: expected 1/true/yes or 0/false/no"))
+    })
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportFormat {
+    Text,
+    Json,
+}
+
+/// `launch --dry-run --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DryRunFormat {
+    Text,
+    /// sourceable
+    Shell,
+    /// docker --env-file / ConfigMap ready
+    Env,
+    Json,
+}
+
+impl DryRunFormat {
+    pub fn name(self) -> &'static str {
+        match self {
+            DryRunFormat::Text => "text",
+            DryRunFormat::Shell => "shell",
+            DryRunFormat::Env => "env",
+            DryRunFormat::Json => "json",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PreflightFormat {
+    Text,
+    Json,
+    Junit,
+}
+
+/// What `--require` makes an error when absent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Required {
+    Nvlink,
+    Rdma,
+    Efa,
+}
+
+impl From<Required> for Requirement {
+    fn from(r: Required) -> Requirement {
+        match r {
+            Required::Nvlink => Requirement::Nvlink,
+            Required::Rdma => Requirement::Rdma,
+            Required::Efa => Requirement::Efa,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    /// a TCPStore (toporun's, started in a separate process unless --endpoint names one)
+    Store,
+    /// the etcd cluster at --endpoint
+    Etcd,
+}
+
+/// Options every subcommand takes.
+#[derive(Args, Debug, Clone, Default)]
+pub struct Globals {
+    /// use a captured facts file (toporun probe --format json) instead of probing
+    #[arg(long, global = true, value_name = "FILE")]
+    pub facts: Option<String>,
+    /// take GPU links from a `nvidia-smi topo -m` capture
+    #[arg(long = "nvidia-smi-topo", global = true, value_name = "FILE")]
+    pub nvidia_smi_topo: Option<String>,
+}
+
+/// Skips the cloud's metadata service.
+#[derive(Args, Debug, Clone)]
+pub struct Metadata {
+    /// do not ask the cloud's metadata service (AWS IMDSv2, GCP, Azure; at most 300 ms, silent off-cloud) for the instance type
+    #[arg(long = "no-metadata", env = "TOPORUN_NO_METADATA", value_parser = torch_bool(), num_args = 0, default_missing_value = "true", default_value = "false")]
+    pub no_metadata: bool,
+}
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "toporun",
+    version = env!("CARGO_PKG_VERSION"),
+    about = "A torchrun-compatible launcher that knows the GPU host and the container it runs in.\n\n`toporun [torchrun options] ENTRYPOINT [ARGS]` launches like torchrun.",
+    subcommand_required = true,
+    arg_required_else_help = true,
+    override_usage = "toporun [torchrun options] ENTRYPOINT [ARGS]...   (launch, exactly like torchrun)\n       toporun [--facts FILE] <COMMAND>"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub globals: Globals,
+    #[command(subcommand)]
+    pub command: Sub,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Sub {
+    /// Print the host facts toporun sees
+    Probe {
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+        #[command(flatten)]
+        metadata: Metadata,
+    },
+    /// The GPU link matrix as nvidia-smi shows it, with P2P status, NICs and RDMA devices
+    Topo {
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
+    /// Check that this container is fit for distributed training; exit 1 on any error finding
+    Preflight(PreflightArgs),
+    /// Read NCCL INFO logs (files, or - for stdin): per communicator the ranks, nodes and the transport between ranks, whether each is the best the hardware allows (given --facts or --nvidia-smi-topo), and known failures with their fix. Exit 0 all best, 1 something is not or a failure was found, 2 nothing readable
+    #[command(name = "nccl-log")]
+    NcclLog {
+        #[arg(value_name = "FILE", required = true, num_args = 1..)]
+        files: Vec<String>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
+    /// Benchmarks for sizing a deployment
+    Bench {
+        #[command(subcommand)]
+        which: Bench,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct PreflightArgs {
+    /// output format
+    #[arg(long, value_enum, default_value_t = PreflightFormat::Text)]
+    pub format: PreflightFormat,
+    /// error when fewer GPUs are visible
+    #[arg(long = "expect-gpus", value_name = "N")]
+    pub expect_gpus: Option<u32>,
+    /// smallest acceptable /dev/shm (16Gi, 1G, bytes) [default: 1Gi]
+    #[arg(long = "min-shm", value_name = "SIZE")]
+    pub min_shm: Option<String>,
+    /// make these an error when absent
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub require: Vec<Required>,
+    /// also measure copy bandwidth between every GPU pair (both directions) and between each GPU and pinned host memory near it, through the CUDA driver, and compare each link with its class (a few hundred ms on 8 GPUs; skipped with a note where there is no driver)
+    #[arg(long)]
+    pub measure: bool,
+    #[command(flatten)]
+    pub metadata: Metadata,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Bench {
+    /// N simulated nodes run the real join protocol against a store or etcd; prints the time to a complete rendezvous and the operation rate
+    Rendezvous {
+        /// simulated nodes
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+        nodes: u32,
+        #[arg(long, value_enum, default_value_t = BenchBackend::Store)]
+        backend: BenchBackend,
+        /// store: an existing TCPStore (toporun's or PyTorch's); etcd: its client endpoints, comma-separated
+        #[arg(long, value_name = "HOST:PORT[,...]")]
+        endpoint: Option<String>,
+        /// seconds
+        #[arg(long, default_value_t = 120)]
+        timeout: u64,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
+    /// Serves a toporun store on a free loopback port, prints the port, and exits when stdin closes
+    #[command(name = "store-server", hide = true)]
+    StoreServer,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_derived_parser_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn choices_and_globals_parse_into_types() {
+        let cli = Cli::try_parse_from([
+            "toporun",
+            "preflight",
+            "--facts",
+            "f.json",
+            "--format",
+            "junit",
+            "--require",
+            "nvlink,efa",
+        ])
+        .unwrap();
+        assert_eq!(cli.globals.facts.as_deref(), Some("f.json"));
+        let Sub::Preflight(p) = cli.command else {
+            panic!()
+        };
+        assert_eq!(p.format, PreflightFormat::Junit);
+        assert_eq!(p.require, vec![Required::Nvlink, Required::Efa]);
+        assert!(!p.metadata.no_metadata);
+        assert!(Cli::try_parse_from(["toporun", "topo", "--format", "xml"]).is_err());
+    }
+
+    #[test]
+    fn no_metadata_is_a_flag() {
+        let cli = Cli::try_parse_from(["toporun", "probe", "--no-metadata"]).unwrap();
+        let Sub::Probe { metadata, .. } = cli.command else {
+            panic!()
+        };
+        assert!(metadata.no_metadata);
+    }
+}
