@@ -85,7 +85,7 @@ fn probe(g: &Globals, format: ReportFormat, metadata: &Metadata) -> Result<u8> {
             }
         ),
     }
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 fn topo(g: &Globals, format: ReportFormat) -> Result<u8> {
@@ -95,7 +95,7 @@ fn topo(g: &Globals, format: ReportFormat) -> Result<u8> {
             "{}",
             serde_json::to_string_pretty(&documents::Topo::of(&f))?
         );
-        return Ok(0);
+        return Ok(crate::exit::SUCCESS);
     }
     if f.gpus.count() == 0 {
         println!(
@@ -163,7 +163,7 @@ fn topo(g: &Globals, format: ReportFormat) -> Result<u8> {
                 .join(", ")
         }
     );
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 fn preflight(g: &Globals, args: &PreflightArgs) -> Result<u8> {
@@ -214,7 +214,10 @@ fn preflight(g: &Globals, args: &PreflightArgs) -> Result<u8> {
             );
         }
     }
-    Ok(u8::from(worst(&findings) == Severity::Error))
+    Ok(match worst(&findings) {
+        Severity::Error => crate::exit::FAILED,
+        _ => crate::exit::SUCCESS,
+    })
 }
 
 /// A CUDA driver can hang in cuInit (a GPU fallen off the bus): say what is awaited
@@ -297,7 +300,7 @@ fn bench_rendezvous(
             r.nodes, r.seconds, r.store, r.ops, r.ops_per_second
         ),
     }
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }
 
 /// Starts `toporun bench store-server` and reads the port it serves on.
@@ -330,5 +333,5 @@ fn bench_store_server() -> Result<u8> {
     // Serves until the bench closes our stdin.
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-    Ok(0)
+    Ok(crate::exit::SUCCESS)
 }

@@ -1,6 +1,18 @@
-//! How toporun ends: the exit code and message for a usage error or a failure.
+//! How toporun ends: the exit codes, and the code and message for an error, decided
+//! here from the error's type. A launch's own ends (a rank failed, restarts spent, the
+//! file timer's 128 + signal) are decided by the agent's `job::transitions`.
 
 use crate::facts_source;
+
+/// Every rank of every node succeeded; a printing command ran (preflight: fit).
+pub const SUCCESS: u8 = 0;
+/// A rank failed with no restart left, the job was stopped, the rendezvous failed;
+/// preflight found an error.
+pub const FAILED: u8 = 1;
+/// Usage: options or input toporun cannot run with (as argparse's exit 2).
+pub const USAGE: u8 = 2;
+/// `--preflight gate` found the host unfit: nothing was started.
+pub const UNFIT: u8 = 3;
 
 /// clap's own message; exit 2 for usage errors like torchrun, 0 for --help/--version.
 pub fn usage(e: clap::Error) -> u8 {
@@ -20,9 +32,9 @@ pub fn report(err: &anyhow::Error) -> u8 {
             .downcast_ref::<toporun_agent::job::JobError>()
             .is_some_and(|e| e.exit_code() == 2)
     {
-        2
+        USAGE
     } else {
-        1
+        FAILED
     }
 }
 

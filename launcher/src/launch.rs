@@ -19,8 +19,6 @@ use toporun_shared::torchrun::{resolve, LaunchOptions};
 
 /// Kubernetes' default terminationMessagePath.
 const TERMINATION_LOG: &str = "/dev/termination-log";
-/// `--preflight gate` found the host unfit: nothing was started.
-pub const EXIT_UNFIT: u8 = 3;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PreflightMode {
@@ -275,7 +273,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             .copied()
             .unwrap_or(DryRunFormat::Text);
         print!("{}", dry_run::render(&p, format)?);
-        return Ok(0);
+        return Ok(crate::exit::SUCCESS);
     }
     if !p.opts.no_python {
         eprintln!("toporun: python: {} ({})", p.python, p.python_why);
@@ -332,7 +330,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         }
         eprint!("{why}");
         termination_message(p.termination_log.clone(), &why);
-        return Ok(EXIT_UNFIT);
+        return Ok(crate::exit::UNFIT);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
     if p.nproc > 1 && !p.parent_env.contains_key("OMP_NUM_THREADS") {

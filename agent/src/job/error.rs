@@ -1,6 +1,8 @@
-//! What can end a job before its ranks decide it: bad input (exit 2) or a failure of
-//! the machinery around them (exit 1).
+//! What can end a job before its ranks decide it, with the data a reader needs: bad
+//! input (exit 2) or a failure of the machinery around the ranks (exit 1). The exit
+//! code follows from the variant (`exit_code`), nowhere else.
 
+use std::path::PathBuf;
 use toporun_shared::torchrun::OptionsError;
 
 #[derive(Debug, thiserror::Error)]
@@ -8,21 +10,57 @@ pub enum JobError {
     /// The options or environment cannot describe a job (exit 2, like argparse).
     #[error("{0}")]
     Usage(String),
-    /// The rendezvous, the store or the run directory failed (exit 1).
+    /// The store's port is taken or cannot be bound.
+    #[error("{}", bind_text(*.port, .option, .holder.as_deref(), .source))]
+    Bind {
+        port: u16,
+        /// The option that chose the port (`--master-port`, `--rdzv-endpoint`).
+        option: &'static str,
+        /// Who holds it, where /proc tells ("pid 12 (python3, LISTEN)").
+        holder: Option<String>,
+        source: std::io::Error,
+    },
+    /// A file or directory the job needs cannot be made.
+    #[error("{what} {}: {source}", .path.display())]
+    Path {
+        what: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The rendezvous, the store or the supervision failed: what toporun was doing,
+    /// and why.
+    #[error("{doing}: {cause}")]
+    Step { doing: String, cause: String },
+    /// A failure whose message already says what was done and what to do.
     #[error("{0}")]
     Failed(String),
 }
 
+fn bind_text(port: u16, option: &str, holder: Option<&str>, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::AddrInUse {
+        let who = holder.map_or(String::new(), |w| format!(", held by {w}"));
+        format!("port {port} is already in use on this node{who} (another job, or a torchrun left behind); choose another {option} or use --standalone for a free port")
+    } else {
+        format!("cannot listen on port {port}: {e}")
+    }
+}
+
 impl JobError {
     /// A failure with what it was doing and why.
-    pub fn failed(context: impl std::fmt::Display, cause: impl std::fmt::Display) -> JobError {
-        JobError::Failed(format!("{context}: {cause}"))
+    pub fn failed(doing: impl std::fmt::Display, cause: impl std::fmt::Display) -> JobError {
+        JobError::Step {
+            doing: doing.to_string(),
+            cause: cause.to_string(),
+        }
     }
 
     pub fn exit_code(&self) -> u8 {
         match self {
             JobError::Usage(_) => 2,
-            JobError::Failed(_) => 1,
+            JobError::Bind { .. }
+            | JobError::Path { .. }
+            | JobError::Step { .. }
+            | JobError::Failed(_) => 1,
         }
     }
 }
@@ -34,5 +72,42 @@ impl From<OptionsError> for JobError {
         } else {
             JobError::Failed(e.message)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_taken_port_names_its_holder_and_the_option() {
+        let e = JobError::Bind {
+            port: 29500,
+            option: "--master-port",
+            holder: Some("pid 7 (python3, LISTEN)".into()),
+            source: std::io::ErrorKind::AddrInUse.into(),
+        };
+        let text = e.to_string();
+        assert!(
+            text.contains("port 29500 is already in use on this node, held by pid 7"),
+            "{text}"
+        );
+        assert!(text.contains("choose another --master-port"), "{text}");
+        assert_eq!(e.exit_code(), 1);
+    }
+
+    #[test]
+    fn usage_exits_2_and_the_rest_1() {
+        assert_eq!(JobError::Usage("x".into()).exit_code(), 2);
+        let path = JobError::Path {
+            what: "--log-dir",
+            path: "/ro/logs".into(),
+            source: std::io::ErrorKind::PermissionDenied.into(),
+        };
+        assert_eq!(path.exit_code(), 1);
+        assert!(
+            path.to_string().starts_with("--log-dir /ro/logs: "),
+            "{path}"
+        );
     }
 }

@@ -20,8 +20,11 @@ pub fn rank_commands(
         .iter()
         .map(|place| {
             let dir = PathBuf::from(&job.attempt_dir).join(place.local_rank.to_string());
-            super::run_dir::create_private_dir(&dir)
-                .map_err(|e| JobError::failed(format!("creating {}", dir.display()), e))?;
+            super::run_dir::create_private_dir(&dir).map_err(|source| JobError::Path {
+                what: "cannot create",
+                path: dir.clone(),
+                source,
+            })?;
             let env = p.rank_env(place, &job, &[&node.extra_env.vars, report_env]);
             let (r, t) = (
                 p.opts.redirects.for_rank(place.local_rank),

@@ -28,8 +28,11 @@ impl RunDir {
     pub fn create(log_dir: Option<&str>, run_id: &str) -> Result<RunDir, JobError> {
         let (base, temp) = match log_dir {
             Some(d) => {
-                std::fs::create_dir_all(d)
-                    .map_err(|e| JobError::failed(format!("--log-dir {d}: cannot create it"), e))?;
+                std::fs::create_dir_all(d).map_err(|source| JobError::Path {
+                    what: "cannot create --log-dir",
+                    path: d.into(),
+                    source,
+                })?;
                 (PathBuf::from(d), None)
             }
             None => {
@@ -37,7 +40,11 @@ impl RunDir {
                     .prefix("torchelastic_")
                     .permissions(private())
                     .tempdir()
-                    .map_err(|e| JobError::failed("creating the run directory", e))?;
+                    .map_err(|source| JobError::Path {
+                        what: "cannot create the run directory in",
+                        path: std::env::temp_dir(),
+                        source,
+                    })?;
                 (t.path().to_path_buf(), Some(t))
             }
         };
@@ -45,11 +52,10 @@ impl RunDir {
             .prefix(&format!("{run_id}_"))
             .permissions(private())
             .tempdir_in(&base)
-            .map_err(|e| {
-                JobError::failed(
-                    format!("creating the run directory in {}", base.display()),
-                    e,
-                )
+            .map_err(|source| JobError::Path {
+                what: "cannot create the run directory in",
+                path: base.clone(),
+                source,
             })?;
         Ok(RunDir {
             path: run.keep(),

@@ -56,14 +56,14 @@ pub fn port_holders(port: u16) -> Option<String> {
 }
 
 /// Binds the store's port, or says why not and what to do.
-pub fn bind(port: u16, what: &str, reach: Reach) -> Result<StoreServer, JobError> {
-    StoreServer::bind_on(port, reach).map_err(|e| {
-        JobError::Failed(if e.kind() == std::io::ErrorKind::AddrInUse {
-            let who = port_holders(port).map_or(String::new(), |w| format!(", held by {w}"));
-            format!("port {port} is already in use on this node{who} (another job, or a torchrun left behind); choose another {what} or use --standalone for a free port")
-        } else {
-            format!("cannot listen on port {port}: {e}")
-        })
+pub fn bind(port: u16, option: &'static str, reach: Reach) -> Result<StoreServer, JobError> {
+    StoreServer::bind_on(port, reach).map_err(|source| JobError::Bind {
+        port,
+        option,
+        holder: (source.kind() == std::io::ErrorKind::AddrInUse)
+            .then(|| port_holders(port))
+            .flatten(),
+        source,
     })
 }
 
