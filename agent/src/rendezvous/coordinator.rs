@@ -186,16 +186,15 @@ async fn close(
 ) -> Result<Vec<NodeInfo>, CoordinateError> {
     let count = wait_for_nodes(c, cfg, keys, progress).await?;
     let enrolled = read_enrolled(c, cfg, keys, count).await?;
-    let infos: Vec<NodeInfo> = enrolled
-        .iter()
-        .enumerate()
+    let infos: Vec<NodeInfo> = (0u32..)
+        .zip(&enrolled)
         .map(|(i, (_, b))| {
-            serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i as u32, e.to_string()))
+            serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i, e.to_string()))
         })
         .collect::<Result<_, _>>()?;
     let total: u64 = infos.iter().map(|i| u64::from(i.nproc)).sum();
-    for (i, info) in infos.iter().enumerate() {
-        validate(cfg, i as u32, info)?;
+    for (i, info) in (0u32..).zip(&infos) {
+        validate(cfg, i, info)?;
     }
     let world = u32::try_from(total)
         .ok()
@@ -331,9 +330,10 @@ async fn read_enrolled(
         }
         Shape::Elastic { .. } => c.enrolled(&keys.nodes(), count, cfg.join_timeout).await?,
     };
-    if enrolled.len() != count as usize {
+    let read = u32::try_from(enrolled.len()).unwrap_or(u32::MAX);
+    if read != count {
         return Err(CoordinateError::BadNode(
-            enrolled.len() as u32,
+            read,
             format!(
                 "{} of {count} node descriptions could be read",
                 enrolled.len()
@@ -353,11 +353,11 @@ fn layout(
 ) -> Vec<(String, Vec<u8>)> {
     let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
     let coloc = toporun_shared::colocation::decide(&views, cfg.colocated);
-    let nnodes = infos.len() as u32;
+    // At most --nnodes max (coordinate reads no more).
+    let nnodes = u32::try_from(infos.len()).unwrap_or(u32::MAX);
     let mut offset = 0;
     let mut out = Vec::with_capacity(infos.len() * 3);
-    for (i, (info, ticket)) in infos.iter().zip(tickets).enumerate() {
-        let node_rank = i as u32;
+    for (i, (node_rank, (info, ticket))) in (0u32..).zip(infos.iter().zip(tickets)).enumerate() {
         let place = Layout {
             node_rank,
             offset,

@@ -5,6 +5,9 @@
 //! key is named in `keys`, every value is a type of `protocol`, and the state lives
 //! behind `backend`.
 
+// Counts here come from other nodes and the store: no cast may wrap them silently.
+#![deny(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+
 pub mod backend;
 pub mod bench;
 mod config;

@@ -375,7 +375,8 @@ impl Watch {
             };
             names.push(format!("node {r} ({name}) stopped sending keep-alives, last seen {:.1}s ago (dead or partitioned)", silent.as_secs_f64()));
         }
-        let remain = self.nnodes - lost.len() as u32;
+        let lost_count = u32::try_from(lost.len()).unwrap_or(u32::MAX);
+        let remain = self.nnodes.saturating_sub(lost_count);
         let min = cfg.min_nodes();
         let names = names.join("; ");
         Ok(if u64::from(remain) + waiting >= u64::from(min) {
