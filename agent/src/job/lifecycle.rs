@@ -184,6 +184,59 @@ fn say_colocation(node: &NodePlace) {
     );
 }
 
+/// The run directory (made at the first round), with this attempt's emptied.
+fn attempt_dirs(
+    p: &Job,
+    life: &mut Life,
+    node: &NodePlace,
+    restarts: Restarts,
+) -> Result<(PathBuf, PathBuf), JobError> {
+    let dir = match &life.run_dir {
+        Some(d) => d.path.clone(),
+        None => life
+            .run_dir
+            .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
+            .path
+            .clone(),
+    };
+    let attempt_dir = PathBuf::from(p.job_env(node, restarts.used, &dir).attempt_dir);
+    // torchrun reuses attempt_<restart count> after a membership change, emptied.
+    if attempt_dir.exists() {
+        let _ = std::fs::remove_dir_all(&attempt_dir);
+    }
+    Ok((dir, attempt_dir))
+}
+
+/// The NCCL report of this attempt, when on: the ranks' extra variables and the
+/// reporter that reads their logs.
+fn nccl_reporter(
+    p: &Job,
+    session: &Session,
+    node: &NodePlace,
+    dir: &Path,
+    attempt_dir: &Path,
+) -> (BTreeMap<String, String>, Option<Reporter>) {
+    match nccl_report::capture(p, attempt_dir) {
+        Capture::Files {
+            dir: ndir,
+            prefix,
+            env,
+        } => {
+            let store = session.report_store(node.round, node);
+            (
+                env,
+                Some(Reporter::start(p, &ndir, &prefix, p.nproc, dir, store)),
+            )
+        }
+        Capture::Off(why) => {
+            if p.nccl_report && node.round == 0 {
+                eprintln!("toporun: nccl report off: {why}");
+            }
+            (BTreeMap::new(), None)
+        }
+    }
+}
+
 /// One attempt of this node's ranks in the round `node` placed it in, and what the
 /// rendezvous said about its end.
 async fn attempt(
@@ -201,39 +254,9 @@ async fn attempt(
         x.run_id = node.run_id.clone();
     });
     status.placed(node.node_rank, node.nnodes);
-    let dir = match &life.run_dir {
-        Some(d) => d.path.clone(),
-        None => life
-            .run_dir
-            .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
-            .path
-            .clone(),
-    };
+    let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
     say_colocation(node);
-    let attempt_dir = PathBuf::from(p.job_env(node, restarts.used, &dir).attempt_dir);
-    // torchrun reuses attempt_<restart count> after a membership change, emptied.
-    if attempt_dir.exists() {
-        let _ = std::fs::remove_dir_all(&attempt_dir);
-    }
-    let (mut report_env, mut reporter) = match nccl_report::capture(p, &attempt_dir) {
-        Capture::Files {
-            dir: ndir,
-            prefix,
-            env,
-        } => {
-            let store = session.report_store(round, node);
-            (
-                env,
-                Some(Reporter::start(p, &ndir, &prefix, p.nproc, &dir, store)),
-            )
-        }
-        Capture::Off(why) => {
-            if p.nccl_report && round == 0 {
-                eprintln!("toporun: nccl report off: {why}");
-            }
-            (BTreeMap::new(), None)
-        }
-    };
+    let (mut report_env, mut reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
     if let Some(f) = &life.timer_file {
         report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
     }
