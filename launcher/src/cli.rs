@@ -1,7 +1,8 @@
 //! The command line: torchrun's options (built from the shared option table, so the
 //! real launch and `launch --dry-run` share one parser) and toporun's subcommands.
 
-use crate::subcommands::{Cli, DryRunFormat};
+use crate::subcommands::{Cli, ColocatedChoice, DryRunFormat, OnOff, PreflightChoice};
+use clap::builder::EnumValueParser;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
 use toporun_shared::torchrun::OPTIONS;
@@ -37,7 +38,7 @@ fn global_args(cmd: Command) -> Command {
 fn dry_run_format_arg() -> Arg {
     Arg::new("format")
         .long("format")
-        .value_parser(clap::builder::EnumValueParser::<DryRunFormat>::new())
+        .value_parser(EnumValueParser::<DryRunFormat>::new())
         .default_value("text")
         .help("output format of --dry-run")
 }
@@ -86,20 +87,23 @@ pub fn launch_command(name: &'static str) -> Command {
         .arg(
             Arg::new("nccl_report")
                 .long("nccl-report")
-                .value_parser(["on", "off"])
-                .help("on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour [default: on; env TOPORUN_NCCL_REPORT]"),
+                .value_parser(EnumValueParser::<OnOff>::new())
+                .default_value("on")
+                .help("on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour"),
         )
         .arg(
             Arg::new("colocated")
                 .long("colocated")
-                .value_parser(["join", "warn"])
-                .help("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn [default: join; env TOPORUN_COLOCATED]"),
+                .value_parser(EnumValueParser::<ColocatedChoice>::new())
+                .default_value("join")
+                .help("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn [env: TOPORUN_COLOCATED]"),
         )
         .arg(
             Arg::new("preflight")
                 .long("preflight")
-                .value_parser(["off", "warn", "gate"])
-                .help("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing [default: warn; env TOPORUN_PREFLIGHT]"),
+                .value_parser(EnumValueParser::<PreflightChoice>::new())
+                .default_value("warn")
+                .help("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing [env: TOPORUN_PREFLIGHT]"),
         )
         .arg(
             Arg::new("preflight_measure")

@@ -4,9 +4,10 @@
 use crate::cli;
 use crate::dry_run;
 use crate::facts_source;
-use crate::subcommands::DryRunFormat;
+use crate::subcommands::{ColocatedChoice, DryRunFormat, OnOff, PreflightChoice};
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
+use clap::ValueEnum;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -40,38 +41,36 @@ fn option_or_env(
         .or_else(|| env.get(var).cloned())
 }
 
-/// One of `choices` for a toporun option (the first is the default).
-fn choice<'a>(
+/// A typed toporun option: the command line, else its variable (a bad value named
+/// with the variable, exit 2), else the option's default.
+fn typed_choice<T: ValueEnum + Clone + Send + Sync + 'static>(
     m: &ArgMatches,
     id: &str,
     var: &str,
     env: &BTreeMap<String, String>,
-    choices: &[&'a str],
-) -> Result<&'a str> {
-    match option_or_env(m, id, var, env) {
-        None => Ok(choices[0]),
-        Some(v) => match choices.iter().find(|c| **c == v) {
-            Some(c) => Ok(c),
-            None => bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+) -> Result<T> {
+    let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    if let (false, Some(v)) = (given, env.get(var)) {
+        return T::from_str(v, false).map_err(|_| {
+            let names: Vec<String> = T::value_variants()
+                .iter()
+                .filter_map(|c| c.to_possible_value().map(|p| p.get_name().to_string()))
+                .collect();
+            anyhow::Error::new(toporun_shared::torchrun::OptionsError::usage(format!(
                 "{var}={v}: expected {}",
-                choices.join(", ")
-            ))),
-        },
+                names.join(", ")
+            )))
+        });
     }
+    Ok(m.get_one::<T>(id).cloned().expect("has a default"))
 }
 
 fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<PreflightMode> {
     Ok(
-        match choice(
-            m,
-            "preflight",
-            "TOPORUN_PREFLIGHT",
-            env,
-            &["warn", "off", "gate"],
-        )? {
-            "off" => PreflightMode::Off,
-            "gate" => PreflightMode::Gate,
-            _ => PreflightMode::Warn,
+        match typed_choice(m, "preflight", "TOPORUN_PREFLIGHT", env)? {
+            PreflightChoice::Off => PreflightMode::Off,
+            PreflightChoice::Gate => PreflightMode::Gate,
+            PreflightChoice::Warn => PreflightMode::Warn,
         },
     )
 }
@@ -205,23 +204,12 @@ fn prepare(
         }
         eprintln!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
     }
-    let colocated = match choice(
-        m,
-        "colocated",
-        "TOPORUN_COLOCATED",
-        &parent_env,
-        &["join", "warn"],
-    )? {
-        "warn" => colocation::Mode::Warn,
-        _ => colocation::Mode::Join,
+    let colocated = match typed_choice(m, "colocated", "TOPORUN_COLOCATED", &parent_env)? {
+        ColocatedChoice::Warn => colocation::Mode::Warn,
+        ColocatedChoice::Join => colocation::Mode::Join,
     };
-    let nccl_report = choice(
-        m,
-        "nccl_report",
-        "TOPORUN_NCCL_REPORT",
-        &parent_env,
-        &["on", "off"],
-    )? == "on";
+    let nccl_report =
+        typed_choice::<OnOff>(m, "nccl_report", "TOPORUN_NCCL_REPORT", &parent_env)? == OnOff::On;
     let termination_log = termination_log(m, &parent_env);
     let status_port = match m.get_one::<u16>("status_port") {
         Some(p) => Some(*p),

@@ -43,6 +43,28 @@ impl DryRunFormat {
     }
 }
 
+/// `--preflight` / `TOPORUN_PREFLIGHT` of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PreflightChoice {
+    Warn,
+    Off,
+    Gate,
+}
+
+/// `--nccl-report` / `TOPORUN_NCCL_REPORT`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+/// `--colocated` / `TOPORUN_COLOCATED`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ColocatedChoice {
+    Join,
+    Warn,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum PreflightFormat {
     Text,
