@@ -9,6 +9,7 @@ mod own_thread;
 pub mod paths;
 pub mod probe;
 pub mod rendezvous;
+pub mod stacks;
 pub mod status;
 pub mod store;
 pub mod supervise;

@@ -1,7 +1,7 @@
 //! The command line: torchrun's options (built from the shared option table, so the
 //! real launch and `launch --dry-run` share one parser) and toporun's subcommands.
 
-use crate::subcommands::{Cli, ColocatedChoice, DryRunFormat, OnOff, PreflightChoice};
+use crate::subcommands::{Cli, ColocatedChoice, DryRunFormat, OnHang, OnOff, PreflightChoice};
 use clap::builder::EnumValueParser;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
@@ -110,6 +110,19 @@ pub fn launch_command(name: &'static str) -> Command {
                 .long("preflight-measure")
                 .action(ArgAction::SetTrue)
                 .help("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings [env TOPORUN_PREFLIGHT_MEASURE=1]"),
+        )
+        .arg(
+            Arg::new("hang_timeout")
+                .long("hang-timeout")
+                .value_name("SECONDS")
+                .help("report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write [default: off; env: TOPORUN_HANG_TIMEOUT]"),
+        )
+        .arg(
+            Arg::new("on_hang")
+                .long("on-hang")
+                .value_parser(EnumValueParser::<OnHang>::new())
+                .default_value("report")
+                .help("after a hang report: report keeps the job running; stop ends it (exit 124) [env: TOPORUN_ON_HANG]"),
         )
         .arg(
             Arg::new("status_port")

@@ -47,6 +47,15 @@ pub fn dispatch(cli: Cli) -> u8 {
         Sub::Bench {
             which: Bench::StoreServer,
         } => bench_store_server(),
+        Sub::Bench {
+            which:
+                Bench::Stacks {
+                    python,
+                    ranks,
+                    seconds,
+                    interval_ms,
+                },
+        } => crate::bench_stacks::run(&python, ranks, seconds, interval_ms),
     };
     result.unwrap_or_else(|e| crate::exit::report(&e))
 }

@@ -4,14 +4,14 @@
 use crate::cli;
 use crate::dry_run;
 use crate::facts_source;
-use crate::subcommands::{ColocatedChoice, DryRunFormat, OnOff, PreflightChoice};
+use crate::subcommands::{ColocatedChoice, DryRunFormat, OnHang, OnOff, PreflightChoice};
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
 use clap::ValueEnum;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use toporun_agent::job::{self, Job};
+use toporun_agent::job::{self, HangWatch, Job};
 use toporun_agent::supervise::{self, Events};
 use toporun_shared::colocation;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
@@ -73,6 +73,24 @@ fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Pref
             PreflightChoice::Warn => PreflightMode::Warn,
         },
     )
+}
+
+/// `--hang-timeout` (TOPORUN_HANG_TIMEOUT) and `--on-hang` (TOPORUN_ON_HANG).
+fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<HangWatch>> {
+    let Some(v) = option_or_env(m, "hang_timeout", "TOPORUN_HANG_TIMEOUT", env) else {
+        return Ok(None);
+    };
+    let timeout = toporun_shared::torchrun::seconds("--hang-timeout", &v)?;
+    if timeout.is_zero() {
+        bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+            "--hang-timeout {v}: expected a positive number of seconds"
+        )));
+    }
+    let on_hang = typed_choice::<OnHang>(m, "on_hang", "TOPORUN_ON_HANG", env)?;
+    Ok(Some(HangWatch {
+        timeout,
+        stop: on_hang == OnHang::Stop,
+    }))
 }
 
 /// `--preflight-measure`, or TOPORUN_PREFLIGHT_MEASURE=1/true.
@@ -222,7 +240,9 @@ fn prepare(
             })?),
         },
     };
+    let hang = hang_watch(m, &parent_env)?;
     Ok(Job {
+        hang,
         status_port,
         termination_log,
         opts,

@@ -1,5 +1,6 @@
 //! toporun: a torchrun-compatible launcher that knows the GPU host and container.
 
+mod bench_stacks;
 mod cli;
 mod commands;
 mod documents;

@@ -58,6 +58,15 @@ pub enum OnOff {
     Off,
 }
 
+/// `--on-hang` / `TOPORUN_ON_HANG`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OnHang {
+    /// print every rank's stack and name the odd ones; the job goes on
+    Report,
+    /// report, then end the job (exit 124)
+    Stop,
+}
+
 /// `--colocated` / `TOPORUN_COLOCATED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ColocatedChoice {
@@ -202,6 +211,21 @@ pub enum Bench {
         timeout: u64,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
+    },
+    /// Starts N Python processes and times reading their stacks: the first capture (attaching), a later one, and the CPU toporun spends sampling them at the hang watcher's interval
+    Stacks {
+        /// the Python to start (a virtualenv's, as the ranks use)
+        #[arg(long, default_value = "python3")]
+        python: String,
+        /// processes, as the ranks of one node
+        #[arg(long, default_value_t = 8)]
+        ranks: u32,
+        /// seconds of sampling for the CPU figure
+        #[arg(long, default_value_t = 10)]
+        seconds: u64,
+        /// sampling interval in milliseconds (1000 without --hang-timeout)
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
     },
     /// Serves a toporun store on a free loopback port, prints the port, and exits when stdin closes
     #[command(name = "store-server", hide = true)]

@@ -4,20 +4,25 @@
 
 use super::entry::Entered;
 use super::error::JobError;
+use super::hang_watch::{self, LiveRanks};
 use super::nccl_report::{self, Capture, Reporter};
 use super::ranks::rank_commands;
 use super::run_dir::RunDir;
 use super::session::Session;
+use super::spec::HangWatch;
 use super::spec::{Job, NodePlace};
 use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::paths::random_id;
 use crate::rendezvous::StopReason;
+use crate::stacks::RankPid;
 use crate::status::JobStatus;
 use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
+use tokio::sync::mpsc;
 
 /// How long toporun waits for every worker's store handshake before saying which
 /// are missing (`TOPORUN_INIT_WARN_SECS`).
@@ -264,20 +269,52 @@ async fn attempt(
     let stop = session.stop_watch(round, node).await?;
     let world = node.places.first().map_or(0, |r| r.world_size);
     let init_watch = session.watch_init(world, life.grace);
+    let live: LiveRanks = Default::default();
+    let counted = status.clone();
+    let count = move |text: &str| {
+        counted.update(|x| {
+            x.hangs += 1;
+            x.last_hang = Some(text.to_string());
+        })
+    };
+    let (watcher, hangs) = hang_watch::start(live.clone(), p.hang, count);
+    let hangs = Some(hangs);
     let timer = &mut life.timer;
     let stop = async move {
         tokio::select! {
-            r = stop => r,
-            r = timer_expired(timer) => r,
+            r = stop => AttemptStop::Rendezvous(r),
+            r = timer_expired(timer) => AttemptStop::Rendezvous(r),
+            r = hang_stop(hangs, p.hang) => AttemptStop::Hang(r),
         }
     };
+    let snapshot: Mutex<Option<String>> = Mutex::new(None);
     let on_rank = |e: RankEvent| match e {
         RankEvent::Started {
             local_rank,
             rank,
             pid,
-        } => status.rank_started(local_rank, rank, pid),
-        RankEvent::Exited { pid, code } => status.rank_exited(pid, code),
+        } => {
+            status.rank_started(local_rank, rank, pid);
+            if let Ok(mut l) = live.lock() {
+                l.push(RankPid {
+                    rank,
+                    local_rank,
+                    pid,
+                });
+            }
+        }
+        RankEvent::Exited { pid, code } => {
+            status.rank_exited(pid, code);
+            if let Ok(mut l) = live.lock() {
+                l.retain(|r| r.pid != pid);
+            }
+        }
+        RankEvent::StoppingOthers => {
+            let others = live.lock().map(|l| l.clone()).unwrap_or_default();
+            if let Ok(mut s) = snapshot.lock() {
+                *s = others_stacks(&watcher, &others);
+            }
+        }
     };
     let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop, &on_rank)
         .await
@@ -302,6 +339,9 @@ async fn attempt(
             AttemptEnd::Signal
         }
         Outcome::Failed(failures) => {
+            if let Some(text) = snapshot.lock().ok().and_then(|mut s| s.take()) {
+                eprint!("{text}");
+            }
             rank_failed(
                 p,
                 session,
@@ -313,8 +353,64 @@ async fn attempt(
             )
             .await
         }
-        Outcome::Stopped(reason) => AttemptEnd::Stopped(reason),
+        Outcome::Stopped(AttemptStop::Rendezvous(reason)) => AttemptEnd::Stopped(reason),
+        Outcome::Stopped(AttemptStop::Hang(report)) => {
+            let why = format!(
+                "no rank of node {} made progress for --hang-timeout",
+                node.node_rank
+            );
+            session.stop_all(round, StopReason::fail(why)).await;
+            if let Some(path) = &p.termination_log {
+                let _ = supervise::write_termination_message(path, &report);
+            }
+            AttemptEnd::Hang
+        }
     })
+}
+
+/// What stopped an attempt from outside its ranks.
+enum AttemptStop {
+    /// Another node, the keep-alive check or the file timer.
+    Rendezvous(StopReason),
+    /// `--on-hang stop`, with the hang report.
+    Hang(String),
+}
+
+impl std::fmt::Display for AttemptStop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttemptStop::Rendezvous(r) => write!(f, "{r}"),
+            AttemptStop::Hang(_) => write!(f, "a hang (--on-hang stop)"),
+        }
+    }
+}
+
+/// Resolves with a hang's report under `--on-hang stop`; never otherwise.
+async fn hang_stop(
+    hangs: Option<mpsc::UnboundedReceiver<String>>,
+    watch: Option<HangWatch>,
+) -> String {
+    match (hangs, watch) {
+        (Some(mut rx), Some(w)) if w.stop => match rx.recv().await {
+            Some(report) => report,
+            None => std::future::pending().await,
+        },
+        _ => std::future::pending().await,
+    }
+}
+
+/// The stacks of the ranks still running when one failed (read within about 1 s; a
+/// rank already exiting as it was last sampled).
+fn others_stacks(watcher: &hang_watch::Watcher, others: &[RankPid]) -> Option<String> {
+    if others.is_empty() {
+        return None;
+    }
+    let stacks = watcher.stacks_now(others);
+    let groups = toporun_shared::stacks::merge(&stacks);
+    Some(format!(
+        "toporun: where the other ranks stood when it failed:\n{}",
+        toporun_shared::stacks::render_text(&groups, 6)
+    ))
 }
 
 /// The file timer's expiry as a stop reason (never, without a timer).
@@ -339,7 +435,7 @@ async fn timer_expired(timer: &mut Option<FileTimer>) -> StopReason {
 async fn file_timer_fired(
     session: &mut Session,
     node: &NodePlace,
-    outcome: &Outcome<StopReason>,
+    outcome: &Outcome<AttemptStop>,
     e: supervise::file_timer::Expired,
 ) -> AttemptEnd {
     let who = match outcome {

@@ -7,6 +7,7 @@
 
 mod entry;
 mod error;
+mod hang_watch;
 mod lifecycle;
 mod multi_node;
 mod multi_node_join;
@@ -23,4 +24,4 @@ mod transitions;
 
 pub use error::JobError;
 pub use lifecycle::run;
-pub use spec::{Job, NodePlace};
+pub use spec::{HangWatch, Job, NodePlace};

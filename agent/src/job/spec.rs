@@ -32,6 +32,17 @@ pub struct Job {
     pub termination_log: Option<PathBuf>,
     /// The status endpoint's port (`--status-port`, TORCHELASTIC_HEALTH_CHECK_PORT).
     pub status_port: Option<u16>,
+    /// `--hang-timeout` and `--on-hang`: when no rank has made progress for this
+    /// long, report (and with `stop`, end the job).
+    pub hang: Option<HangWatch>,
+}
+
+/// How hangs are watched for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HangWatch {
+    pub timeout: std::time::Duration,
+    /// `--on-hang stop`: end the job (exit 124) after the report.
+    pub stop: bool,
 }
 
 /// This node's place once the rendezvous closed.

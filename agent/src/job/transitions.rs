@@ -33,7 +33,12 @@ pub enum AttemptEnd {
     Signal,
     /// torch's FileTimerServer killed a rank with this signal.
     FileTimer { signal: i32 },
+    /// No rank made progress for --hang-timeout, and --on-hang stop ended the job.
+    Hang,
 }
+
+/// The exit code of `--on-hang stop` (timeout(1)'s "timed out").
+pub const HANG_EXIT: u8 = 124;
 
 /// Where the job goes next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +119,10 @@ pub fn next(end: &AttemptEnd, restarts: Restarts) -> Next {
         AttemptEnd::Stopped(reason) => go_on(reason, "restarting this node's ranks", restarts)
             .unwrap_or_else(|| exit(1, Some(format!("the job stopped: {reason}")))),
         AttemptEnd::Signal => exit(1, None),
+        AttemptEnd::Hang => exit(
+            HANG_EXIT,
+            Some("stopped every rank after the hang report (--on-hang stop)".into()),
+        ),
         AttemptEnd::FileTimer { signal } => exit(
             u8::try_from((128 + signal).clamp(0, 255)).unwrap_or(255),
             None,
@@ -227,6 +236,22 @@ mod tests {
             panic!()
         };
         assert!(say.contains("succeeded, but the job did not"), "{say}");
+    }
+
+    #[test]
+    fn a_hang_stopped_by_on_hang_ends_with_its_own_code_never_a_restart() {
+        let n = next(&AttemptEnd::Hang, ONE_LEFT);
+        assert!(
+            matches!(
+                n,
+                Next::Exit {
+                    code: HANG_EXIT,
+                    summary: false,
+                    ..
+                }
+            ),
+            "{n:?}"
+        );
     }
 
     #[test]

@@ -64,6 +64,12 @@ pub fn render(s: &Snapshot) -> String {
         "Restarts of this node's ranks",
         u64::from(s.restarts),
     );
+    counter(
+        &mut r,
+        "toporun_hangs",
+        "Hangs reported (no rank made progress for --hang-timeout)",
+        s.hangs,
+    );
     gauge(
         &mut r,
         "toporun_rendezvous_round",

@@ -37,6 +37,9 @@ pub struct Snapshot {
     /// Exits by code over the whole job (restarts included).
     pub exits_by_code: BTreeMap<i32, u64>,
     pub last_failure: Option<String>,
+    /// Hangs reported (`--hang-timeout`), and the last report.
+    pub hangs: u64,
+    pub last_hang: Option<String>,
     pub findings_by_severity: BTreeMap<String, u64>,
     pub store_connections: u64,
     pub store_operations: u64,

@@ -58,6 +58,8 @@ pub enum RankEvent {
     },
     /// The exit code, or minus the signal that killed it (as Python's returncode).
     Exited { pid: i32, code: i32 },
+    /// A rank failed; the others are about to be stopped.
+    StoppingOthers,
 }
 
 /// Runs one attempt of all local ranks until they all succeed, one fails (the others
@@ -127,6 +129,8 @@ async fn attempt<R: std::fmt::Display>(
     loop {
         reap(&mut ranks, on_rank);
         if ranks.iter().any(|r| failed(r.exit)) {
+            // The others still stand where the failure left them: a last look first.
+            on_rank(RankEvent::StoppingOthers);
             stop(
                 &mut ranks,
                 events,

@@ -1,0 +1,151 @@
+//! Reading the Python stacks of this node's ranks, as their parent: py-spy reads each
+//! rank's memory without stopping it (process_vm_readv; a parent may read its
+//! children under Yama ptrace_scope 1, and with no Yama the same uid suffices).
+//! Frames only: file, function, line; never locals, arguments or the environment.
+
+use crate::paths::{Root, PROC};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use toporun_shared::stacks::{Frame, RankStack, ThreadStack};
+
+/// A rank of this node, as the supervisor started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankPid {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub pid: i32,
+}
+
+/// The fix when the kernel refuses to let toporun read a rank.
+pub const REFUSED_FIX: &str = "the kernel refused to let toporun read the rank's memory (Yama ptrace_scope 2 or 3, or a seccomp profile without process_vm_readv): add SYS_PTRACE to the container's securityContext.capabilities, or use a seccomp profile that allows process_vm_readv";
+
+/// Readers attached to ranks, kept between samples (attaching costs ~10 ms a rank,
+/// a sample ~40 us).
+#[derive(Default)]
+pub struct Sampler {
+    spies: HashMap<i32, py_spy::PythonSpy>,
+}
+
+fn config() -> py_spy::Config {
+    py_spy::Config {
+        // Read while the rank runs: a hung rank is never paused further by toporun.
+        blocking: py_spy::config::LockingStrategy::NonBlocking,
+        ..Default::default()
+    }
+}
+
+fn refused(e: &dyn std::fmt::Display) -> String {
+    let text = e.to_string();
+    if text.contains("ermission") || text.contains("EPERM") || text.contains("ptrace") {
+        format!("{text}: {REFUSED_FIX}")
+    } else {
+        text
+    }
+}
+
+impl Sampler {
+    /// Every rank's stacks, each read within `budget` in all (a rank not reached in
+    /// time says so).
+    pub fn capture(&mut self, ranks: &[RankPid], budget: Duration) -> Vec<RankStack> {
+        let start = Instant::now();
+        self.spies
+            .retain(|pid, _| ranks.iter().any(|r| r.pid == *pid));
+        ranks
+            .iter()
+            .map(|r| {
+                if start.elapsed() > budget {
+                    return stack(r, Err(format!("not read: the {budget:?} budget was spent")));
+                }
+                stack(r, self.read(r.pid))
+            })
+            .collect()
+    }
+
+    fn read(&mut self, pid: i32) -> Result<Vec<ThreadStack>, String> {
+        let spy = match self.spies.entry(pid) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(py_spy::PythonSpy::new(pid, &config()).map_err(|e| refused(&e))?)
+            }
+        };
+        let traces = match spy.get_stack_traces() {
+            Ok(t) => t,
+            Err(e) => {
+                self.spies.remove(&pid);
+                return Err(refused(&e));
+            }
+        };
+        Ok(traces
+            .into_iter()
+            .map(|t| ThreadStack {
+                thread: t.thread_name,
+                frames: t
+                    .frames
+                    .into_iter()
+                    .map(|f| Frame {
+                        function: f.name,
+                        file: f.filename,
+                        line: f.line,
+                    })
+                    .collect(),
+            })
+            .collect())
+    }
+}
+
+fn stack(r: &RankPid, threads: Result<Vec<ThreadStack>, String>) -> RankStack {
+    let (threads, error) = match threads {
+        Ok(t) => (t, None),
+        Err(e) => (Vec::new(), Some(e)),
+    };
+    RankStack {
+        rank: r.rank,
+        local_rank: r.local_rank,
+        pid: r.pid,
+        threads,
+        error,
+    }
+}
+
+/// Bytes the process has written so far (`wchar` of /proc/<pid>/io).
+pub fn written(root: &Root, pid: i32) -> Option<u64> {
+    root.read(format!("{PROC}/{pid}/io"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("wchar:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wchar_is_read_from_proc_io() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("proc/42")).unwrap();
+        std::fs::write(
+            d.path().join("proc/42/io"),
+            "rchar: 10\nwchar: 2048\nsyscr: 1\n",
+        )
+        .unwrap();
+        assert_eq!(written(&Root::at(d.path()), 42), Some(2048));
+        assert_eq!(written(&Root::at(d.path()), 43), None);
+    }
+
+    #[test]
+    fn a_process_that_is_not_python_gives_an_error_not_a_panic() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let r = RankPid {
+            rank: 0,
+            local_rank: 0,
+            pid: child.id() as i32,
+        };
+        let got = Sampler::default().capture(&[r], Duration::from_secs(2));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(got[0].error.is_some(), "{got:?}");
+    }
+}
