@@ -14,6 +14,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "launch",
     "bench",
     "nccl-log",
+    "stacks",
     "help",
 ];
 

@@ -34,6 +34,7 @@ pub fn dispatch(cli: Cli) -> u8 {
         Sub::Topo { format } => topo(g, format),
         Sub::Preflight(args) => preflight(g, &args),
         Sub::NcclLog { files, format } => crate::nccl_log_cmd::run(g, &files, format),
+        Sub::Stacks { run_dir, format } => stacks(run_dir.as_deref(), format),
         Sub::Bench {
             which:
                 Bench::Rendezvous {
@@ -309,6 +310,43 @@ fn bench_rendezvous(
             r.nodes, r.seconds, r.store, r.ops, r.ops_per_second
         ),
     }
+    Ok(crate::exit::SUCCESS)
+}
+
+/// `toporun stacks [RUN_DIR]`: asks the running launcher over its socket.
+fn stacks(run_dir: Option<&str>, format: ReportFormat) -> Result<u8> {
+    use toporun_agent::job::stacks_socket::{ask, index_dir, running, SOCKET};
+    let dir = match run_dir {
+        Some(d) => std::path::PathBuf::from(d),
+        None => match running().as_slice() {
+            [] => {
+                return Err(CannotRun(format!(
+                "no toporun job runs here (none registered in {}): pass the job's run directory",
+                index_dir().display()
+            ))
+                .into())
+            }
+            [(_, dir)] => dir.clone(),
+            many => {
+                let list: Vec<String> = many
+                    .iter()
+                    .map(|(pid, d)| format!("pid {pid}: {}", d.display()))
+                    .collect();
+                return Err(CannotRun(format!(
+                    "several toporun jobs run here; pass one run directory: {}",
+                    list.join("; ")
+                ))
+                .into());
+            }
+        },
+    };
+    let text = ask(&dir, format == ReportFormat::Json).map_err(|e| {
+        CannotRun(format!(
+            "cannot reach the job through {}: {e} (is it running, and is this its run directory?)",
+            dir.join(SOCKET).display()
+        ))
+    })?;
+    print!("{text}");
     Ok(crate::exit::SUCCESS)
 }
 

@@ -166,6 +166,14 @@ pub enum Sub {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+    /// Every rank's Python stack (frames only) of the job running here, grouped with the odd ones first: asks the running launcher (as from `kubectl exec`). Without RUN_DIR, finds the job running in this container
+    Stacks {
+        /// the job's run directory (its --log-dir run, or torchelastic_*/<run id>_* under $TMPDIR)
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: Option<String>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
     /// Benchmarks for sizing a deployment
     Bench {
         #[command(subcommand)]

@@ -93,3 +93,127 @@ fn a_zero_hang_timeout_is_a_usage_error() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--hang-timeout 0"), "{err}");
 }
+
+/// Waits for the run directory holding the stacks socket and every rank's pid file.
+fn running_job(log_dir: &Path, out: &Path) -> std::path::PathBuf {
+    let start = Instant::now();
+    loop {
+        let sock = std::fs::read_dir(log_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("stacks.sock").exists());
+        let pids = (0..4).all(|r| out.join(format!("pid{r}")).exists());
+        if let (Some(dir), true) = (sock, pids) {
+            // The ranks reach their all_reduce (and rank 3 its wait) right after.
+            std::thread::sleep(Duration::from_secs(2));
+            return dir;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job did not start"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn expect_stacks(text: &str) {
+    assert!(text.contains("4 rank(s) on this node"), "{text}");
+    assert!(
+        text.contains("rank 3: wait_for_data (scripts/hang_rank.py:14)"),
+        "{text}"
+    );
+    assert!(text.contains("ranks 0-2: all_reduce"), "{text}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
+    let (d, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // Its own TMPDIR: the job registers there, and a bare `toporun stacks` looks there.
+    let tmp = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = job(
+        "hang",
+        d.path(),
+        &[
+            "--log-dir",
+            logs.path().to_str().unwrap(),
+            "--status-port",
+            &port.to_string(),
+        ],
+    )
+    .env("TMPDIR", tmp.path())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let dir = running_job(logs.path(), d.path());
+    let (code, out, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
+    assert_eq!(code, 0, "{err}");
+    expect_stacks(&out);
+    // Without an argument: the job running here.
+    let (code, out, err) = run(toporun().arg("stacks").env("TMPDIR", tmp.path()));
+    assert_eq!(code, 0, "{err}");
+    expect_stacks(&out);
+    let (_, json, _) = run(toporun().args(["stacks", dir.to_str().unwrap(), "--format", "json"]));
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["ranks"].as_array().unwrap().len(), 4, "{v}");
+    let http = http().build().unwrap();
+    let text = http
+        .get(format!("http://127.0.0.1:{port}/stacks"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap();
+    expect_stacks(&text);
+    sigterm(&child);
+    child.wait().unwrap();
+    let (code, _, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("cannot reach the job"), "{err}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn toporun_stacks_works_when_toporun_is_pid_1() {
+    let (d, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let inner = job(
+        "hang",
+        d.path(),
+        &["--log-dir", logs.path().to_str().unwrap()],
+    );
+    let mut c = Command::new("unshare");
+    c.args([
+        "-p",
+        "-f",
+        "--mount-proc",
+        "--kill-child",
+        inner.get_program().to_str().unwrap(),
+    ])
+    .args(inner.get_args())
+    .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+    .current_dir(scripts())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut child = c.spawn().expect("unshare (util-linux; needs root)");
+    let dir = running_job(logs.path(), d.path());
+    let (code, out, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
+    assert_eq!(code, 0, "{err}");
+    expect_stacks(&out);
+    // unshare ignores SIGTERM while it waits: toporun (its child) gets it.
+    let pid = child.id();
+    let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let toporun_pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(toporun_pid),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    child.wait().unwrap();
+}

@@ -7,6 +7,7 @@
 use super::spec::HangWatch;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -60,7 +61,8 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// Stops the watcher thread when dropped (the attempt ended).
 pub struct Watcher {
     done: Arc<AtomicBool>,
-    last: Arc<Mutex<Vec<RankStack>>>,
+    /// Each rank's last sample that had Python frames, by pid.
+    last: Arc<Mutex<HashMap<i32, RankStack>>>,
 }
 
 impl Watcher {
@@ -71,12 +73,9 @@ impl Watcher {
         let last = self.last.lock().map(|l| l.clone()).unwrap_or_default();
         fresh
             .into_iter()
-            .map(|s| {
-                let empty = s.main_thread().is_none();
-                match last.iter().find(|l| l.pid == s.pid && l.error.is_none()) {
-                    Some(seen) if empty => seen.clone(),
-                    _ => s,
-                }
+            .map(|s| match last.get(&s.pid) {
+                Some(seen) if s.main_thread().is_none() => seen.clone(),
+                _ => s,
             })
             .collect()
     }
@@ -96,7 +95,7 @@ pub fn start(
     on_hang: impl Fn(&str) + Send + 'static,
 ) -> (Watcher, mpsc::UnboundedReceiver<String>) {
     let done = Arc::new(AtomicBool::new(false));
-    let last: Arc<Mutex<Vec<RankStack>>> = Default::default();
+    let last: Arc<Mutex<HashMap<i32, RankStack>>> = Default::default();
     let (tx, rx) = mpsc::unbounded_channel();
     let (stop, keep) = (done.clone(), last.clone());
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
@@ -113,7 +112,10 @@ pub fn start(
             }
             let stacks = sampler.capture(&live, Duration::from_secs(1));
             if let Ok(mut l) = keep.lock() {
-                *l = stacks.clone();
+                l.retain(|pid, _| live.iter().any(|r| r.pid == *pid));
+                for s in stacks.iter().filter(|s| s.main_thread().is_some()) {
+                    l.insert(s.pid, s.clone());
+                }
             }
             let Some(watch) = watch else {
                 continue;

@@ -11,6 +11,7 @@ use super::run_dir::RunDir;
 use super::session::Session;
 use super::spec::HangWatch;
 use super::spec::{Job, NodePlace};
+use super::stacks_socket;
 use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::paths::random_id;
 use crate::rendezvous::StopReason;
@@ -107,6 +108,10 @@ struct Life {
     timer_file: Option<String>,
     grace: Duration,
     run_dir: Option<RunDir>,
+    /// The ranks running now, for the stack readers.
+    live: LiveRanks,
+    /// `toporun stacks`' socket, once the run directory exists.
+    stacks_socket: Option<stacks_socket::Served>,
 }
 
 /// Runs the job to its end on this node; the exit code torchrun would give.
@@ -123,12 +128,20 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         return Ok(1);
     };
     let _beat = status_beat(p, &status, &session);
+    let live = LiveRanks::default();
+    let ranks = live.clone();
+    status.set_stacks(std::sync::Arc::new(move |json| {
+        let now = ranks.lock().map(|l| l.clone()).unwrap_or_default();
+        stacks_socket::answer(&now, json)
+    }));
     let mut life = Life {
         status,
         timer,
         timer_file,
         grace,
         run_dir: None,
+        live,
+        stacks_socket: None,
     };
     let mut restarts = Restarts {
         used: 0,
@@ -260,6 +273,15 @@ async fn attempt(
     });
     status.placed(node.node_rank, node.nnodes);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
+    if life.stacks_socket.is_none() {
+        match stacks_socket::serve(&dir, life.live.clone()) {
+            Ok(s) => life.stacks_socket = Some(s),
+            Err(e) => eprintln!(
+                "toporun: warning: no `toporun stacks` socket in {}: {e}",
+                dir.display()
+            ),
+        }
+    }
     say_colocation(node);
     let (mut report_env, mut reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
     if let Some(f) = &life.timer_file {
@@ -269,7 +291,7 @@ async fn attempt(
     let stop = session.stop_watch(round, node).await?;
     let world = node.places.first().map_or(0, |r| r.world_size);
     let init_watch = session.watch_init(world, life.grace);
-    let live: LiveRanks = Default::default();
+    let live = life.live.clone();
     let counted = status.clone();
     let count = move |text: &str| {
         counted.update(|x| {

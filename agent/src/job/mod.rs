@@ -19,6 +19,7 @@ mod run_dir;
 mod session;
 mod single_node;
 mod spec;
+pub mod stacks_socket;
 mod store_host;
 mod transitions;
 

@@ -1,6 +1,7 @@
 //! The status endpoint (axum) on a thread and runtime of its own, so it answers (503
 //! where due) even when the supervisor is stuck: `/healthz`, `/readyz`, `/metrics`,
-//! `/status`. Read-only; nothing in it comes from the environment.
+//! `/status`, `/stacks` (the ranks' Python frames: file, function, line; served
+//! wherever the port is reachable). Read-only; nothing in it comes from the environment.
 
 use super::metrics;
 use super::state::JobStatus;
@@ -64,6 +65,25 @@ async fn status_json(State(s): State<JobStatus>) -> impl IntoResponse {
     axum::Json(s.snapshot())
 }
 
+/// Every local rank's Python stack now (frames only: file, function, line), grouped
+/// with the odd ones first; `?format=json` for JSON.
+async fn stacks(
+    State(s): State<JobStatus>,
+    axum::extract::RawQuery(q): axum::extract::RawQuery,
+) -> impl IntoResponse {
+    let json = q.is_some_and(|q| q.split('&').any(|kv| kv == "format=json"));
+    let Some(f) = s.stacks() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no rank has started yet\n".to_string(),
+        );
+    };
+    match tokio::task::spawn_blocking(move || f(json)).await {
+        Ok(text) => (StatusCode::OK, text),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
+    }
+}
+
 /// Serves on every interface at `port` (dual-stack, as the kubelet probes the pod IP);
 /// returns once bound, or the reason it could not bind.
 pub fn serve(port: u16, status: JobStatus) -> std::io::Result<SocketAddr> {
@@ -84,6 +104,7 @@ pub fn serve(port: u16, status: JobStatus) -> std::io::Result<SocketAddr> {
             .route("/readyz", get(readyz))
             .route("/metrics", get(metrics_text))
             .route("/status", get(status_json))
+            .route("/stacks", get(stacks))
             .with_state(status);
         if let Err(e) = axum::serve(listener, app).await {
             tracing::warn!("status endpoint stopped: {e}");

@@ -66,13 +66,28 @@ impl Snapshot {
     }
 }
 
+/// Renders every local rank's stack now (JSON when asked), for `/stacks`.
+pub type StacksFn = Arc<dyn Fn(bool) -> String + Send + Sync>;
+
 /// The lifecycle's handle on the status; cheap to clone.
 #[derive(Clone, Default)]
 pub struct JobStatus {
     inner: Arc<Mutex<Snapshot>>,
+    stacks: Arc<Mutex<Option<StacksFn>>>,
 }
 
 impl JobStatus {
+    /// Where `/stacks` reads the ranks' stacks from.
+    pub fn set_stacks(&self, f: StacksFn) {
+        if let Ok(mut s) = self.stacks.lock() {
+            *s = Some(f);
+        }
+    }
+
+    pub fn stacks(&self) -> Option<StacksFn> {
+        self.stacks.lock().ok()?.clone()
+    }
+
     pub fn new(run_id: &str, nproc: u32) -> JobStatus {
         let s = JobStatus::default();
         s.update(|x| {

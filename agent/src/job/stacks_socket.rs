@@ -1,0 +1,134 @@
+//! `toporun stacks` from another shell in the container (kubectl exec): the launcher
+//! answers on a Unix socket in its run directory (0700), and leaves an index entry
+//! (`$TMPDIR/toporun-<uid>/<pid>`, holding the run directory) so a bare
+//! `toporun stacks` finds the job running here, whether toporun is PID 1 or not.
+
+use crate::stacks::{RankPid, Sampler};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use toporun_shared::stacks::{merge, render_text, RankStack};
+
+/// The socket's name in the run directory.
+pub const SOCKET: &str = "stacks.sock";
+
+/// Where running jobs leave their index entries.
+pub fn index_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("toporun-{}", nix::unistd::getuid()))
+}
+
+/// Every rank's stack now, as text (grouped, odd ones first) or JSON.
+pub fn answer(ranks: &[RankPid], json: bool) -> String {
+    let stacks: Vec<RankStack> = Sampler::default().capture(ranks, Duration::from_secs(2));
+    let groups = merge(&stacks);
+    if json {
+        return serde_json::json!({ "ranks": stacks, "groups": groups }).to_string() + "\n";
+    }
+    if stacks.is_empty() {
+        return "no rank is running on this node right now\n".into();
+    }
+    format!(
+        "{} rank(s) on this node, the odd ones first:\n{}",
+        stacks.len(),
+        render_text(&groups, 12)
+    )
+}
+
+/// Serves until the job ends (the returned guard removes the index entry).
+pub struct Served {
+    index: PathBuf,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.index);
+    }
+}
+
+pub fn serve(run_dir: &Path, live: Arc<Mutex<Vec<RankPid>>>) -> std::io::Result<Served> {
+    let path = run_dir.join(SOCKET);
+    let _ = std::fs::remove_file(&path);
+    let listener = UnixListener::bind(&path)?;
+    let dir = index_dir();
+    std::fs::create_dir_all(&dir)?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    let index = dir.join(std::process::id().to_string());
+    std::fs::write(&index, run_dir.as_os_str().as_encoded_bytes())?;
+    std::thread::spawn(move || {
+        for conn in listener.incoming().flatten() {
+            let ranks = live.lock().map(|l| l.clone()).unwrap_or_default();
+            let _ = reply(conn, &ranks);
+        }
+    });
+    Ok(Served { index })
+}
+
+fn reply(conn: UnixStream, ranks: &[RankPid]) -> std::io::Result<()> {
+    conn.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let mut line = String::new();
+    BufReader::new(conn.try_clone()?)
+        .take(64)
+        .read_line(&mut line)?;
+    let mut out = conn;
+    out.write_all(answer(ranks, line.trim() == "json").as_bytes())
+}
+
+/// Asks the job whose run directory is `run_dir`.
+pub fn ask(run_dir: &Path, json: bool) -> std::io::Result<String> {
+    let mut s = UnixStream::connect(run_dir.join(SOCKET))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    s.write_all(if json { b"json\n" } else { b"text\n" })?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+/// The jobs running here: (launcher pid, run directory), whose launcher is alive.
+pub fn running() -> Vec<(u32, PathBuf)> {
+    let Ok(entries) = std::fs::read_dir(index_dir()) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| {
+            let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+            let dir = PathBuf::from(std::fs::read_to_string(e.path()).ok()?);
+            let alive = Path::new(&format!("/proc/{pid}")).exists() && dir.join(SOCKET).exists();
+            alive.then_some((pid, dir))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_answers_on_its_socket_and_is_listed_while_it_runs() {
+        let d = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        let live = Arc::new(Mutex::new(vec![RankPid {
+            rank: 0,
+            local_rank: 0,
+            pid,
+        }]));
+        let served = serve(d.path(), live).unwrap();
+        assert!(running().iter().any(|(_, dir)| dir == d.path()));
+        let text = ask(d.path(), false).unwrap();
+        assert!(text.starts_with("1 rank(s) on this node"), "{text}");
+        assert!(text.contains("rank 0: no stack:"), "{text}");
+        let json: serde_json::Value = serde_json::from_str(&ask(d.path(), true).unwrap()).unwrap();
+        assert_eq!(json["ranks"][0]["pid"], pid);
+        drop(served);
+        assert!(!running().iter().any(|(_, dir)| dir == d.path()));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
