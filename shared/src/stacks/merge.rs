@@ -1,7 +1,7 @@
 //! Ranks with the same stack, grouped; the odd ones (the smallest groups) first, as
 //! the rank holding the others up is usually the one that differs.
 
-use super::{Frame, RankStack};
+use super::model::{Frame, RankStack};
 use serde::Serialize;
 
 /// Ranks whose main threads stand at the same frames.
@@ -95,7 +95,7 @@ pub fn render_text(groups: &[Group], max_frames: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::ThreadStack;
+    use super::super::model::ThreadStack;
     use super::*;
 
     fn frame(function: &str, file: &str, line: i32) -> Frame {

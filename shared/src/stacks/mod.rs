@@ -3,47 +3,8 @@
 //! progress (`progress`).
 
 mod merge;
+mod model;
 pub mod progress;
 
 pub use merge::{merge, render_text, Group};
-
-use serde::{Deserialize, Serialize};
-
-/// One Python frame: where, never what (no locals, arguments or environment).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct Frame {
-    pub function: String,
-    pub file: String,
-    pub line: i32,
-}
-
-/// One thread's frames, innermost first.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ThreadStack {
-    pub thread: Option<String>,
-    pub frames: Vec<Frame>,
-}
-
-/// One rank's stacks, or why none could be read.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RankStack {
-    pub rank: u32,
-    pub local_rank: u32,
-    pub pid: i32,
-    pub threads: Vec<ThreadStack>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-}
-
-impl RankStack {
-    /// The thread a one-line view shows: the main thread where it is named and has
-    /// frames, else the first with frames.
-    pub fn main_thread(&self) -> Option<&ThreadStack> {
-        let with_frames = |t: &&ThreadStack| !t.frames.is_empty();
-        self.threads
-            .iter()
-            .filter(with_frames)
-            .find(|t| t.thread.as_deref() == Some("MainThread"))
-            .or_else(|| self.threads.iter().find(with_frames))
-    }
-}
+pub use model::{Frame, RankStack, ThreadStack};

@@ -3,7 +3,7 @@
 //! none for the hang timeout. A rank inside one blocking call (a checkpoint write)
 //! longer than the timeout counts as making none: the timeout must exceed it.
 
-use super::RankStack;
+use super::model::RankStack;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
 use std::time::{Duration, Instant};
