@@ -2,6 +2,7 @@
 //! store, rendezvous and rank supervision.
 
 pub mod cloud_metadata;
+pub mod flight_recorder;
 pub mod job;
 pub mod link_bandwidth;
 pub mod nccl_watch;

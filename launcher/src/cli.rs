@@ -15,6 +15,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "bench",
     "nccl-log",
     "stacks",
+    "fr-trace",
     "help",
 ];
 
@@ -111,6 +112,13 @@ pub fn launch_command(name: &'static str) -> Command {
                 .long("preflight-measure")
                 .action(ArgAction::SetTrue)
                 .help("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings [env TOPORUN_PREFLIGHT_MEASURE=1]"),
+        )
+        .arg(
+            Arg::new("flight_recorder")
+                .long("flight-recorder")
+                .value_parser(EnumValueParser::<OnOff>::new())
+                .default_value("on")
+                .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
         )
         .arg(
             Arg::new("hang_timeout")

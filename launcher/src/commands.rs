@@ -35,6 +35,7 @@ pub fn dispatch(cli: Cli) -> u8 {
         Sub::Preflight(args) => preflight(g, &args),
         Sub::NcclLog { files, format } => crate::nccl_log_cmd::run(g, &files, format),
         Sub::Stacks { run_dir, format } => stacks(run_dir.as_deref(), format),
+        Sub::FrTrace { paths, format } => crate::fr_trace_cmd::run(&paths, format),
         Sub::Bench {
             which:
                 Bench::Rendezvous {

@@ -241,7 +241,11 @@ fn prepare(
         },
     };
     let hang = hang_watch(m, &parent_env)?;
+    let flight_recorder =
+        typed_choice::<OnOff>(m, "flight_recorder", "TOPORUN_FLIGHT_RECORDER", &parent_env)?
+            == OnOff::On;
     Ok(Job {
+        flight_recorder,
         hang,
         status_port,
         termination_log,

@@ -7,6 +7,7 @@ mod documents;
 mod dry_run;
 mod exit;
 mod facts_source;
+mod fr_trace_cmd;
 mod launch;
 mod measure_child;
 mod nccl_log_cmd;

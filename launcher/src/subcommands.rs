@@ -174,6 +174,14 @@ pub enum Sub {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+    /// Match PyTorch flight-recorder dumps across ranks (files, or directories of <prefix><rank> files): the collective some ranks never entered, which ranks, and what each last completed; or the rank whose sizes or dtypes differ. Exit 0 the ranks agree, 1 a rank is named, 2 nothing readable
+    #[command(name = "fr-trace")]
+    FrTrace {
+        #[arg(value_name = "FILE|DIR", required = true, num_args = 1..)]
+        paths: Vec<String>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+    },
     /// Benchmarks for sizing a deployment
     Bench {
         #[command(subcommand)]

@@ -217,3 +217,35 @@ fn toporun_stacks_works_when_toporun_is_pid_1() {
     .unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn flight_recorder_dumps_name_the_rank_that_never_entered_even_with_an_unwritable_home() {
+    let (d, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (code, _, err) = run(job(
+        "frdump",
+        d.path(),
+        &["--log-dir", logs.path().to_str().unwrap()],
+    )
+    .env("HOME", "/proc")
+    .env_remove("XDG_CACHE_HOME"));
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("XDG_CACHE_HOME="), "{err}");
+    let named = "collective #4 gloo:all_reduce entered by rank(s) 0,1,2 (scheduled, not completed); never entered by:\n    rank 3: last entered #3 gloo:all_reduce";
+    assert!(
+        err.contains("flight recorder: dumps of rank(s) 0,1,2,3"),
+        "{err}"
+    );
+    assert!(err.contains(named), "{err}");
+    // The same dumps, offline.
+    let run_dir = std::fs::read_dir(logs.path())
+        .unwrap()
+        .flatten()
+        .next()
+        .unwrap()
+        .path();
+    let fr = run_dir.join("attempt_0/fr");
+    let (code, out, err) = run(toporun().args(["fr-trace", fr.to_str().unwrap()]));
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains(named), "{out}");
+}

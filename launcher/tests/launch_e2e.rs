@@ -84,9 +84,13 @@ fn compare(
     let mut theirs = dump(t, d1.path(), extra_env);
     let d2 = tempfile::tempdir().unwrap();
     let mut o = toporun();
-    // Both of toporun's NCCL additions off: exactly torchrun's environment.
-    o.args(["--nccl-env=off", "--nccl-report=off"])
-        .args(with_port(op));
+    // toporun's NCCL and flight-recorder additions off: exactly torchrun's environment.
+    o.args([
+        "--nccl-env=off",
+        "--nccl-report=off",
+        "--flight-recorder=off",
+    ])
+    .args(with_port(op));
     let mut ours = dump(o, d2.path(), extra_env);
     // After a rank fails, whether the others got to write before being stopped is a
     // race (toporun stops them within milliseconds): compare the attempts that ran

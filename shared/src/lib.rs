@@ -8,6 +8,7 @@ pub mod cpulist;
 pub mod facts;
 pub mod finding;
 pub mod flags;
+pub mod flight_recorder;
 pub mod host_buffers;
 pub mod instance_types;
 pub mod link_reference;

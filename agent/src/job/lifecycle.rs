@@ -13,6 +13,7 @@ use super::spec::HangWatch;
 use super::spec::{Job, NodePlace};
 use super::stacks_socket;
 use super::transitions::{self, AttemptEnd, Next, Restarts};
+use crate::flight_recorder::DUMP_PREFIX_VAR;
 use crate::paths::random_id;
 use crate::rendezvous::StopReason;
 use crate::stacks::RankPid;
@@ -287,6 +288,7 @@ async fn attempt(
     if let Some(f) = &life.timer_file {
         report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
     }
+    let fr_dir = flight_recorder_env(p, &dir, &attempt_dir, &mut report_env, round == 0);
     let cmds = rank_commands(p, node, &dir, restarts.used, &report_env)?;
     let stop = session.stop_watch(round, node).await?;
     let world = node.places.first().map_or(0, |r| r.world_size);
@@ -364,6 +366,7 @@ async fn attempt(
             if let Some(text) = snapshot.lock().ok().and_then(|mut s| s.take()) {
                 eprint!("{text}");
             }
+            say_flight_recorder(fr_dir.as_deref());
             rank_failed(
                 p,
                 session,
@@ -377,6 +380,7 @@ async fn attempt(
         }
         Outcome::Stopped(AttemptStop::Rendezvous(reason)) => AttemptEnd::Stopped(reason),
         Outcome::Stopped(AttemptStop::Hang(report)) => {
+            say_flight_recorder(fr_dir.as_deref());
             let why = format!(
                 "no rank of node {} made progress for --hang-timeout",
                 node.node_rank
@@ -388,6 +392,65 @@ async fn attempt(
             AttemptEnd::Hang
         }
     })
+}
+
+/// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
+/// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
+/// ($XDG_CACHE_HOME, else $HOME/.cache) and fails the dump when it cannot, even with
+/// a writable prefix; where that root cannot be written (HOME=/proc, a read-only
+/// home) the ranks get XDG_CACHE_HOME under the run directory: other libraries'
+/// caches move only where they could not be written anyway.
+fn flight_recorder_env(
+    p: &Job,
+    run_dir: &Path,
+    attempt_dir: &Path,
+    env: &mut BTreeMap<String, String>,
+    say: bool,
+) -> Option<PathBuf> {
+    if let Some(prefix) = p.parent_env.get(DUMP_PREFIX_VAR) {
+        return Path::new(prefix).parent().map(Path::to_path_buf);
+    }
+    if !p.flight_recorder {
+        return None;
+    }
+    let dir = attempt_dir.join("fr");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return None;
+    }
+    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
+    let cache_root = p
+        .parent_env
+        .get("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            p.parent_env
+                .get("HOME")
+                .map(|h| Path::new(h).join(".cache"))
+        });
+    let writable = cache_root.is_some_and(|c| std::fs::create_dir_all(c.join("torch")).is_ok());
+    if !writable && !p.parent_env.contains_key("XDG_CACHE_HOME") {
+        let cache = run_dir.join("cache");
+        if say {
+            eprintln!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
+        }
+        env.insert("XDG_CACHE_HOME".into(), cache.display().to_string());
+    }
+    Some(dir)
+}
+
+/// The flight recorder's dumps of this attempt, matched across ranks, when the ranks
+/// left any (gloo dumps only when asked: `_dump_fr_trace_file`).
+fn say_flight_recorder(dir: Option<&Path>) {
+    let Some(dir) = dir else { return };
+    let (dumps, _) = crate::flight_recorder::read(&[dir.display().to_string()]);
+    if dumps.is_empty() {
+        return;
+    }
+    let report = toporun_shared::flight_recorder::analyze(&dumps);
+    eprint!(
+        "toporun: {}",
+        toporun_shared::flight_recorder::render_text(&report)
+    );
 }
 
 /// What stopped an attempt from outside its ranks.

@@ -35,6 +35,9 @@ pub struct Job {
     /// `--hang-timeout` and `--on-hang`: when no rank has made progress for this
     /// long, report (and with `stop`, end the job).
     pub hang: Option<HangWatch>,
+    /// `--flight-recorder on`: the ranks' dumps go to the run directory and are read
+    /// after a failure or hang.
+    pub flight_recorder: bool,
 }
 
 /// How hangs are watched for.

@@ -1,8 +1,9 @@
 """Ranks for the hang tests (gloo). MODE=hang: rank 3 waits in a function of its own
 before an all_reduce the others entered. compute: every rank loops in Python for
 SECS. print: rank 0 prints progress for SECS while the others wait in an all_reduce.
-fail: rank 2 raises while the others wait in an all_reduce. Each writes its pid to
-OUT/pid<rank>."""
+fail: rank 2 raises while the others wait in an all_reduce. frdump: ranks 0-2 enter
+a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, and
+rank 3 raises. Each writes its pid to OUT/pid<rank>."""
 import os
 import time
 
@@ -43,6 +44,17 @@ def main():
     elif mode == "fail" and rank == 2:
         time.sleep(2)
         raise ValueError("bad batch shape (3, 224)")
+    elif mode == "frdump":
+        from torch._C._distributed_c10d import _dump_fr_trace_file
+
+        dist.all_reduce(t)
+        dist.all_reduce(t)
+        work = dist.all_reduce(t, async_op=True) if rank != 3 else None
+        _dump_fr_trace_file(rank)
+        time.sleep(1)
+        if rank == 3:
+            raise RuntimeError("rank 3 skipped the all_reduce")
+        work.wait()
     dist.all_reduce(t)
     dist.destroy_process_group()
 

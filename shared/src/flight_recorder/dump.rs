@@ -1,0 +1,136 @@
+//! One rank's flight-recorder dump (PyTorch's pickle, version "2.x"): the entries
+//! toporun matches across ranks. Unknown fields are ignored; garbage is an error.
+
+use serde::Serialize;
+use serde_pickle::{HashableValue, Value};
+use std::collections::BTreeMap;
+
+/// One recorded collective or point-to-point operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Entry {
+    /// The process group's name (`"0"` for the default group).
+    pub group: String,
+    pub collective_seq_id: u64,
+    pub p2p_seq_id: u64,
+    pub is_p2p: bool,
+    /// `gloo:all_reduce`, `nccl:all_gather`...
+    pub op: String,
+    /// scheduled, started or completed (gloo leaves every entry `scheduled`).
+    pub state: String,
+    /// The work finished and left the recorder's active list.
+    pub retired: bool,
+    pub input_sizes: String,
+    pub input_dtypes: String,
+}
+
+impl Entry {
+    /// Completed: NCCL says so in `state`; gloo only retires the entry.
+    pub fn completed(&self) -> bool {
+        self.state == "completed" || self.retired
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Dump {
+    pub rank: u32,
+    pub version: String,
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DumpError {
+    #[error("not a pickle: {0}")]
+    NotPickle(String),
+    #[error("a pickle, but no flight-recorder dump: {0}")]
+    NotDump(&'static str),
+}
+
+fn get<'a>(d: &'a BTreeMap<HashableValue, Value>, key: &str) -> Option<&'a Value> {
+    d.get(&HashableValue::String(key.to_string()))
+}
+
+fn text(v: Option<&Value>) -> String {
+    match v {
+        Some(Value::String(s)) => s.clone(),
+        Some(Value::I64(i)) => i.to_string(),
+        Some(Value::Tuple(t)) | Some(Value::List(t)) => {
+            t.first().map(|x| text(Some(x))).unwrap_or_default()
+        }
+        Some(other) => format!("{other}"),
+        None => String::new(),
+    }
+}
+
+fn number(v: Option<&Value>) -> u64 {
+    match v {
+        Some(Value::I64(i)) => u64::try_from(*i).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn entry(v: &Value) -> Option<Entry> {
+    let Value::Dict(d) = v else { return None };
+    let shown = |k: &str| get(d, k).map(|x| format!("{x}")).unwrap_or_default();
+    Some(Entry {
+        group: text(get(d, "process_group")),
+        collective_seq_id: number(get(d, "collective_seq_id")),
+        p2p_seq_id: number(get(d, "p2p_seq_id")),
+        is_p2p: matches!(get(d, "is_p2p"), Some(Value::Bool(true))),
+        op: text(get(d, "profiling_name")),
+        state: text(get(d, "state")),
+        retired: matches!(get(d, "retired"), Some(Value::Bool(true))),
+        input_sizes: shown("input_sizes"),
+        input_dtypes: shown("input_dtypes"),
+    })
+}
+
+/// Reads rank `rank`'s dump.
+pub fn parse(rank: u32, bytes: &[u8]) -> Result<Dump, DumpError> {
+    let v = serde_pickle::value_from_slice(bytes, serde_pickle::DeOptions::new())
+        .map_err(|e| DumpError::NotPickle(e.to_string()))?;
+    let Value::Dict(d) = v else {
+        return Err(DumpError::NotDump("the top level is no dict"));
+    };
+    let Some(Value::List(list)) = get(&d, "entries") else {
+        return Err(DumpError::NotDump("no `entries` list"));
+    };
+    Ok(Dump {
+        rank,
+        version: text(get(&d, "version")),
+        entries: list.iter().filter_map(entry).collect(),
+    })
+}
+
+/// The rank a dump file is named for: `<prefix><rank>` (`rank_3`, `comm_lib_trace_rank_3`).
+pub fn rank_of(file_name: &str) -> Option<u32> {
+    let digits: String = file_name
+        .chars()
+        .rev()
+        .take_while(char::is_ascii_digit)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_empty_and_truncated_are_errors() {
+        assert!(matches!(parse(0, b""), Err(DumpError::NotPickle(_))));
+        assert!(matches!(
+            parse(0, b"not a pickle at all"),
+            Err(DumpError::NotPickle(_))
+        ));
+        // A pickled list (a pickle, but no dump).
+        assert!(matches!(
+            parse(0, b"\x80\x02]q\x00."),
+            Err(DumpError::NotDump(_))
+        ));
+        assert_eq!(rank_of("rank_12"), Some(12));
+        assert_eq!(rank_of("rank_"), None);
+    }
+}

@@ -1,0 +1,208 @@
+//! The ranks' dumps side by side, as torchfrtrace matches them: by process group and
+//! `collective_seq_id`. The first collective some ranks entered and others never did
+//! names the rank(s) holding the job up, with what each last completed; a collective
+//! all entered with different sizes or dtypes names the odd rank.
+
+use super::dump::{Dump, Entry};
+use serde::Serialize;
+use std::collections::{BTreeMap, BTreeSet};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Missing {
+    pub rank: u32,
+    /// Its last collective in the group: (sequence number, operation).
+    pub last_entered: Option<(u64, String)>,
+    /// Its last completed one (gloo marks an entry completed some time after it
+    /// returned, so this may lag the last entered).
+    pub last_completed: Option<(u64, String)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Issue {
+    /// Some ranks entered collective `seq`; the others never did.
+    NotEntered {
+        group: String,
+        seq: u64,
+        op: String,
+        /// (rank, state) of those that entered.
+        entered: Vec<(u32, String)>,
+        missing: Vec<Missing>,
+    },
+    /// Every rank entered collective `seq`, one with other sizes, dtypes or operation.
+    Mismatch {
+        group: String,
+        seq: u64,
+        field: &'static str,
+        culprit: u32,
+        value: String,
+        others: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Report {
+    pub ranks: Vec<u32>,
+    pub issues: Vec<Issue>,
+}
+
+/// One compared field of an entry.
+type Field = fn(&Entry) -> &str;
+
+/// Each rank's collectives of each group, by sequence number.
+type ByGroup<'a> = BTreeMap<&'a str, BTreeMap<u32, BTreeMap<u64, &'a Entry>>>;
+
+fn by_group(dumps: &[Dump]) -> ByGroup<'_> {
+    let mut g: ByGroup = BTreeMap::new();
+    for d in dumps {
+        for e in d
+            .entries
+            .iter()
+            .filter(|e| !e.is_p2p && e.collective_seq_id > 0)
+        {
+            g.entry(e.group.as_str())
+                .or_default()
+                .entry(d.rank)
+                .or_default()
+                .insert(e.collective_seq_id, e);
+        }
+    }
+    g
+}
+
+pub fn analyze(dumps: &[Dump]) -> Report {
+    let mut issues = Vec::new();
+    for (group, ranks) in by_group(dumps) {
+        // The recorder is a ring: compare only what every rank still holds.
+        let from = ranks
+            .values()
+            .filter_map(|s| s.keys().next())
+            .max()
+            .copied()
+            .unwrap_or(0);
+        let seqs: BTreeSet<u64> = ranks
+            .values()
+            .flat_map(|s| s.keys().copied())
+            .filter(|s| *s >= from)
+            .collect();
+        for seq in seqs {
+            if let Some(issue) = look_at(group, seq, &ranks) {
+                issues.push(issue);
+                break;
+            }
+        }
+    }
+    Report {
+        ranks: dumps.iter().map(|d| d.rank).collect(),
+        issues,
+    }
+}
+
+fn look_at(group: &str, seq: u64, ranks: &BTreeMap<u32, BTreeMap<u64, &Entry>>) -> Option<Issue> {
+    let entered: Vec<(u32, &Entry)> = ranks
+        .iter()
+        .filter_map(|(r, s)| Some((*r, *s.get(&seq)?)))
+        .collect();
+    if entered.len() < ranks.len() {
+        let missing = ranks
+            .iter()
+            .filter(|(_, s)| !s.contains_key(&seq))
+            .map(|(r, s)| Missing {
+                rank: *r,
+                last_entered: s
+                    .values()
+                    .next_back()
+                    .map(|e| (e.collective_seq_id, e.op.clone())),
+                last_completed: s
+                    .values()
+                    .rev()
+                    .find(|e| e.completed())
+                    .map(|e| (e.collective_seq_id, e.op.clone())),
+            })
+            .collect();
+        return Some(Issue::NotEntered {
+            group: group.to_string(),
+            seq,
+            op: entered
+                .first()
+                .map(|(_, e)| e.op.clone())
+                .unwrap_or_default(),
+            entered: entered
+                .iter()
+                .map(|(r, e)| {
+                    (
+                        *r,
+                        if e.completed() {
+                            "completed".into()
+                        } else {
+                            format!("{}, not completed", e.state)
+                        },
+                    )
+                })
+                .collect(),
+            missing,
+        });
+    }
+    let fields: [(&'static str, Field); 3] = [
+        ("operation", |e| &e.op),
+        ("input sizes", |e| &e.input_sizes),
+        ("input dtypes", |e| &e.input_dtypes),
+    ];
+    for (field, of) in fields {
+        let mut counts: BTreeMap<&str, Vec<u32>> = BTreeMap::new();
+        for (r, e) in &entered {
+            counts.entry(of(e)).or_default().push(*r);
+        }
+        if counts.len() < 2 {
+            continue;
+        }
+        let (common, _) = counts.iter().max_by_key(|(_, rs)| rs.len())?;
+        let (odd, rs) = counts.iter().find(|(v, _)| *v != common)?;
+        return Some(Issue::Mismatch {
+            group: group.to_string(),
+            seq,
+            field,
+            culprit: rs[0],
+            value: odd.to_string(),
+            others: common.to_string(),
+        });
+    }
+    None
+}
+
+fn ranks_text(ranks: &[u32]) -> String {
+    ranks
+        .iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+pub fn render_text(r: &Report) -> String {
+    let mut out = format!(
+        "flight recorder: dumps of rank(s) {}\n",
+        ranks_text(&r.ranks)
+    );
+    if r.issues.is_empty() {
+        out.push_str("  every rank entered the same collectives with the same sizes and dtypes\n");
+    }
+    for i in &r.issues {
+        out.push_str(&match i {
+            Issue::NotEntered { group, seq, op, entered, missing } => {
+                let who: Vec<u32> = entered.iter().map(|(r, _)| *r).collect();
+                let state = entered.first().map(|(_, s)| s.as_str()).unwrap_or("");
+                let mut line = format!("  group {group}: collective #{seq} {op} entered by rank(s) {} ({state}); never entered by:\n", ranks_text(&who));
+                for m in missing {
+                    let entered = m.last_entered.as_ref().map_or("none".into(), |(s, o)| format!("#{s} {o}"));
+                    let completed = m.last_completed.as_ref().map_or("none".into(), |(s, o)| format!("#{s} {o}"));
+                    line.push_str(&format!("    rank {}: last entered {entered}, last completed {completed}\n", m.rank));
+                }
+                line
+            }
+            Issue::Mismatch { group, seq, field, culprit, value, others } => format!(
+                "  group {group}: collective #{seq}: rank {culprit} has {field} {value}, the others {others}\n"
+            ),
+        });
+    }
+    out
+}
