@@ -19,6 +19,16 @@ pub struct RankPid {
 /// The fix when the kernel refuses to let toporun read a rank.
 pub const REFUSED_FIX: &str = "the kernel refused to let toporun read the rank's memory (Yama ptrace_scope 2 or 3, or a seccomp profile without process_vm_readv): add SYS_PTRACE to the container's securityContext.capabilities, or use a seccomp profile that allows process_vm_readv";
 
+thread_local! {
+    static IN_READER: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is inside py-spy now: a panic there is caught and reported by
+/// the reader, so the process's panic hook stays quiet for it.
+pub fn in_reader() -> bool {
+    IN_READER.with(|f| f.get())
+}
+
 /// Readers attached to ranks, kept between samples (attaching costs ~10 ms a rank,
 /// a sample ~40 us).
 #[derive(Default)]
@@ -61,7 +71,20 @@ impl Sampler {
             .collect()
     }
 
+    /// One rank's threads; a panic inside py-spy (memory that changed under it, a
+    /// rank exiting) is caught and said, never the launcher's end.
     fn read(&mut self, pid: i32) -> Result<Vec<ThreadStack>, String> {
+        IN_READER.with(|f| f.set(true));
+        let got =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.read_unguarded(pid)));
+        IN_READER.with(|f| f.set(false));
+        got.unwrap_or_else(|_| {
+            self.spies.remove(&pid);
+            Err("the stack reader failed on this rank's memory (it changed while read: the rank was exiting?)".into())
+        })
+    }
+
+    fn read_unguarded(&mut self, pid: i32) -> Result<Vec<ThreadStack>, String> {
         let spy = match self.spies.entry(pid) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {

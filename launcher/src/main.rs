@@ -32,6 +32,13 @@ fn main() -> ExitCode {
                 .compact(),
         )
         .init();
+    // A panic inside the stack reader is caught and said there; any other is printed.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !toporun_agent::stacks::in_reader() {
+            default_hook(info);
+        }
+    }));
     let argv: Vec<String> = std::env::args().collect();
     let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or("toporun"))
         .file_name()

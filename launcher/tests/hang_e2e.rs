@@ -21,6 +21,29 @@ fn job(mode: &str, out: &Path, extra: &[&str]) -> Command {
     c
 }
 
+/// Where rank 3 waits: the line of `time.sleep(3600)` in the script.
+fn wait_line() -> String {
+    let script = std::fs::read_to_string(scripts().join("hang_rank.py")).unwrap();
+    let n = script
+        .lines()
+        .position(|l| l.trim() == "time.sleep(3600)")
+        .unwrap()
+        + 1;
+    format!("rank 3: wait_for_data (scripts/hang_rank.py:{n})")
+}
+
+/// Stops a job left running when a test fails half-way.
+struct Job(std::process::Child);
+
+impl Drop for Job {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn alive(pid: &str) -> bool {
     std::fs::read_to_string(format!("/proc/{}/stat", pid.trim())).is_ok_and(|s| {
         !s.rsplit(')')
@@ -43,10 +66,7 @@ fn a_hung_rank_is_named_and_on_hang_stop_ends_the_job() {
     ));
     let took = start.elapsed();
     assert_eq!(code, 124, "{err}");
-    assert!(
-        err.contains("rank 3: wait_for_data (scripts/hang_rank.py:14)"),
-        "{err}"
-    );
+    assert!(err.contains(&wait_line()), "{err}");
     assert!(err.contains("ranks 0-2: all_reduce"), "{err}");
     assert!(
         err.contains("rank 3 is not where the other 3 wait in all_reduce"),
@@ -120,10 +140,7 @@ fn running_job(log_dir: &Path, out: &Path) -> std::path::PathBuf {
 
 fn expect_stacks(text: &str) {
     assert!(text.contains("4 rank(s) on this node"), "{text}");
-    assert!(
-        text.contains("rank 3: wait_for_data (scripts/hang_rank.py:14)"),
-        "{text}"
-    );
+    assert!(text.contains(&wait_line()), "{text}");
     assert!(text.contains("ranks 0-2: all_reduce"), "{text}");
 }
 
@@ -153,6 +170,7 @@ fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
     .stderr(std::process::Stdio::null())
     .spawn()
     .unwrap();
+    let mut child = Job(child);
     let dir = running_job(logs.path(), d.path());
     let (code, out, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
     assert_eq!(code, 0, "{err}");
@@ -172,8 +190,8 @@ fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
         .text()
         .unwrap();
     expect_stacks(&text);
-    sigterm(&child);
-    child.wait().unwrap();
+    sigterm(&child.0);
+    child.0.wait().unwrap();
     let (code, _, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("cannot reach the job"), "{err}");
@@ -201,13 +219,13 @@ fn toporun_stacks_works_when_toporun_is_pid_1() {
     .current_dir(scripts())
     .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::null());
-    let mut child = c.spawn().expect("unshare (util-linux; needs root)");
+    let mut child = Job(c.spawn().expect("unshare (util-linux; needs root)"));
     let dir = running_job(logs.path(), d.path());
     let (code, out, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
     assert_eq!(code, 0, "{err}");
     expect_stacks(&out);
     // unshare ignores SIGTERM while it waits: toporun (its child) gets it.
-    let pid = child.id();
+    let pid = child.0.id();
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
     let toporun_pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
     nix::sys::signal::kill(
@@ -215,7 +233,7 @@ fn toporun_stacks_works_when_toporun_is_pid_1() {
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    child.wait().unwrap();
+    child.0.wait().unwrap();
 }
 
 #[test]
