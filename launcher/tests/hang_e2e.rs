@@ -155,7 +155,7 @@ fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
         .local_addr()
         .unwrap()
         .port();
-    let mut child = job(
+    let child = job(
         "hang",
         d.path(),
         &[
