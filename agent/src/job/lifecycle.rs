@@ -302,7 +302,6 @@ async fn attempt(
         })
     };
     let (watcher, hangs) = hang_watch::start(live.clone(), p.hang, count);
-    let hangs = Some(hangs);
     let timer = &mut life.timer;
     let stop = async move {
         tokio::select! {
@@ -471,17 +470,13 @@ impl std::fmt::Display for AttemptStop {
 }
 
 /// Resolves with a hang's report under `--on-hang stop`; never otherwise.
-async fn hang_stop(
-    hangs: Option<mpsc::UnboundedReceiver<String>>,
-    watch: Option<HangWatch>,
-) -> String {
-    match (hangs, watch) {
-        (Some(mut rx), Some(w)) if w.stop => match rx.recv().await {
-            Some(report) => report,
-            None => std::future::pending().await,
-        },
-        _ => std::future::pending().await,
+async fn hang_stop(mut hangs: mpsc::UnboundedReceiver<String>, watch: Option<HangWatch>) -> String {
+    if watch.is_some_and(|w| w.stop) {
+        if let Some(report) = hangs.recv().await {
+            return report;
+        }
     }
+    std::future::pending().await
 }
 
 /// The stacks of the ranks still running when one failed (read within about 1 s; a

@@ -87,6 +87,7 @@ pub fn ask(run_dir: &Path, json: bool) -> std::io::Result<String> {
 }
 
 /// The jobs running here: (launcher pid, run directory), whose launcher is alive.
+/// Entries a killed launcher left behind (SIGKILL runs no cleanup) are removed.
 pub fn running() -> Vec<(u32, PathBuf)> {
     let Ok(entries) = std::fs::read_dir(index_dir()) else {
         return Vec::new();
@@ -96,8 +97,11 @@ pub fn running() -> Vec<(u32, PathBuf)> {
         .filter_map(|e| {
             let pid: u32 = e.file_name().to_str()?.parse().ok()?;
             let dir = PathBuf::from(std::fs::read_to_string(e.path()).ok()?);
-            let alive = Path::new(&format!("/proc/{pid}")).exists() && dir.join(SOCKET).exists();
-            alive.then_some((pid, dir))
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                let _ = std::fs::remove_file(e.path());
+                return None;
+            }
+            dir.join(SOCKET).exists().then_some((pid, dir))
         })
         .collect()
 }
@@ -130,5 +134,17 @@ mod tests {
         assert!(!running().iter().any(|(_, dir)| dir == d.path()));
         let _ = child.kill();
         let _ = child.wait();
+    }
+
+    #[test]
+    fn an_entry_left_by_a_killed_launcher_is_removed() {
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        std::fs::create_dir_all(index_dir()).unwrap();
+        let entry = index_dir().join(pid.to_string());
+        std::fs::write(&entry, "/nonexistent/run").unwrap();
+        assert!(!running().iter().any(|(p, _)| *p == pid));
+        assert!(!entry.exists());
     }
 }
