@@ -107,6 +107,91 @@ fn a_failing_ranks_summary_says_where_the_others_stood() {
     );
 }
 
+/// One node of a static 2-node job of 2 ranks each on loopback.
+fn node_of_two(rank: u32, port: u16, out: &Path, logs: &Path) -> Job {
+    let mut c = toporun();
+    c.args([
+        "--nnodes=2",
+        &format!("--node-rank={rank}"),
+        "--master-addr=127.0.0.1",
+        &format!("--master-port={port}"),
+        "--nproc-per-node=2",
+        "--nccl-report=off",
+        "--hang-timeout=10",
+        "--on-hang=stop",
+        "--log-dir",
+        logs.to_str().unwrap(),
+        "hang_rank.py",
+    ])
+    .env("MODE", "hang")
+    .env("OUT", out)
+    .env("PYTHON_EXEC", python())
+    .current_dir(scripts())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    Job(c.spawn().unwrap())
+}
+
+fn finished(mut j: Job) -> (i32, String) {
+    let child = std::mem::replace(&mut j.0, Command::new("true").spawn().unwrap());
+    let o = child.wait_with_output().unwrap();
+    (
+        o.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
+    let (d, logs0, logs1) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let port = free_port();
+    let host = node_of_two(0, port, d.path(), logs0.path());
+    let other = node_of_two(1, port, d.path(), logs1.path());
+    let ((code0, err0), (code1, err1)) = (finished(host), finished(other));
+    // Global rank 3 is node 1's local rank 1.
+    let placed = "rank 3 (node 1 on ";
+    assert!(
+        err0.contains(placed) && err0.contains(", local rank 1): wait_for_data"),
+        "{err0}"
+    );
+    assert!(
+        err0.contains("is not where the other 3 wait in all_reduce"),
+        "{err0}"
+    );
+    assert!(
+        err1.contains("found no rank of any node making progress"),
+        "{err1}"
+    );
+    assert!(err1.contains(placed), "{err1}");
+    assert_eq!((code0, code1), (124, 124), "{err0}\n---\n{err1}");
+    // The finding, as JSON in the deciding node's run directory.
+    let json = walk(logs0.path())
+        .into_iter()
+        .find(|p| p.ends_with("hang.json"))
+        .expect("hang.json");
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
+    assert_eq!(v["odd"], serde_json::json!([3]), "{v}");
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
 #[test]
 fn a_zero_hang_timeout_is_a_usage_error() {
     let (code, _, err) = run(toporun().args(["--hang-timeout=0", "--no-python", "true"]));
@@ -255,6 +340,13 @@ fn flight_recorder_dumps_name_the_rank_that_never_entered_even_with_an_unwritabl
         "{err}"
     );
     assert!(err.contains(named), "{err}");
+    // The finding heads the failure summary.
+    assert!(
+        err.contains(
+            "toporun: flight recorder: rank(s) 3 never entered gloo:all_reduce #4 on group 0"
+        ),
+        "{err}"
+    );
     // The same dumps, offline.
     let run_dir = std::fs::read_dir(logs.path())
         .unwrap()

@@ -1,8 +1,9 @@
 //! Samples every local rank's Python stack while the ranks run, keeping the last
-//! sample (where the others stood when one fails, even if they die with it); with
-//! `--hang-timeout`, when no rank has made progress for the timeout, says where each
-//! one stands (the odd ones first) and which rank differs. On its own thread: py-spy's
-//! reads are blocking.
+//! sample (where the others stood when one fails, even if they die with it). With
+//! `--hang-timeout` on a single node, when no rank has made progress for the
+//! timeout, it reports where each stands (the odd ones first) and which rank differs;
+//! on several nodes it hands each sample to the job-wide decision (`hang_exchange`).
+//! On its own thread: py-spy's reads are blocking.
 
 use super::spec::HangWatch;
 use crate::paths::Root;
@@ -11,9 +12,10 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
+use toporun_shared::stacks::hang_report::Hang;
 use toporun_shared::stacks::progress::{Progress, Sample};
-use toporun_shared::stacks::{merge, render_text, RankStack};
+use toporun_shared::stacks::{Places, RankStack};
 
 /// The ranks running now (the supervisor adds and removes them).
 pub type LiveRanks = Arc<Mutex<Vec<RankPid>>>;
@@ -24,35 +26,49 @@ pub fn interval(timeout: Duration) -> Duration {
     (timeout / 20).clamp(Duration::from_millis(250), Duration::from_secs(1))
 }
 
-/// Most frames a group's line shows.
-const FRAMES_SHOWN: usize = 6;
+/// A hang found: the finding, and the report as printed.
+#[derive(Debug, Clone)]
+pub struct HangReport {
+    pub hang: Hang,
+    pub text: String,
+}
 
-/// The report for a hang: every rank's stack grouped, and the rank(s) that differ.
-pub fn report(stacks: &[RankStack], stalled: Duration, timeout: Duration) -> String {
-    let groups = merge(stacks);
-    let mut out = format!(
-        "toporun: hang: no rank has made progress for {:.0}s (--hang-timeout {:.0}s); where each stands, the odd ones first:\n",
-        stalled.as_secs_f64(),
-        timeout.as_secs_f64()
-    );
-    out.push_str(&render_text(&groups, FRAMES_SHOWN));
-    match groups.as_slice() {
-        [odd, .., most] if odd.ranks.len() < most.ranks.len() => {
-            let who = odd.ranks.iter().map(u32::to_string).collect::<Vec<_>>();
-            let (what, where_) = match most.frames.first() {
-                Some(f) => ("wait in", f.function.as_str()),
-                None => ("stand", "elsewhere"),
-            };
-            out.push_str(&format!(
-                "toporun: hang: rank {} is not where the other {} {what} {where_}: it most likely holds them up\n",
-                who.join(","),
-                most.ranks.len(),
-            ));
-        }
-        [_] => out.push_str("toporun: hang: every rank stands at the same place: look for a peer on another node, a dead data-loader worker, or a step longer than --hang-timeout\n"),
-        _ => {}
+/// Where a found hang goes: stderr, the status counters, and the attempt.
+#[derive(Clone)]
+pub struct Sink {
+    counted: Arc<dyn Fn(&HangReport) + Send + Sync>,
+    tx: mpsc::UnboundedSender<HangReport>,
+}
+
+impl Sink {
+    pub fn new(
+        counted: impl Fn(&HangReport) + Send + Sync + 'static,
+    ) -> (Sink, mpsc::UnboundedReceiver<HangReport>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let counted = Arc::new(counted);
+        (Sink { counted, tx }, rx)
     }
-    out
+
+    pub fn found(&self, r: HangReport) {
+        eprint!("{}", r.text);
+        (self.counted)(&r);
+        let _ = self.tx.send(r);
+    }
+}
+
+/// This node's ranks at one sample: how long all have stood still, and where.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSample {
+    pub stalled: Duration,
+    pub stacks: Vec<RankStack>,
+}
+
+/// Who decides that the job hangs.
+pub enum Decide {
+    /// This node alone (a single-node job).
+    Here,
+    /// The job-wide exchange, which gets every sample.
+    Publish(watch::Sender<NodeSample>),
 }
 
 /// How often ranks are sampled without --hang-timeout.
@@ -87,23 +103,81 @@ impl Drop for Watcher {
     }
 }
 
-/// Starts sampling `ranks`; with `watch`, each hang's report is printed, counted in
-/// `on_hang`, and sent on the returned channel.
-pub fn start(
-    ranks: LiveRanks,
-    watch: Option<HangWatch>,
-    on_hang: impl Fn(&str) + Send + 'static,
-) -> (Watcher, mpsc::UnboundedReceiver<String>) {
+/// The watching state of the sampler thread.
+struct Judge {
+    watch: HangWatch,
+    decide: Decide,
+    sink: Sink,
+    progress: Progress,
+    reported: bool,
+    refused: bool,
+    root: Root,
+}
+
+impl Judge {
+    fn judge(&mut self, live: &[RankPid], stacks: &[RankStack]) {
+        // Without stacks a compute loop would look hung: watch nothing then.
+        if let Some(e) = stacks
+            .iter()
+            .find_map(|s| s.error.as_ref())
+            .filter(|_| stacks.iter().all(|s| s.error.is_some()))
+        {
+            if !self.refused {
+                eprintln!(
+                    "toporun: warning: hang detection off: cannot read the ranks' stacks ({e})"
+                );
+                self.refused = true;
+            }
+            return;
+        }
+        let now = Instant::now();
+        for s in stacks {
+            let w = written(&self.root, s.pid).unwrap_or(0);
+            self.progress.observe(s.rank, Sample::of(s, w), now);
+        }
+        let ids: Vec<u32> = live.iter().map(|r| r.rank).collect();
+        let timeout = self.watch.timeout;
+        if let Decide::Publish(tx) = &self.decide {
+            let stalled = self.progress.hung(&ids, Duration::ZERO, now);
+            let stacks = stacks.to_vec();
+            let _ = tx.send(NodeSample {
+                stalled: stalled.unwrap_or_default(),
+                stacks,
+            });
+            return;
+        }
+        match self.progress.hung(&ids, timeout, now) {
+            Some(stalled) if !self.reported => {
+                let hang = Hang::of(stacks, &Places::new(), stalled, timeout);
+                let text = hang.text(&Places::new());
+                self.sink.found(HangReport { hang, text });
+                self.reported = true;
+            }
+            Some(_) => {}
+            // Progress again: a later hang is reported anew.
+            None => self.reported = false,
+        }
+    }
+}
+
+/// Starts sampling `ranks`; with `watch`, a hang is decided as `decide` says, and a
+/// hang found here goes to `sink`.
+pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: Sink) -> Watcher {
     let done = Arc::new(AtomicBool::new(false));
     let last: Arc<Mutex<HashMap<i32, RankStack>>> = Default::default();
-    let (tx, rx) = mpsc::unbounded_channel();
     let (stop, keep) = (done.clone(), last.clone());
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
+    let mut judge = watch.map(|watch| Judge {
+        watch,
+        decide,
+        sink,
+        progress: Progress::new(),
+        reported: false,
+        refused: false,
+        root: Root::live(),
+    });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
-        let mut progress = Progress::new();
-        let (mut reported, mut refused) = (false, false);
-        let root = Root::live();
         while !stop.load(Ordering::Relaxed) {
             std::thread::sleep(every);
             let live: Vec<RankPid> = ranks.lock().map(|r| r.clone()).unwrap_or_default();
@@ -117,86 +191,17 @@ pub fn start(
                     l.insert(s.pid, s.clone());
                 }
             }
-            let Some(watch) = watch else {
-                continue;
-            };
-            // Without stacks a compute loop would look hung: watch nothing then.
-            if let Some(e) = stacks
-                .iter()
-                .find_map(|s| s.error.as_ref())
-                .filter(|_| stacks.iter().all(|s| s.error.is_some()))
-            {
-                if !refused {
-                    eprintln!(
-                        "toporun: warning: hang detection off: cannot read the ranks' stacks ({e})"
-                    );
-                    refused = true;
-                }
-                continue;
-            }
-            let now = Instant::now();
-            for s in &stacks {
-                let w = written(&root, s.pid).unwrap_or(0);
-                progress.observe(s.rank, Sample::of(s, w), now);
-            }
-            let ids: Vec<u32> = live.iter().map(|r| r.rank).collect();
-            match progress.hung(&ids, watch.timeout, now) {
-                Some(stalled) if !reported => {
-                    let text = report(&stacks, stalled, watch.timeout);
-                    eprint!("{text}");
-                    on_hang(&text);
-                    let _ = tx.send(text);
-                    reported = true;
-                }
-                Some(_) => {}
-                // Progress again: a later hang is reported anew.
-                None => reported = false,
+            if let Some(j) = judge.as_mut() {
+                j.judge(&live, &stacks);
             }
         }
     });
-    (Watcher { done, last }, rx)
+    Watcher { done, last }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toporun_shared::stacks::{Frame, ThreadStack};
-
-    fn rank(rank: u32, function: &str) -> RankStack {
-        RankStack {
-            rank,
-            local_rank: rank,
-            pid: 1,
-            threads: vec![ThreadStack {
-                thread: None,
-                frames: vec![Frame {
-                    function: function.into(),
-                    file: "train.py".into(),
-                    line: 7,
-                }],
-            }],
-            error: None,
-        }
-    }
-
-    #[test]
-    fn the_report_names_the_odd_rank_and_the_others_call() {
-        let stacks = [
-            rank(0, "all_reduce"),
-            rank(1, "all_reduce"),
-            rank(2, "all_reduce"),
-            rank(3, "wait_for_data"),
-        ];
-        let text = report(&stacks, Duration::from_secs(10), Duration::from_secs(10));
-        assert!(
-            text.contains("rank 3: wait_for_data (train.py:7)"),
-            "{text}"
-        );
-        assert!(
-            text.contains("rank 3 is not where the other 3 wait in all_reduce"),
-            "{text}"
-        );
-    }
 
     #[test]
     fn sampling_is_a_twentieth_of_the_timeout_within_bounds() {

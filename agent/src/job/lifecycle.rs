@@ -4,7 +4,8 @@
 
 use super::entry::Entered;
 use super::error::JobError;
-use super::hang_watch::{self, LiveRanks};
+use super::hang_exchange;
+use super::hang_watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
 use super::nccl_report::{self, Capture, Reporter};
 use super::ranks::rank_commands;
 use super::run_dir::RunDir;
@@ -15,9 +16,10 @@ use super::stacks_socket;
 use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::flight_recorder::DUMP_PREFIX_VAR;
 use crate::paths::random_id;
-use crate::rendezvous::StopReason;
+use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
+use crate::store::StoreServer;
 use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
@@ -179,6 +181,10 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 if let Some(say) = say {
                     eprintln!("toporun: {say}");
                 }
+                // This node asked for the stop: the others still alive hear why.
+                if code != 0 && !matches!(end, AttemptEnd::Stopped(_)) {
+                    session.linger(&node).await;
+                }
                 return Ok(code);
             }
         }
@@ -294,20 +300,20 @@ async fn attempt(
     let world = node.places.first().map_or(0, |r| r.world_size);
     let init_watch = session.watch_init(world, life.grace);
     let live = life.live.clone();
-    let counted = status.clone();
-    let count = move |text: &str| {
-        counted.update(|x| {
-            x.hangs += 1;
-            x.last_hang = Some(text.to_string());
-        })
-    };
-    let (watcher, hangs) = hang_watch::start(live.clone(), p.hang, count);
+    let (watcher, _exchange, hangs) = watch_hangs(p, session, node, &live, &status);
     let timer = &mut life.timer;
+    let on_hang = AfterHang {
+        watch: p.hang,
+        attempt_dir: attempt_dir.clone(),
+        fr_dir: fr_dir.clone(),
+        store: session.workers_store(),
+        nproc: p.nproc,
+    };
     let stop = async move {
         tokio::select! {
             r = stop => AttemptStop::Rendezvous(r),
             r = timer_expired(timer) => AttemptStop::Rendezvous(r),
-            r = hang_stop(hangs, p.hang) => AttemptStop::Hang(r),
+            r = on_hang.events(hangs) => AttemptStop::Hang(r),
         }
     };
     let snapshot: Mutex<Option<String>> = Mutex::new(None);
@@ -365,28 +371,38 @@ async fn attempt(
             if let Some(text) = snapshot.lock().ok().and_then(|mut s| s.take()) {
                 eprint!("{text}");
             }
-            say_flight_recorder(fr_dir.as_deref());
+            let lead = say_flight_recorder(fr_dir.as_deref());
+            let failed = Failed {
+                failures: &failures,
+                lead,
+            };
             rank_failed(
                 p,
                 session,
                 node,
                 restarts,
                 reporter.as_ref(),
-                &failures,
+                failed,
                 &life.status,
             )
             .await
         }
         Outcome::Stopped(AttemptStop::Rendezvous(reason)) => AttemptEnd::Stopped(reason),
         Outcome::Stopped(AttemptStop::Hang(report)) => {
-            say_flight_recorder(fr_dir.as_deref());
+            let collective = say_flight_recorder(fr_dir.as_deref());
             let why = format!(
-                "no rank of node {} made progress for --hang-timeout",
-                node.node_rank
+                "no rank made progress for --hang-timeout: {}",
+                report.hang.headline
             );
-            session.stop_all(round, StopReason::fail(why)).await;
+            session
+                .stop_all(round, StopReason::new(StopKind::Hang, why))
+                .await;
             if let Some(path) = &p.termination_log {
-                let _ = supervise::write_termination_message(path, &report);
+                let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
+                if let Some(c) = collective {
+                    lead.push_str(&format!("toporun: flight recorder: {c}\n"));
+                }
+                let _ = supervise::write_termination_message(path, &(lead + &report.text));
             }
             AttemptEnd::Hang
         }
@@ -438,18 +454,54 @@ fn flight_recorder_env(
 }
 
 /// The flight recorder's dumps of this attempt, matched across ranks, when the ranks
-/// left any (gloo dumps only when asked: `_dump_fr_trace_file`).
-fn say_flight_recorder(dir: Option<&Path>) {
-    let Some(dir) = dir else { return };
-    let (dumps, _) = crate::flight_recorder::read(&[dir.display().to_string()]);
+/// left any (gloo dumps only when asked: `_dump_fr_trace_file`); the finding's line.
+fn say_flight_recorder(dir: Option<&Path>) -> Option<String> {
+    let (dumps, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
     if dumps.is_empty() {
-        return;
+        return None;
     }
     let report = toporun_shared::flight_recorder::analyze(&dumps);
     eprint!(
         "toporun: {}",
         toporun_shared::flight_recorder::render_text(&report)
     );
+    toporun_shared::flight_recorder::headline(&report)
+}
+
+/// Starts sampling the ranks and, on several nodes with --hang-timeout, the
+/// job-wide decision; the hangs found come on the receiver.
+fn watch_hangs(
+    p: &Job,
+    session: &Session,
+    node: &NodePlace,
+    live: &LiveRanks,
+    status: &JobStatus,
+) -> (
+    hang_watch::Watcher,
+    Option<AbortOnDrop>,
+    mpsc::UnboundedReceiver<HangReport>,
+) {
+    let counted = status.clone();
+    let (sink, hangs) = Sink::new(move |r: &HangReport| {
+        counted.update(|x| {
+            x.hangs += 1;
+            x.last_hang = Some(r.text.clone());
+        })
+    });
+    let (decide, task) = match p.hang.zip(session.hang_exchange(node.round, node)) {
+        Some((w, x)) => {
+            let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
+            let host = p.facts.container.hostname.clone();
+            let task = hang_exchange::start(x, host, w, rx, sink.clone());
+            (Decide::Publish(tx), Some(AbortOnDrop(task)))
+        }
+        None => (Decide::Here, None),
+    };
+    (
+        hang_watch::start(live.clone(), p.hang, decide, sink),
+        task,
+        hangs,
+    )
 }
 
 /// What stopped an attempt from outside its ranks.
@@ -457,7 +509,7 @@ enum AttemptStop {
     /// Another node, the keep-alive check or the file timer.
     Rendezvous(StopReason),
     /// `--on-hang stop`, with the hang report.
-    Hang(String),
+    Hang(HangReport),
 }
 
 impl std::fmt::Display for AttemptStop {
@@ -469,14 +521,80 @@ impl std::fmt::Display for AttemptStop {
     }
 }
 
-/// Resolves with a hang's report under `--on-hang stop`; never otherwise.
-async fn hang_stop(mut hangs: mpsc::UnboundedReceiver<String>, watch: Option<HangWatch>) -> String {
-    if watch.is_some_and(|w| w.stop) {
-        if let Some(report) = hangs.recv().await {
-            return report;
+/// What a hang found during the attempt leads to, before any rank is stopped.
+struct AfterHang {
+    watch: Option<HangWatch>,
+    attempt_dir: PathBuf,
+    fr_dir: Option<PathBuf>,
+    /// The workers' store, where this node hosts it.
+    store: Option<StoreServer>,
+    nproc: u32,
+}
+
+/// How long a hang stop waits for the ranks' flight-recorder dumps.
+const DUMP_WAIT: Duration = Duration::from_secs(5);
+
+impl AfterHang {
+    /// Records each hang in the attempt directory (hang.json); under `--on-hang
+    /// stop` asks the ranks for their flight-recorder dumps and resolves.
+    async fn events(self, mut hangs: mpsc::UnboundedReceiver<HangReport>) -> HangReport {
+        while let Some(r) = hangs.recv().await {
+            write_json(&self.attempt_dir.join("hang.json"), &r.hang);
+            if self.watch.is_some_and(|w| w.stop) {
+                self.ask_for_dumps(&r).await;
+                return r;
+            }
         }
+        std::future::pending().await
     }
-    std::future::pending().await
+
+    /// Stock ProcessGroupNCCL makes every rank dump when `exception_dump` (the
+    /// int32 rank that saw the failure) appears at the root of the workers' store,
+    /// and then ends the ranks: only done when they are to be stopped anyway.
+    async fn ask_for_dumps(&self, r: &HangReport) {
+        let Some(dir) = &self.fr_dir else { return };
+        if !uses_nccl(&self.attempt_dir) {
+            return;
+        }
+        if let Some(store) = &self.store {
+            let rank = r.hang.odd.first().copied().unwrap_or(0);
+            let rank = i32::try_from(rank).unwrap_or(0);
+            store.set(EXCEPTION_DUMP_KEY.as_bytes(), rank.to_ne_bytes().to_vec());
+        }
+        let start = std::time::Instant::now();
+        while start.elapsed() < DUMP_WAIT && dumps_in(dir) < self.nproc as usize {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        eprintln!(
+            "toporun: hang: asked the ranks for their flight-recorder dumps (exception_dump); {} of {} here after {:.1}s",
+            dumps_in(dir),
+            self.nproc,
+            start.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The workers' store key stock ProcessGroupNCCL watches to dump on another rank's
+/// failure.
+const EXCEPTION_DUMP_KEY: &str = "exception_dump";
+
+/// Whether this node's ranks started NCCL, as the NCCL report's files tell (no files
+/// there: no communicator, nothing to ask); unknown (the report off) counts as yes.
+fn uses_nccl(attempt_dir: &Path) -> bool {
+    match std::fs::read_dir(attempt_dir.join("nccl")) {
+        Ok(mut files) => files.next().is_some(),
+        Err(_) => true,
+    }
+}
+
+fn dumps_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |d| d.count())
+}
+
+fn write_json(path: &Path, v: &impl serde::Serialize) {
+    if let Ok(s) = serde_json::to_string_pretty(v) {
+        let _ = std::fs::write(path, s);
+    }
 }
 
 /// The stacks of the ranks still running when one failed (read within about 1 s; a
@@ -537,6 +655,13 @@ async fn file_timer_fired(
     AttemptEnd::FileTimer { signal: e.signal }
 }
 
+/// The ranks that failed, and the finding that leads their summary (the
+/// collective the flight recorder says some rank never entered).
+struct Failed<'a> {
+    failures: &'a [supervise::Failure],
+    lead: Option<String>,
+}
+
 /// A local rank failed: every node is told, and when the job ends here the failure
 /// summary, termination message and error file are written.
 async fn rank_failed(
@@ -545,7 +670,7 @@ async fn rank_failed(
     node: &NodePlace,
     restarts: Restarts,
     reporter: Option<&Reporter>,
-    failures: &[supervise::Failure],
+    failed: Failed<'_>,
     status: &JobStatus,
 ) -> AttemptEnd {
     for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
@@ -555,6 +680,7 @@ async fn rank_failed(
             cause.summary
         );
     }
+    let failures = failed.failures;
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
     let what = f
@@ -573,17 +699,20 @@ async fn rank_failed(
     status.update(|x| x.last_failure = Some(ours.to_string()));
     let end = AttemptEnd::RankFailed { ours, won };
     if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts) {
-        write_failure(p, f, failures);
+        write_failure(p, f, &failed);
     }
     end
 }
 
 /// torchrun's failure summary, on stderr, in the termination message and in
-/// TORCHELASTIC_ERROR_FILE.
-fn write_failure(p: &Job, f: &supervise::Failure, failures: &[supervise::Failure]) {
+/// TORCHELASTIC_ERROR_FILE; toporun's leading finding first, where there is one.
+fn write_failure(p: &Job, f: &supervise::Failure, failed: &Failed<'_>) {
     // torch prints socket.getfqdn() there.
     let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
-    let summary = failure_summary(&p.opts.entrypoint, &host, failures);
+    let mut summary = failure_summary(&p.opts.entrypoint, &host, failed.failures);
+    if let Some(lead) = &failed.lead {
+        summary = format!("toporun: flight recorder: {lead}\n{summary}");
+    }
     eprint!("{summary}");
     if let Some(path) = &p.termination_log {
         if let Err(e) = supervise::write_termination_message(path, &summary) {

@@ -7,6 +7,7 @@
 
 mod entry;
 mod error;
+mod hang_exchange;
 mod hang_watch;
 mod lifecycle;
 mod multi_node;

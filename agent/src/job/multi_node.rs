@@ -5,6 +5,7 @@
 
 use super::entry::StopFuture;
 use super::error::JobError;
+use super::hang_exchange::Exchange;
 use super::nccl_report::ReportStore;
 use super::node_table::node_table;
 use super::rdzv_connect::{connect_etcd, connect_store};
@@ -23,6 +24,9 @@ use toporun_shared::torchrun::{endpoint, RdzvBackend};
 use toporun_shared::untrusted::{printable, valid_host};
 
 type Result<T> = std::result::Result<T, JobError>;
+
+/// The longest the store's host waits for the other nodes to see a stop.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct MultiNode {
     pub(super) run_id: String,
@@ -266,6 +270,20 @@ impl MultiNode {
         }
     }
 
+    /// Where this node meets the others for the job-wide hang decision: as the NCCL
+    /// digests, in the workers' store, decided by the node that hosts it.
+    pub fn hang_exchange(&self, round: u32, node: &NodePlace) -> Exchange {
+        let r = self.report_store(round, node);
+        Exchange {
+            host: r.host,
+            port: r.port,
+            keys: self.cfg.round_keys(round),
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            decides: r.is_host,
+        }
+    }
+
     /// A future that resolves when another node asks every node to stop.
     pub async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
         let watch = StopWatch {
@@ -282,9 +300,33 @@ impl MultiNode {
 
     /// Tells every node to stop (first reason wins); returns the reason that won.
     pub async fn stop_all(&mut self, round: u32, reason: StopReason) -> StopReason {
-        request_stop(&mut self.client, &self.cfg, round, &reason)
+        let won = request_stop(&mut self.client, &self.cfg, round, &reason)
             .await
-            .unwrap_or(reason)
+            .unwrap_or(reason);
+        if !self.is_host {
+            let seen = self.cfg.round_keys(round).stop_seen();
+            let _ = self.client.tally(&seen).await;
+        }
+        won
+    }
+
+    /// Before this node leaves a stopped job: where it hosts the store the others
+    /// watch, it waits (at most a few seconds) until they have seen the stop, so they
+    /// act on its reason instead of on a store gone.
+    pub async fn linger(&mut self, round: u32, nnodes: u32) {
+        if !self.is_host || self.etcd.is_some() {
+            return;
+        }
+        let seen = self.cfg.round_keys(round).stop_seen();
+        let start = std::time::Instant::now();
+        while start.elapsed() < LINGER {
+            match self.client.tally_count(&seen).await {
+                // Every node but this one (which never counts itself).
+                Ok(n) if n + 1 >= u64::from(nnodes) => return,
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                Err(_) => return,
+            }
+        }
     }
 
     /// The exit barrier; None when every node finished.

@@ -4,6 +4,7 @@
 
 use super::entry::{Entered, StopFuture};
 use super::error::JobError;
+use super::hang_exchange::Exchange;
 use super::multi_node::MultiNode;
 use super::nccl_report::ReportStore;
 use super::single_node::SingleNode;
@@ -58,6 +59,23 @@ impl Session {
         }
     }
 
+    /// Where this node meets the others to decide a hang (multi-node jobs only).
+    pub fn hang_exchange(&self, round: u32, node: &NodePlace) -> Option<Exchange> {
+        match self {
+            Session::Single(_) => None,
+            Session::Multi(m) => Some(m.hang_exchange(round, node)),
+        }
+    }
+
+    /// The workers' store, when this node hosts it (where torch's ranks look for
+    /// `exception_dump`).
+    pub fn workers_store(&self) -> Option<StoreServer> {
+        match self {
+            Session::Single(s) => Some(s.server.clone()),
+            Session::Multi(m) => m.server.clone().or_else(|| m.round_server.clone()),
+        }
+    }
+
     /// A future that resolves when another node asks every node to stop.
     pub async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
         match self {
@@ -74,6 +92,13 @@ impl Session {
         }
     }
 
+    /// Before leaving a stopped job: the other nodes see why (multi-node only).
+    pub async fn linger(&mut self, node: &NodePlace) {
+        if let Session::Multi(m) = self {
+            m.linger(node.round, node.nnodes).await;
+        }
+    }
+
     /// The exit barrier; None when every node finished.
     pub async fn finish(&mut self, round: u32, node: &NodePlace) -> Result<Option<StopReason>> {
         match self {
@@ -86,10 +111,7 @@ impl Session {
     /// says when some workers connected but others did not: the signature of a rank
     /// hung in init_process_group.
     pub fn watch_init(&self, world: u32, grace: Duration) -> Option<tokio::task::JoinHandle<()>> {
-        let server = match self {
-            Session::Single(s) => s.server.clone(),
-            Session::Multi(m) => m.server.clone().or_else(|| m.round_server.clone())?,
-        };
+        let server = self.workers_store()?;
         let count = move || {
             server
                 .get(b"init/")

@@ -116,6 +116,9 @@ pub fn next(end: &AttemptEnd, restarts: Restarts) -> Next {
                 summary: true,
             })
         }
+        AttemptEnd::Stopped(reason) if reason.kind == StopKind::Hang => {
+            exit(HANG_EXIT, Some(format!("the job stopped: {reason}")))
+        }
         AttemptEnd::Stopped(reason) => go_on(reason, "restarting this node's ranks", restarts)
             .unwrap_or_else(|| exit(1, Some(format!("the job stopped: {reason}")))),
         AttemptEnd::Signal => exit(1, None),
@@ -240,18 +243,22 @@ mod tests {
 
     #[test]
     fn a_hang_stopped_by_on_hang_ends_with_its_own_code_never_a_restart() {
-        let n = next(&AttemptEnd::Hang, ONE_LEFT);
-        assert!(
-            matches!(
-                n,
-                Next::Exit {
-                    code: HANG_EXIT,
-                    summary: false,
-                    ..
-                }
-            ),
-            "{n:?}"
-        );
+        // Here, or on another node that stopped every node for it.
+        let elsewhere = AttemptEnd::Stopped(StopReason::new(StopKind::Hang, "no progress"));
+        for end in [AttemptEnd::Hang, elsewhere] {
+            let n = next(&end, ONE_LEFT);
+            assert!(
+                matches!(
+                    n,
+                    Next::Exit {
+                        code: HANG_EXIT,
+                        summary: false,
+                        ..
+                    }
+                ),
+                "{n:?}"
+            );
+        }
     }
 
     #[test]

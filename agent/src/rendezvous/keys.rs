@@ -11,10 +11,11 @@
 //! - `name/<rank>`: "hostname, address", to name a node that is lost.
 //! - `closed`: [`Closed`](super::Closed), written once by the coordinator.
 //! - `stop`: [`StopReason`](super::StopReason), first writer wins.
-//! - `alive/<rank>`, `waiting`, `done`, `done_seen`, `refused_seen`: liveness,
-//!   spares and the exit barrier.
+//! - `alive/<rank>`, `waiting`, `done`, `done_seen`, `refused_seen`, `stop_seen`:
+//!   liveness, spares, the exit barrier and stops seen.
 //! - `coordinator` (etcd: the node that closes the round), `master` (etcd: the
-//!   workers' store of the round), `nccl/` (the NCCL digests).
+//!   workers' store of the round), `nccl/` (the NCCL digests), `stacks/<node>` and
+//!   `hang` (the job-wide hang decision).
 
 /// The run's keys outside any round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,6 +115,11 @@ impl RoundKeys {
         self.key("done_seen")
     }
 
+    /// Nodes that saw the round's stop (the store's host outlives their reading it).
+    pub fn stop_seen(&self) -> String {
+        self.key("stop_seen")
+    }
+
     pub fn refused_seen(&self) -> String {
         self.key("refused_seen")
     }
@@ -129,6 +135,16 @@ impl RoundKeys {
     /// The nodes' NCCL digests; a prefix ending in '/'.
     pub fn nccl(&self) -> String {
         self.key("nccl/")
+    }
+
+    /// Each node's stall and stacks, for the job-wide hang decision.
+    pub fn stacks(&self, node_rank: u32) -> String {
+        self.key(&format!("stacks/{node_rank}"))
+    }
+
+    /// The job-wide hang report the deciding node wrote.
+    pub fn hang(&self) -> String {
+        self.key("hang")
     }
 }
 

@@ -50,6 +50,8 @@ pub enum StopKind {
     Membership,
     /// The job ends.
     Fail,
+    /// No rank of the job made progress and `--on-hang stop` ends it (exit 124).
+    Hang,
 }
 
 impl StopKind {
@@ -58,6 +60,7 @@ impl StopKind {
             StopKind::Restart => "restart",
             StopKind::Membership => "membership",
             StopKind::Fail => "fail",
+            StopKind::Hang => "hang",
         }
     }
 }
@@ -186,7 +189,12 @@ mod tests {
 
     #[test]
     fn stop_reasons_round_trip_and_print_as_before() {
-        for kind in [StopKind::Restart, StopKind::Membership, StopKind::Fail] {
+        for kind in [
+            StopKind::Restart,
+            StopKind::Membership,
+            StopKind::Fail,
+            StopKind::Hang,
+        ] {
             let r = StopReason::new(kind, "node 1 failed");
             assert_eq!(StopReason::decode("k", &r.encode()), r);
         }

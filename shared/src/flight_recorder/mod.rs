@@ -6,4 +6,4 @@ mod dump;
 mod matching;
 
 pub use dump::{parse, rank_of, Dump, DumpError, Entry};
-pub use matching::{analyze, render_text, Issue, Missing, Report};
+pub use matching::{analyze, headline, render_text, Issue, Missing, Report};

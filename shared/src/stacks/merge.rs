@@ -2,10 +2,24 @@
 //! the rank holding the others up is usually the one that differs.
 
 use super::model::{Frame, RankStack};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Where a global rank runs in a job of several nodes: shown for the odd groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    pub node_rank: u32,
+    pub host: String,
+}
+
+/// Each global rank's place, with its local rank (empty on a single node).
+pub type Places = BTreeMap<u32, (Place, u32)>;
+
+/// Groups of at most this many ranks name each rank's node, host and local rank.
+const PLACED_UP_TO: usize = 4;
 
 /// Ranks whose main threads stand at the same frames.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Group {
     pub ranks: Vec<u32>,
     /// The main thread's frames, innermost first (empty: no stack could be read).
@@ -42,7 +56,7 @@ pub fn merge(stacks: &[RankStack]) -> Vec<Group> {
 }
 
 /// "0-6", "3", "0-2,5".
-fn ranks_text(ranks: &[u32]) -> String {
+pub fn ranks_text(ranks: &[u32]) -> String {
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i < ranks.len() {
@@ -74,9 +88,40 @@ fn short(file: &str) -> &str {
 
 /// One line per group: `ranks 0-6: all_reduce (distributed_c10d.py:NNN) <- step (train.py:42)`.
 pub fn render_text(groups: &[Group], max_frames: usize) -> String {
+    render_placed(groups, max_frames, &Places::new())
+}
+
+/// "rank 3", or "rank 3 (node 1 on host-b, local rank 1)" where its place is known.
+pub fn rank_label(rank: u32, places: &Places) -> String {
+    match places.get(&rank) {
+        Some((p, local)) => format!(
+            "rank {rank} (node {} on {}, local rank {local})",
+            p.node_rank, p.host
+        ),
+        None => format!("rank {rank}"),
+    }
+}
+
+/// The ranks of a group: their places where the group is small and places are known.
+fn group_label(g: &Group, places: &Places) -> String {
+    let placed = !places.is_empty() && g.ranks.len() <= PLACED_UP_TO;
+    match g.ranks.as_slice() {
+        [one] => rank_label(*one, places),
+        many if placed => format!(
+            "ranks {}",
+            many.iter()
+                .map(|r| rank_label(*r, places).replacen("rank ", "", 1))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        many => format!("ranks {}", ranks_text(many)),
+    }
+}
+
+/// As [`render_text`], naming the node, host and local rank of the odd groups' ranks.
+pub fn render_placed(groups: &[Group], max_frames: usize, places: &Places) -> String {
     let mut out = String::new();
     for g in groups {
-        let who = if g.ranks.len() == 1 { "rank" } else { "ranks" };
         let what = match &g.error {
             Some(e) => format!("no stack: {e}"),
             None if g.frames.is_empty() => "no Python frame (in native code, or exiting)".into(),
@@ -88,7 +133,7 @@ pub fn render_text(groups: &[Group], max_frames: usize) -> String {
                 .collect::<Vec<_>>()
                 .join(" <- "),
         };
-        out.push_str(&format!("  {who} {}: {what}\n", ranks_text(&g.ranks)));
+        out.push_str(&format!("  {}: {what}\n", group_label(g, places)));
     }
     out
 }

@@ -1,10 +1,13 @@
 //! The Python stacks of a job's ranks, as data: what a capture gives (`RankStack`),
-//! grouped across ranks with the odd ones first (`merge`), and whether ranks still make
-//! progress (`progress`).
+//! grouped across ranks with the odd ones first (`merge`), whether ranks still make
+//! progress (`progress`), the report of a hang (`hang_report`) and the view across
+//! nodes (`job_view`).
 
+pub mod hang_report;
+pub mod job_view;
 mod merge;
 mod model;
 pub mod progress;
 
-pub use merge::{merge, render_text, Group};
+pub use merge::{merge, rank_label, ranks_text, render_placed, render_text, Group, Place, Places};
 pub use model::{Frame, RankStack, ThreadStack};

@@ -1,0 +1,171 @@
+//! The job-wide hang decision on several nodes. Each node publishes, at every
+//! sample, how long its ranks have stood still (and, past half the timeout, where
+//! they stand) under `stacks/<node>` in the workers' store; the node hosting that
+//! store declares the hang once every node has stood still for the timeout, prints
+//! one view naming each odd rank's node, host and local rank, and writes it under
+//! `hang`, where the other nodes read and print it.
+
+use super::hang_watch::{HangReport, NodeSample, Sink};
+use super::spec::HangWatch;
+use crate::rendezvous::RoundKeys;
+use crate::store::{StoreClient, StoreError};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+use tokio::sync::watch;
+use toporun_shared::stacks::hang_report::Hang;
+use toporun_shared::stacks::job_view::{flatten, job_hung, NodeStacks};
+
+/// Where this node meets the others: the workers' store of the round.
+pub struct Exchange {
+    pub host: String,
+    pub port: u16,
+    pub keys: RoundKeys,
+    pub node_rank: u32,
+    pub nnodes: u32,
+    /// This node decides (it hosts the workers' store).
+    pub decides: bool,
+}
+
+/// The decided hang, as the deciding node writes it under `hang`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Notice {
+    /// Counts the job's hangs, so a node prints each once.
+    seq: u32,
+    decider: u32,
+    hang: Hang,
+    text: String,
+}
+
+struct State {
+    reported: bool,
+    seq: u32,
+}
+
+/// Starts exchanging this node's samples; a hang decided goes to `sink`.
+pub fn start(
+    x: Exchange,
+    hostname: String,
+    watch: HangWatch,
+    mut samples: watch::Receiver<NodeSample>,
+    sink: Sink,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut c = match StoreClient::connect(&x.host, x.port, Duration::from_secs(30)).await {
+            Ok(c) => c,
+            Err(e) => return unavailable(&e),
+        };
+        let mut state = State {
+            reported: false,
+            seq: 0,
+        };
+        while samples.changed().await.is_ok() {
+            let s = samples.borrow_and_update().clone();
+            if let Err(e) = x
+                .step(&mut c, &hostname, watch, &s, &mut state, &sink)
+                .await
+            {
+                return unavailable(&e);
+            }
+        }
+    })
+}
+
+fn unavailable(e: &StoreError) {
+    eprintln!("toporun: warning: job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
+}
+
+impl Exchange {
+    async fn step(
+        &self,
+        c: &mut StoreClient,
+        hostname: &str,
+        watch: HangWatch,
+        s: &NodeSample,
+        state: &mut State,
+        sink: &Sink,
+    ) -> Result<(), StoreError> {
+        // Where the ranks stand travels only once they have stood still a while.
+        let shown = if s.stalled >= watch.timeout / 2 {
+            s.stacks.as_slice()
+        } else {
+            &[]
+        };
+        let mine = NodeStacks::new(self.node_rank, hostname, s.stalled, shown);
+        c.set(&self.keys.stacks(self.node_rank), &mine.encode())
+            .await?;
+        if s.stalled < watch.timeout {
+            state.reported = false;
+            return Ok(());
+        }
+        if state.reported {
+            return Ok(());
+        }
+        let found = if self.decides {
+            self.decide(c, watch.timeout, state.seq + 1).await?
+        } else {
+            self.read_notice(c, state.seq).await?
+        };
+        if let Some(n) = found {
+            if !self.decides {
+                eprintln!("toporun: hang: node {} (hosting the workers' store) found no rank of any node making progress; its job-wide view:", n.decider);
+            }
+            state.seq = n.seq;
+            state.reported = true;
+            sink.found(HangReport {
+                hang: n.hang,
+                text: n.text,
+            });
+        }
+        Ok(())
+    }
+
+    /// Reads every node's record; a notice when the whole job hangs.
+    async fn decide(
+        &self,
+        c: &mut StoreClient,
+        timeout: Duration,
+        seq: u32,
+    ) -> Result<Option<Notice>, StoreError> {
+        let keys: Vec<String> = (0..self.nnodes).map(|n| self.keys.stacks(n)).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        if !c.check(&refs).await? {
+            return Ok(None);
+        }
+        let nodes: Vec<NodeStacks> = c
+            .multi_get_now(&refs)
+            .await?
+            .iter()
+            .filter_map(|raw| NodeStacks::decode(raw))
+            .collect();
+        let Some(stalled) = job_hung(&nodes, self.nnodes, timeout) else {
+            return Ok(None);
+        };
+        let (stacks, places) = flatten(&nodes);
+        let hang = Hang::of(&stacks, &places, stalled, timeout);
+        let notice = Notice {
+            seq,
+            decider: self.node_rank,
+            text: hang.text(&places),
+            hang,
+        };
+        let bytes = serde_json::to_vec(&notice).unwrap_or_default();
+        c.set(&self.keys.hang(), &bytes).await?;
+        Ok(Some(notice))
+    }
+
+    /// The deciding node's notice, when it is newer than `seen`.
+    async fn read_notice(
+        &self,
+        c: &mut StoreClient,
+        seen: u32,
+    ) -> Result<Option<Notice>, StoreError> {
+        let key = self.keys.hang();
+        if !c.check(&[key.as_str()]).await? {
+            return Ok(None);
+        }
+        let raw = c.get(&key, Duration::from_secs(5)).await?;
+        Ok(serde_json::from_slice::<Notice>(&raw)
+            .ok()
+            .filter(|n| n.seq > seen))
+    }
+}

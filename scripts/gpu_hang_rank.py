@@ -1,0 +1,23 @@
+"""A rank for scripts/gpu_fr_dumps.sh: three NCCL all_reduces on its GPU, then it
+waits in a function of its own (a hang toporun should find and stop)."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def wait_for_data():
+    time.sleep(3600)
+
+
+local = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+backend = dist.group.WORLD._get_backend(torch.device("cuda"))
+print(f"torch {torch.__version__}: {type(backend).__name__}", flush=True)
+t = torch.ones(1 << 20, device="cuda")
+for _ in range(3):
+    dist.all_reduce(t)
+torch.cuda.synchronize()
+wait_for_data()

@@ -1,0 +1,168 @@
+//! Hangs across nodes: each node publishes how long its ranks have made no progress
+//! and where they stand ([`NodeStacks`], bounded in size), and the node hosting the
+//! workers' store decides: the job hangs when every node has stood still for the
+//! timeout ([`job_hung`]), and one view names each rank's node, host and local rank.
+
+use super::merge::{Place, Places};
+use super::model::{RankStack, ThreadStack};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// At most this many bytes per node on the store.
+pub const MAX_BYTES: usize = 64 * 1024;
+
+/// Frames kept per rank, and fewer when a node's record would exceed [`MAX_BYTES`].
+const FRAMES_KEPT: [usize; 3] = [24, 6, 1];
+
+/// One node's ranks, as it publishes them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeStacks {
+    pub node_rank: u32,
+    pub host: String,
+    /// How long every local rank has made no progress, in ms (0: one makes some).
+    pub stalled_ms: u64,
+    /// Each rank's main thread only (empty while the ranks make progress).
+    pub ranks: Vec<RankStack>,
+}
+
+impl NodeStacks {
+    pub fn new(node_rank: u32, host: &str, stalled: Duration, stacks: &[RankStack]) -> Self {
+        NodeStacks {
+            node_rank,
+            host: host.to_string(),
+            stalled_ms: u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
+            ranks: stacks.iter().map(main_thread_only).collect(),
+        }
+    }
+
+    pub fn stalled(&self) -> Duration {
+        Duration::from_millis(self.stalled_ms)
+    }
+
+    /// JSON of at most [`MAX_BYTES`]: fewer frames, then fewer ranks, where needed.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut n = self.clone();
+        for keep in FRAMES_KEPT {
+            for r in &mut n.ranks {
+                for t in &mut r.threads {
+                    t.frames.truncate(keep);
+                }
+            }
+            let bytes = serde_json::to_vec(&n).unwrap_or_default();
+            if bytes.len() <= MAX_BYTES {
+                return bytes;
+            }
+        }
+        n.ranks.clear();
+        serde_json::to_vec(&n).unwrap_or_default()
+    }
+
+    /// A record read back from the store; None when it is not one (or too large).
+    pub fn decode(raw: &[u8]) -> Option<NodeStacks> {
+        if raw.len() > MAX_BYTES {
+            return None;
+        }
+        serde_json::from_slice(raw).ok()
+    }
+}
+
+fn main_thread_only(s: &RankStack) -> RankStack {
+    let threads: Vec<ThreadStack> = s.main_thread().cloned().into_iter().collect();
+    RankStack {
+        threads,
+        ..s.clone()
+    }
+}
+
+/// How long the job has hung when every one of `nnodes` nodes has published and
+/// stood still for `timeout`: the least of their stalls.
+pub fn job_hung(nodes: &[NodeStacks], nnodes: u32, timeout: Duration) -> Option<Duration> {
+    let all = (0..nnodes).all(|n| nodes.iter().any(|s| s.node_rank == n));
+    let least = nodes.iter().map(NodeStacks::stalled).min()?;
+    (all && least >= timeout).then_some(least)
+}
+
+/// Every node's ranks in one list, and where each global rank runs.
+pub fn flatten(nodes: &[NodeStacks]) -> (Vec<RankStack>, Places) {
+    let mut stacks = Vec::new();
+    let mut places = Places::new();
+    for n in nodes {
+        for r in &n.ranks {
+            let place = Place {
+                node_rank: n.node_rank,
+                host: n.host.clone(),
+            };
+            places.insert(r.rank, (place, r.local_rank));
+            stacks.push(r.clone());
+        }
+    }
+    stacks.sort_by_key(|s| s.rank);
+    (stacks, places)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::model::Frame;
+    use super::*;
+
+    fn rank(rank: u32, frames: usize) -> RankStack {
+        let frame = |i| Frame {
+            function: format!("f{i}"),
+            file: "x".repeat(200),
+            line: 1,
+        };
+        let thread = |name: &str| ThreadStack {
+            thread: Some(name.into()),
+            frames: (0..frames).map(frame).collect(),
+        };
+        RankStack {
+            rank,
+            local_rank: rank % 2,
+            pid: 1,
+            threads: vec![thread("loader"), thread("MainThread")],
+            error: None,
+        }
+    }
+
+    fn node(n: u32, stalled_s: u64) -> NodeStacks {
+        let ranks = [rank(2 * n, 3), rank(2 * n + 1, 3)];
+        NodeStacks::new(n, &format!("h{n}"), Duration::from_secs(stalled_s), &ranks)
+    }
+
+    #[test]
+    fn the_job_hangs_only_when_every_node_stood_still() {
+        let t = Duration::from_secs(10);
+        assert_eq!(
+            job_hung(&[node(0, 12), node(1, 11)], 2, t),
+            Some(Duration::from_secs(11))
+        );
+        assert_eq!(job_hung(&[node(0, 12), node(1, 3)], 2, t), None);
+        // A node that has not published makes progress as far as anyone knows.
+        assert_eq!(job_hung(&[node(0, 12)], 2, t), None);
+    }
+
+    #[test]
+    fn a_record_keeps_the_main_thread_and_stays_bounded() {
+        let ranks: Vec<RankStack> = (0..64).map(|r| rank(r, 100)).collect();
+        let big = NodeStacks::new(0, "h", Duration::ZERO, &ranks);
+        assert!(big.ranks.iter().all(|r| r.threads.len() == 1));
+        let bytes = big.encode();
+        assert!(bytes.len() <= MAX_BYTES, "{}", bytes.len());
+        let back = NodeStacks::decode(&bytes).expect("decodes");
+        assert_eq!(back.ranks.len(), 64);
+        assert!(back.ranks[0].threads[0].frames.len() < 100);
+        assert_eq!(NodeStacks::decode(b"garbage"), None);
+        assert_eq!(NodeStacks::decode(&vec![b' '; MAX_BYTES + 1]), None);
+    }
+
+    #[test]
+    fn flattening_places_every_rank_on_its_node() {
+        let (stacks, places) = flatten(&[node(1, 0), node(0, 0)]);
+        assert_eq!(
+            stacks.iter().map(|s| s.rank).collect::<Vec<_>>(),
+            [0, 1, 2, 3]
+        );
+        let (place, local) = &places[&3];
+        assert_eq!((place.node_rank, place.host.as_str(), *local), (1, "h1", 1));
+    }
+}
