@@ -138,9 +138,35 @@ pub fn written(root: &Root, pid: i32) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The thread stock ProcessGroupNCCL's heartbeat monitor runs as: the one that
+/// watches the workers' store for `exception_dump` (nccl2 and gloo have none).
+pub const NCCL_MONITOR_THREAD: &str = "pt_nccl_heartbt";
+
+/// Whether process `pid` has a thread named `name` (/proc/<pid>/task/*/comm).
+pub fn has_thread(root: &Root, pid: i32, name: &str) -> bool {
+    root.list(format!("{PROC}/{pid}/task")).iter().any(|t| {
+        root.read(format!("{PROC}/{pid}/task/{t}/comm"))
+            .is_some_and(|c| c.trim() == name)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn threads_are_found_by_name() {
+        let d = tempfile::tempdir().unwrap();
+        for (tid, comm) in [(42, "python3\n"), (43, "pt_nccl_heartbt\n")] {
+            let dir = d.path().join(format!("proc/42/task/{tid}"));
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(dir.join("comm"), comm).unwrap();
+        }
+        let root = Root::at(d.path());
+        assert!(has_thread(&root, 42, NCCL_MONITOR_THREAD));
+        assert!(!has_thread(&root, 42, "pt_nccl_watchdg"));
+        assert!(!has_thread(&root, 7, NCCL_MONITOR_THREAD));
+    }
 
     #[test]
     fn wchar_is_read_from_proc_io() {

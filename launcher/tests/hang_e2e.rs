@@ -59,13 +59,31 @@ fn alive(pid: &str) -> bool {
 fn a_hung_rank_is_named_and_on_hang_stop_ends_the_job() {
     let d = tempfile::tempdir().unwrap();
     let start = Instant::now();
-    let (code, _, err) = run(&mut job(
-        "hang",
-        d.path(),
-        &["--hang-timeout=10", "--on-hang=stop"],
-    ));
+    let msg = d.path().join("termination-log");
+    let (code, _, err) = run(
+        job("hang", d.path(), &["--hang-timeout=10", "--on-hang=stop"])
+            .env("WATCH_DUMP_KEY", "1")
+            .env("TOPORUN_TERMINATION_LOG", &msg),
+    );
     let took = start.elapsed();
     assert_eq!(code, 124, "{err}");
+    // Before stopping, toporun asked stock ProcessGroupNCCL's ranks to dump, naming
+    // the odd rank, where their monitor looks.
+    let key = std::fs::read_to_string(d.path().join("exception_dump"));
+    assert_eq!(key.ok().as_deref(), Some("3"), "{err}");
+    // It waited for the one rank with that monitor, and read its dump.
+    assert!(
+        err.contains("1 of 1 flight-recorder dumps here after"),
+        "{err}"
+    );
+    assert!(err.contains("flight recorder: dumps of rank(s) 0"), "{err}");
+    // The finding leads the termination message, the stacks follow.
+    let msg = std::fs::read_to_string(msg).unwrap();
+    assert!(
+        msg.starts_with("toporun: hang: rank 3 is not where the other 3 wait in all_reduce"),
+        "{msg}"
+    );
+    assert!(msg.contains(&wait_line()), "{msg}");
     assert!(err.contains(&wait_line()), "{err}");
     assert!(err.contains("ranks 0-2: all_reduce"), "{err}");
     assert!(

@@ -70,3 +70,22 @@ fn ranks_that_agree_give_no_issue_and_a_dtype_mismatch_names_the_rank() {
         "{report:?}"
     );
 }
+
+/// A real stock ProcessGroupNCCL dump (torch 2.11, 1x H100), written when toporun set
+/// `exception_dump` at a hang stop (scripts/gpu_fr_dumps.sh); its pickle reuses
+/// memoized strings as dict keys.
+#[test]
+fn a_stock_nccl_dump_reads() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/flight-recorder/nccl-legacy-h100/rank_0");
+    let d = parse(0, &std::fs::read(path).unwrap()).unwrap();
+    assert_eq!(d.version, "2.10");
+    assert_eq!(d.entries.len(), 3);
+    assert!(d
+        .entries
+        .iter()
+        .all(|e| e.op == "nccl:all_reduce" && e.completed()));
+    assert_eq!(d.entries[2].collective_seq_id, 3);
+    assert_eq!(d.entries[0].group, "0");
+    assert_eq!(analyze(&[d]).issues, vec![]);
+}

@@ -110,26 +110,36 @@ struct Judge {
     sink: Sink,
     progress: Progress,
     reported: bool,
-    refused: bool,
+    /// Samples in a row where no rank's stack could be read.
+    unreadable: u32,
     root: Root,
 }
 
+/// Unreadable samples in a row before detection is said to be paused.
+const UNREADABLE_SAID: u32 = 5;
+
 impl Judge {
     fn judge(&mut self, live: &[RankPid], stacks: &[RankStack]) {
-        // Without stacks a compute loop would look hung: watch nothing then.
+        // Without stacks a compute loop would look hung: watch nothing then. A read
+        // fails now and then (a thread exiting under the reader): said only when it
+        // keeps failing.
         if let Some(e) = stacks
             .iter()
             .find_map(|s| s.error.as_ref())
             .filter(|_| stacks.iter().all(|s| s.error.is_some()))
         {
-            if !self.refused {
+            self.unreadable += 1;
+            if self.unreadable == UNREADABLE_SAID {
                 eprintln!(
-                    "toporun: warning: hang detection off: cannot read the ranks' stacks ({e})"
+                    "toporun: warning: hang detection paused: cannot read the ranks' stacks ({e})"
                 );
-                self.refused = true;
             }
             return;
         }
+        if self.unreadable >= UNREADABLE_SAID {
+            eprintln!("toporun: hang detection resumed: the ranks' stacks can be read again");
+        }
+        self.unreadable = 0;
         let now = Instant::now();
         for s in stacks {
             let w = written(&self.root, s.pid).unwrap_or(0);
@@ -173,7 +183,7 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
         sink,
         progress: Progress::new(),
         reported: false,
-        refused: false,
+        unreadable: 0,
         root: Root::live(),
     });
     std::thread::spawn(move || {

@@ -4,29 +4,26 @@
 
 use super::entry::Entered;
 use super::error::JobError;
-use super::hang_exchange;
-use super::hang_watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
+use super::hang_response::{watch_hangs, AfterHang};
+use super::hang_watch::{self, HangReport, LiveRanks};
 use super::nccl_report::{self, Capture, Reporter};
 use super::ranks::rank_commands;
+use super::recorder::{self, flight_recorder_env, say_flight_recorder};
 use super::run_dir::RunDir;
 use super::session::Session;
-use super::spec::HangWatch;
 use super::spec::{Job, NodePlace};
 use super::stacks_socket;
 use super::transitions::{self, AttemptEnd, Next, Restarts};
-use crate::flight_recorder::DUMP_PREFIX_VAR;
 use crate::paths::random_id;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
-use crate::store::StoreServer;
 use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
-use tokio::sync::mpsc;
 
 /// How long toporun waits for every worker's store handshake before saying which
 /// are missing (`TOPORUN_INIT_WARN_SECS`).
@@ -300,14 +297,17 @@ async fn attempt(
     let world = node.places.first().map_or(0, |r| r.world_size);
     let init_watch = session.watch_init(world, life.grace);
     let live = life.live.clone();
-    let (watcher, _exchange, hangs) = watch_hangs(p, session, node, &live, &status);
+    let (watcher, exchange, hangs) = watch_hangs(p, session, node, &live, &status);
+    let _exchange = exchange.map(AbortOnDrop);
     let timer = &mut life.timer;
     let on_hang = AfterHang {
         watch: p.hang,
         attempt_dir: attempt_dir.clone(),
         fr_dir: fr_dir.clone(),
         store: session.workers_store(),
-        nproc: p.nproc,
+        ranks: live.clone(),
+        // The user turned stock ProcessGroupNCCL's store polling off: nothing to ask.
+        monitor_polls: recorder::monitor_polls(p),
     };
     let stop = async move {
         tokio::select! {
@@ -409,101 +409,6 @@ async fn attempt(
     })
 }
 
-/// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
-/// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
-/// ($XDG_CACHE_HOME, else $HOME/.cache) and fails the dump when it cannot, even with
-/// a writable prefix; where that root cannot be written (HOME=/proc, a read-only
-/// home) the ranks get XDG_CACHE_HOME under the run directory: other libraries'
-/// caches move only where they could not be written anyway.
-fn flight_recorder_env(
-    p: &Job,
-    run_dir: &Path,
-    attempt_dir: &Path,
-    env: &mut BTreeMap<String, String>,
-    say: bool,
-) -> Option<PathBuf> {
-    if let Some(prefix) = p.parent_env.get(DUMP_PREFIX_VAR) {
-        return Path::new(prefix).parent().map(Path::to_path_buf);
-    }
-    if !p.flight_recorder {
-        return None;
-    }
-    let dir = attempt_dir.join("fr");
-    if std::fs::create_dir_all(&dir).is_err() {
-        return None;
-    }
-    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
-    let cache_root = p
-        .parent_env
-        .get("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| {
-            p.parent_env
-                .get("HOME")
-                .map(|h| Path::new(h).join(".cache"))
-        });
-    let writable = cache_root.is_some_and(|c| std::fs::create_dir_all(c.join("torch")).is_ok());
-    if !writable && !p.parent_env.contains_key("XDG_CACHE_HOME") {
-        let cache = run_dir.join("cache");
-        if say {
-            eprintln!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
-        }
-        env.insert("XDG_CACHE_HOME".into(), cache.display().to_string());
-    }
-    Some(dir)
-}
-
-/// The flight recorder's dumps of this attempt, matched across ranks, when the ranks
-/// left any (gloo dumps only when asked: `_dump_fr_trace_file`); the finding's line.
-fn say_flight_recorder(dir: Option<&Path>) -> Option<String> {
-    let (dumps, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
-    if dumps.is_empty() {
-        return None;
-    }
-    let report = toporun_shared::flight_recorder::analyze(&dumps);
-    eprint!(
-        "toporun: {}",
-        toporun_shared::flight_recorder::render_text(&report)
-    );
-    toporun_shared::flight_recorder::headline(&report)
-}
-
-/// Starts sampling the ranks and, on several nodes with --hang-timeout, the
-/// job-wide decision; the hangs found come on the receiver.
-fn watch_hangs(
-    p: &Job,
-    session: &Session,
-    node: &NodePlace,
-    live: &LiveRanks,
-    status: &JobStatus,
-) -> (
-    hang_watch::Watcher,
-    Option<AbortOnDrop>,
-    mpsc::UnboundedReceiver<HangReport>,
-) {
-    let counted = status.clone();
-    let (sink, hangs) = Sink::new(move |r: &HangReport| {
-        counted.update(|x| {
-            x.hangs += 1;
-            x.last_hang = Some(r.text.clone());
-        })
-    });
-    let (decide, task) = match p.hang.zip(session.hang_exchange(node.round, node)) {
-        Some((w, x)) => {
-            let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
-            let host = p.facts.container.hostname.clone();
-            let task = hang_exchange::start(x, host, w, rx, sink.clone());
-            (Decide::Publish(tx), Some(AbortOnDrop(task)))
-        }
-        None => (Decide::Here, None),
-    };
-    (
-        hang_watch::start(live.clone(), p.hang, decide, sink),
-        task,
-        hangs,
-    )
-}
-
 /// What stopped an attempt from outside its ranks.
 enum AttemptStop {
     /// Another node, the keep-alive check or the file timer.
@@ -518,82 +423,6 @@ impl std::fmt::Display for AttemptStop {
             AttemptStop::Rendezvous(r) => write!(f, "{r}"),
             AttemptStop::Hang(_) => write!(f, "a hang (--on-hang stop)"),
         }
-    }
-}
-
-/// What a hang found during the attempt leads to, before any rank is stopped.
-struct AfterHang {
-    watch: Option<HangWatch>,
-    attempt_dir: PathBuf,
-    fr_dir: Option<PathBuf>,
-    /// The workers' store, where this node hosts it.
-    store: Option<StoreServer>,
-    nproc: u32,
-}
-
-/// How long a hang stop waits for the ranks' flight-recorder dumps.
-const DUMP_WAIT: Duration = Duration::from_secs(5);
-
-impl AfterHang {
-    /// Records each hang in the attempt directory (hang.json); under `--on-hang
-    /// stop` asks the ranks for their flight-recorder dumps and resolves.
-    async fn events(self, mut hangs: mpsc::UnboundedReceiver<HangReport>) -> HangReport {
-        while let Some(r) = hangs.recv().await {
-            write_json(&self.attempt_dir.join("hang.json"), &r.hang);
-            if self.watch.is_some_and(|w| w.stop) {
-                self.ask_for_dumps(&r).await;
-                return r;
-            }
-        }
-        std::future::pending().await
-    }
-
-    /// Stock ProcessGroupNCCL makes every rank dump when `exception_dump` (the
-    /// int32 rank that saw the failure) appears at the root of the workers' store,
-    /// and then ends the ranks: only done when they are to be stopped anyway.
-    async fn ask_for_dumps(&self, r: &HangReport) {
-        let Some(dir) = &self.fr_dir else { return };
-        if !uses_nccl(&self.attempt_dir) {
-            return;
-        }
-        if let Some(store) = &self.store {
-            let rank = r.hang.odd.first().copied().unwrap_or(0);
-            let rank = i32::try_from(rank).unwrap_or(0);
-            store.set(EXCEPTION_DUMP_KEY.as_bytes(), rank.to_ne_bytes().to_vec());
-        }
-        let start = std::time::Instant::now();
-        while start.elapsed() < DUMP_WAIT && dumps_in(dir) < self.nproc as usize {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        eprintln!(
-            "toporun: hang: asked the ranks for their flight-recorder dumps (exception_dump); {} of {} here after {:.1}s",
-            dumps_in(dir),
-            self.nproc,
-            start.elapsed().as_secs_f64()
-        );
-    }
-}
-
-/// The workers' store key stock ProcessGroupNCCL watches to dump on another rank's
-/// failure.
-const EXCEPTION_DUMP_KEY: &str = "exception_dump";
-
-/// Whether this node's ranks started NCCL, as the NCCL report's files tell (no files
-/// there: no communicator, nothing to ask); unknown (the report off) counts as yes.
-fn uses_nccl(attempt_dir: &Path) -> bool {
-    match std::fs::read_dir(attempt_dir.join("nccl")) {
-        Ok(mut files) => files.next().is_some(),
-        Err(_) => true,
-    }
-}
-
-fn dumps_in(dir: &Path) -> usize {
-    std::fs::read_dir(dir).map_or(0, |d| d.count())
-}
-
-fn write_json(path: &Path, v: &impl serde::Serialize) {
-    if let Ok(s) = serde_json::to_string_pretty(v) {
-        let _ = std::fs::write(path, s);
     }
 }
 

@@ -8,6 +8,7 @@
 mod entry;
 mod error;
 mod hang_exchange;
+mod hang_response;
 mod hang_watch;
 mod lifecycle;
 mod multi_node;
@@ -16,6 +17,7 @@ pub mod nccl_report;
 mod node_table;
 mod ranks;
 mod rdzv_connect;
+mod recorder;
 mod run_dir;
 mod session;
 mod single_node;

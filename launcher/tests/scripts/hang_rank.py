@@ -3,8 +3,13 @@ before an all_reduce the others entered. compute: every rank loops in Python for
 SECS. print: rank 0 prints progress for SECS while the others wait in an all_reduce.
 fail: rank 2 raises while the others wait in an all_reduce. frdump: ranks 0-2 enter
 a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, and
-rank 3 raises. Each writes its pid to OUT/pid<rank>."""
+rank 3 raises. Each writes its pid to OUT/pid<rank>. With WATCH_DUMP_KEY=1, a thread of
+rank 0 named as stock ProcessGroupNCCL's monitor writes what it finds under
+`exception_dump` in the workers' store to OUT/exception_dump (the int32 rank the
+monitor reads there) and dumps rank 0's flight recorder, as the monitor does."""
 import os
+import sys
+import threading
 import time
 
 import torch
@@ -24,8 +29,29 @@ def compute(secs):
     return x
 
 
+def watch_dump_key(out):
+    """Does what stock ProcessGroupNCCL's heartbeat monitor does, under its thread
+    name: waits for `exception_dump` in the workers' store, then dumps."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(15, b"pt_nccl_heartbt", 0, 0, 0)  # PR_SET_NAME
+    store = dist.TCPStore(
+        os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), is_master=False
+    )
+    while not store.check(["exception_dump"]):
+        time.sleep(0.2)
+    value = int.from_bytes(store.get("exception_dump"), sys.byteorder, signed=True)
+    with open(os.path.join(out, "exception_dump"), "w") as f:
+        f.write(str(value))
+    from torch._C._distributed_c10d import _dump_fr_trace_file
+
+    _dump_fr_trace_file(dist.get_rank())
+
+
 def main():
     dist.init_process_group("gloo")
+    if os.environ.get("WATCH_DUMP_KEY") == "1" and dist.get_rank() == 0:
+        threading.Thread(target=watch_dump_key, args=(os.environ["OUT"],), daemon=True).start()
     rank = dist.get_rank()
     with open(os.path.join(os.environ["OUT"], f"pid{rank}"), "w") as f:
         f.write(str(os.getpid()))

@@ -86,8 +86,11 @@ fn entry(v: &Value) -> Option<Entry> {
 
 /// Reads rank `rank`'s dump.
 pub fn parse(rank: u32, bytes: &[u8]) -> Result<Dump, DumpError> {
-    let v = serde_pickle::value_from_slice(bytes, serde_pickle::DeOptions::new())
-        .map_err(|e| DumpError::NotPickle(e.to_string()))?;
+    let v = serde_pickle::value_from_slice(
+        bytes,
+        serde_pickle::DeOptions::new().replace_recursive_structures(),
+    )
+    .map_err(|e| DumpError::NotPickle(e.to_string()))?;
     let Value::Dict(d) = v else {
         return Err(DumpError::NotDump("the top level is no dict"));
     };

@@ -1,0 +1,152 @@
+//! What a hang leads to on this node: sampling and the job-wide decision started for
+//! the attempt, each hang recorded in the attempt directory (hang.json), and under
+//! `--on-hang stop` the ranks' flight-recorder dumps asked for before they are
+//! stopped.
+
+use super::hang_exchange;
+use super::hang_watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
+use super::session::Session;
+use super::spec::{HangWatch, Job, NodePlace};
+use crate::paths::Root;
+use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
+use crate::status::JobStatus;
+use crate::store::StoreServer;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// Starts sampling the ranks and, on several nodes with --hang-timeout, the
+/// job-wide decision; the hangs found come on the receiver.
+pub fn watch_hangs(
+    p: &Job,
+    session: &Session,
+    node: &NodePlace,
+    live: &LiveRanks,
+    status: &JobStatus,
+) -> (
+    hang_watch::Watcher,
+    Option<tokio::task::JoinHandle<()>>,
+    mpsc::UnboundedReceiver<HangReport>,
+) {
+    let counted = status.clone();
+    let (sink, hangs) = Sink::new(move |r: &HangReport| {
+        counted.update(|x| {
+            x.hangs += 1;
+            x.last_hang = Some(r.text.clone());
+        })
+    });
+    let (decide, task) = match p.hang.zip(session.hang_exchange(node.round, node)) {
+        Some((w, x)) => {
+            let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
+            let host = p.facts.container.hostname.clone();
+            let task = hang_exchange::start(x, host, w, rx, sink.clone());
+            (Decide::Publish(tx), Some(task))
+        }
+        None => (Decide::Here, None),
+    };
+    (
+        hang_watch::start(live.clone(), p.hang, decide, sink),
+        task,
+        hangs,
+    )
+}
+
+/// What a hang found during the attempt leads to, before any rank is stopped.
+pub struct AfterHang {
+    pub watch: Option<HangWatch>,
+    pub attempt_dir: PathBuf,
+    pub fr_dir: Option<PathBuf>,
+    /// The workers' store, where this node hosts it.
+    pub store: Option<StoreServer>,
+    /// The ranks running (those with stock ProcessGroupNCCL are asked).
+    pub ranks: LiveRanks,
+    /// Stock ProcessGroupNCCL's monitor looks for `exception_dump`.
+    pub monitor_polls: bool,
+}
+
+/// How long a hang stop waits for the ranks' flight-recorder dumps: as long as torch
+/// waits for its own (TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC); a dump that takes C++
+/// stack traces can take seconds.
+const DUMP_WAIT: Duration = Duration::from_secs(60);
+
+impl AfterHang {
+    /// Records each hang in the attempt directory (hang.json); under `--on-hang
+    /// stop` asks the ranks for their flight-recorder dumps and resolves.
+    pub async fn events(self, mut hangs: mpsc::UnboundedReceiver<HangReport>) -> HangReport {
+        while let Some(r) = hangs.recv().await {
+            write_json(&self.attempt_dir.join("hang.json"), &r.hang);
+            if self.watch.is_some_and(|w| w.stop) {
+                self.ask_for_dumps(&r).await;
+                return r;
+            }
+        }
+        std::future::pending().await
+    }
+
+    /// Stock ProcessGroupNCCL makes every rank dump when `exception_dump` (the
+    /// int32 rank that saw the failure) appears at the root of the workers' store,
+    /// and then ends the ranks: only done when they are to be stopped anyway.
+    async fn ask_for_dumps(&self, r: &HangReport) {
+        let Some(dir) = &self.fr_dir else { return };
+        if !self.monitor_polls {
+            return;
+        }
+        // Set even where no rank here has the monitor: other nodes' ranks may.
+        if let Some(store) = &self.store {
+            let rank = r.hang.odd.first().copied().unwrap_or(0);
+            let rank = i32::try_from(rank).unwrap_or(0);
+            store.set(EXCEPTION_DUMP_KEY.as_bytes(), rank.to_ne_bytes().to_vec());
+        }
+        let root = Root::live();
+        let ranks = self.ranks.lock().map(|l| l.clone()).unwrap_or_default();
+        let monitored = ranks
+            .iter()
+            .filter(|r| has_thread(&root, r.pid, NCCL_MONITOR_THREAD))
+            .count();
+        if monitored == 0 {
+            return;
+        }
+        eprintln!(
+            "toporun: hang: asked the ranks for their flight-recorder dumps (exception_dump); waiting up to {}s for them",
+            DUMP_WAIT.as_secs()
+        );
+        let start = std::time::Instant::now();
+        let mut sizes = BTreeMap::new();
+        let mut done = 0;
+        while start.elapsed() < DUMP_WAIT && done < monitored {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            (done, sizes) = dumps_done(dir, &sizes);
+        }
+        eprintln!(
+            "toporun: hang: {done} of {monitored} flight-recorder dumps here after {:.1}s",
+            start.elapsed().as_secs_f64()
+        );
+    }
+}
+
+/// The workers' store key stock ProcessGroupNCCL watches to dump on another rank's
+/// failure, as the server holds it (torch's clients put "/" before every key).
+const EXCEPTION_DUMP_KEY: &str = "/exception_dump";
+
+/// Dumps whose writing is over: files of the same nonzero size as `before` saw
+/// (torch writes the file in place); the sizes seen now.
+fn dumps_done(dir: &Path, before: &BTreeMap<PathBuf, u64>) -> (usize, BTreeMap<PathBuf, u64>) {
+    let now: BTreeMap<PathBuf, u64> = std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| Some((e.path(), e.metadata().ok()?.len())))
+        .collect();
+    let done = now
+        .iter()
+        .filter(|(p, n)| **n > 0 && before.get(*p) == Some(n))
+        .count();
+    (done, now)
+}
+
+pub fn write_json(path: &Path, v: &impl serde::Serialize) {
+    if let Ok(s) = serde_json::to_string_pretty(v) {
+        let _ = std::fs::write(path, s);
+    }
+}

@@ -1,0 +1,83 @@
+//! The ranks' PyTorch flight recorder: where their dumps go (and what makes them
+//! dump), and the dumps of an attempt read and matched after a failure or a hang.
+
+use super::spec::Job;
+use crate::flight_recorder::{
+    DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR, OLD_DUMP_PREFIX_VAR, RECORDER_DEFAULTS,
+};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
+/// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
+/// ($XDG_CACHE_HOME, else $HOME/.cache) and fails the dump when it cannot, even with
+/// a writable prefix; where that root cannot be written (HOME=/proc, a read-only
+/// home) the ranks get XDG_CACHE_HOME under the run directory: other libraries'
+/// caches move only where they could not be written anyway.
+pub fn flight_recorder_env(
+    p: &Job,
+    run_dir: &Path,
+    attempt_dir: &Path,
+    env: &mut BTreeMap<String, String>,
+    say: bool,
+) -> Option<PathBuf> {
+    let user = |k: &str| p.parent_env.get(k);
+    if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
+        return Path::new(prefix).parent().map(Path::to_path_buf);
+    }
+    if !p.flight_recorder {
+        return None;
+    }
+    let dir = attempt_dir.join("fr");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return None;
+    }
+    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
+    for (name, old, value) in RECORDER_DEFAULTS {
+        if user(name).is_none() && user(old).is_none() {
+            env.insert(name.into(), value.into());
+        }
+    }
+    let cache_root = p
+        .parent_env
+        .get("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            p.parent_env
+                .get("HOME")
+                .map(|h| Path::new(h).join(".cache"))
+        });
+    let writable = cache_root.is_some_and(|c| std::fs::create_dir_all(c.join("torch")).is_ok());
+    if !writable && !p.parent_env.contains_key("XDG_CACHE_HOME") {
+        let cache = run_dir.join("cache");
+        if say {
+            eprintln!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
+        }
+        env.insert("XDG_CACHE_HOME".into(), cache.display().to_string());
+    }
+    Some(dir)
+}
+
+/// The flight recorder's dumps of this attempt, matched across ranks, when the ranks
+/// left any (gloo dumps only when asked: `_dump_fr_trace_file`); the finding's line.
+pub fn say_flight_recorder(dir: Option<&Path>) -> Option<String> {
+    let (dumps, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
+    if dumps.is_empty() {
+        return None;
+    }
+    let report = toporun_shared::flight_recorder::analyze(&dumps);
+    eprint!(
+        "toporun: {}",
+        toporun_shared::flight_recorder::render_text(&report)
+    );
+    toporun_shared::flight_recorder::headline(&report)
+}
+
+/// Whether stock ProcessGroupNCCL's monitor looks for `exception_dump`: not when the
+/// user turned its store polling off.
+pub fn monitor_polls(p: &Job) -> bool {
+    p.parent_env
+        .get(DUMP_ON_TIMEOUT_VAR)
+        .and_then(|v| toporun_shared::flags::torch_bool(v))
+        != Some(false)
+}
