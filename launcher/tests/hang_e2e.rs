@@ -126,7 +126,7 @@ fn a_failing_ranks_summary_says_where_the_others_stood() {
 }
 
 /// One node of a static 2-node job of 2 ranks each on loopback.
-fn node_of_two(rank: u32, port: u16, out: &Path, logs: &Path) -> Job {
+fn node_of_two(rank: u32, port: u16, out: &Path, logs: &Path, mode: &str, extra: &[&str]) -> Job {
     let mut c = toporun();
     c.args([
         "--nnodes=2",
@@ -135,13 +135,12 @@ fn node_of_two(rank: u32, port: u16, out: &Path, logs: &Path) -> Job {
         &format!("--master-port={port}"),
         "--nproc-per-node=2",
         "--nccl-report=off",
-        "--hang-timeout=10",
-        "--on-hang=stop",
         "--log-dir",
         logs.to_str().unwrap(),
-        "hang_rank.py",
     ])
-    .env("MODE", "hang")
+    .args(extra)
+    .arg("hang_rank.py")
+    .env("MODE", mode)
     .env("OUT", out)
     .env("PYTHON_EXEC", python())
     .current_dir(scripts())
@@ -168,8 +167,9 @@ fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
         tempfile::tempdir().unwrap(),
     );
     let port = free_port();
-    let host = node_of_two(0, port, d.path(), logs0.path());
-    let other = node_of_two(1, port, d.path(), logs1.path());
+    let stop = ["--hang-timeout=10", "--on-hang=stop"];
+    let host = node_of_two(0, port, d.path(), logs0.path(), "hang", &stop);
+    let other = node_of_two(1, port, d.path(), logs1.path(), "hang", &stop);
     let ((code0, err0), (code1, err1)) = (finished(host), finished(other));
     // Global rank 3 is node 1's local rank 1.
     let placed = "rank 3 (node 1 on ";
@@ -195,6 +195,35 @@ fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(v["odd"], serde_json::json!([3]), "{v}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_node_hosting_the_store_matches_every_nodes_flight_recorder_dumps() {
+    let (d, logs0, logs1) = (
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+        tempfile::tempdir().unwrap(),
+    );
+    let port = free_port();
+    let host = node_of_two(0, port, d.path(), logs0.path(), "frdump", &[]);
+    let other = node_of_two(1, port, d.path(), logs1.path(), "frdump", &[]);
+    let ((code0, err0), (code1, err1)) = (finished(host), finished(other));
+    assert_eq!((code0, code1), (1, 1), "{err0}\n---\n{err1}");
+    // Rank 3 runs on node 1; node 0 names it from node 1's dumps.
+    assert!(
+        err0.contains("flight recorder: dumps of rank(s) 0,1,2,3"),
+        "{err0}"
+    );
+    assert!(
+        err0.contains("entered by rank(s) 0,1,2 (scheduled, not completed); never entered by:\n    rank 3: last entered #3"),
+        "{err0}"
+    );
+    // Node 1, where the rank failed, leads its summary with what it could see.
+    assert!(
+        err1.contains("toporun: flight recorder: rank(s) 3 never entered"),
+        "{err1}"
+    );
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -6,25 +6,14 @@
 //! `hang`, where the other nodes read and print it.
 
 use super::hang_watch::{HangReport, NodeSample, Sink};
+use super::meeting::Meeting;
 use super::spec::HangWatch;
-use crate::rendezvous::RoundKeys;
 use crate::store::{StoreClient, StoreError};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::sync::watch;
 use toporun_shared::stacks::hang_report::Hang;
 use toporun_shared::stacks::job_view::{flatten, job_hung, NodeStacks};
-
-/// Where this node meets the others: the workers' store of the round.
-pub struct Exchange {
-    pub host: String,
-    pub port: u16,
-    pub keys: RoundKeys,
-    pub node_rank: u32,
-    pub nnodes: u32,
-    /// This node decides (it hosts the workers' store).
-    pub decides: bool,
-}
 
 /// The decided hang, as the deciding node writes it under `hang`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -43,14 +32,14 @@ struct State {
 
 /// Starts exchanging this node's samples; a hang decided goes to `sink`.
 pub fn start(
-    x: Exchange,
+    x: Meeting,
     hostname: String,
     watch: HangWatch,
     mut samples: watch::Receiver<NodeSample>,
     sink: Sink,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut c = match StoreClient::connect(&x.host, x.port, Duration::from_secs(30)).await {
+        let mut c = match x.connect().await {
             Ok(c) => c,
             Err(e) => return unavailable(&e),
         };
@@ -74,7 +63,7 @@ fn unavailable(e: &StoreError) {
     eprintln!("toporun: warning: job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
 }
 
-impl Exchange {
+impl Meeting {
     async fn step(
         &self,
         c: &mut StoreClient,

@@ -36,7 +36,7 @@ pub fn watch_hangs(
             x.last_hang = Some(r.text.clone());
         })
     });
-    let (decide, task) = match p.hang.zip(session.hang_exchange(node.round, node)) {
+    let (decide, task) = match p.hang.zip(session.meeting(node.round, node)) {
         Some((w, x)) => {
             let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
             let host = p.facts.container.hostname.clone();

@@ -371,25 +371,26 @@ async fn attempt(
             if let Some(text) = snapshot.lock().ok().and_then(|mut s| s.take()) {
                 eprint!("{text}");
             }
-            let lead = say_flight_recorder(fr_dir.as_deref());
-            let failed = Failed {
-                failures: &failures,
-                lead,
-            };
             rank_failed(
                 p,
                 session,
                 node,
                 restarts,
                 reporter.as_ref(),
-                failed,
+                (&failures, fr_dir.as_deref()),
                 &life.status,
             )
             .await
         }
-        Outcome::Stopped(AttemptStop::Rendezvous(reason)) => AttemptEnd::Stopped(reason),
+        Outcome::Stopped(AttemptStop::Rendezvous(reason)) => {
+            // A failure or hang elsewhere: this node's dumps join the job's.
+            if reason.kind != StopKind::Membership {
+                let meeting = session.meeting(round, node);
+                say_flight_recorder(fr_dir.as_deref(), meeting).await;
+            }
+            AttemptEnd::Stopped(reason)
+        }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
-            let collective = say_flight_recorder(fr_dir.as_deref());
             let why = format!(
                 "no rank made progress for --hang-timeout: {}",
                 report.hang.headline
@@ -397,6 +398,8 @@ async fn attempt(
             session
                 .stop_all(round, StopReason::new(StopKind::Hang, why))
                 .await;
+            let meeting = session.meeting(round, node);
+            let collective = say_flight_recorder(fr_dir.as_deref(), meeting).await;
             if let Some(path) = &p.termination_log {
                 let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
                 if let Some(c) = collective {
@@ -499,7 +502,7 @@ async fn rank_failed(
     node: &NodePlace,
     restarts: Restarts,
     reporter: Option<&Reporter>,
-    failed: Failed<'_>,
+    (failures, fr_dir): (&[supervise::Failure], Option<&Path>),
     status: &JobStatus,
 ) -> AttemptEnd {
     for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
@@ -509,7 +512,6 @@ async fn rank_failed(
             cause.summary
         );
     }
-    let failures = failed.failures;
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
     let what = f
@@ -525,6 +527,9 @@ async fn rank_failed(
     );
     // Another node may have stopped the round first (a lost node): its reason decides.
     let won = session.stop_all(node.round, ours.clone()).await;
+    // Read once every node was told: the others' dumps join this node's.
+    let lead = say_flight_recorder(fr_dir, session.meeting(node.round, node)).await;
+    let failed = Failed { failures, lead };
     status.update(|x| x.last_failure = Some(ours.to_string()));
     let end = AttemptEnd::RankFailed { ours, won };
     if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts) {

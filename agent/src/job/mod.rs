@@ -11,6 +11,7 @@ mod hang_exchange;
 mod hang_response;
 mod hang_watch;
 mod lifecycle;
+mod meeting;
 mod multi_node;
 mod multi_node_join;
 pub mod nccl_report;

@@ -5,7 +5,7 @@
 
 use super::entry::StopFuture;
 use super::error::JobError;
-use super::hang_exchange::Exchange;
+use super::meeting::Meeting;
 use super::nccl_report::ReportStore;
 use super::node_table::node_table;
 use super::rdzv_connect::{connect_etcd, connect_store};
@@ -270,11 +270,11 @@ impl MultiNode {
         }
     }
 
-    /// Where this node meets the others for the job-wide hang decision: as the NCCL
-    /// digests, in the workers' store, decided by the node that hosts it.
-    pub fn hang_exchange(&self, round: u32, node: &NodePlace) -> Exchange {
+    /// Where this node meets the others after the rendezvous: as the NCCL digests,
+    /// in the workers' store, decided by the node that hosts it.
+    pub fn meeting(&self, round: u32, node: &NodePlace) -> Meeting {
         let r = self.report_store(round, node);
-        Exchange {
+        Meeting {
             host: r.host,
             port: r.port,
             keys: self.cfg.round_keys(round),

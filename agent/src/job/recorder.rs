@@ -1,12 +1,16 @@
 //! The ranks' PyTorch flight recorder: where their dumps go (and what makes them
 //! dump), and the dumps of an attempt read and matched after a failure or a hang.
 
+use super::meeting::Meeting;
 use super::spec::Job;
 use crate::flight_recorder::{
     DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR, OLD_DUMP_PREFIX_VAR, RECORDER_DEFAULTS,
 };
+use crate::store::StoreError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+use toporun_shared::flight_recorder::Dump;
 
 /// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
 /// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
@@ -58,10 +62,29 @@ pub fn flight_recorder_env(
     Some(dir)
 }
 
+/// Entries of each rank a node sends to the others (the recorder keeps 2000).
+const ENTRIES_SENT: usize = 200;
+
+/// How long the deciding node waits for the other nodes' dumps.
+const GATHER_WAIT: Duration = Duration::from_secs(10);
+
 /// The flight recorder's dumps of this attempt, matched across ranks, when the ranks
 /// left any (gloo dumps only when asked: `_dump_fr_trace_file`); the finding's line.
-pub fn say_flight_recorder(dir: Option<&Path>) -> Option<String> {
-    let (dumps, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
+/// On several nodes every node sends its dumps to the workers' store and the node
+/// hosting it matches the whole job.
+pub async fn say_flight_recorder(dir: Option<&Path>, meeting: Option<Meeting>) -> Option<String> {
+    let (local, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
+    let dumps = match meeting {
+        None => local,
+        Some(m) => match job_dumps(&m, &local).await {
+            Ok(Some(all)) => all,
+            Ok(None) => local,
+            Err(e) => {
+                eprintln!("toporun: flight recorder: this node's dumps only: the workers' store is unreachable ({e})");
+                local
+            }
+        },
+    };
     if dumps.is_empty() {
         return None;
     }
@@ -71,6 +94,29 @@ pub fn say_flight_recorder(dir: Option<&Path>) -> Option<String> {
         toporun_shared::flight_recorder::render_text(&report)
     );
     toporun_shared::flight_recorder::headline(&report)
+}
+
+/// Sends this node's dumps (even none: the deciding node waits for every node);
+/// on the deciding node, every node's that came.
+async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, StoreError> {
+    let mut c = m.connect().await?;
+    let sent: Vec<Dump> = local.iter().map(|d| d.recent(ENTRIES_SENT)).collect();
+    let bytes = serde_json::to_vec(&sent).unwrap_or_default();
+    c.set(&m.keys.flight_recorder(m.node_rank), &bytes).await?;
+    if !m.decides {
+        return Ok(None);
+    }
+    let raw = m
+        .gather(&mut c, |n| m.keys.flight_recorder(n), GATHER_WAIT)
+        .await?;
+    let mut all: Vec<Dump> = raw
+        .iter()
+        .filter_map(|b| serde_json::from_slice::<Vec<Dump>>(b).ok())
+        .flatten()
+        .collect();
+    all.sort_by_key(|d| d.rank);
+    all.dedup_by_key(|d| d.rank);
+    Ok(Some(all))
 }
 
 /// Whether stock ProcessGroupNCCL's monitor looks for `exception_dump`: not when the

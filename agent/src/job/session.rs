@@ -4,7 +4,7 @@
 
 use super::entry::{Entered, StopFuture};
 use super::error::JobError;
-use super::hang_exchange::Exchange;
+use super::meeting::Meeting;
 use super::multi_node::MultiNode;
 use super::nccl_report::ReportStore;
 use super::single_node::SingleNode;
@@ -59,11 +59,12 @@ impl Session {
         }
     }
 
-    /// Where this node meets the others to decide a hang (multi-node jobs only).
-    pub fn hang_exchange(&self, round: u32, node: &NodePlace) -> Option<Exchange> {
+    /// Where this node meets the others after the rendezvous: the hang decision,
+    /// flight-recorder dumps (multi-node jobs only).
+    pub fn meeting(&self, round: u32, node: &NodePlace) -> Option<Meeting> {
         match self {
             Session::Single(_) => None,
-            Session::Multi(m) => Some(m.hang_exchange(round, node)),
+            Session::Multi(m) => Some(m.meeting(round, node)),
         }
     }
 

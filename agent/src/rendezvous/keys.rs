@@ -15,7 +15,7 @@
 //!   liveness, spares, the exit barrier and stops seen.
 //! - `coordinator` (etcd: the node that closes the round), `master` (etcd: the
 //!   workers' store of the round), `nccl/` (the NCCL digests), `stacks/<node>` and
-//!   `hang` (the job-wide hang decision).
+//!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps).
 
 /// The run's keys outside any round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,6 +140,11 @@ impl RoundKeys {
     /// Each node's stall and stacks, for the job-wide hang decision.
     pub fn stacks(&self, node_rank: u32) -> String {
         self.key(&format!("stacks/{node_rank}"))
+    }
+
+    /// A node's flight-recorder dumps after a failure or hang.
+    pub fn flight_recorder(&self, node_rank: u32) -> String {
+        self.key(&format!("fr/{node_rank}"))
     }
 
     /// The job-wide hang report the deciding node wrote.

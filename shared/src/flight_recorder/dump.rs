@@ -1,12 +1,12 @@
 //! One rank's flight-recorder dump (PyTorch's pickle, version "2.x"): the entries
 //! toporun matches across ranks. Unknown fields are ignored; garbage is an error.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_pickle::{HashableValue, Value};
 use std::collections::BTreeMap;
 
 /// One recorded collective or point-to-point operation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The process group's name (`"0"` for the default group).
     pub group: String,
@@ -30,11 +30,22 @@ impl Entry {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dump {
     pub rank: u32,
     pub version: String,
     pub entries: Vec<Entry>,
+}
+
+impl Dump {
+    /// The dump with its last `keep` entries only (what a node sends to the others).
+    pub fn recent(&self, keep: usize) -> Dump {
+        let skip = self.entries.len().saturating_sub(keep);
+        Dump {
+            entries: self.entries[skip..].to_vec(),
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
