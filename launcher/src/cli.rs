@@ -1,7 +1,9 @@
 //! The command line: torchrun's options (built from the shared option table, so the
 //! real launch and `launch --dry-run` share one parser) and toporun's subcommands.
 
-use crate::subcommands::{Cli, ColocatedChoice, DryRunFormat, OnHang, OnOff, PreflightChoice};
+use crate::subcommands::{
+    Cli, ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice,
+};
 use clap::builder::EnumValueParser;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
@@ -119,6 +121,13 @@ pub fn launch_command(name: &'static str) -> Command {
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
+        )
+        .arg(
+            Arg::new("exit_codes")
+                .long("exit-codes")
+                .value_parser(EnumValueParser::<ExitCodesChoice>::new())
+                .default_value("torchrun")
+                .help("torchrun: torchrun's exit codes; classified: one per cause of a failure (1 the code, 80 a GPU or the node, 81 memory: the OOM killer or /dev/shm, 82 a lost peer, 124 a hang, 3 the gate), for a podFailurePolicy [env: TOPORUN_EXIT_CODES]"),
         )
         .arg(
             Arg::new("hang_timeout")

@@ -4,7 +4,9 @@
 use crate::cli;
 use crate::dry_run;
 use crate::facts_source;
-use crate::subcommands::{ColocatedChoice, DryRunFormat, OnHang, OnOff, PreflightChoice};
+use crate::subcommands::{
+    ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice,
+};
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
 use clap::ValueEnum;
@@ -244,8 +246,15 @@ fn prepare(
     let flight_recorder =
         typed_choice::<OnOff>(m, "flight_recorder", "TOPORUN_FLIGHT_RECORDER", &parent_env)?
             == OnOff::On;
+    let classified =
+        typed_choice::<ExitCodesChoice>(m, "exit_codes", "TOPORUN_EXIT_CODES", &parent_env)?
+            == ExitCodesChoice::Classified;
     Ok(Job {
         flight_recorder,
+        classified,
+        // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
+        // progress bars) and toporun does not read their exceptions.
+        watch_stderr: !std::io::IsTerminal::is_terminal(&std::io::stderr()),
         hang,
         status_port,
         termination_log,

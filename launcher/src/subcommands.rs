@@ -58,6 +58,15 @@ pub enum OnOff {
     Off,
 }
 
+/// `--exit-codes` / `TOPORUN_EXIT_CODES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ExitCodesChoice {
+    /// torchrun's: 1 for any rank failure
+    Torchrun,
+    /// one code per cause: 1 code, 80 GPU/node, 81 memory, 82 peer lost, 124 hang, 3 gate
+    Classified,
+}
+
 /// `--on-hang` / `TOPORUN_ON_HANG`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum OnHang {

@@ -19,6 +19,7 @@ pub mod nccl_log;
 pub mod nccl_vars;
 pub mod plan;
 pub mod preflight;
+pub mod root_cause;
 pub mod smi_topo;
 pub mod stacks;
 pub mod store;

@@ -59,6 +59,20 @@ pub fn start(
     })
 }
 
+fn say_decided(decider: u32) {
+    eprintln!("toporun: hang: node {decider} (hosting the workers' store) found no rank of any node making progress; its job-wide view:");
+}
+
+/// Prints the job-wide view a node stopped for a hang had not read yet (the stop
+/// can come before its next sample).
+pub async fn print_decided(m: &Meeting) {
+    let Ok(mut c) = m.connect().await else { return };
+    if let Ok(Some(n)) = m.read_notice(&mut c, 0).await {
+        say_decided(n.decider);
+        eprint!("{}", n.text);
+    }
+}
+
 fn unavailable(e: &StoreError) {
     eprintln!("toporun: warning: job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
 }
@@ -96,7 +110,7 @@ impl Meeting {
         };
         if let Some(n) = found {
             if !self.decides {
-                eprintln!("toporun: hang: node {} (hosting the workers' store) found no rank of any node making progress; its job-wide view:", n.decider);
+                say_decided(n.decider);
             }
             state.seq = n.seq;
             state.reported = true;

@@ -2,8 +2,10 @@
 //! start the local ranks, supervise them, report NCCL, and restart, stop or finish
 //! with the other nodes, the way torchrun's elastic agent does.
 
+use super::causes::{self, MemoryAtStart};
 use super::entry::Entered;
 use super::error::JobError;
+use super::hang_exchange;
 use super::hang_response::{watch_hangs, AfterHang};
 use super::hang_watch::{self, HangReport, LiveRanks};
 use super::nccl_report::{self, Capture, Reporter};
@@ -15,6 +17,7 @@ use super::spec::{Job, NodePlace};
 use super::stacks_socket;
 use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::paths::random_id;
+use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
@@ -24,6 +27,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
+use toporun_shared::root_cause::Cause;
 
 /// How long toporun waits for every worker's store handshake before saying which
 /// are missing (`TOPORUN_INIT_WARN_SECS`).
@@ -112,6 +116,8 @@ struct Life {
     live: LiveRanks,
     /// `toporun stacks`' socket, once the run directory exists.
     stacks_socket: Option<stacks_socket::Served>,
+    /// The container's memory cgroup (the OOM killer's count), where readable.
+    memory: Option<MemoryCgroup>,
 }
 
 /// Runs the job to its end on this node; the exit code torchrun would give.
@@ -142,6 +148,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         run_dir: None,
         live,
         stacks_socket: None,
+        memory: MemoryCgroup::find(&crate::paths::Root::live()),
     };
     let mut restarts = Restarts {
         used: 0,
@@ -175,6 +182,11 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 eprintln!("toporun: {say}");
             }
             Next::Exit { code, say, .. } => {
+                let code = if p.classified {
+                    transitions::classified(code, &end)
+                } else {
+                    code
+                };
                 if let Some(say) = say {
                     eprintln!("toporun: {say}");
                 }
@@ -297,6 +309,8 @@ async fn attempt(
     let world = node.places.first().map_or(0, |r| r.world_size);
     let init_watch = session.watch_init(world, life.grace);
     let live = life.live.clone();
+    let hangs_before = status.snapshot().hangs;
+    let memory = causes::memory_at_start(life.memory.as_ref());
     let (watcher, exchange, hangs) = watch_hangs(p, session, node, &live, &status);
     let _exchange = exchange.map(AbortOnDrop);
     let timer = &mut life.timer;
@@ -377,12 +391,22 @@ async fn attempt(
                 node,
                 restarts,
                 reporter.as_ref(),
-                (&failures, fr_dir.as_deref()),
+                Failed {
+                    failures: &failures,
+                    fr_dir: fr_dir.as_deref(),
+                    memory,
+                },
                 &life.status,
             )
             .await
         }
         Outcome::Stopped(AttemptStop::Rendezvous(reason)) => {
+            // Stopped for a hang before this node read the view: it prints it too.
+            if reason.kind == StopKind::Hang && status.snapshot().hangs == hangs_before {
+                if let Some(m) = session.meeting(round, node) {
+                    hang_exchange::print_decided(&m).await;
+                }
+            }
             // A failure or hang elsewhere: this node's dumps join the job's.
             if reason.kind != StopKind::Membership {
                 let meeting = session.meeting(round, node);
@@ -487,22 +511,22 @@ async fn file_timer_fired(
     AttemptEnd::FileTimer { signal: e.signal }
 }
 
-/// The ranks that failed, and the finding that leads their summary (the
-/// collective the flight recorder says some rank never entered).
+/// The ranks that failed, and what toporun knows of their end.
 struct Failed<'a> {
     failures: &'a [supervise::Failure],
-    lead: Option<String>,
+    fr_dir: Option<&'a Path>,
+    memory: MemoryAtStart,
 }
 
 /// A local rank failed: every node is told, and when the job ends here the failure
-/// summary, termination message and error file are written.
+/// summary, termination message and error file are written, the causes first.
 async fn rank_failed(
     p: &Job,
     session: &mut Session,
     node: &NodePlace,
     restarts: Restarts,
     reporter: Option<&Reporter>,
-    (failures, fr_dir): (&[supervise::Failure], Option<&Path>),
+    failed: Failed<'_>,
     status: &JobStatus,
 ) -> AttemptEnd {
     for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
@@ -512,6 +536,8 @@ async fn rank_failed(
             cause.summary
         );
     }
+    let failures = failed.failures;
+    let found = causes::of(failures, &failed.memory);
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
     let what = f
@@ -524,32 +550,43 @@ async fn rank_failed(
             "node {} local rank {} (rank {}) failed with {what}",
             node.node_rank, f.local_rank, f.rank
         ),
-    );
+    )
+    .caused_by(found.first().map(|c| c.kind));
     // Another node may have stopped the round first (a lost node): its reason decides.
     let won = session.stop_all(node.round, ours.clone()).await;
     // Read once every node was told: the others' dumps join this node's.
-    let lead = say_flight_recorder(fr_dir, session.meeting(node.round, node)).await;
-    let failed = Failed { failures, lead };
-    status.update(|x| x.last_failure = Some(ours.to_string()));
+    let collective = say_flight_recorder(failed.fr_dir, session.meeting(node.round, node)).await;
+    let mut lead: Vec<String> = found.iter().map(Cause::line).collect();
+    lead.extend(collective.map(|c| format!("toporun: flight recorder: {c}")));
+    status.update(|x| {
+        x.last_failure = Some(ours.to_string());
+        x.root_cause = found.first().map(|c| c.kind);
+        x.causes = found.clone();
+    });
     let end = AttemptEnd::RankFailed { ours, won };
     if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts) {
-        write_failure(p, f, &failed);
+        write_failure(p, f, failures, &lead);
     }
     end
 }
 
 /// torchrun's failure summary, on stderr, in the termination message and in
-/// TORCHELASTIC_ERROR_FILE; toporun's leading finding first, where there is one.
-fn write_failure(p: &Job, f: &supervise::Failure, failed: &Failed<'_>) {
+/// TORCHELASTIC_ERROR_FILE; on stderr and in the termination message toporun's
+/// causes come first, the leading one at the top.
+fn write_failure(
+    p: &Job,
+    f: &supervise::Failure,
+    failures: &[supervise::Failure],
+    lead: &[String],
+) {
     // torch prints socket.getfqdn() there.
     let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
-    let mut summary = failure_summary(&p.opts.entrypoint, &host, failed.failures);
-    if let Some(lead) = &failed.lead {
-        summary = format!("toporun: flight recorder: {lead}\n{summary}");
-    }
-    eprint!("{summary}");
+    let summary = failure_summary(&p.opts.entrypoint, &host, failures);
+    let mut message: String = lead.iter().map(|l| format!("{l}\n")).collect();
+    message.push_str(&summary);
+    eprint!("{message}");
     if let Some(path) = &p.termination_log {
-        if let Err(e) = supervise::write_termination_message(path, &summary) {
+        if let Err(e) = supervise::write_termination_message(path, &message) {
             let path = path.display();
             eprintln!("toporun: cannot write the termination message {path}: {e}");
         }

@@ -5,6 +5,7 @@
 //! direction (lifecycle -> session, ranks, nccl_report -> spec, error) and never on
 //! this file.
 
+mod causes;
 mod entry;
 mod error;
 mod hang_exchange;

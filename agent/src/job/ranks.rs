@@ -43,6 +43,7 @@ pub fn rank_commands(
                 shown,
                 dir: &dir,
                 prefix: line_prefix(template, &p.opts.role, place.rank, place.local_rank),
+                watch_stderr: p.watch_stderr,
             };
             let (stdout, stderr) = plan.sinks();
             Ok(RankCmd {
@@ -54,6 +55,7 @@ pub fn rank_commands(
                 error_file: dir.join("error.json"),
                 stdout,
                 stderr,
+                stderr_tail: Default::default(),
             })
         })
         .collect()

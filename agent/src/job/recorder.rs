@@ -74,6 +74,11 @@ const GATHER_WAIT: Duration = Duration::from_secs(10);
 /// hosting it matches the whole job.
 pub async fn say_flight_recorder(dir: Option<&Path>, meeting: Option<Meeting>) -> Option<String> {
     let (local, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
+    // No dumps here: none elsewhere either, as a rule (one backend, one code path),
+    // and nothing to wait for on a store that may be gone with a lost node.
+    if local.is_empty() {
+        return None;
+    }
     let dumps = match meeting {
         None => local,
         Some(m) => match job_dumps(&m, &local).await {
@@ -96,8 +101,8 @@ pub async fn say_flight_recorder(dir: Option<&Path>, meeting: Option<Meeting>) -
     toporun_shared::flight_recorder::headline(&report)
 }
 
-/// Sends this node's dumps (even none: the deciding node waits for every node);
-/// on the deciding node, every node's that came.
+/// Sends this node's dumps; on the deciding node, every node's that came within
+/// [`GATHER_WAIT`].
 async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, StoreError> {
     let mut c = m.connect().await?;
     let sent: Vec<Dump> = local.iter().map(|d| d.recent(ENTRIES_SENT)).collect();

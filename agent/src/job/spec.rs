@@ -38,6 +38,10 @@ pub struct Job {
     /// `--flight-recorder on`: the ranks' dumps go to the run directory and are read
     /// after a failure or hang.
     pub flight_recorder: bool,
+    /// `--exit-codes classified`: one exit code per cause of a failure.
+    pub classified: bool,
+    /// The ranks' stderr goes through toporun (their last exception is read).
+    pub watch_stderr: bool,
 }
 
 /// How hangs are watched for.

@@ -4,6 +4,7 @@
 //! node lost or admitted) moves to the next round only.
 
 use crate::rendezvous::{StopKind, StopReason};
+use toporun_shared::root_cause::exit_codes::class_of;
 
 /// --max-restarts and how many were used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +132,21 @@ pub fn next(end: &AttemptEnd, restarts: Restarts) -> Next {
             None,
         ),
     }
+}
+
+/// The exit code under `--exit-codes classified`: a failure's is its leading
+/// cause's class (that cause travels with the stop to every node); the others stay.
+pub fn classified(code: u8, end: &AttemptEnd) -> u8 {
+    if code != 1 {
+        return code;
+    }
+    let cause = match end {
+        AttemptEnd::RankFailed { won, .. } => won.cause,
+        AttemptEnd::Stopped(r) => r.cause,
+        AttemptEnd::Succeeded { barrier: Some(r) } => r.cause,
+        _ => None,
+    };
+    cause.map_or(code, |k| class_of(k).code)
 }
 
 #[cfg(test)]
@@ -266,5 +282,24 @@ mod tests {
         assert_eq!(next(&AttemptEnd::Signal, ONE_LEFT), exit(1, None));
         let n = next(&AttemptEnd::FileTimer { signal: 9 }, ONE_LEFT);
         assert_eq!(n, exit(137, None));
+    }
+
+    #[test]
+    fn classified_codes_follow_the_cause_that_travelled_with_the_stop() {
+        use toporun_shared::root_cause::CauseKind;
+        let lost = StopReason::fail("node 2 lost").caused_by(Some(CauseKind::Peer));
+        assert_eq!(classified(1, &AttemptEnd::Stopped(lost)), 82);
+        let oom = StopReason::fail("rank 1").caused_by(Some(CauseKind::Oom));
+        let end = AttemptEnd::RankFailed {
+            ours: oom.clone(),
+            won: oom,
+        };
+        assert_eq!(classified(1, &end), 81);
+        // Unknown cause, a hang, a signal: as they are.
+        assert_eq!(
+            classified(1, &AttemptEnd::Stopped(StopReason::fail("x"))),
+            1
+        );
+        assert_eq!(classified(HANG_EXIT, &AttemptEnd::Hang), HANG_EXIT);
     }
 }

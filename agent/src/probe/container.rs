@@ -86,7 +86,7 @@ fn namespaces(root: &Root) -> BTreeMap<String, Namespace> {
         .collect()
 }
 
-fn shm(root: &Root) -> Option<ShmFacts> {
+pub fn shm(root: &Root) -> Option<ShmFacts> {
     let path = root.join(paths::DEV_SHM);
     let st = nix::sys::statvfs::statvfs(&path).ok()?;
     let frsize = st.fragment_size() as u64;

@@ -1,8 +1,9 @@
 //! Live probing: the machine and container as `HostFacts`.
 
-mod container;
+pub mod container;
 pub mod fqdn;
 pub mod gpu;
+pub mod memory_cgroup;
 mod net;
 pub mod platform;
 pub mod port_owner;

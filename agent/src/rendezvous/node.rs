@@ -7,6 +7,7 @@ use super::keys::RoundKeys;
 use super::protocol::{Closed, Expect, Layout, StopKind, StopReason, Unreadable};
 use std::time::{Duration, Instant};
 use toporun_shared::colocation::NodeEnv;
+use toporun_shared::root_cause::CauseKind;
 use toporun_shared::untrusted::{printable, valid_env};
 
 /// This node's place in a closed round.
@@ -380,9 +381,9 @@ impl Watch {
         let min = cfg.min_nodes();
         let names = names.join("; ");
         Ok(if u64::from(remain) + waiting >= u64::from(min) {
-            StopReason::new(StopKind::Membership, format!("{names}; the next round runs with the {remain} remaining node(s) and {waiting} waiting"))
+            StopReason::new(StopKind::Membership, format!("{names}; the next round runs with the {remain} remaining node(s) and {waiting} waiting")).caused_by(Some(CauseKind::Peer))
         } else {
-            StopReason::fail(format!("{names}; {remain} node(s) remain and {waiting} wait, fewer than the minimum of {min} (--nnodes): the job cannot go on until more nodes come; start the lost node again or lower --nnodes"))
+            StopReason::fail(format!("{names}; {remain} node(s) remain and {waiting} wait, fewer than the minimum of {min} (--nnodes): the job cannot go on until more nodes come; start the lost node again or lower --nnodes")).caused_by(Some(CauseKind::Peer))
         })
     }
 }

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
+use toporun_shared::root_cause::CauseKind;
 use toporun_shared::torchrun::MAX_WORLD;
 use toporun_shared::untrusted::printable;
 
@@ -70,6 +71,10 @@ impl StopKind {
 pub struct StopReason {
     pub kind: StopKind,
     pub detail: String,
+    /// The class of what caused it, where known (every node exits with its code
+    /// under `--exit-codes classified`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<CauseKind>,
 }
 
 impl StopReason {
@@ -77,7 +82,12 @@ impl StopReason {
         StopReason {
             kind,
             detail: detail.into(),
+            cause: None,
         }
+    }
+
+    pub fn caused_by(self, cause: Option<CauseKind>) -> StopReason {
+        StopReason { cause, ..self }
     }
 
     pub fn fail(detail: impl Into<String>) -> StopReason {

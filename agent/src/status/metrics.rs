@@ -7,6 +7,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
+use toporun_shared::root_cause::CauseKind;
 
 type Labels = Vec<(String, String)>;
 
@@ -69,6 +70,17 @@ pub fn render(s: &Snapshot) -> String {
         "toporun_hangs",
         "Hangs reported (no rank made progress for --hang-timeout)",
         s.hangs,
+    );
+    let causes: Family<Labels, Gauge> = Family::default();
+    for kind in CauseKind::ALL {
+        causes
+            .get_or_create(&vec![("kind".into(), kind.as_str().into())])
+            .set(i64::from(s.root_cause == Some(kind)));
+    }
+    r.register(
+        "toporun_root_cause",
+        "1 for the kind of the last failure's leading cause (hardware, oom, shm, peer, code, external)",
+        causes,
     );
     gauge(
         &mut r,

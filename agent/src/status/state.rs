@@ -5,6 +5,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use toporun_shared::root_cause::{Cause, CauseKind};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -40,6 +41,9 @@ pub struct Snapshot {
     /// Hangs reported (`--hang-timeout`), and the last report.
     pub hangs: u64,
     pub last_hang: Option<String>,
+    /// The leading cause of the last failure, and every cause known for it.
+    pub root_cause: Option<CauseKind>,
+    pub causes: Vec<Cause>,
     pub findings_by_severity: BTreeMap<String, u64>,
     pub store_connections: u64,
     pub store_operations: u64,

@@ -12,6 +12,8 @@ use std::process::Stdio;
 use std::sync::mpsc;
 use std::sync::OnceLock;
 
+use super::tail::Tail;
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
     /// The console, unchanged (torchrun's default).
@@ -26,6 +28,9 @@ pub enum Sink {
         file: Option<PathBuf>,
         stderr: bool,
     },
+    /// stderr to the console byte for byte, through a pipe toporun reads (the rank's
+    /// last exception): the default where toporun's own stderr is no terminal.
+    Watched,
 }
 
 /// Which console stream a line goes to; Flush is acknowledged once all before it are
@@ -154,26 +159,28 @@ impl Sink {
             Sink::Inherit => (Stdio::inherit(), false),
             Sink::Null => (Stdio::null(), false),
             Sink::File(p) => (Stdio::from(private_file(p)?), false),
-            Sink::Prefixed { .. } => (Stdio::piped(), true),
+            Sink::Prefixed { .. } | Sink::Watched => (Stdio::piped(), true),
         })
     }
 
-    pub(super) fn forward(&self, pipe: Option<File>, piped: bool) {
-        let (
+    /// Copies the pipe to its destinations; a stderr pipe's bytes also go to `tail`.
+    pub(super) fn forward(&self, pipe: Option<File>, piped: bool, tail: Option<Tail>) {
+        let (Some(pipe), true) = (pipe, piped) else {
+            return;
+        };
+        let (prefix, file, is_err, exact) = match self {
             Sink::Prefixed {
                 prefix,
                 file,
                 stderr,
-            },
-            Some(pipe),
-            true,
-        ) = (self, pipe, piped)
-        else {
-            return;
+            } => (prefix.clone().into_bytes(), file.clone(), *stderr, false),
+            Sink::Watched => (Vec::new(), None, true, true),
+            _ => return,
         };
         let mut log = file.as_ref().and_then(|p| private_file(p).ok());
-        let prefix = prefix.clone().into_bytes();
-        let is_err = *stderr;
+        if let Some(t) = &tail {
+            t.feeding();
+        }
         let tx = console().clone();
         let (done_tx, done_rx) = mpsc::channel();
         forwarders().lock().expect("forwarders lock").push(done_rx);
@@ -184,8 +191,16 @@ impl Sink {
             loop {
                 buf.clear();
                 match read_piece(&mut reader, &mut buf) {
-                    Ok(0) | Err(_) => break,
+                    Ok(0) | Err(_) => {
+                        if let Some(t) = &tail {
+                            t.close();
+                        }
+                        break;
+                    }
                     Ok(_) => {}
+                }
+                if let Some(t) = &tail {
+                    t.push(&buf);
                 }
                 if let Some(f) = log.as_mut() {
                     let _ = f.write_all(&buf);
@@ -193,7 +208,8 @@ impl Sink {
                 let mut line = Vec::with_capacity(prefix.len() + buf.len() + 1);
                 line.extend_from_slice(&prefix);
                 line.extend_from_slice(&buf);
-                if !line.ends_with(b"\n") {
+                // A watched stream stays byte for byte what the rank wrote.
+                if !exact && !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }
                 budget().take(line.len());
@@ -228,6 +244,8 @@ pub struct LogPlan<'a> {
     pub shown: bool,
     pub dir: &'a std::path::Path,
     pub prefix: String,
+    /// stderr shown as is goes through toporun ([`Sink::Watched`]).
+    pub watch_stderr: bool,
 }
 
 impl LogPlan<'_> {
@@ -255,6 +273,8 @@ impl LogPlan<'_> {
                     file: None,
                     stderr,
                 }
+            } else if stderr && self.watch_stderr {
+                Sink::Watched
             } else {
                 Sink::Inherit
             }
@@ -310,8 +330,20 @@ mod tests {
             shown: true,
             dir,
             prefix: "[default0]:".into(),
+            watch_stderr: false,
         };
         assert_eq!(base.sinks(), (Sink::Inherit, Sink::Inherit));
+        let watched = LogPlan {
+            watch_stderr: true,
+            prefix: String::new(),
+            ..base
+        };
+        assert_eq!(watched.sinks(), (Sink::Inherit, Sink::Watched));
+        let base = LogPlan {
+            watch_stderr: false,
+            prefix: "[default0]:".into(),
+            ..watched
+        };
         let tee = LogPlan {
             tee_out: true,
             tee_err: true,

@@ -7,6 +7,7 @@ mod logs;
 pub mod open_files;
 mod spawn;
 mod summary;
+mod tail;
 
 pub use events::{Event, Events};
 pub use logs::{drain, line_prefix, LogPlan, Sink};
@@ -15,6 +16,7 @@ pub use summary::{
     dump_error_file, failure_summary, record_error, root_cause, write_termination_message, Failure,
     WorkerError, TERMINATION_MESSAGE_MAX,
 };
+pub use tail::Tail;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};

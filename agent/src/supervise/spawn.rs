@@ -2,6 +2,7 @@
 //! CPUs, its output sinks.
 
 use super::logs::Sink;
+use super::tail::Tail;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
@@ -20,6 +21,8 @@ pub struct RankCmd {
     pub error_file: PathBuf,
     pub stdout: Sink,
     pub stderr: Sink,
+    /// The last bytes of its stderr, where toporun reads it.
+    pub stderr_tail: Tail,
 }
 
 impl RankCmd {
@@ -71,6 +74,7 @@ impl RankCmd {
                 .take()
                 .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
             out_pipe,
+            None,
         );
         self.stderr.forward(
             child
@@ -78,6 +82,7 @@ impl RankCmd {
                 .take()
                 .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
             err_pipe,
+            Some(self.stderr_tail.clone()),
         );
         Ok(Pid::from_raw(child.id() as i32))
     }

@@ -1,11 +1,15 @@
 //! torchrun's failure report: the root cause (first failure), the others, each with
 //! time, host, rank, exit code or signal, pid, error file and its traceback.
 
+use super::logs::Sink;
 use super::spawn::RankCmd;
+use super::tail::file_tail;
 use nix::sys::wait::WaitStatus;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+use toporun_shared::root_cause::python_error::{last_exception, PythonError};
+use toporun_shared::root_cause::shm::shm_exhausted;
 
 #[derive(Debug, Clone)]
 pub struct Failure {
@@ -18,6 +22,10 @@ pub struct Failure {
     pub at: SystemTime,
     pub error_file: PathBuf,
     pub error: Option<WorkerError>,
+    /// The last Python exception in its stderr (toporun read it).
+    pub exception: Option<PythonError>,
+    /// Its line saying /dev/shm ran out.
+    pub shm: Option<String>,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -82,7 +90,16 @@ impl Failure {
             _ => (1, None),
         };
         let error = WorkerError::read(&cmd.error_file);
+        // A grandchild holding the pipe keeps it open: bounded.
+        cmd.stderr_tail
+            .wait_closed(std::time::Duration::from_millis(500));
+        let mut output = cmd.stderr_tail.text();
+        if let (true, Sink::File(log)) = (output.is_empty(), &cmd.stderr) {
+            output = file_tail(log);
+        }
         Failure {
+            exception: last_exception(&output),
+            shm: shm_exhausted(&output),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
             pid,
@@ -156,7 +173,11 @@ fn block(idx: usize, f: &Failure, host: &str) -> (String, usize) {
         ),
         None => (
             "<N/A>".into(),
-            "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html".into(),
+            match &f.exception {
+                // Read from the rank's stderr; @record gives the whole traceback.
+                Some(e) => format!("{} (from its output; the whole traceback with @record: https://pytorch.org/docs/stable/elastic/errors.html)", e.line()),
+                None => "To enable traceback see: https://pytorch.org/docs/stable/elastic/errors.html".into(),
+            },
         ),
     };
     let text = format!(
@@ -289,6 +310,8 @@ mod tests {
             at: SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs),
             error_file: PathBuf::from("/x"),
             error: None,
+            exception: None,
+            shm: None,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -314,6 +337,8 @@ mod tests {
             at: SystemTime::UNIX_EPOCH,
             error_file: file,
             error: None,
+            exception: None,
+            shm: None,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -339,6 +364,8 @@ mod tests {
             at: SystemTime::UNIX_EPOCH,
             error_file: PathBuf::from("/x"),
             error: None,
+            exception: None,
+            shm: None,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

@@ -1,0 +1,88 @@
+//! The last bytes a rank wrote to stderr, kept in memory (bounded), so that when it
+//! fails toporun can name its last Python exception or a full /dev/shm.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Bytes kept per rank: a deep traceback fits many times over.
+pub const TAIL_BYTES: usize = 64 << 10;
+
+#[derive(Debug, Clone, Default)]
+pub struct Tail {
+    bytes: Arc<Mutex<VecDeque<u8>>>,
+    /// The pipe reached its end (everything the rank wrote is here).
+    closed: Arc<AtomicBool>,
+    /// A forwarder reads into it (else there is nothing to wait for).
+    fed: Arc<AtomicBool>,
+}
+
+impl Tail {
+    pub fn feeding(&self) {
+        self.fed.store(true, Ordering::Relaxed);
+    }
+
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits (at most `limit`) until the rank's last bytes are in: its pipe may hold
+    /// the traceback it wrote just before exiting.
+    pub fn wait_closed(&self, limit: std::time::Duration) {
+        let start = std::time::Instant::now();
+        while self.fed.load(Ordering::Relaxed)
+            && !self.closed.load(Ordering::Relaxed)
+            && start.elapsed() < limit
+        {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    pub fn push(&self, bytes: &[u8]) {
+        let Ok(mut q) = self.bytes.lock() else { return };
+        let bytes = &bytes[bytes.len().saturating_sub(TAIL_BYTES)..];
+        let over = (q.len() + bytes.len()).saturating_sub(TAIL_BYTES);
+        let over = over.min(q.len());
+        q.drain(..over);
+        q.extend(bytes);
+    }
+
+    pub fn text(&self) -> String {
+        let bytes: Vec<u8> = self
+            .bytes
+            .lock()
+            .map(|q| q.iter().copied().collect())
+            .unwrap_or_default();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// The last [`TAIL_BYTES`] of a log file (a rank whose stderr went to a file).
+pub fn file_tail(path: &std::path::Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let Ok(mut f) = std::fs::File::open(path) else {
+        return String::new();
+    };
+    let len = f.metadata().map_or(0, |m| m.len());
+    let _ = f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES as u64)));
+    let mut buf = Vec::new();
+    let _ = f.take(TAIL_BYTES as u64).read_to_end(&mut buf);
+    String::from_utf8_lossy(&buf).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_last_bytes_are_kept() {
+        let t = Tail::default();
+        t.push(&vec![b'a'; TAIL_BYTES]);
+        t.push(b"ValueError: x\n");
+        let text = t.text();
+        assert_eq!(text.len(), TAIL_BYTES);
+        assert!(text.ends_with("aValueError: x\n"));
+        t.push(&vec![b'b'; TAIL_BYTES * 2]);
+        assert_eq!(t.text(), "b".repeat(TAIL_BYTES));
+    }
+}

@@ -1,0 +1,172 @@
+//! The cause of a failure named first, from real evidence: the kernel OOM killer in a
+//! real memory cgroup made here (v1, this machine; needs root), a SIGKILL from
+//! outside, a full /dev/shm in a mount namespace of its own (`unshare -m`), the
+//! rank's own exception without `@record`; and the codes of `--exit-codes`.
+
+mod support;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+use support::*;
+
+fn job(mode: &str, out: &Path, extra: &[&str]) -> Command {
+    let mut c = toporun();
+    c.args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
+        .args(extra)
+        .arg("cause_rank.py");
+    c.env("MODE", mode)
+        .env("OUT", out)
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts());
+    c
+}
+
+/// A v1 memory cgroup of its own with `limit` bytes (swap included), removed on drop.
+struct MemoryCgroup(PathBuf);
+
+impl MemoryCgroup {
+    fn new(limit: u64) -> MemoryCgroup {
+        let dir = PathBuf::from(format!(
+            "/sys/fs/cgroup/memory/toporun-test-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).expect("a v1 memory cgroup (root, /sys/fs/cgroup/memory)");
+        std::fs::write(dir.join("memory.limit_in_bytes"), limit.to_string()).unwrap();
+        let _ = std::fs::write(dir.join("memory.memsw.limit_in_bytes"), limit.to_string());
+        MemoryCgroup(dir)
+    }
+
+    /// `cmd` started inside the cgroup.
+    fn wrap(&self, cmd: &Command) -> Command {
+        let mut sh = Command::new("sh");
+        sh.arg("-c")
+            .arg(format!(
+                "echo $$ > {}/cgroup.procs && exec \"$@\"",
+                self.0.display()
+            ))
+            .arg("sh")
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .current_dir(scripts());
+        sh
+    }
+}
+
+impl Drop for MemoryCgroup {
+    fn drop(&mut self) {
+        // Empty once its processes are gone.
+        for _ in 0..50 {
+            if std::fs::remove_dir(&self.0).is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_oom_killer_is_named_with_the_limit_and_classified_as_memory() {
+    let d = tempfile::tempdir().unwrap();
+    let cg = MemoryCgroup::new(200 << 20);
+    let inner = job("oom", d.path(), &["--exit-codes=classified"]);
+    let (code, _, err) = run(&mut cg.wrap(&inner));
+    assert!(
+        err.contains("toporun: root cause (oom): rank 1 was killed by the kernel OOM killer"),
+        "{err}"
+    );
+    assert!(err.contains("limit 200 MiB"), "{err}");
+    assert_eq!(code, 81, "{err}");
+    // torchrun's codes by default: 1 for any rank failure.
+    let (code, _, err) = run(&mut cg.wrap(&job("oom", d.path(), &[])));
+    assert_eq!(code, 1, "{err}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_sigkill_from_outside_is_said_to_come_from_outside() {
+    let d = tempfile::tempdir().unwrap();
+    let cg = MemoryCgroup::new(1 << 30);
+    let mut child = cg
+        .wrap(&job("sleep", d.path(), &["--exit-codes=classified"]))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = d.path().join("pid1");
+    let start = Instant::now();
+    while !pid_file.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "rank 1 never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let pid: i32 = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("root cause (external): rank 1 was killed by SIGKILL from outside the job (not the OOM killer"),
+        "{err}"
+    );
+    assert_eq!(out.status.code(), Some(1), "{err}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_ranks_own_exception_leads_without_record() {
+    let d = tempfile::tempdir().unwrap();
+    let msg = d.path().join("termination-log");
+    let (code, _, err) =
+        run(job("raise", d.path(), &["--exit-codes=classified"])
+            .env("TOPORUN_TERMINATION_LOG", &msg));
+    assert_eq!(code, 1, "{err}");
+    let line = "ValueError: bad batch shape (3, 224) at step 17 (cause_rank.py:";
+    assert!(
+        err.contains(&format!("toporun: root cause (code): rank 1 raised {line}")),
+        "{err}"
+    );
+    // In torchrun's block, where it said only "To enable traceback see".
+    assert!(err.contains(&format!("traceback : {line}")), "{err}");
+    let msg = std::fs::read_to_string(msg).unwrap();
+    assert!(
+        msg.starts_with("toporun: root cause (code): rank 1 raised"),
+        "{msg}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_full_dev_shm_is_named_with_its_size() {
+    let d = tempfile::tempdir().unwrap();
+    let inner = job("shm", d.path(), &["--exit-codes=classified"]);
+    let mut c = Command::new("unshare");
+    c.args([
+        "-m",
+        "sh",
+        "-c",
+        "mount -t tmpfs -o size=8m tmpfs /dev/shm && exec \"$@\"",
+        "sh",
+    ])
+    .arg(inner.get_program())
+    .args(inner.get_args())
+    .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+    .current_dir(scripts());
+    let (code, _, err) = run(&mut c);
+    assert!(
+        err.contains("toporun: root cause (shm): rank 0: /dev/shm ran out (/dev/shm is 8 MiB"),
+        "{err}"
+    );
+    assert!(err.contains("medium: Memory"), "{err}");
+    assert_eq!(code, 81, "{err}");
+}

@@ -1,0 +1,100 @@
+//! The launch's exit codes under `--exit-codes classified`: one per class of cause,
+//! each with the podFailurePolicy action it deserves. `torchrun` (the default) keeps
+//! torchrun's codes.
+
+use super::cause::CauseKind;
+use serde::Serialize;
+
+/// What a Kubernetes Job's podFailurePolicy should do with a code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum PodAction {
+    /// Retrying will not help: end the Job.
+    FailJob,
+    /// Retry, counted against backoffLimit.
+    Count,
+    /// Retry without counting (not this pod's fault).
+    Ignore,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ExitClass {
+    pub code: u8,
+    pub what: &'static str,
+    pub action: PodAction,
+    pub why: &'static str,
+}
+
+/// The training code failed (or a cause toporun cannot name).
+pub const CODE: ExitClass = ExitClass {
+    code: 1,
+    what: "the training code failed",
+    action: PodAction::Count,
+    why: "an exception or an exit code of the ranks: retried within backoffLimit, a bug fails every time",
+};
+/// The host failed the gate (`--preflight=enforce`).
+pub const GATE: ExitClass = ExitClass {
+    code: 3,
+    what: "the preflight gate refused the host",
+    action: PodAction::FailJob,
+    why: "the pod's spec or the node cannot run the job: fix the spec first",
+};
+/// A GPU or the node is faulty.
+pub const HARDWARE: ExitClass = ExitClass {
+    code: 80,
+    what: "a GPU or the node is faulty",
+    action: PodAction::Ignore,
+    why: "not the job's fault: run it elsewhere, and drain the node",
+};
+/// The kernel OOM killer, or /dev/shm full.
+pub const MEMORY: ExitClass = ExitClass {
+    code: 81,
+    what: "killed for memory (OOM killer, or /dev/shm full)",
+    action: PodAction::FailJob,
+    why: "the same limits fail again: raise the memory limit or /dev/shm first",
+};
+/// A peer node, or the network to it, was lost.
+pub const PEER: ExitClass = ExitClass {
+    code: 82,
+    what: "a peer node or the network to it was lost",
+    action: PodAction::Ignore,
+    why: "this pod is not at fault: run it again",
+};
+/// `--on-hang stop` (the same in both modes).
+pub const HANG: ExitClass = ExitClass {
+    code: 124,
+    what: "no rank made progress for --hang-timeout (--on-hang stop)",
+    action: PodAction::Count,
+    why:
+        "a hang may be transient (a lost packet, a slow storage call): retried within backoffLimit",
+};
+
+pub const TABLE: [ExitClass; 6] = [CODE, GATE, HARDWARE, MEMORY, PEER, HANG];
+
+/// The class of a failure whose leading cause is `kind`.
+pub fn class_of(kind: CauseKind) -> ExitClass {
+    match kind {
+        CauseKind::Hardware => HARDWARE,
+        CauseKind::Oom | CauseKind::Shm => MEMORY,
+        CauseKind::Peer => PEER,
+        CauseKind::Code | CauseKind::External => CODE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_code_is_distinct_and_clear_of_torchrun_and_the_shell() {
+        let codes: Vec<u8> = TABLE.iter().map(|c| c.code).collect();
+        let mut unique = codes.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        assert_eq!(unique.len(), codes.len());
+        // 2: usage, 126/127: exec, 128+N: signals.
+        assert!(codes
+            .iter()
+            .all(|c| ![2, 126, 127].contains(c) && (*c < 128)));
+        assert_eq!(class_of(CauseKind::Shm).code, 81);
+    }
+}

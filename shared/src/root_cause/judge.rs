@@ -1,0 +1,205 @@
+//! From what toporun saw of a failed attempt to its causes: how each failed rank
+//! ended (signal, exit code, last exception, a /dev/shm message), the memory
+//! cgroup's OOM kills before and after, /dev/shm's use now.
+
+use super::cause::{by_precedence, Cause, CauseKind};
+use super::oom::{MemoryReading, FIX as OOM_FIX};
+use super::python_error::PythonError;
+use super::shm::FIX as SHM_FIX;
+use crate::units::format_size as fmt_bytes;
+
+/// How one failed rank ended.
+#[derive(Debug, Clone, Copy)]
+pub struct RankEnd<'a> {
+    pub rank: u32,
+    pub exitcode: i32,
+    /// SIGKILL, SIGBUS...
+    pub signal: Option<&'a str>,
+    pub exception: Option<&'a PythonError>,
+    pub shm_line: Option<&'a str>,
+    /// The first to fail (the others may have been stopped by toporun).
+    pub first: bool,
+}
+
+/// The memory cgroup at the attempt's start and now.
+#[derive(Debug, Clone, Copy)]
+pub struct Memory {
+    pub before: MemoryReading,
+    pub now: MemoryReading,
+}
+
+/// /dev/shm at the failure.
+#[derive(Debug, Clone, Copy)]
+pub struct ShmUse {
+    pub total: u64,
+    pub free: u64,
+}
+
+fn limits(m: &MemoryReading) -> String {
+    let mut out = match m.limit {
+        Some(l) => format!("limit {}", fmt_bytes(l)),
+        None => "no limit set".into(),
+    };
+    if let Some(p) = m.peak {
+        out.push_str(&format!(", peak {}", fmt_bytes(p)));
+    }
+    out
+}
+
+fn shm_text(shm: Option<ShmUse>) -> String {
+    match shm {
+        Some(s) => format!(
+            "/dev/shm is {}, {} used",
+            fmt_bytes(s.total),
+            fmt_bytes(s.total.saturating_sub(s.free))
+        ),
+        None => "/dev/shm could not be read".into(),
+    }
+}
+
+/// Every cause the evidence supports, leading one first.
+pub fn judge(ends: &[RankEnd], memory: Option<Memory>, shm: Option<ShmUse>) -> Vec<Cause> {
+    let mut causes = Vec::new();
+    let oom_kills = memory.map(|m| m.now.oom_kills.saturating_sub(m.before.oom_kills));
+    let mut oom_named = false;
+    for e in ends {
+        let r = Some(e.rank);
+        match (e.signal, oom_kills) {
+            (Some("SIGKILL"), Some(n)) if n > 0 => {
+                let m = memory.expect("read");
+                causes.push(Cause::new(CauseKind::Oom, r, format!("rank {} was killed by the kernel OOM killer ({n} OOM kill(s) in the container's memory cgroup during this attempt; {})", e.rank, limits(&m.now))).fix(OOM_FIX));
+                oom_named = true;
+            }
+            (Some("SIGKILL"), known) => {
+                let how = if known.is_some() {
+                    "not the OOM killer: the container's memory cgroup counted no OOM kill"
+                } else {
+                    "toporun could not read the memory cgroup to tell the OOM killer from others"
+                };
+                causes.push(Cause::new(CauseKind::External, r, format!("rank {} was killed by SIGKILL from outside the job ({how})", e.rank)).fix("look for what sent it: `kill -9`, a watchdog, the kubelet; the pod's events (kubectl describe pod)"));
+            }
+            _ => {}
+        }
+        if e.shm_line.is_some() || e.signal == Some("SIGBUS") {
+            let what = e.shm_line.unwrap_or("killed by SIGBUS");
+            causes.push(
+                Cause::new(
+                    CauseKind::Shm,
+                    r,
+                    format!(
+                        "rank {}: /dev/shm ran out ({}): {what}",
+                        e.rank,
+                        shm_text(shm)
+                    ),
+                )
+                .fix(SHM_FIX),
+            );
+        }
+        if !e.first {
+            continue;
+        }
+        if let Some(x) = e.exception {
+            causes.push(Cause::new(
+                CauseKind::Code,
+                r,
+                format!("rank {} raised {}", e.rank, x.line()),
+            ));
+        } else if e.exitcode > 0 {
+            causes.push(Cause::new(
+                CauseKind::Code,
+                r,
+                format!("rank {} exited with code {}", e.rank, e.exitcode),
+            ));
+        }
+    }
+    if let (Some(n), false) = (oom_kills, oom_named) {
+        if n > 0 {
+            let m = memory.expect("read");
+            causes.push(Cause::new(CauseKind::Oom, None, format!("the kernel OOM killer killed {n} process(es) of the job during this attempt (a DataLoader worker, or a rank's child; {})", limits(&m.now))).fix(OOM_FIX));
+        }
+    }
+    by_precedence(causes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn end(rank: u32, signal: Option<&'static str>, exitcode: i32) -> RankEnd<'static> {
+        RankEnd {
+            rank,
+            exitcode,
+            signal,
+            exception: None,
+            shm_line: None,
+            first: true,
+        }
+    }
+
+    fn memory(kills: u64) -> Option<Memory> {
+        let r = |oom_kills| MemoryReading {
+            oom_kills,
+            limit: Some(256 << 20),
+            peak: Some(256 << 20),
+        };
+        Some(Memory {
+            before: r(0),
+            now: r(kills),
+        })
+    }
+
+    #[test]
+    fn a_sigkill_with_an_oom_kill_is_the_oom_killer_and_without_one_from_outside() {
+        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(1), None);
+        assert_eq!(c[0].kind, CauseKind::Oom);
+        assert!(
+            c[0].summary
+                .contains("rank 2 was killed by the kernel OOM killer"),
+            "{}",
+            c[0].summary
+        );
+        assert!(c[0].summary.contains("limit 256 MiB"), "{}", c[0].summary);
+        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(0), None);
+        assert_eq!(c[0].kind, CauseKind::External);
+        assert!(c[0].summary.contains("from outside"));
+    }
+
+    #[test]
+    fn shm_leads_the_exception_it_caused() {
+        let x = PythonError {
+            exception: "RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: No space left on device (28)".into(),
+            frame: Some(("train.py".into(), 9, "main".into())),
+        };
+        let e = RankEnd {
+            exception: Some(&x),
+            shm_line: Some("RuntimeError: unable to allocate shared memory(shm) ..."),
+            ..end(0, None, 1)
+        };
+        let c = judge(
+            &[e],
+            memory(0),
+            Some(ShmUse {
+                total: 8 << 20,
+                free: 0,
+            }),
+        );
+        let kinds: Vec<CauseKind> = c.iter().map(|c| c.kind).collect();
+        assert_eq!(kinds, [CauseKind::Shm, CauseKind::Code]);
+        assert!(
+            c[0].summary.contains("/dev/shm is 8 MiB, 8 MiB used"),
+            "{}",
+            c[0].summary
+        );
+    }
+
+    #[test]
+    fn a_plain_exit_code_is_the_codes_and_ranks_stopped_after_are_not_causes() {
+        let stopped = RankEnd {
+            first: false,
+            ..end(1, Some("SIGTERM"), -15)
+        };
+        let c = judge(&[end(0, None, 3), stopped], None, None);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].summary, "rank 0 exited with code 3");
+    }
+}

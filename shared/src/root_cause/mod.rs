@@ -1,0 +1,13 @@
+//! Why a job stopped, named: typed causes with a precedence (`cause`), the rank's
+//! last Python exception from its output (`python_error`), /dev/shm exhausted
+//! (`shm`), the OOM killer in the memory cgroup (`oom`), and the exit codes a pod
+//! failure policy can act on (`exit_codes`).
+
+mod cause;
+pub mod exit_codes;
+pub mod judge;
+pub mod oom;
+pub mod python_error;
+pub mod shm;
+
+pub use cause::{by_precedence, Cause, CauseKind};
