@@ -88,7 +88,7 @@ fn the_oom_killer_is_named_with_the_limit_and_classified_as_memory() {
 fn a_sigkill_from_outside_is_said_to_come_from_outside() {
     let d = tempfile::tempdir().unwrap();
     let cg = MemoryCgroup::new(1 << 30);
-    let mut child = cg
+    let child = cg
         .wrap(&job("sleep", d.path(), &["--exit-codes=classified"]))
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
