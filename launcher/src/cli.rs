@@ -123,6 +123,13 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
         )
         .arg(
+            Arg::new("read_stderr")
+                .long("read-stderr")
+                .value_parser(EnumValueParser::<OnOff>::new())
+                .default_value("on")
+                .help("on: where toporun's own stderr is no terminal (a pod), the ranks' stderr passes through toporun byte for byte, so a failure names the rank's last Python exception and a full /dev/shm; off: inherited, as torchrun [env: TOPORUN_READ_STDERR]"),
+        )
+        .arg(
             Arg::new("exit_codes")
                 .long("exit-codes")
                 .value_parser(EnumValueParser::<ExitCodesChoice>::new())

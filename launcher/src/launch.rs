@@ -254,7 +254,9 @@ fn prepare(
         classified,
         // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
         // progress bars) and toporun does not read their exceptions.
-        watch_stderr: !std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        watch_stderr: typed_choice::<OnOff>(m, "read_stderr", "TOPORUN_READ_STDERR", &parent_env)?
+            == OnOff::On
+            && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
         hang,
         status_port,
         termination_log,

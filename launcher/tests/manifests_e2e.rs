@@ -78,6 +78,12 @@ fn a_wrong_field_or_a_misspelled_flag_fails() {
             "\"--nprocs-per-node=8\", \"train.py\"",
             "nprocs-per-node",
         ),
+        // Optional from 1.35 only: the older versions managed clusters run refuse it.
+        (
+            ", status: \"True\"}",
+            "}",
+            "(Kubernetes 1.31.0): 'status' is a required property",
+        ),
     ] {
         let t = tempfile::tempdir().unwrap();
         let mut changed = false;

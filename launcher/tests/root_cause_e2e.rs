@@ -77,6 +77,10 @@ fn the_oom_killer_is_named_with_the_limit_and_classified_as_memory() {
         "{err}"
     );
     assert!(err.contains("limit 200 MiB"), "{err}");
+    assert!(
+        err.contains("toporun: exit code 81 under --exit-codes classified: killed for memory"),
+        "{err}"
+    );
     assert_eq!(code, 81, "{err}");
     // torchrun's codes by default: 1 for any rank failure.
     let (code, _, err) = run(&mut cg.wrap(&job("oom", d.path(), &[])));

@@ -27,7 +27,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
-use toporun_shared::root_cause::Cause;
+use toporun_shared::root_cause::exit_codes::class_of;
+use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// How long toporun waits for every worker's store handshake before saying which
 /// are missing (`TOPORUN_INIT_WARN_SECS`).
@@ -558,6 +559,13 @@ async fn rank_failed(
     let collective = say_flight_recorder(failed.fr_dir, session.meeting(node.round, node)).await;
     let mut lead: Vec<String> = found.iter().map(Cause::line).collect();
     lead.extend(collective.map(|c| format!("toporun: flight recorder: {c}")));
+    if p.classified {
+        let class = class_of(found.first().map_or(CauseKind::Code, |c| c.kind));
+        lead.push(format!(
+            "toporun: exit code {} under --exit-codes classified: {} (podFailurePolicy: {:?})",
+            class.code, class.what, class.action
+        ));
+    }
     status.update(|x| {
         x.last_failure = Some(ours.to_string());
         x.root_cause = found.first().map(|c| c.kind);

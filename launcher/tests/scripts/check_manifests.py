@@ -1,5 +1,6 @@
 """Validates Kubernetes manifests with kubernetes-validate (Kubernetes' own schemas,
-strict: unknown fields are errors), Kubeflow TrainJobs with kubeflow-trainer-api (the
+strict: unknown fields are errors) against every version from 1.31 (the oldest that
+managed clusters still run) to the newest it knows, Kubeflow TrainJobs with kubeflow-trainer-api (the
 models generated from the Trainer's OpenAPI: types checked, unknown fields reported),
 and prints every toporun/torchrun command line in them as JSON, one per line, for the
 caller to run through toporun's own parser. Kinds without a schema here are reported
@@ -10,11 +11,18 @@ import sys
 
 import kubernetes_validate as kv
 import yaml
+from kubernetes_validate import utils as kv_utils
 from kubeflow_trainer_api import models as trainer
 
 CRDS = {("trainer.kubeflow.org/v1alpha1", "TrainJob"): trainer.TrainerV1alpha1TrainJob}
 
 failed = False
+
+OLDEST = (1, 31)
+VERSIONS = sorted(
+    {v for v in kv_utils.all_versions() if tuple(int(x) for x in v.split(".")[:2]) >= OLDEST},
+    key=lambda v: tuple(int(x) for x in v.split(".")),
+)
 
 
 def commands(node):
@@ -65,12 +73,15 @@ for path in sys.argv[1:]:
             if model is not None:
                 crd(path, doc, model)
             else:
-                kv.validate(doc, kv.latest_version(), strict=True)
+                for version in VERSIONS:
+                    try:
+                        kv.validate(doc, version, strict=True)
+                    except kv.ValidationError as e:
+                        failed = True
+                        where = ".".join(str(p) for p in e.path)
+                        print(f"{path}: {doc.get('kind')} (Kubernetes {version}): {e.message} at {where}", file=sys.stderr)
         except kv.SchemaNotFoundError:
             print(f"{path}: no schema for {doc.get('apiVersion')} {doc.get('kind')}", file=sys.stderr)
-        except kv.ValidationError as e:
-            failed = True
-            print(f"{path}: {doc.get('kind')}: {e.message} at {'.'.join(str(p) for p in e.path)}", file=sys.stderr)
         for c in commands(doc):
             print(json.dumps({"file": path, "command": c}))
 sys.exit(1 if failed else 0)
