@@ -3,6 +3,7 @@
 
 pub mod cloud_metadata;
 pub mod flight_recorder;
+pub mod gpu_events;
 pub mod job;
 pub mod link_bandwidth;
 pub mod nccl_watch;

@@ -1,7 +1,8 @@
 //! The cause of a failure named first, from real evidence: the kernel OOM killer in a
 //! real memory cgroup made here (v1, this machine; needs root), a SIGKILL from
 //! outside, a full /dev/shm in a mount namespace of its own (`unshare -m`), the
-//! rank's own exception without `@record`; and the codes of `--exit-codes`.
+//! rank's own exception without `@record`, GPU faults fed as Xid events
+//! (`TOPORUN_XID_REPLAY`); and the codes of `--exit-codes`.
 
 mod support;
 use std::path::{Path, PathBuf};
@@ -173,4 +174,58 @@ fn a_full_dev_shm_is_named_with_its_size() {
     );
     assert!(err.contains("medium: Memory"), "{err}");
     assert_eq!(code, 81, "{err}");
+}
+
+/// A replay file holding one Xid event on GPU 0, dated now.
+fn xid_file(dir: &Path, xid: u64) -> PathBuf {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs_f64();
+    let path = dir.join("xids.jsonl");
+    let line = serde_json::json!({"gpu": 0, "uuid": "GPU-9c1e", "pci_bus_id": "00000000:18:00.0", "xid": xid, "at": at});
+    std::fs::write(&path, format!("{line}\n")).unwrap();
+    path
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_gpu_that_fell_off_the_bus_leads_with_no_restart_and_the_hardware_code() {
+    let d = tempfile::tempdir().unwrap();
+    let xids = xid_file(d.path(), 79);
+    let (code, _, err) = run(job(
+        "abort",
+        d.path(),
+        &["--exit-codes=classified", "--max-restarts=3"],
+    )
+    .env("TOPORUN_XID_REPLAY", &xids));
+    assert!(err.contains("GPU 0 (GPU-9c1e, PCI 00000000:18:00.0) reported Xid 79 (GPU has fallen off the bus): a GPU or node fault"), "{err}");
+    assert!(
+        err.contains("toporun: root cause (hardware): a GPU of this node, GPU 0 (GPU-9c1e, PCI 00000000:18:00.0), reported Xid 79"),
+        "{err}"
+    );
+    assert!(err.contains("drain the node"), "{err}");
+    // Restarts were left, yet none was tried.
+    assert!(!err.contains("restart 1 of 3"), "{err}");
+    assert_eq!(code, 80, "{err}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_code_fault_xid_with_a_traceback_stays_the_codes() {
+    let d = tempfile::tempdir().unwrap();
+    let xids = xid_file(d.path(), 13);
+    let (code, _, err) =
+        run(job("cudafault", d.path(), &["--exit-codes=classified"])
+            .env("TOPORUN_XID_REPLAY", &xids));
+    assert!(
+        err.contains("toporun: root cause (code): rank 1 raised RuntimeError: CUDA error: an illegal memory access was encountered (cause_rank.py:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("reported Xid 13 (graphics engine exception"),
+        "{err}"
+    );
+    assert!(!err.contains("root cause (hardware)"), "{err}");
+    assert_eq!(code, 1, "{err}");
 }

@@ -1,13 +1,17 @@
 //! The causes of a failed attempt on this node, from what toporun saw: each failed
 //! rank's end and output, the memory cgroup's OOM kills since the attempt began,
-//! /dev/shm now.
+//! /dev/shm now, the GPUs' Xid events; and where those events come from.
 
+use super::error::JobError;
+use super::spec::Job;
+use crate::gpu_events::{NvmlXids, ReplayXids, XidLog};
 use crate::paths::Root;
 use crate::probe::container::shm;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::supervise::{self, Failure};
 use toporun_shared::root_cause::judge::{judge, Memory, RankEnd, ShmUse};
 use toporun_shared::root_cause::oom::MemoryReading;
+use toporun_shared::root_cause::xid::XidEvent;
 use toporun_shared::root_cause::Cause;
 
 /// The memory cgroup and its reading when the attempt began.
@@ -18,8 +22,14 @@ pub fn memory_at_start(cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
     cgroup.map(|c| (c.clone(), c.read(&Root::live())))
 }
 
-/// Every cause known for `failures`, the leading one first.
-pub fn of(failures: &[Failure], memory: &MemoryAtStart) -> Vec<Cause> {
+fn secs(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Every cause known for `failures`, the leading one first; `xids`: the node's GPU
+/// faults so far.
+pub fn of(p: &Job, failures: &[Failure], memory: &MemoryAtStart, xids: &[XidEvent]) -> Vec<Cause> {
     let root = Root::live();
     let first = supervise::root_cause(failures).map(|f| f.pid);
     let ends: Vec<RankEnd> = failures
@@ -31,6 +41,8 @@ pub fn of(failures: &[Failure], memory: &MemoryAtStart) -> Vec<Cause> {
             exception: f.exception.as_ref(),
             shm_line: f.shm.as_deref(),
             first: Some(f.pid) == first,
+            gpu: p.gpu_of(f.local_rank).map(|g| g.index),
+            at: secs(f.at),
         })
         .collect();
     let memory = memory.as_ref().map(|(cg, before)| Memory {
@@ -41,5 +53,28 @@ pub fn of(failures: &[Failure], memory: &MemoryAtStart) -> Vec<Cause> {
         total: s.total_bytes,
         free: s.free_bytes,
     });
-    judge(&ends, memory, shm)
+    judge(&ends, memory, shm, xids)
 }
+
+/// The node's GPU faults for the whole job: a replay file where
+/// `TOPORUN_XID_REPLAY` names one, else NVML's events where there are GPUs.
+pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
+    if let Some(path) = p.parent_env.get(XID_REPLAY_VAR) {
+        let source = ReplayXids::open(std::path::Path::new(path))
+            .map_err(|e| JobError::Usage(format!("{XID_REPLAY_VAR}={path}: {e}")))?;
+        return Ok(Some(XidLog::watch(Box::new(source))));
+    }
+    if p.facts.gpus.devices.is_empty() {
+        return Ok(None);
+    }
+    match NvmlXids::start() {
+        Ok(s) => Ok(Some(XidLog::watch(Box::new(s)))),
+        Err(e) => {
+            eprintln!("toporun: note: GPU faults (Xid) are not watched: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// A file of Xid events (JSON lines) toporun follows instead of NVML's.
+pub const XID_REPLAY_VAR: &str = "TOPORUN_XID_REPLAY";

@@ -16,6 +16,7 @@ use super::session::Session;
 use super::spec::{Job, NodePlace};
 use super::stacks_socket;
 use super::transitions::{self, AttemptEnd, Next, Restarts};
+use crate::gpu_events::XidLog;
 use crate::paths::random_id;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::rendezvous::{StopKind, StopReason};
@@ -119,6 +120,8 @@ struct Life {
     stacks_socket: Option<stacks_socket::Served>,
     /// The container's memory cgroup (the OOM killer's count), where readable.
     memory: Option<MemoryCgroup>,
+    /// The node's GPU faults, watched for the whole job.
+    xids: Option<XidLog>,
 }
 
 /// Runs the job to its end on this node; the exit code torchrun would give.
@@ -150,6 +153,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         live,
         stacks_socket: None,
         memory: MemoryCgroup::find(&crate::paths::Root::live()),
+        xids: causes::watch_xids(p)?,
     };
     let mut restarts = Restarts {
         used: 0,
@@ -396,6 +400,7 @@ async fn attempt(
                     failures: &failures,
                     fr_dir: fr_dir.as_deref(),
                     memory,
+                    xids: life.xids.as_ref(),
                 },
                 &life.status,
             )
@@ -517,6 +522,7 @@ struct Failed<'a> {
     failures: &'a [supervise::Failure],
     fr_dir: Option<&'a Path>,
     memory: MemoryAtStart,
+    xids: Option<&'a XidLog>,
 }
 
 /// A local rank failed: every node is told, and when the job ends here the failure
@@ -538,20 +544,25 @@ async fn rank_failed(
         );
     }
     let failures = failed.failures;
-    let found = causes::of(failures, &failed.memory);
+    let xids = failed.xids.map(XidLog::events).unwrap_or_default();
+    let found = causes::of(p, failures, &failed.memory, &xids);
+    let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
     let what = f
         .signal
         .clone()
         .unwrap_or_else(|| format!("exit code {}", f.exitcode));
-    let ours = transitions::failure_stop(
-        restarts,
-        &format!(
-            "node {} local rank {} (rank {}) failed with {what}",
-            node.node_rank, f.local_rank, f.rank
-        ),
-    )
+    let what = format!(
+        "node {} local rank {} (rank {}) failed with {what}",
+        node.node_rank, f.local_rank, f.rank
+    );
+    // A GPU that fell off the bus does not come back by restarting Python.
+    let ours = if hardware {
+        StopReason::fail(format!("{what} after a GPU fault: no restart on this node"))
+    } else {
+        transitions::failure_stop(restarts, &what)
+    }
     .caused_by(found.first().map(|c| c.kind));
     // Another node may have stopped the round first (a lost node): its reason decides.
     let won = session.stop_all(node.round, ours.clone()).await;

@@ -6,6 +6,7 @@ use super::cause::{by_precedence, Cause, CauseKind};
 use super::oom::{MemoryReading, FIX as OOM_FIX};
 use super::python_error::PythonError;
 use super::shm::FIX as SHM_FIX;
+use super::xid::{info, Verdict, XidEvent, FIX as XID_FIX};
 use crate::units::format_size as fmt_bytes;
 
 /// How one failed rank ended.
@@ -19,6 +20,9 @@ pub struct RankEnd<'a> {
     pub shm_line: Option<&'a str>,
     /// The first to fail (the others may have been stopped by toporun).
     pub first: bool,
+    /// The GPU it used (NVML index), and when it ended (seconds since the epoch).
+    pub gpu: Option<u32>,
+    pub at: f64,
 }
 
 /// The memory cgroup at the attempt's start and now.
@@ -57,8 +61,47 @@ fn shm_text(shm: Option<ShmUse>) -> String {
     }
 }
 
+/// An Xid counts for a failure from this long before it (to a little after: events
+/// may arrive late).
+const XID_BEFORE: f64 = 60.0;
+const XID_AFTER: f64 = 5.0;
+
+/// The Xid events of `verdict` near rank `e`'s end: those on its own GPU first.
+fn xids_near<'a>(e: &RankEnd, xids: &'a [XidEvent], verdict: Verdict) -> Vec<&'a XidEvent> {
+    let mut near: Vec<&XidEvent> = xids
+        .iter()
+        .filter(|x| info(x.xid).verdict == verdict)
+        .filter(|x| x.at >= e.at - XID_BEFORE && x.at <= e.at + XID_AFTER)
+        .collect();
+    near.sort_by_key(|x| Some(x.gpu) != e.gpu);
+    near
+}
+
+fn xid_text(x: &XidEvent, e: &RankEnd) -> String {
+    let whose = if Some(x.gpu) == e.gpu {
+        "its GPU"
+    } else {
+        "a GPU of this node"
+    };
+    format!(
+        "{whose}, GPU {} ({}, PCI {}), reported Xid {} ({}) {:.1}s before rank {} failed",
+        x.gpu,
+        x.uuid,
+        x.pci_bus_id,
+        x.xid,
+        info(x.xid).meaning,
+        e.at - x.at,
+        e.rank
+    )
+}
+
 /// Every cause the evidence supports, leading one first.
-pub fn judge(ends: &[RankEnd], memory: Option<Memory>, shm: Option<ShmUse>) -> Vec<Cause> {
+pub fn judge(
+    ends: &[RankEnd],
+    memory: Option<Memory>,
+    shm: Option<ShmUse>,
+    xids: &[XidEvent],
+) -> Vec<Cause> {
     let mut causes = Vec::new();
     let oom_kills = memory.map(|m| m.now.oom_kills.saturating_sub(m.before.oom_kills));
     let mut oom_named = false;
@@ -98,17 +141,24 @@ pub fn judge(ends: &[RankEnd], memory: Option<Memory>, shm: Option<ShmUse>) -> V
         if !e.first {
             continue;
         }
+        if let Some(x) = xids_near(e, xids, Verdict::Hardware).first() {
+            causes.push(Cause::new(CauseKind::Hardware, r, xid_text(x, e)).fix(XID_FIX));
+        }
+        let own_fault = xids_near(e, xids, Verdict::Code)
+            .first()
+            .map(|x| format!("; {}: the code's own fault", xid_text(x, e)))
+            .unwrap_or_default();
         if let Some(x) = e.exception {
             causes.push(Cause::new(
                 CauseKind::Code,
                 r,
-                format!("rank {} raised {}", e.rank, x.line()),
+                format!("rank {} raised {}{own_fault}", e.rank, x.line()),
             ));
-        } else if e.exitcode > 0 {
+        } else if e.exitcode > 0 || !own_fault.is_empty() {
             causes.push(Cause::new(
                 CauseKind::Code,
                 r,
-                format!("rank {} exited with code {}", e.rank, e.exitcode),
+                format!("rank {} exited with code {}{own_fault}", e.rank, e.exitcode),
             ));
         }
     }
@@ -133,6 +183,8 @@ mod tests {
             exception: None,
             shm_line: None,
             first: true,
+            gpu: Some(rank),
+            at: 1000.0,
         }
     }
 
@@ -150,7 +202,7 @@ mod tests {
 
     #[test]
     fn a_sigkill_with_an_oom_kill_is_the_oom_killer_and_without_one_from_outside() {
-        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(1), None);
+        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(1), None, &[]);
         assert_eq!(c[0].kind, CauseKind::Oom);
         assert!(
             c[0].summary
@@ -159,7 +211,7 @@ mod tests {
             c[0].summary
         );
         assert!(c[0].summary.contains("limit 256 MiB"), "{}", c[0].summary);
-        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(0), None);
+        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(0), None, &[]);
         assert_eq!(c[0].kind, CauseKind::External);
         assert!(c[0].summary.contains("from outside"));
     }
@@ -182,6 +234,7 @@ mod tests {
                 total: 8 << 20,
                 free: 0,
             }),
+            &[],
         );
         let kinds: Vec<CauseKind> = c.iter().map(|c| c.kind).collect();
         assert_eq!(kinds, [CauseKind::Shm, CauseKind::Code]);
@@ -198,8 +251,55 @@ mod tests {
             first: false,
             ..end(1, Some("SIGTERM"), -15)
         };
-        let c = judge(&[end(0, None, 3), stopped], None, None);
+        let c = judge(&[end(0, None, 3), stopped], None, None, &[]);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].summary, "rank 0 exited with code 3");
+    }
+
+    fn xid(gpu: u32, xid: u64, at: f64) -> XidEvent {
+        XidEvent {
+            gpu,
+            uuid: format!("GPU-{gpu}"),
+            pci_bus_id: format!("00000000:0{gpu}:00.0"),
+            xid,
+            at,
+        }
+    }
+
+    #[test]
+    fn a_node_fatal_xid_before_the_failure_leads_and_a_code_xid_stays_the_codes() {
+        let c = judge(
+            &[end(1, Some("SIGABRT"), -6)],
+            None,
+            None,
+            &[xid(1, 79, 998.0)],
+        );
+        assert_eq!(c[0].kind, CauseKind::Hardware);
+        assert!(c[0].summary.starts_with("its GPU, GPU 1 (GPU-1, PCI 00000000:01:00.0), reported Xid 79 (GPU has fallen off the bus) 2.0s before rank 1 failed"), "{}", c[0].summary);
+        // On another GPU of the node; one long before does not count.
+        let c = judge(
+            &[end(1, None, 1)],
+            None,
+            None,
+            &[xid(0, 48, 990.0), xid(1, 79, 100.0)],
+        );
+        assert_eq!(c[0].kind, CauseKind::Hardware);
+        assert!(
+            c[0].summary.starts_with("a GPU of this node, GPU 0"),
+            "{}",
+            c[0].summary
+        );
+        let x = PythonError {
+            exception: "RuntimeError: CUDA error: an illegal memory access was encountered".into(),
+            frame: None,
+        };
+        let e = RankEnd {
+            exception: Some(&x),
+            ..end(1, None, 1)
+        };
+        let c = judge(&[e], None, None, &[xid(1, 13, 999.0)]);
+        assert_eq!(c.len(), 1);
+        assert_eq!(c[0].kind, CauseKind::Code);
+        assert!(c[0].summary.contains("Xid 13"), "{}", c[0].summary);
     }
 }

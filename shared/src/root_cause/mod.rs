@@ -9,5 +9,6 @@ pub mod judge;
 pub mod oom;
 pub mod python_error;
 pub mod shm;
+pub mod xid;
 
 pub use cause::{by_precedence, Cause, CauseKind};

@@ -1,0 +1,259 @@
+//! Xid critical errors on the node's GPUs, watched for the whole job: NVML's event
+//! set on a thread of its own, or a file of JSON lines toporun follows instead
+//! (`TOPORUN_XID_REPLAY`: tests, and drills of a podFailurePolicy). Whatever the
+//! source, the job sees an [`XidSource`] and keeps every event in an [`XidLog`].
+
+use nvml_wrapper::bitmasks::event::EventTypes;
+use nvml_wrapper::enums::event::XidError;
+use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::Nvml;
+use std::io::BufRead;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use toporun_shared::root_cause::xid::{info, Verdict, XidEvent};
+
+/// Where Xid events come from.
+pub trait XidSource: Send {
+    /// Waits up to `timeout` for the next event; an error when the source is gone.
+    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String>;
+}
+
+fn now() -> f64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// NVML's critical-error events of every GPU, read on a thread of its own (the event
+/// set borrows the NVML handle, which lives there).
+pub struct NvmlXids {
+    rx: mpsc::Receiver<XidEvent>,
+    stop: Arc<AtomicBool>,
+}
+
+impl NvmlXids {
+    /// Registers every GPU; an error when NVML or the registration fails.
+    pub fn start() -> Result<NvmlXids, String> {
+        let (tx, rx) = mpsc::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let done = stop.clone();
+        std::thread::spawn(move || {
+            let nvml = match Nvml::init() {
+                Ok(n) => n,
+                Err(e) => return ready_tx.send(Err(e.to_string())).unwrap_or(()),
+            };
+            let set = match register(&nvml) {
+                Ok(s) => s,
+                Err(e) => return ready_tx.send(Err(e)).unwrap_or(()),
+            };
+            let _ = ready_tx.send(Ok(()));
+            while !done.load(Ordering::Relaxed) {
+                match set.wait(500) {
+                    Ok(data) => {
+                        let xid = match data.event_data {
+                            Some(XidError::Value(x)) => x,
+                            _ => continue,
+                        };
+                        let event = XidEvent {
+                            gpu: data.device.index().unwrap_or(u32::MAX),
+                            uuid: data.device.uuid().unwrap_or_default(),
+                            pci_bus_id: data
+                                .device
+                                .pci_info()
+                                .map(|p| p.bus_id)
+                                .unwrap_or_default(),
+                            xid,
+                            at: now(),
+                        };
+                        if tx.send(event).is_err() {
+                            return;
+                        }
+                    }
+                    Err(NvmlError::Timeout) => {}
+                    Err(_) => std::thread::sleep(Duration::from_millis(500)),
+                }
+            }
+        });
+        ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| "NVML did not answer within 10 s".to_string())??;
+        Ok(NvmlXids { rx, stop })
+    }
+}
+
+fn register(nvml: &Nvml) -> Result<nvml_wrapper::event::EventSet<'_>, String> {
+    let mut set = nvml.create_event_set().map_err(|e| e.to_string())?;
+    let count = nvml.device_count().map_err(|e| e.to_string())?;
+    for i in 0..count {
+        let dev = nvml.device_by_index(i).map_err(|e| e.to_string())?;
+        set = dev
+            .register_events(EventTypes::CRITICAL_XID_ERROR, set)
+            .map_err(|e| format!("GPU {i}: {}", e.error))?;
+    }
+    Ok(set)
+}
+
+impl Drop for NvmlXids {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl XidSource for NvmlXids {
+    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String> {
+        match self.rx.recv_timeout(timeout) {
+            Ok(e) => Ok(Some(e)),
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err("the NVML event thread ended".into()),
+        }
+    }
+}
+
+/// Events from a file of JSON lines (one [`XidEvent`] each), followed as it grows.
+pub struct ReplayXids {
+    reader: std::io::BufReader<std::fs::File>,
+    partial: String,
+}
+
+impl ReplayXids {
+    pub fn open(path: &std::path::Path) -> Result<ReplayXids, String> {
+        let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        Ok(ReplayXids {
+            reader: std::io::BufReader::new(f),
+            partial: String::new(),
+        })
+    }
+}
+
+impl XidSource for ReplayXids {
+    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String> {
+        loop {
+            match self.reader.read_line(&mut self.partial) {
+                Ok(0) => {
+                    std::thread::sleep(timeout);
+                    return Ok(None);
+                }
+                Ok(_) if !self.partial.ends_with('\n') => continue,
+                Ok(_) => {
+                    let line = std::mem::take(&mut self.partial);
+                    if line.trim().is_empty() {
+                        continue;
+                    }
+                    return serde_json::from_str(&line)
+                        .map(Some)
+                        .map_err(|e| format!("not an Xid event ({e}): {}", line.trim()));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+}
+
+/// Every Xid event of the job so far, kept by a thread that reads the source.
+pub struct XidLog {
+    events: Arc<Mutex<Vec<XidEvent>>>,
+    done: Arc<AtomicBool>,
+}
+
+impl XidLog {
+    /// Reads `source` until dropped, saying each event as it comes.
+    pub fn watch(mut source: Box<dyn XidSource>) -> XidLog {
+        let events: Arc<Mutex<Vec<XidEvent>>> = Default::default();
+        let done = Arc::new(AtomicBool::new(false));
+        let (keep, stop) = (events.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match source.next(Duration::from_millis(500)) {
+                    Ok(Some(e)) => {
+                        let i = info(e.xid);
+                        let whose = match i.verdict {
+                            Verdict::Hardware => "a GPU or node fault",
+                            Verdict::Code => "the application's own fault",
+                            Verdict::Unknown => "not in toporun's table",
+                        };
+                        eprintln!(
+                            "toporun: GPU {} ({}, PCI {}) reported Xid {} ({}): {whose}",
+                            e.gpu, e.uuid, e.pci_bus_id, e.xid, i.meaning
+                        );
+                        if let Ok(mut v) = keep.lock() {
+                            v.push(e);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        eprintln!("toporun: warning: GPU faults are no longer watched: {e}");
+                        return;
+                    }
+                }
+            }
+        });
+        XidLog { events, done }
+    }
+
+    pub fn events(&self) -> Vec<XidEvent> {
+        self.events.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+}
+
+impl Drop for XidLog {
+    fn drop(&mut self) {
+        self.done.store(true, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A source a test feeds.
+    struct Fed(mpsc::Receiver<XidEvent>);
+
+    impl XidSource for Fed {
+        fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String> {
+            Ok(self.0.recv_timeout(timeout).ok())
+        }
+    }
+
+    fn event(xid: u64) -> XidEvent {
+        XidEvent {
+            gpu: 1,
+            uuid: "GPU-1".into(),
+            pci_bus_id: "00000000:19:00.0".into(),
+            xid,
+            at: 1.0,
+        }
+    }
+
+    fn wait_for(log: &XidLog, n: usize) -> Vec<XidEvent> {
+        let start = std::time::Instant::now();
+        while log.events().len() < n && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        log.events()
+    }
+
+    #[test]
+    fn a_fed_source_reaches_the_log() {
+        let (tx, rx) = mpsc::channel();
+        let log = XidLog::watch(Box::new(Fed(rx)));
+        tx.send(event(79)).unwrap();
+        tx.send(event(13)).unwrap();
+        let got = wait_for(&log, 2);
+        assert_eq!(got.iter().map(|e| e.xid).collect::<Vec<_>>(), [79, 13]);
+    }
+
+    #[test]
+    fn a_replay_file_is_followed_as_it_grows() {
+        let d = tempfile::tempdir().unwrap();
+        let path = d.path().join("xids.jsonl");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let log = XidLog::watch(Box::new(ReplayXids::open(&path).unwrap()));
+        writeln!(f, "{}", serde_json::to_string(&event(48)).unwrap()).unwrap();
+        assert_eq!(wait_for(&log, 1)[0].xid, 48);
+        writeln!(f, "{}", serde_json::to_string(&event(79)).unwrap()).unwrap();
+        assert_eq!(wait_for(&log, 2)[1].xid, 79);
+    }
+}
