@@ -5,6 +5,7 @@
 use super::causes::{self, MemoryAtStart};
 use super::entry::Entered;
 use super::error::JobError;
+use super::gpu_release::{wait_released, Holder, RELEASE_WAIT};
 use super::hang_exchange;
 use super::hang_response::{watch_hangs, AfterHang};
 use super::hang_watch::{self, HangReport, LiveRanks};
@@ -19,6 +20,7 @@ use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::gpu_events::XidLog;
 use crate::paths::random_id;
 use crate::probe::memory_cgroup::MemoryCgroup;
+use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
@@ -122,6 +124,9 @@ struct Life {
     memory: Option<MemoryCgroup>,
     /// The node's GPU faults, watched for the whole job.
     xids: Option<XidLog>,
+    /// NVML's process list, where this node has GPUs (memory released before a
+    /// restart).
+    gpus: Option<NvmlProbe>,
 }
 
 /// Runs the job to its end on this node; the exit code torchrun would give.
@@ -154,6 +159,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         stacks_socket: None,
         memory: MemoryCgroup::find(&crate::paths::Root::live()),
         xids: causes::watch_xids(p)?,
+        gpus: (!p.facts.gpus.devices.is_empty()).then_some(NvmlProbe),
     };
     let mut restarts = Restarts {
         used: 0,
@@ -185,6 +191,21 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
             Next::Round { counted, say } => {
                 restarts.used += u32::from(counted);
                 eprintln!("toporun: {say}");
+                if let Some(cause) = gpus_released(&life).await {
+                    eprintln!("{}", cause.line());
+                    if let Some(path) = &p.termination_log {
+                        let _ = supervise::write_termination_message(path, &cause.line());
+                    }
+                    life.status.update(|x| {
+                        x.root_cause = Some(cause.kind);
+                        x.causes = vec![cause];
+                    });
+                    return Ok(if p.classified {
+                        class_of(CauseKind::Hardware).code
+                    } else {
+                        1
+                    });
+                }
             }
             Next::Exit { code, say, .. } => {
                 let code = if p.classified {
@@ -201,6 +222,27 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 }
                 return Ok(code);
             }
+        }
+    }
+}
+
+/// Before a restart: waits until the last attempt's processes released their GPU
+/// memory; the cause that ends the job when they do not.
+async fn gpus_released(life: &Life) -> Option<Cause> {
+    let probe = life.gpus.as_ref()?;
+    let root = crate::paths::Root::live();
+    match wait_released(probe, &root, std::process::id(), RELEASE_WAIT).await {
+        Ok(waited) if waited > Duration::from_secs(1) => {
+            eprintln!(
+                "toporun: the GPU memory was released after {:.1}s",
+                waited.as_secs_f64()
+            );
+            None
+        }
+        Ok(_) => None,
+        Err(held) => {
+            let who: Vec<String> = held.iter().map(Holder::line).collect();
+            Some(Cause::new(CauseKind::Hardware, None, format!("GPU memory still held {}s after the attempt ended: {}; a process that left its rank's process group, or a GPU or driver that does not release memory: a restart would fail with CUDA out of memory", RELEASE_WAIT.as_secs(), who.join("; "))).fix("stop that process; if it cannot be stopped (state D), drain the node and reset the GPU"))
         }
     }
 }
@@ -418,6 +460,7 @@ async fn attempt(
                 let meeting = session.meeting(round, node);
                 say_flight_recorder(fr_dir.as_deref(), meeting).await;
             }
+            session.stop_seen(round).await;
             AttemptEnd::Stopped(reason)
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {

@@ -8,6 +8,7 @@
 mod causes;
 mod entry;
 mod error;
+mod gpu_release;
 mod hang_exchange;
 mod hang_response;
 mod hang_watch;

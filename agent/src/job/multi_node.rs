@@ -300,14 +300,23 @@ impl MultiNode {
 
     /// Tells every node to stop (first reason wins); returns the reason that won.
     pub async fn stop_all(&mut self, round: u32, reason: StopReason) -> StopReason {
-        let won = request_stop(&mut self.client, &self.cfg, round, &reason)
-            .await
-            .unwrap_or(reason);
+        match request_stop(&mut self.client, &self.cfg, round, &reason).await {
+            Ok(won) => {
+                self.stop_seen(round).await;
+                won
+            }
+            // The store is gone or frozen: nobody waits for this node's word.
+            Err(_) => reason,
+        }
+    }
+
+    /// Tells the store's host that this node is done with a stopped round's keys
+    /// (best effort): it waits for every node's word before it leaves.
+    pub async fn stop_seen(&mut self, round: u32) {
         if !self.is_host {
             let seen = self.cfg.round_keys(round).stop_seen();
             let _ = self.client.tally(&seen).await;
         }
-        won
     }
 
     /// Before this node leaves a stopped job: where it hosts the store the others

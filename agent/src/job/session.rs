@@ -93,6 +93,13 @@ impl Session {
         }
     }
 
+    /// This node is done with a round another node stopped (multi-node only).
+    pub async fn stop_seen(&mut self, round: u32) {
+        if let Session::Multi(m) = self {
+            m.stop_seen(round).await;
+        }
+    }
+
     /// Before leaving a stopped job: the other nodes see why (multi-node only).
     pub async fn linger(&mut self, node: &NodePlace) {
         if let Session::Multi(m) = self {

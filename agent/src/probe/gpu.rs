@@ -17,6 +17,19 @@ use toporun_shared::facts::{
 /// Where GPU facts come from: NVML live, or a fixture in tests.
 pub trait GpuProbe {
     fn probe(&self) -> GpuFacts;
+
+    /// The processes holding memory on a GPU now (none where it cannot tell).
+    fn processes(&self) -> Vec<GpuProcess> {
+        Vec::new()
+    }
+}
+
+/// A process holding memory on a GPU (NVML's compute processes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuProcess {
+    pub gpu: u32,
+    pub pid: u32,
+    pub used_bytes: Option<u64>,
 }
 
 /// The real thing.
@@ -32,6 +45,27 @@ impl GpuProbe for FixedGpus {
 }
 
 impl GpuProbe for NvmlProbe {
+    fn processes(&self) -> Vec<GpuProcess> {
+        let Ok(nvml) = Nvml::init() else {
+            return Vec::new();
+        };
+        let count = nvml.device_count().unwrap_or(0);
+        (0..count)
+            .filter_map(|i| Some((i, nvml.device_by_index(i).ok()?)))
+            .flat_map(|(i, d)| {
+                let procs = d.running_compute_processes().unwrap_or_default();
+                procs.into_iter().map(move |p| GpuProcess {
+                    gpu: i,
+                    pid: p.pid,
+                    used_bytes: match p.used_gpu_memory {
+                        nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),
+                        nvml_wrapper::enums::device::UsedGpuMemory::Unavailable => None,
+                    },
+                })
+            })
+            .collect()
+    }
+
     fn probe(&self) -> GpuFacts {
         match Nvml::init() {
             Ok(nvml) => probe_nvml(&nvml).unwrap_or_else(|e| GpuFacts {

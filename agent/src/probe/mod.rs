@@ -9,7 +9,7 @@ pub mod platform;
 pub mod port_owner;
 mod rdma;
 
-pub use gpu::{GpuProbe, NvmlProbe};
+pub use gpu::{GpuProbe, GpuProcess, NvmlProbe};
 
 use crate::paths::Root;
 use toporun_shared::facts::{HostFacts, FACTS_SCHEMA};

@@ -426,15 +426,7 @@ impl StopWatch {
                 stop_reason(c, &stop_key).await
             };
             match step.await {
-                Ok(Some(reason)) => {
-                    // Best effort: the store's host (the watching node) waits for
-                    // the others' word before it leaves.
-                    if !self.watches {
-                        let seen = self.cfg.round_keys(self.round).stop_seen();
-                        let _ = self.client.tally(&seen).await;
-                    }
-                    return reason;
-                }
+                Ok(Some(reason)) => return reason,
                 Ok(None) => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => {
                     let why = if self.client.hosted_by_a_node() {
