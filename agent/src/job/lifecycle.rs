@@ -587,6 +587,9 @@ async fn rank_failed(
         );
     }
     let failures = failed.failures;
+    if let Some(reason) = peer_verdict(session, node, failures).await {
+        return AttemptEnd::Stopped(reason);
+    }
     let xids = failed.xids.map(XidLog::events).unwrap_or_default();
     let found = causes::of(p, failures, &failed.memory, &xids);
     let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
@@ -630,6 +633,38 @@ async fn rank_failed(
         write_failure(p, f, failures, &lead);
     }
     end
+}
+
+/// A rank that failed as a peer went away (its own output says so) may be no
+/// failure at all: the verdict waits for the keep-alives. A node confirmed lost is a
+/// membership change (not counted: the next round runs with the survivors), or ends
+/// the job as a lost peer when too few remain; the stop that decided.
+async fn peer_verdict(
+    session: &Session,
+    node: &NodePlace,
+    failures: &[supervise::Failure],
+) -> Option<StopReason> {
+    let (line, addr) = failures.iter().find_map(|f| f.peer_lost.clone())?;
+    if matches!(session, Session::Single(_)) {
+        return None;
+    }
+    let at = addr.map(|a| format!(" ({a})")).unwrap_or_default();
+    eprintln!("toporun: a rank lost a peer{at}: {line}; holding the verdict until the keep-alives say whether a node was lost");
+    let start = std::time::Instant::now();
+    let reason = session.hold_for_peer(node).await;
+    let waited = start.elapsed().as_secs_f64();
+    match reason {
+        Some(r) if r.cause == Some(CauseKind::Peer) => {
+            eprintln!("toporun: root cause (peer): {} ({waited:.1}s after the rank failed); the rank's failure is its consequence", r.detail);
+            Some(r)
+        }
+        _ => {
+            eprintln!(
+                "toporun: no node was declared lost within {waited:.1}s: the rank's failure counts"
+            );
+            None
+        }
+    }
 }
 
 /// torchrun's failure summary, on stderr, in the termination message and in

@@ -25,6 +25,9 @@ use toporun_shared::untrusted::{printable, valid_host};
 
 type Result<T> = std::result::Result<T, JobError>;
 
+/// Beyond the keep-alive timeout, for the watching node to notice and write the stop.
+const HOLD_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The longest the store's host waits for the other nodes to see a stop.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -317,6 +320,14 @@ impl MultiNode {
             let seen = self.cfg.round_keys(round).stop_seen();
             let _ = self.client.tally(&seen).await;
         }
+    }
+
+    /// A rank failed as a peer went away: watches (keep-alives, leases) for as long as
+    /// a lost node takes to be declared; the stop that came, if one did.
+    pub async fn hold_for_peer(&self, round: u32, node: &NodePlace) -> Option<StopReason> {
+        let limit = self.cfg.keepalive_interval * self.cfg.keepalive_misses + HOLD_MARGIN;
+        let watch = self.stop_watch(round, node).await.ok()?;
+        tokio::time::timeout(limit, watch).await.ok()
     }
 
     /// Before this node leaves a stopped job: where it hosts the store the others

@@ -93,6 +93,15 @@ impl Session {
         }
     }
 
+    /// A rank failed as a peer went away: the stop that came while this node waited
+    /// for the loss to be declared (multi-node only).
+    pub async fn hold_for_peer(&self, node: &NodePlace) -> Option<StopReason> {
+        match self {
+            Session::Single(_) => None,
+            Session::Multi(m) => m.hold_for_peer(node.round, node).await,
+        }
+    }
+
     /// This node is done with a round another node stopped (multi-node only).
     pub async fn stop_seen(&mut self, round: u32) {
         if let Session::Multi(m) = self {

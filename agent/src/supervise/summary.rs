@@ -8,6 +8,7 @@ use nix::sys::wait::WaitStatus;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+use toporun_shared::root_cause::peer::lost_peer;
 use toporun_shared::root_cause::python_error::{last_exception, PythonError};
 use toporun_shared::root_cause::shm::shm_exhausted;
 
@@ -26,6 +27,8 @@ pub struct Failure {
     pub exception: Option<PythonError>,
     /// Its line saying /dev/shm ran out.
     pub shm: Option<String>,
+    /// Its line saying a peer went away, and the peer's address where given.
+    pub peer_lost: Option<(String, Option<String>)>,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -100,6 +103,7 @@ impl Failure {
         Failure {
             exception: last_exception(&output),
             shm: shm_exhausted(&output),
+            peer_lost: lost_peer(&output),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
             pid,
@@ -312,6 +316,7 @@ mod tests {
             error: None,
             exception: None,
             shm: None,
+            peer_lost: None,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -339,6 +344,7 @@ mod tests {
             error: None,
             exception: None,
             shm: None,
+            peer_lost: None,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -366,6 +372,7 @@ mod tests {
             error: None,
             exception: None,
             shm: None,
+            peer_lost: None,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

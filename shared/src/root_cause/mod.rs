@@ -7,6 +7,7 @@ mod cause;
 pub mod exit_codes;
 pub mod judge;
 pub mod oom;
+pub mod peer;
 pub mod python_error;
 pub mod shm;
 pub mod xid;

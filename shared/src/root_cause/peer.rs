@@ -1,0 +1,53 @@
+//! A peer that went away, as the rank that lost it says: gloo's and NCCL's closed or
+//! reset connections, and the TCPStore's. The rank dies within milliseconds of the
+//! peer, long before keep-alives can say which node was lost.
+
+/// What gloo, NCCL and the TCPStore print when the other end is gone.
+const SIGNATURES: [&str; 7] = [
+    "Connection closed by peer",
+    "Connection reset by peer",
+    "Connection closed by remote peer",
+    "remote process exited or there was a network error",
+    "ncclRemoteError",
+    "DistNetworkError",
+    "Broken pipe",
+];
+
+/// The line of `text` saying a peer went away (the last one), and the peer's address
+/// where the line gives it (gloo: `[10.0.0.2]:41234`).
+pub fn lost_peer(text: &str) -> Option<(String, Option<String>)> {
+    let line = text
+        .lines()
+        .rev()
+        .find(|l| SIGNATURES.iter().any(|s| l.contains(s)))?
+        .trim()
+        .to_string();
+    let addr = line.split('[').skip(1).find_map(|rest| {
+        let (host, after) = rest.split_once(']')?;
+        let port = after.strip_prefix(':')?;
+        let port: String = port.chars().take_while(char::is_ascii_digit).collect();
+        let ok = !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == '.' || c == ':');
+        (ok && !port.is_empty()).then(|| format!("{host}:{port}"))
+    });
+    Some((line, addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gloo_and_nccl_lines_are_found_with_the_address() {
+        let gloo = "[rank1]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer [10.0.0.2]:41234\n";
+        let (line, addr) = lost_peer(gloo).unwrap();
+        assert!(line.ends_with("[10.0.0.2]:41234"));
+        assert_eq!(addr.as_deref(), Some("10.0.0.2:41234"));
+        let nccl =
+            "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n";
+        assert_eq!(lost_peer(nccl).unwrap().1, None);
+        assert_eq!(lost_peer("ValueError: x\n"), None);
+    }
+}
