@@ -8,11 +8,13 @@ use crate::gpu_events::{NvmlXids, ReplayXids, XidLog};
 use crate::paths::Root;
 use crate::probe::container::shm;
 use crate::probe::memory_cgroup::MemoryCgroup;
+use crate::probe::GpuProbe;
 use crate::supervise::{self, Failure};
+use toporun_shared::root_cause::gpu_health::degraded;
 use toporun_shared::root_cause::judge::{judge, Memory, RankEnd, ShmUse};
 use toporun_shared::root_cause::oom::MemoryReading;
 use toporun_shared::root_cause::xid::XidEvent;
-use toporun_shared::root_cause::Cause;
+use toporun_shared::root_cause::{by_precedence, Cause};
 
 /// The memory cgroup and its reading when the attempt began.
 pub type MemoryAtStart = Option<(MemoryCgroup, MemoryReading)>;
@@ -28,8 +30,14 @@ fn secs(t: std::time::SystemTime) -> f64 {
 }
 
 /// Every cause known for `failures`, the leading one first; `xids`: the node's GPU
-/// faults so far.
-pub fn of(p: &Job, failures: &[Failure], memory: &MemoryAtStart, xids: &[XidEvent]) -> Vec<Cause> {
+/// faults so far; `gpus`: NVML, to read the GPUs' health again.
+pub fn of(
+    p: &Job,
+    failures: &[Failure],
+    memory: &MemoryAtStart,
+    xids: &[XidEvent],
+    gpus: Option<&dyn GpuProbe>,
+) -> Vec<Cause> {
     let root = Root::live();
     let first = supervise::root_cause(failures).map(|f| f.pid);
     let ends: Vec<RankEnd> = failures
@@ -53,7 +61,11 @@ pub fn of(p: &Job, failures: &[Failure], memory: &MemoryAtStart, xids: &[XidEven
         total: s.total_bytes,
         free: s.free_bytes,
     });
-    judge(&ends, memory, shm, xids)
+    let mut causes = judge(&ends, memory, shm, xids);
+    if let Some(g) = gpus {
+        causes.extend(degraded(&p.facts.gpus, &g.probe()));
+    }
+    by_precedence(causes)
 }
 
 /// The node's GPU faults for the whole job: a replay file where

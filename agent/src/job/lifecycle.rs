@@ -443,6 +443,7 @@ async fn attempt(
                     fr_dir: fr_dir.as_deref(),
                     memory,
                     xids: life.xids.as_ref(),
+                    gpus: life.gpus.as_ref(),
                 },
                 &life.status,
             )
@@ -566,6 +567,7 @@ struct Failed<'a> {
     fr_dir: Option<&'a Path>,
     memory: MemoryAtStart,
     xids: Option<&'a XidLog>,
+    gpus: Option<&'a NvmlProbe>,
 }
 
 /// A local rank failed: every node is told, and when the job ends here the failure
@@ -591,7 +593,8 @@ async fn rank_failed(
         return AttemptEnd::Stopped(reason);
     }
     let xids = failed.xids.map(XidLog::events).unwrap_or_default();
-    let found = causes::of(p, failures, &failed.memory, &xids);
+    let gpus = failed.gpus.map(|g| g as &dyn crate::probe::GpuProbe);
+    let found = causes::of(p, failures, &failed.memory, &xids, gpus);
     let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::root_cause(failures).unwrap_or(&failures[0]);

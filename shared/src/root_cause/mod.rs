@@ -5,6 +5,7 @@
 
 mod cause;
 pub mod exit_codes;
+pub mod gpu_health;
 pub mod judge;
 pub mod oom;
 pub mod peer;
