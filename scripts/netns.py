@@ -1,11 +1,17 @@
 """Creates (up) or removes (down) a network namespace joined to this one by a veth
-pair, without iproute2 (the GPU machine has none): pyroute2, pure Python.
-Usage: python3 netns.py up|down NAME HOST_ADDR NS_ADDR   (addresses /24)"""
+pair, or cuts the link (cut: this side's end down, as a pulled cable), without
+iproute2 (the GPU machine has none): pyroute2, pure Python.
+Usage: python3 netns.py up|down|cut NAME [HOST_ADDR NS_ADDR]   (addresses /24)"""
 import sys
 from pyroute2 import IPRoute, NetNS, netns
 
 op, name = sys.argv[1], sys.argv[2]
 host_if = f"v{name}"[:15]
+if op == "cut":
+    with IPRoute() as ipr:
+        for i in ipr.link_lookup(ifname=host_if):
+            ipr.link("set", index=i, state="down")
+    sys.exit(0)
 if op == "down":
     with IPRoute() as ipr:
         for i in ipr.link_lookup(ifname=host_if):

@@ -167,7 +167,12 @@ fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
         tempfile::tempdir().unwrap(),
     );
     let port = free_port();
-    let stop = ["--hang-timeout=10", "--on-hang=stop"];
+    // 124 in both exit-code modes.
+    let stop = [
+        "--hang-timeout=10",
+        "--on-hang=stop",
+        "--exit-codes=classified",
+    ];
     let host = node_of_two(0, port, d.path(), logs0.path(), "hang", &stop);
     let other = node_of_two(1, port, d.path(), logs1.path(), "hang", &stop);
     let ((code0, err0), (code1, err1)) = (finished(host), finished(other));

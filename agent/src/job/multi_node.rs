@@ -28,6 +28,9 @@ type Result<T> = std::result::Result<T, JobError>;
 /// Beyond the keep-alive timeout, for the watching node to notice and write the stop.
 const HOLD_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// How long a node's word that it saw a stop may take.
+const STOP_SEEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The longest the store's host waits for the other nodes to see a stop.
 const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -318,7 +321,8 @@ impl MultiNode {
     pub async fn stop_seen(&mut self, round: u32) {
         if !self.is_host {
             let seen = self.cfg.round_keys(round).stop_seen();
-            let _ = self.client.tally(&seen).await;
+            // A store cut off answers no more: not worth another read timeout.
+            let _ = tokio::time::timeout(STOP_SEEN_WAIT, self.client.tally(&seen)).await;
         }
     }
 

@@ -434,7 +434,9 @@ impl StopWatch {
                     } else {
                         "etcd has lost quorum or is unreachable from this node"
                     };
-                    return StopReason::fail(format!("lost the rendezvous state ({e}); {why}"));
+                    // The node (or the etcd members) holding it went away: a peer lost.
+                    return StopReason::fail(format!("lost the rendezvous state ({e}); {why}"))
+                        .caused_by(Some(CauseKind::Peer));
                 }
             }
         }

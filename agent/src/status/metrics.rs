@@ -156,6 +156,21 @@ mod tests {
     use crate::status::state::JobStatus;
 
     #[test]
+    fn the_leading_cause_of_the_last_failure_is_one() {
+        let s = JobStatus::new("job", 1);
+        s.update(|x| x.root_cause = Some(CauseKind::Oom));
+        let text = render(&s.snapshot());
+        assert!(
+            text.contains("toporun_root_cause{kind=\"oom\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("toporun_root_cause{kind=\"code\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn exits_and_restarts_show() {
         let s = JobStatus::new("job", 1);
         s.round(0, 0);

@@ -1,0 +1,137 @@
+//! A peer lost to the network, not to a crash: two nodes joined by a veth pair, node 1
+//! in a network namespace the test makes (addresses of its own, pyroute2 through
+//! scripts/netns.py; needs root). The link is cut while the gloo ranks all-reduce: no
+//! connection is reset, the ranks just wait, and the keep-alives name the node that
+//! went away. Under `--exit-codes classified` both sides exit with the peer class.
+
+mod support;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::*;
+
+/// A network namespace joined to this one by a veth pair; removed on drop.
+struct Netns {
+    name: String,
+}
+
+impl Netns {
+    fn up(name: &str, here: &str, there: &str) -> Netns {
+        let _ = netns(&["down", name]);
+        let out = netns(&["up", name, here, there]);
+        assert!(
+            out.status.success(),
+            "netns: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Netns { name: name.into() }
+    }
+
+    fn cut(&self) {
+        assert!(netns(&["cut", &self.name]).status.success());
+    }
+
+    /// This side's end of the pair.
+    fn host_if(&self) -> String {
+        format!("v{}", self.name).chars().take(15).collect()
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = netns(&["down", &self.name]);
+    }
+}
+
+fn netns(args: &[&str]) -> std::process::Output {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns.py");
+    Command::new(python())
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn node(
+    rank: u32,
+    master: &str,
+    port: u16,
+    ifname: &str,
+    out: &Path,
+    netns: Option<&str>,
+) -> Child {
+    let inner = toporun();
+    let mut c = match netns {
+        Some(ns) => {
+            let mut c = Command::new("nsenter");
+            c.arg(format!("--net=/var/run/netns/{ns}"))
+                .arg("--")
+                .arg(inner.get_program());
+            c
+        }
+        None => Command::new(inner.get_program()),
+    };
+    c.args([
+        "--nnodes=2",
+        &format!("--node-rank={rank}"),
+        &format!("--master-addr={master}"),
+        &format!("--master-port={port}"),
+        "--nproc-per-node=1",
+        "--nccl-report=off",
+        "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2",
+        "--exit-codes=classified",
+        "elastic_steps.py",
+    ])
+    .env("PROBE_OUT", out)
+    .env("STEPS", "600")
+    .env("STEP_SECS", "0.1")
+    .env("GLOO_SOCKET_IFNAME", ifname)
+    .env("PYTHON_EXEC", python())
+    .current_dir(scripts())
+    .stdout(Stdio::null())
+    .stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+fn stepping(out: &Path) -> bool {
+    std::fs::read_to_string(out.join("steps")).is_ok_and(|s| s.lines().count() >= 10)
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_cut_link_is_named_as_the_node_that_went_away() {
+    let d = tempfile::tempdir().unwrap();
+    let name = format!("trp{}", std::process::id() % 100_000);
+    let net = Netns::up(&name, "10.77.31.1", "10.77.31.2");
+    let port = free_port();
+    let n0 = node(0, "10.77.31.1", port, &net.host_if(), d.path(), None);
+    let n1 = node(1, "10.77.31.1", port, "eth0", d.path(), Some(&name));
+    let start = Instant::now();
+    while !stepping(d.path()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never stepped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    net.cut();
+    let cut = Instant::now();
+    let o0 = n0.wait_with_output().unwrap();
+    let took = cut.elapsed();
+    let o1 = n1.wait_with_output().unwrap();
+    let took1 = cut.elapsed();
+    let (e0, e1) = (
+        String::from_utf8_lossy(&o0.stderr),
+        String::from_utf8_lossy(&o1.stderr),
+    );
+    eprintln!("link cut: the survivor exited {took:.1?} later, the cut-off node {took1:.1?} later (the store's read timeout, 60 s)");
+    assert!(
+        e0.contains("node 1") && e0.contains("stopped sending keep-alives"),
+        "{e0}"
+    );
+    assert_eq!(o0.status.code(), Some(82), "{e0}");
+    // The other side lost the store with the link: a peer lost too.
+    assert_eq!(o1.status.code(), Some(82), "{e1}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert!(took1 < Duration::from_secs(60 + 20), "{took1:?}");
+}
