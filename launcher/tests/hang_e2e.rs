@@ -406,6 +406,16 @@ fn flight_recorder_dumps_name_the_rank_that_never_entered_even_with_an_unwritabl
         .next()
         .unwrap()
         .path();
+    // The finding, as JSON in the attempt directory.
+    let json = std::fs::read_to_string(run_dir.join("attempt_0/flight-recorder.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert!(
+        v["headline"]
+            .as_str()
+            .unwrap()
+            .starts_with("rank(s) 3 never entered"),
+        "{v}"
+    );
     let fr = run_dir.join("attempt_0/fr");
     let (code, out, err) = run(toporun().args(["fr-trace", fr.to_str().unwrap()]));
     assert_eq!(code, 1, "{err}");

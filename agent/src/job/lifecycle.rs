@@ -441,6 +441,7 @@ async fn attempt(
                 Failed {
                     failures: &failures,
                     fr_dir: fr_dir.as_deref(),
+                    attempt_dir: &attempt_dir,
                     memory,
                     xids: life.xids.as_ref(),
                     gpus: life.gpus.as_ref(),
@@ -459,7 +460,7 @@ async fn attempt(
             // A failure or hang elsewhere: this node's dumps join the job's.
             if reason.kind != StopKind::Membership {
                 let meeting = session.meeting(round, node);
-                say_flight_recorder(fr_dir.as_deref(), meeting).await;
+                say_flight_recorder(fr_dir.as_deref(), meeting, &attempt_dir, &status).await;
             }
             session.stop_seen(round).await;
             AttemptEnd::Stopped(reason)
@@ -473,7 +474,8 @@ async fn attempt(
                 .stop_all(round, StopReason::new(StopKind::Hang, why))
                 .await;
             let meeting = session.meeting(round, node);
-            let collective = say_flight_recorder(fr_dir.as_deref(), meeting).await;
+            let collective =
+                say_flight_recorder(fr_dir.as_deref(), meeting, &attempt_dir, &status).await;
             if let Some(path) = &p.termination_log {
                 let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
                 if let Some(c) = collective {
@@ -565,6 +567,7 @@ async fn file_timer_fired(
 struct Failed<'a> {
     failures: &'a [supervise::Failure],
     fr_dir: Option<&'a Path>,
+    attempt_dir: &'a Path,
     memory: MemoryAtStart,
     xids: Option<&'a XidLog>,
     gpus: Option<&'a NvmlProbe>,
@@ -616,7 +619,8 @@ async fn rank_failed(
     // Another node may have stopped the round first (a lost node): its reason decides.
     let won = session.stop_all(node.round, ours.clone()).await;
     // Read once every node was told: the others' dumps join this node's.
-    let collective = say_flight_recorder(failed.fr_dir, session.meeting(node.round, node)).await;
+    let meeting = session.meeting(node.round, node);
+    let collective = say_flight_recorder(failed.fr_dir, meeting, failed.attempt_dir, status).await;
     let mut lead: Vec<String> = found.iter().map(Cause::line).collect();
     lead.extend(collective.map(|c| format!("toporun: flight recorder: {c}")));
     if p.classified {

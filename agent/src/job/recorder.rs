@@ -6,6 +6,7 @@ use super::spec::Job;
 use crate::flight_recorder::{
     DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR, OLD_DUMP_PREFIX_VAR, RECORDER_DEFAULTS,
 };
+use crate::status::JobStatus;
 use crate::store::StoreError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -72,7 +73,14 @@ const GATHER_WAIT: Duration = Duration::from_secs(10);
 /// left any (gloo dumps only when asked: `_dump_fr_trace_file`); the finding's line.
 /// On several nodes every node sends its dumps to the workers' store and the node
 /// hosting it matches the whole job.
-pub async fn say_flight_recorder(dir: Option<&Path>, meeting: Option<Meeting>) -> Option<String> {
+/// The report also goes to `out` (the attempt directory) as flight-recorder.json,
+/// and its finding to the status endpoint.
+pub async fn say_flight_recorder(
+    dir: Option<&Path>,
+    meeting: Option<Meeting>,
+    out: &Path,
+    status: &JobStatus,
+) -> Option<String> {
     let (local, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
     // No dumps here: none elsewhere either, as a rule (one backend, one code path),
     // and nothing to wait for on a store that may be gone with a lost node.
@@ -98,7 +106,13 @@ pub async fn say_flight_recorder(dir: Option<&Path>, meeting: Option<Meeting>) -
         "toporun: {}",
         toporun_shared::flight_recorder::render_text(&report)
     );
-    toporun_shared::flight_recorder::headline(&report)
+    let headline = toporun_shared::flight_recorder::headline(&report);
+    let json = serde_json::json!({"headline": &headline, "report": &report});
+    if let Ok(text) = serde_json::to_string_pretty(&json) {
+        let _ = std::fs::write(out.join("flight-recorder.json"), text);
+    }
+    status.update(|x| x.last_collective = headline.clone());
+    headline
 }
 
 /// Sends this node's dumps; on the deciding node, every node's that came within

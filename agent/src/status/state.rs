@@ -41,6 +41,8 @@ pub struct Snapshot {
     /// Hangs reported (`--hang-timeout`), and the last report.
     pub hangs: u64,
     pub last_hang: Option<String>,
+    /// The flight recorder's finding after the last failure or hang.
+    pub last_collective: Option<String>,
     /// The leading cause of the last failure, and every cause known for it.
     pub root_cause: Option<CauseKind>,
     pub causes: Vec<Cause>,
