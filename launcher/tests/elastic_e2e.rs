@@ -281,6 +281,11 @@ fn survived(job: &Job, survivors: &[(i32, String)], next: f64, what: &str) {
         assert!(err.contains("root cause (peer)"), "{err}");
         assert!(err.contains("not counted against --max-restarts"), "{err}");
     }
+    // The peer's address, as the rank's output gives it, held against the verdict.
+    assert!(
+        survivors.iter().any(|(_, e)| e.contains("a rank lost a peer at 127.0.0.1:")),
+        "{survivors:?}"
+    );
     assert_eq!(job.finished(2).len(), 2, "survivors finish as a 2-rank job");
     // Keep-alives of 1 s x 2 misses, the hold's margin, a new round and torch's start.
     assert!(next < 15.0, "{next}");

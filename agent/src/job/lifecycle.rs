@@ -655,7 +655,14 @@ async fn peer_verdict(
     if matches!(session, Session::Single(_)) {
         return None;
     }
-    let at = addr.map(|a| format!(" ({a})")).unwrap_or_default();
+    let at = match addr {
+        Some(a) => match session.nodes_at(&a).as_slice() {
+            [] => format!(" at {a}"),
+            [one] => format!(" at {a}: {one}"),
+            many => format!(" at {a}: one of {}", many.join(", ")),
+        },
+        None => String::new(),
+    };
     eprintln!("toporun: a rank lost a peer{at}: {line}; holding the verdict until the keep-alives say whether a node was lost");
     let start = std::time::Instant::now();
     let reason = session.hold_for_peer(node).await;

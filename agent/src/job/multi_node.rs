@@ -20,6 +20,7 @@ use crate::store::{Reach, StoreClient, StoreServer};
 use crate::supervise::Events;
 use std::time::Duration;
 use toporun_shared::colocation;
+use toporun_shared::root_cause::peer::nodes_at;
 use toporun_shared::torchrun::{endpoint, RdzvBackend};
 use toporun_shared::untrusted::{printable, valid_host};
 
@@ -53,6 +54,9 @@ pub struct MultiNode {
     expected_nccl_nodes: Option<u32>,
     /// The machine (boot_id) of every global rank in the last round (host only).
     rank_machines: Vec<Option<String>>,
+    /// Every node's (hostname, address) in the last round, in node-rank order
+    /// (coordinator only).
+    nodes: Vec<(String, String)>,
 }
 
 fn config(p: &Job, run_id: &str) -> Config {
@@ -169,6 +173,7 @@ impl MultiNode {
             etcd,
             expected_nccl_nodes: None,
             rank_machines: Vec::new(),
+            nodes: Vec::new(),
         }))
     }
 
@@ -205,6 +210,10 @@ impl MultiNode {
         let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
         let decision = colocation::decide(&views, p.colocated);
         self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
+        self.nodes = infos
+            .iter()
+            .map(|i| (i.hostname.clone(), i.addr.clone()))
+            .collect();
         self.rank_machines = infos
             .iter()
             .flat_map(|i| std::iter::repeat_n(i.boot_id.clone(), i.nproc as usize))
@@ -324,6 +333,19 @@ impl MultiNode {
             // A store cut off answers no more: not worth another read timeout.
             let _ = tokio::time::timeout(STOP_SEEN_WAIT, self.client.tally(&seen)).await;
         }
+    }
+
+    /// The nodes of the last round at a peer's address, named (where this node
+    /// coordinated the round and so knows the table).
+    pub fn nodes_at(&self, peer: &str) -> Vec<String> {
+        let addrs: Vec<String> = self.nodes.iter().map(|(_, a)| a.clone()).collect();
+        nodes_at(peer, &addrs)
+            .into_iter()
+            .filter_map(|n| {
+                let (host, addr) = self.nodes.get(n as usize)?;
+                Some(format!("node {n} ({host}, {addr})"))
+            })
+            .collect()
     }
 
     /// A rank failed as a peer went away: watches (keep-alives, leases) for as long as

@@ -102,6 +102,14 @@ impl Session {
         }
     }
 
+    /// The nodes at a peer's address, named, where this node knows the round's table.
+    pub fn nodes_at(&self, peer: &str) -> Vec<String> {
+        match self {
+            Session::Single(_) => Vec::new(),
+            Session::Multi(m) => m.nodes_at(peer),
+        }
+    }
+
     /// This node is done with a round another node stopped (multi-node only).
     pub async fn stop_seen(&mut self, round: u32) {
         if let Session::Multi(m) = self {

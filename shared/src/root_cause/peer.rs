@@ -35,6 +35,20 @@ pub fn lost_peer(text: &str) -> Option<(String, Option<String>)> {
     Some((line, addr))
 }
 
+/// The nodes (ranks in the round's table of addresses) at a peer's `host:port`; more
+/// than one where nodes share an address (one machine).
+pub fn nodes_at(peer: &str, node_addrs: &[String]) -> Vec<u32> {
+    let host = peer
+        .rsplit_once(':')
+        .map_or(peer, |(h, _)| h)
+        .trim_matches(['[', ']']);
+    (0u32..)
+        .zip(node_addrs)
+        .filter(|(_, a)| a.as_str() == host)
+        .map(|(n, _)| n)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -49,5 +63,13 @@ mod tests {
             "NCCL error: remote process exited or there was a network error, NCCL version 2.21.5\n";
         assert_eq!(lost_peer(nccl).unwrap().1, None);
         assert_eq!(lost_peer("ValueError: x\n"), None);
+    }
+
+    #[test]
+    fn a_peer_address_maps_to_its_node() {
+        let table = ["10.0.0.1".to_string(), "10.0.0.2".into(), "10.0.0.2".into()];
+        assert_eq!(nodes_at("10.0.0.1:41234", &table), [0]);
+        assert_eq!(nodes_at("10.0.0.2:5", &table), [1, 2]);
+        assert!(nodes_at("10.9.9.9:5", &table).is_empty());
     }
 }
