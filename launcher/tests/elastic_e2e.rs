@@ -283,7 +283,9 @@ fn survived(job: &Job, survivors: &[(i32, String)], next: f64, what: &str) {
     }
     // The peer's address, as the rank's output gives it, held against the verdict.
     assert!(
-        survivors.iter().any(|(_, e)| e.contains("a rank lost a peer at 127.0.0.1:")),
+        survivors
+            .iter()
+            .any(|(_, e)| e.contains("a rank lost a peer at 127.0.0.1:")),
         "{survivors:?}"
     );
     assert_eq!(job.finished(2).len(), 2, "survivors finish as a 2-rank job");

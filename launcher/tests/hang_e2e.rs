@@ -193,7 +193,7 @@ fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
     assert!(err1.contains(placed), "{err1}");
     assert_eq!((code0, code1), (124, 124), "{err0}\n---\n{err1}");
     // The finding, as JSON in the deciding node's run directory.
-    let json = walk(logs0.path())
+    let json = files_under(logs0.path())
         .into_iter()
         .find(|p| p.ends_with("hang.json"))
         .expect("hang.json");
@@ -229,19 +229,6 @@ fn the_node_hosting_the_store_matches_every_nodes_flight_recorder_dumps() {
         err1.contains("toporun: flight recorder: rank(s) 3 never entered"),
         "{err1}"
     );
-}
-
-fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]

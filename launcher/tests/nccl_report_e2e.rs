@@ -49,7 +49,7 @@ fn same_host_ranks_report_p2p_and_write_the_json() {
         "{out}"
     );
     assert!(!out.contains("NCCL INFO"), "{out}");
-    let json = walk(dir.path())
+    let json = files_under(dir.path())
         .into_iter()
         .find(|p| p.ends_with("nccl-report.json"))
         .expect("nccl-report.json in the run dir");
@@ -57,7 +57,7 @@ fn same_host_ranks_report_p2p_and_write_the_json() {
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(v["communicators"][0]["nranks"], 2);
     assert_eq!(v["communicators"][0]["links"][0]["via"], "P2P/CUMEM");
-    let files: Vec<_> = walk(dir.path())
+    let files: Vec<_> = files_under(dir.path())
         .into_iter()
         .filter(|p| p.to_string_lossy().contains("/nccl/nccl."))
         .collect();
@@ -66,19 +66,6 @@ fn same_host_ranks_report_p2p_and_write_the_json() {
         2,
         "one file per rank, %h and %p substituted: {files:?}"
     );
-}
-
-fn walk(d: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(d).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 #[test]

@@ -156,3 +156,17 @@ pub fn http() -> reqwest::blocking::ClientBuilder {
     toporun_agent::tls::install_provider();
     reqwest::blocking::Client::builder()
 }
+
+/// Every file under `dir`, at any depth (none where it cannot be read).
+pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
