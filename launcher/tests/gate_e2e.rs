@@ -48,6 +48,14 @@ fn gate_stops_an_unfit_host_before_any_rank() {
     );
     let message = std::fs::read_to_string(&term).unwrap();
     assert!(message.contains("no rank was started"), "{message}");
+    // 3 under --exit-codes classified too.
+    let (code, _, err) = run(launch(
+        "broken-efa-no-ipc-lock",
+        &["--preflight=gate", "--exit-codes=classified"],
+        &rank,
+    )
+    .env_remove("TOPORUN_PREFLIGHT"));
+    assert_eq!(code, 3, "{err}");
 
     // The same host with warn (the default): the findings are said, the rank runs.
     let (code, _, err) = run(&mut launch("broken-efa-no-ipc-lock", &[], &rank));
