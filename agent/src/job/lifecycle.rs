@@ -457,6 +457,12 @@ async fn attempt(
                     hang_exchange::print_decided(&m).await;
                 }
             }
+            // The cause found where the stop came from (another node's rank, a node
+            // the keep-alives lost) is this node's too.
+            if let Some(kind) = reason.cause {
+                eprintln!("toporun: root cause ({kind}): {}", reason.detail);
+                status.update(|x| x.root_cause = Some(kind));
+            }
             // A failure or hang elsewhere: this node's dumps join the job's.
             if reason.kind != StopKind::Membership {
                 let meeting = session.meeting(round, node);
