@@ -36,7 +36,37 @@ impl EtcdCluster {
         self._dir.path().join("tls")
     }
 
+    /// A member may lose its free port to another test between the pick and etcd's
+    /// bind (the members' logs then say "address already in use"): a cluster that does
+    /// not come up is started again on other ports, three times at most.
     fn start_with(n: usize, tls: bool) -> EtcdCluster {
+        let mut logs = String::new();
+        for _ in 0..3 {
+            let cluster = EtcdCluster::try_start(n, tls);
+            if cluster.wait_ready() {
+                return cluster;
+            }
+            logs = cluster.logs();
+        }
+        panic!("etcd did not come up in three tries; the last members' logs:\n{logs}");
+    }
+
+    fn logs(&self) -> String {
+        (0..self.members.len())
+            .map(|i| {
+                let log = self._dir.path().join(format!("m{i}.log"));
+                let text = std::fs::read_to_string(log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                format!(
+                    "m{i}: {}",
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn try_start(n: usize, tls: bool) -> EtcdCluster {
         let dir = tempfile::tempdir().unwrap();
         let tls_dir = dir.path().join("tls");
         if tls {
@@ -102,16 +132,15 @@ impl EtcdCluster {
             members.push(Some(child));
             clients.push(url);
         }
-        let cluster = EtcdCluster {
+        EtcdCluster {
             members,
             clients,
             _dir: dir,
-        };
-        cluster.wait_ready();
-        cluster
+        }
     }
 
-    fn wait_ready(&self) {
+    /// Whether every member answers within 30 s.
+    fn wait_ready(&self) -> bool {
         let start = Instant::now();
         let mut b = super::http();
         if self.clients[0].starts_with("https") {
@@ -136,13 +165,13 @@ impl EtcdCluster {
                 if ok {
                     break;
                 }
-                assert!(
-                    start.elapsed() < Duration::from_secs(30),
-                    "etcd did not come up"
-                );
+                if start.elapsed() > Duration::from_secs(30) {
+                    return false;
+                }
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
+        true
     }
 
     /// The endpoints as --rdzv-endpoint takes them.
