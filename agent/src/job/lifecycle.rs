@@ -2,10 +2,10 @@
 //! start the local ranks, supervise them, report NCCL, and restart, stop or finish
 //! with the other nodes, the way torchrun's elastic agent does.
 
-use super::causes::{self, MemoryAtStart};
+use super::causes;
 use super::entry::Entered;
 use super::error::JobError;
-use super::gpu_release::{wait_released, Holder, RELEASE_WAIT};
+use super::failure::{gpus_released, rank_failed, Failed};
 use super::hang_exchange;
 use super::hang_response::{watch_hangs, AfterHang};
 use super::hang_watch::{self, HangReport, LiveRanks};
@@ -24,14 +24,14 @@ use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
-use crate::supervise::{self, failure_summary, file_timer::FileTimer, Events, Outcome, RankEvent};
+use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 use toporun_shared::root_cause::exit_codes::class_of;
-use toporun_shared::root_cause::{Cause, CauseKind};
+use toporun_shared::root_cause::CauseKind;
 
 /// How long toporun waits for every worker's store handshake before saying which
 /// are missing (`TOPORUN_INIT_WARN_SECS`).
@@ -191,7 +191,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
             Next::Round { counted, say } => {
                 restarts.used += u32::from(counted);
                 eprintln!("toporun: {say}");
-                if let Some(cause) = gpus_released(&life).await {
+                if let Some(cause) = gpus_released(life.gpus.as_ref()).await {
                     eprintln!("{}", cause.line());
                     if let Some(path) = &p.termination_log {
                         let _ = supervise::write_termination_message(path, &cause.line());
@@ -222,27 +222,6 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 }
                 return Ok(code);
             }
-        }
-    }
-}
-
-/// Before a restart: waits until the last attempt's processes released their GPU
-/// memory; the cause that ends the job when they do not.
-async fn gpus_released(life: &Life) -> Option<Cause> {
-    let probe = life.gpus.as_ref()?;
-    let root = crate::paths::Root::live();
-    match wait_released(probe, &root, std::process::id(), RELEASE_WAIT).await {
-        Ok(waited) if waited > Duration::from_secs(1) => {
-            eprintln!(
-                "toporun: the GPU memory was released after {:.1}s",
-                waited.as_secs_f64()
-            );
-            None
-        }
-        Ok(_) => None,
-        Err(held) => {
-            let who: Vec<String> = held.iter().map(Holder::line).collect();
-            Some(Cause::new(CauseKind::Hardware, None, format!("GPU memory still held {}s after the attempt ended: {}; a process that left its rank's process group, or a GPU or driver that does not release memory: a restart would fail with CUDA out of memory", RELEASE_WAIT.as_secs(), who.join("; "))).fix("stop that process; if it cannot be stopped (state D), drain the node and reset the GPU"))
         }
     }
 }
@@ -567,152 +546,6 @@ async fn file_timer_fired(
     let why = format!("file timer expired on node {}", node.node_rank);
     session.stop_all(node.round, StopReason::fail(why)).await;
     AttemptEnd::FileTimer { signal: e.signal }
-}
-
-/// The ranks that failed, and what toporun knows of their end.
-struct Failed<'a> {
-    failures: &'a [supervise::Failure],
-    fr_dir: Option<&'a Path>,
-    attempt_dir: &'a Path,
-    memory: MemoryAtStart,
-    xids: Option<&'a XidLog>,
-    gpus: Option<&'a NvmlProbe>,
-}
-
-/// A local rank failed: every node is told, and when the job ends here the failure
-/// summary, termination message and error file are written, the causes first.
-async fn rank_failed(
-    p: &Job,
-    session: &mut Session,
-    node: &NodePlace,
-    restarts: Restarts,
-    reporter: Option<&Reporter>,
-    failed: Failed<'_>,
-    status: &JobStatus,
-) -> AttemptEnd {
-    for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
-        let fix = cause.remedy.as_deref().unwrap_or("");
-        eprintln!(
-            "toporun: NCCL failed on this node: {}. Fix: {fix}",
-            cause.summary
-        );
-    }
-    let failures = failed.failures;
-    if let Some(reason) = peer_verdict(session, node, failures).await {
-        return AttemptEnd::Stopped(reason);
-    }
-    let xids = failed.xids.map(XidLog::events).unwrap_or_default();
-    let gpus = failed.gpus.map(|g| g as &dyn crate::probe::GpuProbe);
-    let found = causes::of(p, failures, &failed.memory, &xids, gpus);
-    let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
-    // The rank that failed first, not one toporun stopped after it.
-    let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
-    let what = f
-        .signal
-        .clone()
-        .unwrap_or_else(|| format!("exit code {}", f.exitcode));
-    let what = format!(
-        "node {} local rank {} (rank {}) failed with {what}",
-        node.node_rank, f.local_rank, f.rank
-    );
-    // A GPU that fell off the bus does not come back by restarting Python.
-    let ours = if hardware {
-        StopReason::fail(format!("{what} after a GPU fault: no restart on this node"))
-    } else {
-        transitions::failure_stop(restarts, &what)
-    }
-    .caused_by(found.first().map(|c| c.kind));
-    // Another node may have stopped the round first (a lost node): its reason decides.
-    let won = session.stop_all(node.round, ours.clone()).await;
-    // Read once every node was told: the others' dumps join this node's.
-    let meeting = session.meeting(node.round, node);
-    let collective = say_flight_recorder(failed.fr_dir, meeting, failed.attempt_dir, status).await;
-    let mut lead: Vec<String> = found.iter().map(Cause::line).collect();
-    lead.extend(collective.map(|c| format!("toporun: flight recorder: {c}")));
-    if p.classified {
-        let class = class_of(found.first().map_or(CauseKind::Code, |c| c.kind));
-        lead.push(format!(
-            "toporun: exit code {} under --exit-codes classified: {} (podFailurePolicy: {:?})",
-            class.code, class.what, class.action
-        ));
-    }
-    status.update(|x| {
-        x.last_failure = Some(ours.to_string());
-        x.root_cause = found.first().map(|c| c.kind);
-        x.causes = found.clone();
-    });
-    let end = AttemptEnd::RankFailed { ours, won };
-    if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts) {
-        write_failure(p, f, failures, &lead);
-    }
-    end
-}
-
-/// A rank that failed as a peer went away (its own output says so) may be no
-/// failure at all: the verdict waits for the keep-alives. A node confirmed lost is a
-/// membership change (not counted: the next round runs with the survivors), or ends
-/// the job as a lost peer when too few remain; the stop that decided.
-async fn peer_verdict(
-    session: &Session,
-    node: &NodePlace,
-    failures: &[supervise::Failure],
-) -> Option<StopReason> {
-    let (line, addr) = failures.iter().find_map(|f| f.peer_lost.clone())?;
-    if matches!(session, Session::Single(_)) {
-        return None;
-    }
-    let at = match addr {
-        Some(a) => match session.nodes_at(&a).as_slice() {
-            [] => format!(" at {a}"),
-            [one] => format!(" at {a}: {one}"),
-            many => format!(" at {a}: one of {}", many.join(", ")),
-        },
-        None => String::new(),
-    };
-    eprintln!("toporun: a rank lost a peer{at}: {line}; holding the verdict until the keep-alives say whether a node was lost");
-    let start = std::time::Instant::now();
-    let reason = session.hold_for_peer(node).await;
-    let waited = start.elapsed().as_secs_f64();
-    match reason {
-        Some(r) if r.cause == Some(CauseKind::Peer) => {
-            eprintln!("toporun: root cause (peer): {} ({waited:.1}s after the rank failed); the rank's failure is its consequence", r.detail);
-            Some(r)
-        }
-        _ => {
-            eprintln!(
-                "toporun: no node was declared lost within {waited:.1}s: the rank's failure counts"
-            );
-            None
-        }
-    }
-}
-
-/// torchrun's failure summary, on stderr, in the termination message and in
-/// TORCHELASTIC_ERROR_FILE; on stderr and in the termination message toporun's
-/// causes come first, the leading one at the top.
-fn write_failure(
-    p: &Job,
-    f: &supervise::Failure,
-    failures: &[supervise::Failure],
-    lead: &[String],
-) {
-    // torch prints socket.getfqdn() there.
-    let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
-    let summary = failure_summary(&p.opts.entrypoint, &host, failures);
-    let mut message: String = lead.iter().map(|l| format!("{l}\n")).collect();
-    message.push_str(&summary);
-    eprint!("{message}");
-    if let Some(path) = &p.termination_log {
-        if let Err(e) = supervise::write_termination_message(path, &message) {
-            let path = path.display();
-            eprintln!("toporun: cannot write the termination message {path}: {e}");
-        }
-    }
-    if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
-        if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
-            eprintln!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
-        }
-    }
 }
 
 /// Aborts a background task when the job ends.

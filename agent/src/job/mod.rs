@@ -8,6 +8,7 @@
 mod causes;
 mod entry;
 mod error;
+mod failure;
 mod gpu_release;
 mod hang_exchange;
 mod hang_response;
