@@ -5,6 +5,7 @@
 
 use super::hang_exchange;
 use super::hang_watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
+use super::run_dir::write_json;
 use super::session::Session;
 use super::spec::{HangWatch, Job, NodePlace};
 use crate::paths::Root;
@@ -143,10 +144,4 @@ fn dumps_done(dir: &Path, before: &BTreeMap<PathBuf, u64>) -> (usize, BTreeMap<P
         .filter(|(p, n)| **n > 0 && before.get(*p) == Some(n))
         .count();
     (done, now)
-}
-
-pub fn write_json(path: &Path, v: &impl serde::Serialize) {
-    if let Ok(s) = serde_json::to_string_pretty(v) {
-        let _ = std::fs::write(path, s);
-    }
 }

@@ -3,6 +3,7 @@
 //! local rank's communicator is up each node reports what NCCL chose; the host merges
 //! the nodes' digests through the store into one job-wide report.
 
+use super::run_dir::write_json;
 use super::spec::Job;
 use crate::nccl_watch::NcclWatch;
 use crate::store::StoreClient;
@@ -122,12 +123,6 @@ fn judged(
     nccl_log::judge(&mut r, Some(&Topology { facts }));
     let f = nccl_log::findings(&r);
     (r, f)
-}
-
-fn write_json(path: &Path, v: &impl serde::Serialize) {
-    if let Ok(s) = serde_json::to_string_pretty(v) {
-        let _ = std::fs::write(path, s);
-    }
 }
 
 impl Reporter {

@@ -2,6 +2,7 @@
 //! dump), and the dumps of an attempt read and matched after a failure or a hang.
 
 use super::meeting::Meeting;
+use super::run_dir::write_json;
 use super::spec::Job;
 use crate::flight_recorder::{
     DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR, OLD_DUMP_PREFIX_VAR, RECORDER_DEFAULTS,
@@ -108,9 +109,7 @@ pub async fn say_flight_recorder(
     );
     let headline = toporun_shared::flight_recorder::headline(&report);
     let json = serde_json::json!({"headline": &headline, "report": &report});
-    if let Ok(text) = serde_json::to_string_pretty(&json) {
-        let _ = std::fs::write(out.join("flight-recorder.json"), text);
-    }
+    write_json(&out.join("flight-recorder.json"), &json);
     status.update(|x| x.last_collective = headline.clone());
     headline
 }

@@ -11,6 +11,14 @@ fn private() -> std::fs::Permissions {
 }
 
 /// Creates a directory (and its parents) that only the job's user can enter.
+/// Writes a report of the run directory as pretty JSON; best effort (a report that
+/// cannot be written never fails the job).
+pub fn write_json(path: &std::path::Path, v: &impl serde::Serialize) {
+    if let Ok(s) = serde_json::to_string_pretty(v) {
+        let _ = std::fs::write(path, s);
+    }
+}
+
 pub fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
