@@ -281,13 +281,21 @@ fn survived(job: &Job, survivors: &[(i32, String)], next: f64, what: &str) {
         assert!(err.contains("root cause (peer)"), "{err}");
         assert!(err.contains("not counted against --max-restarts"), "{err}");
     }
-    // The peer's address, as the rank's output gives it, held against the verdict.
-    assert!(
-        survivors
-            .iter()
-            .any(|(_, e)| e.contains("a rank lost a peer at 127.0.0.1:")),
-        "{survivors:?}"
-    );
+    // A survivor whose rank failed before the keep-alives spoke held the peer's
+    // address, as the rank's output gives it, against the verdict; one whose rank
+    // was still exiting (torch's teardown can outlast 1 s keep-alives on a loaded
+    // machine) was stopped by the membership change itself.
+    for (_, err) in survivors {
+        let held = err.find("a rank lost a peer at 127.0.0.1:");
+        let stopped = err.find("stopping the ranks: membership:");
+        assert!(
+            held.is_some() || stopped.is_some(),
+            "neither held nor stopped by the membership change: {err}"
+        );
+        if let (Some(h), Some(s)) = (held, stopped) {
+            assert!(h < s, "held the verdict after the membership stop: {err}");
+        }
+    }
     assert_eq!(job.finished(2).len(), 2, "survivors finish as a 2-rank job");
     // Keep-alives of 1 s x 2 misses, the hold's margin, a new round and torch's start.
     assert!(next < 15.0, "{next}");
