@@ -9,6 +9,7 @@ mod exit;
 mod facts_source;
 mod fr_trace_cmd;
 mod launch;
+mod log_format;
 mod measure_child;
 mod nccl_log_cmd;
 mod output;
@@ -21,16 +22,8 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_max_level(tracing::Level::WARN)
-        .without_time()
-        .with_target(false)
         .with_ansi(false)
-        .event_format(
-            tracing_subscriber::fmt::format()
-                .without_time()
-                .with_target(false)
-                .with_ansi(false)
-                .compact(),
-        )
+        .event_format(log_format::Prefixed)
         .init();
     // A panic inside the stack reader is caught and said there; any other is printed.
     let default_hook = std::panic::take_hook();
