@@ -6,18 +6,25 @@ N runs and peak RSS (os.wait4's ru_maxrss: the launcher or its largest child).
 Usage: scripts/bench_startup.py [--toporun PATH] [--torchrun PATH] [-n N] [--json]"""
 import argparse, json, os, statistics, subprocess, sys, time
 
-def measure(argv, n):
-    walls, rss = [], []
+def once(argv):
+    """Wall seconds and peak RSS MB of one no-op job."""
+    t = time.perf_counter()
+    p = subprocess.Popen(argv + ["--standalone", "--nproc-per-node=8", "--no-python", "/bin/true"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(p.pid, 0)
+    wall = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"{argv[0]} failed with {status}")
+    return wall, usage.ru_maxrss / 1024
+
+def measure(a, b, n):
+    """Medians and peaks of both launchers, their runs interleaved so that a burst of
+    load on a shared machine falls on both rather than on one launcher's series."""
+    runs = {0: [], 1: []}
     for _ in range(n):
-        t = time.perf_counter()
-        p = subprocess.Popen(argv + ["--standalone", "--nproc-per-node=8", "--no-python", "/bin/true"],
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _, status, usage = os.wait4(p.pid, 0)
-        walls.append(time.perf_counter() - t)
-        if os.waitstatus_to_exitcode(status) != 0:
-            sys.exit(f"{argv[0]} failed with {status}")
-        rss.append(usage.ru_maxrss / 1024)
-    return statistics.median(walls), max(rss)
+        for i, argv in enumerate((a, b)):
+            runs[i].append(once(argv))
+    return [(statistics.median(w for w, _ in r), max(m for _, m in r)) for r in runs.values()]
 
 def main():
     here = os.path.dirname(os.path.abspath(__file__))
@@ -27,8 +34,7 @@ def main():
     ap.add_argument("-n", type=int, default=5)
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    tw, tr = measure([a.toporun], a.n)
-    rw, rr = measure([a.torchrun], a.n)
+    (tw, tr), (rw, rr) = measure([a.toporun], [a.torchrun], a.n)
     res = {"runs": a.n, "toporun_s": round(tw, 4), "toporun_peak_rss_mb": round(tr, 1),
            "torchrun_s": round(rw, 3), "torchrun_peak_rss_mb": round(rr, 1), "speedup": round(rw / tw, 1)}
     if a.json:
