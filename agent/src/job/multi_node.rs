@@ -29,6 +29,10 @@ type Result<T> = std::result::Result<T, JobError>;
 /// Beyond the keep-alive timeout, for the watching node to notice and write the stop.
 const HOLD_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// The least a keep-alive may wait for a node-hosted store before this node counts
+/// itself cut off: a loaded host answers late, not never.
+const CUT_OFF_FLOOR: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How long a node's word that it saw a stop may take.
 const STOP_SEEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -301,8 +305,12 @@ impl MultiNode {
 
     /// A future that resolves when another node asks every node to stop.
     pub async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
+        let mut client = self.connect(&self.store_host).await?;
+        if let Kv::Store(StoreKv(c)) = &mut client {
+            c.set_deadline(self.cut_off_after());
+        }
         let watch = StopWatch {
-            client: self.connect(&self.store_host).await?,
+            client,
             cfg: self.cfg.clone(),
             round,
             node_rank: node.node_rank,
@@ -311,6 +319,14 @@ impl MultiNode {
             note: |m| eprintln!("toporun: {m}"),
         };
         Ok(Box::pin(watch.run()))
+    }
+
+    /// How long a keep-alive may go unanswered by a node-hosted store: as long as
+    /// that host waits before it counts this node lost (it has, by then), not the
+    /// read timeout, so a node cut off from it says so in seconds, not a minute.
+    fn cut_off_after(&self) -> Duration {
+        let limit = self.cfg.keepalive_interval * self.cfg.keepalive_misses + HOLD_MARGIN;
+        limit.max(CUT_OFF_FLOOR).min(self.cfg.read_timeout)
     }
 
     /// Tells every node to stop (first reason wins); returns the reason that won.

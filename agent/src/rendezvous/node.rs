@@ -430,7 +430,7 @@ impl StopWatch {
                 Ok(None) => tokio::time::sleep(Duration::from_millis(100)).await,
                 Err(e) => {
                     let why = if self.client.hosted_by_a_node() {
-                        "the node hosting the store has probably died"
+                        "the node hosting the store has died, or this node is cut off from it"
                     } else {
                         "etcd has lost quorum or is unreachable from this node"
                     };
