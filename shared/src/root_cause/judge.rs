@@ -53,7 +53,7 @@ fn limits(m: &MemoryReading) -> String {
 fn shm_text(shm: Option<ShmUse>) -> String {
     match shm {
         Some(s) => format!(
-            "/dev/shm is {}, {} used",
+            "/dev/shm is {}, {} in use once the rank ended, which freed its own",
             fmt_bytes(s.total),
             fmt_bytes(s.total.saturating_sub(s.free))
         ),
@@ -239,7 +239,8 @@ mod tests {
         let kinds: Vec<CauseKind> = c.iter().map(|c| c.kind).collect();
         assert_eq!(kinds, [CauseKind::Shm, CauseKind::Code]);
         assert!(
-            c[0].summary.contains("/dev/shm is 8 MiB, 8 MiB used"),
+            c[0].summary
+                .contains("/dev/shm is 8 MiB, 8 MiB in use once the rank ended"),
             "{}",
             c[0].summary
         );
