@@ -1,8 +1,10 @@
-//! A peer lost to the network, not to a crash: two nodes joined by a veth pair, node 1
-//! in a network namespace the test makes (addresses of its own, pyroute2 through
-//! scripts/netns.py; needs root). The link is cut while the gloo ranks all-reduce: no
-//! connection is reset, the ranks just wait, and the keep-alives name the node that
-//! went away. Under `--exit-codes classified` both sides exit with the peer class.
+//! Peers lost with addresses of their own: nodes joined by a veth pair, one in a
+//! network namespace the test makes (pyroute2 through scripts/netns.py; needs root).
+//! - The link is cut while the gloo ranks all-reduce: no connection is reset, the ranks
+//!   just wait, and the keep-alives name the node that went away. Under
+//!   `--exit-codes classified` both sides exit with the peer class.
+//! - A node is killed: a node that did not coordinate the round names it from the
+//!   address in its rank's error, through the table the coordinator published.
 
 mod support;
 use std::path::Path;
@@ -52,7 +54,19 @@ fn netns(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
+/// Where a node runs and how its job is set.
+struct Spec<'a> {
+    nnodes: u32,
+    keep_alive: &'a str,
+}
+
+const TWO_FAST: Spec = Spec {
+    nnodes: 2,
+    keep_alive: "keep_alive_interval=1,keep_alive_max_attempt=2",
+};
+
 fn node(
+    spec: &Spec,
     rank: u32,
     master: &str,
     port: u16,
@@ -72,13 +86,13 @@ fn node(
         None => Command::new(inner.get_program()),
     };
     c.args([
-        "--nnodes=2",
+        &format!("--nnodes={}", spec.nnodes),
         &format!("--node-rank={rank}"),
         &format!("--master-addr={master}"),
         &format!("--master-port={port}"),
         "--nproc-per-node=1",
         "--nccl-report=off",
-        "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2",
+        &format!("--rdzv-conf={}", spec.keep_alive),
         "--exit-codes=classified",
         "elastic_steps.py",
     ])
@@ -101,11 +115,27 @@ fn stepping(out: &Path) -> bool {
 #[ignore = "needs PyTorch: run scripts/test.sh"]
 fn a_cut_link_is_named_as_the_node_that_went_away() {
     let d = tempfile::tempdir().unwrap();
-    let name = format!("trp{}", std::process::id() % 100_000);
+    let name = format!("trc{}", std::process::id() % 100_000);
     let net = Netns::up(&name, "10.77.31.1", "10.77.31.2");
     let port = free_port();
-    let n0 = node(0, "10.77.31.1", port, &net.host_if(), d.path(), None);
-    let n1 = node(1, "10.77.31.1", port, "eth0", d.path(), Some(&name));
+    let n0 = node(
+        &TWO_FAST,
+        0,
+        "10.77.31.1",
+        port,
+        &net.host_if(),
+        d.path(),
+        None,
+    );
+    let n1 = node(
+        &TWO_FAST,
+        1,
+        "10.77.31.1",
+        port,
+        "eth0",
+        d.path(),
+        Some(&name),
+    );
     let start = Instant::now();
     while !stepping(d.path()) {
         assert!(
@@ -138,4 +168,56 @@ fn a_cut_link_is_named_as_the_node_that_went_away() {
     assert!(e1.contains("or this node is cut off from it"), "{e1}");
     assert!(took < Duration::from_secs(20), "{took:?}");
     assert!(took1 < Duration::from_secs(10 + 20), "{took1:?}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_killed_node_is_named_by_a_node_that_did_not_coordinate() {
+    let d = tempfile::tempdir().unwrap();
+    let name = format!("trk{}", std::process::id() % 100_000);
+    let net = Netns::up(&name, "10.77.32.1", "10.77.32.2");
+    let port = free_port();
+    // Keep-alives slow enough (6 s) that the ranks' own errors come first.
+    let spec = Spec {
+        nnodes: 3,
+        keep_alive: "keep_alive_interval=2,keep_alive_max_attempt=3",
+    };
+    let (here, master) = (net.host_if(), "10.77.32.1");
+    let n0 = node(&spec, 0, master, port, &here, d.path(), None);
+    let n1 = node(&spec, 1, master, port, &here, d.path(), None);
+    let mut n2 = node(&spec, 2, master, port, "eth0", d.path(), Some(&name));
+    let start = Instant::now();
+    while !stepping(d.path()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never stepped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    n2.kill().unwrap();
+    let _ = n2.wait();
+    let (o0, o1) = (
+        n0.wait_with_output().unwrap(),
+        n1.wait_with_output().unwrap(),
+    );
+    let e1 = String::from_utf8_lossy(&o1.stderr);
+    // Node 1's rank lost node 2 (10.77.32.2), or node 0 or 1 as that one went down
+    // (10.77.32.1, both nodes there): named either way from the published table.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let who = |n: u32| format!("node {n} ({0}, {0})", host.trim());
+    let named = e1
+        .lines()
+        .find(|l| l.contains("a rank lost a peer at 10.77.32."))
+        .unwrap_or_else(|| panic!("no peer address in node 1's rank errors: {e1}"));
+    let table = match named.contains("at 10.77.32.2:") {
+        true => who(2),
+        false => format!("one of {}, {}", who(0), who(1)),
+    };
+    assert!(named.contains(&format!(": {table}: ")), "{named}");
+    for o in [&o0, &o1] {
+        let e = String::from_utf8_lossy(&o.stderr);
+        let lost = format!("{} stopped sending keep-alives", who(2));
+        assert!(e.contains(&lost), "{e}");
+        assert_eq!(o.status.code(), Some(82), "{e}");
+    }
 }

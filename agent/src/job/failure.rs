@@ -125,7 +125,7 @@ pub async fn rank_failed(
 /// membership change (not counted: the next round runs with the survivors), or ends
 /// the job as a lost peer when too few remain; the stop that decided.
 async fn peer_verdict(
-    session: &Session,
+    session: &mut Session,
     node: &NodePlace,
     failures: &[supervise::Failure],
 ) -> Option<StopReason> {
@@ -134,7 +134,7 @@ async fn peer_verdict(
         return None;
     }
     let at = match addr {
-        Some(a) => match session.nodes_at(&a).as_slice() {
+        Some(a) => match session.nodes_at(node.round, &a).await.as_slice() {
             [] => format!(" at {a}"),
             [one] => format!(" at {a}: {one}"),
             many => format!(" at {a}: one of {}", many.join(", ")),
@@ -148,6 +148,8 @@ async fn peer_verdict(
     match reason {
         Some(r) if r.cause == Some(CauseKind::Peer) => {
             eprintln!("toporun: root cause (peer): {} ({waited:.1}s after the rank failed); the rank's failure is its consequence", r.detail);
+            // The store's host waits for this word before it leaves.
+            session.stop_seen(node.round).await;
             Some(r)
         }
         _ => {

@@ -216,9 +216,14 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 if let Some(say) = say {
                     eprintln!("toporun: {say}");
                 }
-                // This node asked for the stop: the others still alive hear why.
-                if code != 0 && !matches!(end, AttemptEnd::Stopped(_)) {
-                    session.linger(&node).await;
+                // The others still alive hear why, whichever node asked for the stop
+                // (the store's host itself, when its keep-alive watch lost a node).
+                if code != 0 {
+                    let lost = match &end {
+                        AttemptEnd::Stopped(r) => r.lost.len(),
+                        _ => 0,
+                    };
+                    session.linger(&node, lost).await;
                 }
                 return Ok(code);
             }

@@ -20,7 +20,7 @@ use crate::store::{Reach, StoreClient, StoreServer};
 use crate::supervise::Events;
 use std::time::Duration;
 use toporun_shared::colocation;
-use toporun_shared::root_cause::peer::nodes_at;
+use toporun_shared::root_cause::peer::{names_a_node, nodes_at, NodeAddrs, MAX_ADDRS};
 use toporun_shared::torchrun::{endpoint, RdzvBackend};
 use toporun_shared::untrusted::{printable, valid_host};
 
@@ -32,6 +32,9 @@ const HOLD_MARGIN: std::time::Duration = std::time::Duration::from_secs(2);
 /// The least a keep-alive may wait for a node-hosted store before this node counts
 /// itself cut off: a loaded host answers late, not never.
 const CUT_OFF_FLOOR: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How long reading the round's table of nodes may take at a rank's failure.
+const PEERS_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long a node's word that it saw a stop may take.
 const STOP_SEEN_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
@@ -58,9 +61,9 @@ pub struct MultiNode {
     expected_nccl_nodes: Option<u32>,
     /// The machine (boot_id) of every global rank in the last round (host only).
     rank_machines: Vec<Option<String>>,
-    /// Every node's (hostname, address) in the last round, in node-rank order
-    /// (coordinator only).
-    nodes: Vec<(String, String)>,
+    /// Every node's name and addresses in the round it coordinated, in node-rank
+    /// order (empty where another node coordinated: read from the store then).
+    pub(super) nodes: Vec<NodeAddrs>,
 }
 
 fn config(p: &Job, run_id: &str) -> Config {
@@ -94,6 +97,18 @@ fn config(p: &Job, run_id: &str) -> Config {
     }
 }
 
+/// This node's interfaces' addresses that can name it to its peers.
+fn interface_addrs(p: &Job) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let all = p.facts.nics.iter().flat_map(|n| &n.addresses);
+    for a in all.filter(|a| names_a_node(&a.addr)) {
+        if !out.contains(&a.addr) && out.len() < MAX_ADDRS {
+            out.push(a.addr.clone());
+        }
+    }
+    out
+}
+
 /// What this node tells the others.
 fn node_info(p: &Job, shape: Shape) -> NodeInfo {
     let (o, c) = (&p.opts, &p.facts.container);
@@ -116,6 +131,7 @@ fn node_info(p: &Job, shape: Shape) -> NodeInfo {
             .filter(|d| d.trim_start_matches("/dev/nvidia").parse::<u32>().is_ok())
             .cloned()
             .collect(),
+        ips: interface_addrs(p),
         nccl: colocation::VARS
             .iter()
             .filter_map(|v| Some((v.to_string(), p.rank_value(v)?)))
@@ -214,10 +230,7 @@ impl MultiNode {
         let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
         let decision = colocation::decide(&views, p.colocated);
         self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
-        self.nodes = infos
-            .iter()
-            .map(|i| (i.hostname.clone(), i.addr.clone()))
-            .collect();
+        self.nodes = infos.iter().map(NodeInfo::addrs).collect();
         self.rank_machines = infos
             .iter()
             .flat_map(|i| std::iter::repeat_n(i.boot_id.clone(), i.nproc as usize))
@@ -351,17 +364,33 @@ impl MultiNode {
         }
     }
 
-    /// The nodes of the last round at a peer's address, named (where this node
-    /// coordinated the round and so knows the table).
-    pub fn nodes_at(&self, peer: &str) -> Vec<String> {
-        let addrs: Vec<String> = self.nodes.iter().map(|(_, a)| a.clone()).collect();
-        nodes_at(peer, &addrs)
+    /// The nodes of round `round` at a peer's address, named: from the table where
+    /// this node coordinated the round, else as the coordinator published it.
+    pub async fn nodes_at(&self, round: u32, peer: &str) -> Vec<String> {
+        let table = match self.nodes.is_empty() {
+            true => self.published_nodes(round).await,
+            false => self.nodes.clone(),
+        };
+        nodes_at(peer, &table)
             .into_iter()
-            .filter_map(|n| {
-                let (host, addr) = self.nodes.get(n as usize)?;
-                Some(format!("node {n} ({host}, {addr})"))
-            })
+            .filter_map(|n| Some(format!("node {n} ({})", table.get(n as usize)?.name)))
             .collect()
+    }
+
+    /// The round's table of nodes as its coordinator published it; empty where the
+    /// rendezvous state does not answer at once (it may have gone with the peer).
+    async fn published_nodes(&self, round: u32) -> Vec<NodeAddrs> {
+        let key = self.cfg.round_keys(round).peers();
+        let read = async {
+            let mut c = self.connect(&self.store_host).await.ok()?;
+            if !c.check(&[&key]).await.ok()? {
+                return None;
+            }
+            let raw = c.read(&[&key]).await.ok()?.pop()?;
+            serde_json::from_slice::<Vec<NodeAddrs>>(&raw).ok()
+        };
+        let table = tokio::time::timeout(PEERS_WAIT, read).await.ok().flatten();
+        table.unwrap_or_default()
     }
 
     /// A rank failed as a peer went away: watches (keep-alives, leases) for as long as
@@ -375,7 +404,7 @@ impl MultiNode {
     /// Before this node leaves a stopped job: where it hosts the store the others
     /// watch, it waits (at most a few seconds) until they have seen the stop, so they
     /// act on its reason instead of on a store gone.
-    pub async fn linger(&mut self, round: u32, nnodes: u32) {
+    pub async fn linger(&mut self, round: u32, nnodes: u32, lost: usize) {
         if !self.is_host || self.etcd.is_some() {
             return;
         }
@@ -383,8 +412,8 @@ impl MultiNode {
         let start = std::time::Instant::now();
         while start.elapsed() < LINGER {
             match self.client.tally_count(&seen).await {
-                // Every node but this one (which never counts itself).
-                Ok(n) if n + 1 >= u64::from(nnodes) => return,
+                // Every node but this one (which never counts itself) and the lost.
+                Ok(n) if n + 1 + lost as u64 >= u64::from(nnodes) => return,
                 Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
                 Err(_) => return,
             }

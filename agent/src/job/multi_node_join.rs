@@ -248,7 +248,8 @@ impl MultiNode {
         match coordinated {
             Some(Ok(infos)) => self.coordinated(p, round, &infos),
             Some(Err(e)) => return Err(failed(&e)),
-            None => {}
+            // Another node coordinated: its table is in the store.
+            None => self.nodes.clear(),
         }
         let place = match joined {
             Ok(place) => place,

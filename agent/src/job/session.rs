@@ -103,10 +103,10 @@ impl Session {
     }
 
     /// The nodes at a peer's address, named, where this node knows the round's table.
-    pub fn nodes_at(&self, peer: &str) -> Vec<String> {
+    pub async fn nodes_at(&self, round: u32, peer: &str) -> Vec<String> {
         match self {
             Session::Single(_) => Vec::new(),
-            Session::Multi(m) => m.nodes_at(peer),
+            Session::Multi(m) => m.nodes_at(round, peer).await,
         }
     }
 
@@ -117,10 +117,11 @@ impl Session {
         }
     }
 
-    /// Before leaving a stopped job: the other nodes see why (multi-node only).
-    pub async fn linger(&mut self, node: &NodePlace) {
+    /// Before leaving a stopped job: the other nodes see why (multi-node only), all
+    /// but `lost` of them.
+    pub async fn linger(&mut self, node: &NodePlace, lost: usize) {
         if let Session::Multi(m) = self {
-            m.linger(node.round, node.nnodes).await;
+            m.linger(node.round, node.nnodes, lost).await;
         }
     }
 

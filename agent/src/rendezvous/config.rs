@@ -6,6 +6,8 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
 use toporun_shared::colocation;
+use toporun_shared::root_cause::peer::{names_a_node, NodeAddrs, MAX_ADDRS};
+use toporun_shared::untrusted::printable;
 
 /// What each node tells the others.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -31,9 +33,27 @@ pub struct NodeInfo {
     /// The --nnodes it was started with (min, max), to catch nodes that disagree.
     #[serde(default)]
     pub nnodes: Option<(u32, u32)>,
+    /// Its interfaces' addresses (no loopback or link-local): a peer's address in a
+    /// rank's error names the node even where it advertised a host name.
+    #[serde(default)]
+    pub ips: Vec<String>,
 }
 
 impl NodeInfo {
+    /// The node as a peer's address names it (the addresses bounded: a forged
+    /// description may list any number).
+    pub fn addrs(&self) -> NodeAddrs {
+        let addrs = std::iter::once(&self.addr)
+            .chain(self.ips.iter().filter(|a| names_a_node(a)))
+            .take(MAX_ADDRS)
+            .map(|a| printable(a))
+            .collect();
+        NodeAddrs {
+            name: format!("{}, {}", printable(&self.hostname), printable(&self.addr)),
+            addrs,
+        }
+    }
+
     /// What the co-location decision needs of this node.
     pub fn colocation(&self) -> colocation::Node {
         colocation::Node {

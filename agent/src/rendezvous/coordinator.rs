@@ -356,7 +356,7 @@ fn layout(
     // At most --nnodes max (coordinate reads no more).
     let nnodes = u32::try_from(infos.len()).unwrap_or(u32::MAX);
     let mut offset = 0;
-    let mut out = Vec::with_capacity(infos.len() * 3);
+    let mut out = Vec::with_capacity(infos.len() * 3 + 1);
     for (i, (node_rank, (info, ticket))) in (0u32..).zip(infos.iter().zip(tickets)).enumerate() {
         let place = Layout {
             node_rank,
@@ -376,6 +376,8 @@ fn layout(
         ));
         offset += info.nproc;
     }
+    let peers: Vec<_> = infos.iter().map(NodeInfo::addrs).collect();
+    out.push((keys.peers(), serde_json::to_vec(&peers).unwrap_or_default()));
     out
 }
 

@@ -90,6 +90,11 @@ impl RoundKeys {
         self.key(&format!("name/{node_rank}"))
     }
 
+    /// Every node of the round and its addresses, for a peer's address to name one.
+    pub fn peers(&self) -> String {
+        self.key("peers")
+    }
+
     pub fn closed(&self) -> String {
         self.key("closed")
     }

@@ -368,6 +368,7 @@ impl Watch {
         waiting: u64,
     ) -> Result<StopReason, KvError> {
         let mut names = Vec::new();
+        let ranks: Vec<u32> = lost.iter().map(|(r, _)| *r).collect();
         for (r, silent) in lost {
             let key = self.keys.name(*r);
             let name = match c.check(&[&key]).await? {
@@ -380,11 +381,12 @@ impl Watch {
         let remain = self.nnodes.saturating_sub(lost_count);
         let min = cfg.min_nodes();
         let names = names.join("; ");
-        Ok(if u64::from(remain) + waiting >= u64::from(min) {
-            StopReason::new(StopKind::Membership, format!("{names}; the next round runs with the {remain} remaining node(s) and {waiting} waiting")).caused_by(Some(CauseKind::Peer))
+        let stop = if u64::from(remain) + waiting >= u64::from(min) {
+            StopReason::new(StopKind::Membership, format!("{names}; the next round runs with the {remain} remaining node(s) and {waiting} waiting"))
         } else {
-            StopReason::fail(format!("{names}; {remain} node(s) remain and {waiting} wait, fewer than the minimum of {min} (--nnodes): the job cannot go on until more nodes come; start the lost node again or lower --nnodes")).caused_by(Some(CauseKind::Peer))
-        })
+            StopReason::fail(format!("{names}; {remain} node(s) remain and {waiting} wait, fewer than the minimum of {min} (--nnodes): the job cannot go on until more nodes come; start the lost node again or lower --nnodes"))
+        };
+        Ok(stop.caused_by(Some(CauseKind::Peer)).losing(ranks))
     }
 }
 

@@ -75,6 +75,9 @@ pub struct StopReason {
     /// under `--exit-codes classified`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cause: Option<CauseKind>,
+    /// The node ranks it declares lost (no word will come from them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub lost: Vec<u32>,
 }
 
 impl StopReason {
@@ -83,11 +86,16 @@ impl StopReason {
             kind,
             detail: detail.into(),
             cause: None,
+            lost: Vec::new(),
         }
     }
 
     pub fn caused_by(self, cause: Option<CauseKind>) -> StopReason {
         StopReason { cause, ..self }
+    }
+
+    pub fn losing(self, lost: Vec<u32>) -> StopReason {
+        StopReason { lost, ..self }
     }
 
     pub fn fail(detail: impl Into<String>) -> StopReason {
@@ -207,6 +215,8 @@ mod tests {
         ] {
             let r = StopReason::new(kind, "node 1 failed");
             assert_eq!(StopReason::decode("k", &r.encode()), r);
+            let lost = r.clone().losing(vec![1, 3]);
+            assert_eq!(StopReason::decode("k", &lost.encode()).lost, [1, 3]);
         }
         assert_eq!(
             StopReason::new(StopKind::Membership, "x").to_string(),

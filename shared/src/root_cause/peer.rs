@@ -35,18 +35,40 @@ pub fn lost_peer(text: &str) -> Option<(String, Option<String>)> {
     Some((line, addr))
 }
 
-/// The nodes (ranks in the round's table of addresses) at a peer's `host:port`; more
-/// than one where nodes share an address (one machine).
-pub fn nodes_at(peer: &str, node_addrs: &[String]) -> Vec<u32> {
+/// A node of the round as a peer's address names it: its name for people
+/// (`hostname, address`) and every address it is reached at (the one it advertised,
+/// its interfaces').
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct NodeAddrs {
+    pub name: String,
+    pub addrs: Vec<String>,
+}
+
+/// Addresses kept per node: a pod has a few, a host with many bridges more.
+pub const MAX_ADDRS: usize = 32;
+
+/// The nodes (ranks in the round's table) at a peer's `host:port`; more than one
+/// where nodes share an address (one machine).
+pub fn nodes_at(peer: &str, nodes: &[NodeAddrs]) -> Vec<u32> {
     let host = peer
         .rsplit_once(':')
         .map_or(peer, |(h, _)| h)
         .trim_matches(['[', ']']);
     (0u32..)
-        .zip(node_addrs)
-        .filter(|(_, a)| a.as_str() == host)
+        .zip(nodes)
+        .filter(|(_, n)| n.addrs.iter().any(|a| a == host))
         .map(|(n, _)| n)
         .collect()
+}
+
+/// Whether an interface address can name a node to its peers: not loopback, which
+/// every node has, nor link-local, which every link has.
+pub fn names_a_node(addr: &str) -> bool {
+    match addr.parse::<std::net::IpAddr>() {
+        Ok(std::net::IpAddr::V4(a)) => !a.is_loopback() && !a.is_link_local(),
+        Ok(std::net::IpAddr::V6(a)) => !a.is_loopback() && (a.segments()[0] & 0xffc0) != 0xfe80,
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]
@@ -67,9 +89,29 @@ mod tests {
 
     #[test]
     fn a_peer_address_maps_to_its_node() {
-        let table = ["10.0.0.1".to_string(), "10.0.0.2".into(), "10.0.0.2".into()];
+        let node = |addrs: &[&str]| NodeAddrs {
+            name: String::new(),
+            addrs: addrs.iter().map(|a| a.to_string()).collect(),
+        };
+        // Node 0 advertised its pod name; its interface says its IP.
+        let table = [
+            node(&["trainer-0", "10.0.0.1"]),
+            node(&["10.0.0.2"]),
+            node(&["trainer-2", "10.0.0.2", "fd00::2"]),
+        ];
         assert_eq!(nodes_at("10.0.0.1:41234", &table), [0]);
         assert_eq!(nodes_at("10.0.0.2:5", &table), [1, 2]);
+        assert_eq!(nodes_at("[fd00::2]:5", &table), [2]);
+        assert_eq!(nodes_at("fd00::2:5", &table), [2]);
         assert!(nodes_at("10.9.9.9:5", &table).is_empty());
+    }
+
+    #[test]
+    fn loopback_and_link_local_name_no_node() {
+        assert!(names_a_node("10.0.0.1"));
+        assert!(names_a_node("fd00::2"));
+        for a in ["127.0.0.1", "::1", "169.254.1.1", "fe80::1", "eth0"] {
+            assert!(!names_a_node(a), "{a}");
+        }
     }
 }
