@@ -54,26 +54,18 @@ fn netns(args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-/// Where a node runs and how its job is set.
+/// The job every node of a test runs.
 struct Spec<'a> {
     nnodes: u32,
     keep_alive: &'a str,
+    master: &'a str,
+    port: u16,
+    /// Where the ranks write their steps.
+    out: &'a Path,
 }
 
-const TWO_FAST: Spec = Spec {
-    nnodes: 2,
-    keep_alive: "keep_alive_interval=1,keep_alive_max_attempt=2",
-};
-
-fn node(
-    spec: &Spec,
-    rank: u32,
-    master: &str,
-    port: u16,
-    ifname: &str,
-    out: &Path,
-    netns: Option<&str>,
-) -> Child {
+/// Node `rank` of the job, its ranks on interface `ifname`, in namespace `netns`.
+fn node(spec: &Spec, rank: u32, ifname: &str, netns: Option<&str>) -> Child {
     let inner = toporun();
     let mut c = match netns {
         Some(ns) => {
@@ -88,15 +80,15 @@ fn node(
     c.args([
         &format!("--nnodes={}", spec.nnodes),
         &format!("--node-rank={rank}"),
-        &format!("--master-addr={master}"),
-        &format!("--master-port={port}"),
+        &format!("--master-addr={}", spec.master),
+        &format!("--master-port={}", spec.port),
         "--nproc-per-node=1",
         "--nccl-report=off",
         &format!("--rdzv-conf={}", spec.keep_alive),
         "--exit-codes=classified",
         "elastic_steps.py",
     ])
-    .env("PROBE_OUT", out)
+    .env("PROBE_OUT", spec.out)
     .env("STEPS", "600")
     .env("STEP_SECS", "0.1")
     .env("GLOO_SOCKET_IFNAME", ifname)
@@ -107,8 +99,18 @@ fn node(
     c.spawn().unwrap()
 }
 
-fn stepping(out: &Path) -> bool {
-    std::fs::read_to_string(out.join("steps")).is_ok_and(|s| s.lines().count() >= 10)
+/// Waits until the ranks have taken 10 steps.
+fn until_stepping(out: &Path) {
+    let start = Instant::now();
+    let stepping =
+        || std::fs::read_to_string(out.join("steps")).is_ok_and(|s| s.lines().count() >= 10);
+    while !stepping() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the job never stepped"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -117,33 +119,16 @@ fn a_cut_link_is_named_as_the_node_that_went_away() {
     let d = tempfile::tempdir().unwrap();
     let name = format!("trc{}", std::process::id() % 100_000);
     let net = Netns::up(&name, "10.77.31.1", "10.77.31.2");
-    let port = free_port();
-    let n0 = node(
-        &TWO_FAST,
-        0,
-        "10.77.31.1",
-        port,
-        &net.host_if(),
-        d.path(),
-        None,
-    );
-    let n1 = node(
-        &TWO_FAST,
-        1,
-        "10.77.31.1",
-        port,
-        "eth0",
-        d.path(),
-        Some(&name),
-    );
-    let start = Instant::now();
-    while !stepping(d.path()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job never stepped"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let spec = Spec {
+        nnodes: 2,
+        keep_alive: "keep_alive_interval=1,keep_alive_max_attempt=2",
+        master: "10.77.31.1",
+        port: free_port(),
+        out: d.path(),
+    };
+    let n0 = node(&spec, 0, &net.host_if(), None);
+    let n1 = node(&spec, 1, "eth0", Some(&name));
+    until_stepping(d.path());
     net.cut();
     let cut = Instant::now();
     let o0 = n0.wait_with_output().unwrap();
@@ -176,24 +161,19 @@ fn a_killed_node_is_named_by_a_node_that_did_not_coordinate() {
     let d = tempfile::tempdir().unwrap();
     let name = format!("trk{}", std::process::id() % 100_000);
     let net = Netns::up(&name, "10.77.32.1", "10.77.32.2");
-    let port = free_port();
     // Keep-alives slow enough (6 s) that the ranks' own errors come first.
     let spec = Spec {
         nnodes: 3,
         keep_alive: "keep_alive_interval=2,keep_alive_max_attempt=3",
+        master: "10.77.32.1",
+        port: free_port(),
+        out: d.path(),
     };
-    let (here, master) = (net.host_if(), "10.77.32.1");
-    let n0 = node(&spec, 0, master, port, &here, d.path(), None);
-    let n1 = node(&spec, 1, master, port, &here, d.path(), None);
-    let mut n2 = node(&spec, 2, master, port, "eth0", d.path(), Some(&name));
-    let start = Instant::now();
-    while !stepping(d.path()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the job never stepped"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let here = net.host_if();
+    let n0 = node(&spec, 0, &here, None);
+    let n1 = node(&spec, 1, &here, None);
+    let mut n2 = node(&spec, 2, "eth0", Some(&name));
+    until_stepping(d.path());
     n2.kill().unwrap();
     let _ = n2.wait();
     let (o0, o1) = (
