@@ -2,7 +2,8 @@
 //! real memory cgroup made here (v1, this machine; needs root), a SIGKILL from
 //! outside, a full /dev/shm in a mount namespace of its own (`unshare -m`), the
 //! rank's own exception without `@record`, GPU faults fed as Xid events
-//! (`TOPORUN_XID_REPLAY`); and the codes of `--exit-codes`.
+//! (`TOPORUN_XID_REPLAY`); a peer's own failure, on the node that lost it; and the
+//! codes of `--exit-codes`.
 
 mod support;
 use std::path::{Path, PathBuf};
@@ -228,4 +229,48 @@ fn a_code_fault_xid_with_a_traceback_stays_the_codes() {
     );
     assert!(!err.contains("root cause (hardware)"), "{err}");
     assert_eq!(code, 1, "{err}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_peers_own_failure_is_the_cause_on_the_node_whose_rank_lost_it() {
+    let port = free_port().to_string();
+    let node = |rank: &str| {
+        let mut c = toporun();
+        c.args([
+            "--nnodes=2",
+            "--nproc-per-node=1",
+            "--master-addr=127.0.0.1",
+        ])
+        .args(["--master-port", &port, "--node-rank", rank])
+        .args(["--nccl-report=off", "--exit-codes=classified"])
+        .arg("--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2")
+        .arg("peer_fails.py")
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let (n0, n1) = (node("0"), node("1"));
+    let (o0, o1) = (
+        n0.wait_with_output().unwrap(),
+        n1.wait_with_output().unwrap(),
+    );
+    let (e0, e1) = (
+        String::from_utf8_lossy(&o0.stderr),
+        String::from_utf8_lossy(&o1.stderr),
+    );
+    let why = "rank 1 raised ValueError: bad batch at step 5 (peer_fails.py:14)";
+    assert!(e1.contains(&format!("root cause (code): {why}")), "{e1}");
+    // Node 0's rank lost its peer first; the held verdict became node 1's stop,
+    // the exception included, and not a failure of node 0's own.
+    assert!(e0.contains("a rank lost a peer at 127.0.0.1:"), "{e0}");
+    let theirs =
+        format!("root cause (code): node 1 local rank 0 (rank 1) failed with exit code 1: {why}");
+    assert!(e0.contains(&theirs), "{e0}");
+    assert!(e0.contains("the rank's failure is its consequence"), "{e0}");
+    assert!(!e0.contains("the rank's failure counts"), "{e0}");
+    assert!(!e0.contains("root cause (code): rank 0"), "{e0}");
+    assert_eq!((o0.status.code(), o1.status.code()), (Some(1), Some(1)));
 }

@@ -83,10 +83,14 @@ pub async fn rank_failed(
         .signal
         .clone()
         .unwrap_or_else(|| format!("exit code {}", f.exitcode));
-    let what = format!(
+    let mut what = format!(
         "node {} local rank {} (rank {}) failed with {what}",
         node.node_rank, f.local_rank, f.rank
     );
+    // The other nodes see why, not only that: the leading cause goes with the stop.
+    if let Some(c) = found.first() {
+        what = format!("{what}: {}", c.summary);
+    }
     // A GPU that fell off the bus does not come back by restarting Python.
     let ours = if hardware {
         StopReason::fail(format!("{what} after a GPU fault: no restart on this node"))
@@ -123,7 +127,8 @@ pub async fn rank_failed(
 /// A rank that failed as a peer went away (its own output says so) may be no
 /// failure at all: the verdict waits for the keep-alives. A node confirmed lost is a
 /// membership change (not counted: the next round runs with the survivors), or ends
-/// the job as a lost peer when too few remain; the stop that decided.
+/// the job as a lost peer when too few remain; a stop the peer's node sent for its
+/// own failure is that node's verdict. The stop that decided.
 async fn peer_verdict(
     session: &mut Session,
     node: &NodePlace,
@@ -146,13 +151,19 @@ async fn peer_verdict(
     let reason = session.hold_for_peer(node).await;
     let waited = start.elapsed().as_secs_f64();
     match reason {
-        Some(r) if r.cause == Some(CauseKind::Peer) => {
-            eprintln!("toporun: root cause (peer): {} ({waited:.1}s after the rank failed); the rank's failure is its consequence", r.detail);
+        // A lost node (the keep-alives), or the peer's node stopping the job for its
+        // own failure: this rank's is the consequence, as if the stop had come first.
+        Some(r) => {
+            let why = match r.cause {
+                Some(kind) => format!("root cause ({kind})"),
+                None => "stopped by another node".into(),
+            };
+            eprintln!("toporun: {why}: {} ({waited:.1}s after the rank failed); the rank's failure is its consequence", r.detail);
             // The store's host waits for this word before it leaves.
             session.stop_seen(node.round).await;
             Some(r)
         }
-        _ => {
+        None => {
             eprintln!(
                 "toporun: no node was declared lost within {waited:.1}s: the rank's failure counts"
             );
