@@ -93,7 +93,7 @@ pub async fn rank_failed(
     }
     // A GPU that fell off the bus does not come back by restarting Python.
     let ours = if hardware {
-        StopReason::fail(format!("{what} after a GPU fault: no restart on this node"))
+        StopReason::fail(format!("{what}; no restart on this node after a GPU fault"))
     } else {
         transitions::failure_stop(restarts, &what)
     }
