@@ -224,10 +224,18 @@ fn the_node_hosting_the_store_matches_every_nodes_flight_recorder_dumps() {
         err0.contains("entered by rank(s) 0,1,2 (scheduled, not completed); never entered by:\n    rank 3: last entered #3"),
         "{err0}"
     );
-    // Node 1, where the rank failed, leads its summary with what it could see.
+    // Node 1, where the rank failed, leads its summary with what it could see. Its
+    // rank 3 failed first: its other rank losing a peer is no verdict to hold (both
+    // nodes held, each waiting for the other, for the keep-alive timeout).
     assert!(
         err1.contains("toporun: flight recorder: rank(s) 3 never entered"),
         "{err1}"
+    );
+    assert!(!err1.contains("holding the verdict"), "{err1}");
+    // Node 0 names rank 3's own error, which node 1's stop carries.
+    assert!(
+        err0.contains("rank 3 raised RuntimeError: rank 3 skipped the all_reduce"),
+        "{err0}"
     );
 }
 

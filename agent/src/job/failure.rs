@@ -12,7 +12,7 @@ use super::spec::{Job, NodePlace};
 use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::gpu_events::XidLog;
 use crate::probe::NvmlProbe;
-use crate::rendezvous::StopReason;
+use crate::rendezvous::{StopKind, StopReason};
 use crate::status::JobStatus;
 use crate::supervise::{self, failure_summary};
 use std::path::Path;
@@ -70,7 +70,11 @@ pub async fn rank_failed(
         );
     }
     let failures = failed.failures;
-    if let Some(reason) = peer_verdict(session, node, failures).await {
+    if let Some((reason, waited)) = peer_verdict(session, node, failures).await {
+        let after =
+            format!(" ({waited:.1}s after the rank failed); the rank's failure is its consequence");
+        let place = (failed.fr_dir, failed.attempt_dir);
+        heard_stop(session, node, &reason, &after, place, status).await;
         return AttemptEnd::Stopped(reason);
     }
     let xids = failed.xids.map(XidLog::events).unwrap_or_default();
@@ -128,13 +132,15 @@ pub async fn rank_failed(
 /// failure at all: the verdict waits for the keep-alives. A node confirmed lost is a
 /// membership change (not counted: the next round runs with the survivors), or ends
 /// the job as a lost peer when too few remain; a stop the peer's node sent for its
-/// own failure is that node's verdict. The stop that decided.
+/// own failure is that node's verdict. The stop that decided, and how long it took.
 async fn peer_verdict(
-    session: &mut Session,
+    session: &Session,
     node: &NodePlace,
     failures: &[supervise::Failure],
-) -> Option<StopReason> {
-    let (line, addr) = failures.iter().find_map(|f| f.peer_lost.clone())?;
+) -> Option<(StopReason, f64)> {
+    // Only where losing a peer came first: a rank of this node that failed on its own
+    // before (its peers then lose it) is this node's failure, not to be held.
+    let (line, addr) = supervise::root_cause(failures)?.peer_lost.clone()?;
     if matches!(session, Session::Single(_)) {
         return None;
     }
@@ -150,26 +156,41 @@ async fn peer_verdict(
     let start = std::time::Instant::now();
     let reason = session.hold_for_peer(node).await;
     let waited = start.elapsed().as_secs_f64();
-    match reason {
-        // A lost node (the keep-alives), or the peer's node stopping the job for its
-        // own failure: this rank's is the consequence, as if the stop had come first.
-        Some(r) => {
-            let why = match r.cause {
-                Some(kind) => format!("root cause ({kind})"),
-                None => "stopped by another node".into(),
-            };
-            eprintln!("toporun: {why}: {} ({waited:.1}s after the rank failed); the rank's failure is its consequence", r.detail);
-            // The store's host waits for this word before it leaves.
-            session.stop_seen(node.round).await;
-            Some(r)
-        }
-        None => {
-            eprintln!(
-                "toporun: no node was declared lost within {waited:.1}s: the rank's failure counts"
-            );
-            None
-        }
+    if reason.is_none() {
+        eprintln!(
+            "toporun: no node was declared lost within {waited:.1}s: the rank's failure counts"
+        );
     }
+    Some((reason?, waited))
+}
+
+/// A stop another node asked for, or the keep-alives decided, heard by this node:
+/// its cause is this node's too (said, with `after`), this node's flight-recorder
+/// dumps join the job's (a failure or hang elsewhere), and the store's host, which
+/// waits for that word before it leaves, hears that this node saw it.
+pub async fn heard_stop(
+    session: &mut Session,
+    node: &NodePlace,
+    reason: &StopReason,
+    after: &str,
+    (fr_dir, attempt_dir): (Option<&Path>, &Path),
+    status: &JobStatus,
+) {
+    match reason.cause {
+        Some(kind) => {
+            eprintln!("toporun: root cause ({kind}): {}{after}", reason.detail);
+            status.update(|x| x.root_cause = Some(kind));
+        }
+        None if !after.is_empty() => {
+            eprintln!("toporun: stopped by another node: {}{after}", reason.detail);
+        }
+        None => {}
+    }
+    if reason.kind != StopKind::Membership {
+        let meeting = session.meeting(node.round, node);
+        say_flight_recorder(fr_dir, meeting, attempt_dir, status).await;
+    }
+    session.stop_seen(node.round).await;
 }
 
 /// torchrun's failure summary, on stderr, in the termination message and in

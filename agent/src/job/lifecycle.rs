@@ -5,7 +5,7 @@
 use super::causes;
 use super::entry::Entered;
 use super::error::JobError;
-use super::failure::{gpus_released, rank_failed, Failed};
+use super::failure::{gpus_released, heard_stop, rank_failed, Failed};
 use super::hang_exchange;
 use super::hang_response::{watch_hangs, AfterHang};
 use super::hang_watch::{self, HangReport, LiveRanks};
@@ -441,18 +441,8 @@ async fn attempt(
                     hang_exchange::print_decided(&m).await;
                 }
             }
-            // The cause found where the stop came from (another node's rank, a node
-            // the keep-alives lost) is this node's too.
-            if let Some(kind) = reason.cause {
-                eprintln!("toporun: root cause ({kind}): {}", reason.detail);
-                status.update(|x| x.root_cause = Some(kind));
-            }
-            // A failure or hang elsewhere: this node's dumps join the job's.
-            if reason.kind != StopKind::Membership {
-                let meeting = session.meeting(round, node);
-                say_flight_recorder(fr_dir.as_deref(), meeting, &attempt_dir, &status).await;
-            }
-            session.stop_seen(round).await;
+            let place = (fr_dir.as_deref(), attempt_dir.as_path());
+            heard_stop(session, node, &reason, "", place, &status).await;
             AttemptEnd::Stopped(reason)
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
