@@ -102,7 +102,8 @@ impl Session {
         }
     }
 
-    /// The nodes at a peer's address, named, where this node knows the round's table.
+    /// The nodes at a peer's address, named from the round's table (this node's, where
+    /// it coordinated the round, else as the coordinator published it).
     pub async fn nodes_at(&self, round: u32, peer: &str) -> Vec<String> {
         match self {
             Session::Single(_) => Vec::new(),
