@@ -3,6 +3,7 @@
 //! (`TOPORUN_XID_REPLAY`: tests, and drills of a podFailurePolicy). Whatever the
 //! source, the job sees an [`XidSource`] and keeps every event in an [`XidLog`].
 
+use crate::clock::now_secs;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
@@ -10,19 +11,13 @@ use nvml_wrapper::Nvml;
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use toporun_shared::root_cause::xid::{info, Verdict, XidEvent};
 
 /// Where Xid events come from.
 pub trait XidSource: Send {
     /// Waits up to `timeout` for the next event; an error when the source is gone.
     fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String>;
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// NVML's critical-error events of every GPU, read on a thread of its own (the event
@@ -65,7 +60,7 @@ impl NvmlXids {
                                 .map(|p| p.bus_id)
                                 .unwrap_or_default(),
                             xid,
-                            at: now(),
+                            at: now_secs(),
                         };
                         if tx.send(event).is_err() {
                             return;

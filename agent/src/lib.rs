@@ -1,6 +1,7 @@
 //! toporun's in-container runtime: probing the live machine, the TCPStore-compatible
 //! store, rendezvous and rank supervision.
 
+mod clock;
 pub mod cloud_metadata;
 pub mod flight_recorder;
 pub mod gpu_events;

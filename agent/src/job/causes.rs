@@ -4,6 +4,7 @@
 
 use super::error::JobError;
 use super::spec::Job;
+use crate::clock::epoch_secs;
 use crate::gpu_events::{NvmlXids, ReplayXids, XidLog};
 use crate::paths::Root;
 use crate::probe::container::shm;
@@ -22,11 +23,6 @@ pub type MemoryAtStart = Option<(MemoryCgroup, MemoryReading)>;
 /// Reads the memory cgroup as an attempt begins.
 pub fn memory_at_start(cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
     cgroup.map(|c| (c.clone(), c.read(&Root::live())))
-}
-
-fn secs(t: std::time::SystemTime) -> f64 {
-    t.duration_since(std::time::SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 /// Every cause known for `failures`, the leading one first; `xids`: the node's GPU
@@ -50,7 +46,7 @@ pub fn of(
             shm_line: f.shm.as_deref(),
             first: Some(f.pid) == first,
             gpu: p.gpu_of(f.local_rank).map(|g| g.index),
-            at: secs(f.at),
+            at: epoch_secs(f.at),
         })
         .collect();
     let memory = memory.as_ref().map(|(cg, before)| Memory {

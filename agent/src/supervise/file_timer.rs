@@ -3,6 +3,7 @@
 //! "signal"}; a negative expiration releases); a timer that expires kills its pid with
 //! its signal, and the launcher stops the job as torchrun does.
 
+use crate::clock::now_secs;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 use serde::Deserialize;
@@ -10,7 +11,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 /// How often the FIFO is read and timers checked (torch: max_interval=0.1).
 const TICK: Duration = Duration::from_millis(100);
@@ -43,12 +44,6 @@ pub struct FileTimer {
     timers: BTreeMap<(i32, String), Request>,
     /// The timer that ended the last attempt, if one did.
     pub fired: Option<Expired>,
-}
-
-fn now() -> f64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0.0, |d| d.as_secs_f64())
 }
 
 impl FileTimer {
@@ -122,7 +117,7 @@ impl FileTimer {
     /// earliest expired timer with a signal > 0 per pid), forgets dead pids.
     pub fn check(&mut self) -> Vec<Expired> {
         self.read_requests();
-        let t = now();
+        let t = now_secs();
         let mut by_pid: BTreeMap<i32, Vec<&Request>> = BTreeMap::new();
         for r in self.timers.values().filter(|r| r.expiration_time <= t) {
             by_pid.entry(r.pid).or_default().push(r);
@@ -191,7 +186,7 @@ mod tests {
             .spawn()
             .unwrap();
         let pid = child.id() as i32;
-        let soon = now() - 0.5;
+        let soon = now_secs() - 0.5;
         write(
             &path,
             &format!(
@@ -209,7 +204,7 @@ mod tests {
             &path,
             &format!(
                 r#"{{"version":1,"pid":{pid},"scope_id":"later","expiration_time":{},"signal":9}}"#,
-                now() + 60.0
+                now_secs() + 60.0
             ),
         );
         assert!(

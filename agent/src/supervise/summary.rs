@@ -4,6 +4,7 @@
 use super::logs::Sink;
 use super::spawn::RankCmd;
 use super::tail::file_tail;
+use crate::clock::{epoch_secs, now_secs};
 use nix::sys::wait::WaitStatus;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -119,11 +120,7 @@ impl Failure {
         self.error
             .as_ref()
             .and_then(|e| e.timestamp)
-            .unwrap_or_else(|| {
-                self.at
-                    .duration_since(SystemTime::UNIX_EPOCH)
-                    .map_or(0.0, |d| d.as_secs_f64())
-            })
+            .unwrap_or_else(|| epoch_secs(self.at))
     }
 }
 
@@ -196,12 +193,6 @@ fn block(idx: usize, f: &Failure, host: &str) -> (String, usize) {
     (text, width)
 }
 
-fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Writes the launcher's TORCHELASTIC_ERROR_FILE as torchrun's `@record` does: the
 /// root-cause rank's error.json with `errorCode` set to its exit code; toporun's own
 /// error in that format when the rank wrote none.
@@ -224,7 +215,7 @@ pub fn dump_error_file(
         }
         None => serde_json::json!({"message": {
             "message": format!("ChildFailedError: {}", summary.trim()),
-            "extraInfo": {"py_callstack": "", "timestamp": now_secs().to_string()},
+            "extraInfo": {"py_callstack": "", "timestamp": (now_secs() as u64).to_string()},
             "errorCode": root.exitcode,
         }}),
     };
@@ -235,7 +226,7 @@ pub fn dump_error_file(
 pub fn record_error(dest: &std::path::Path, message: &str) -> std::io::Result<()> {
     let doc = serde_json::json!({"message": {
         "message": message,
-        "extraInfo": {"py_callstack": "", "timestamp": now_secs().to_string()},
+        "extraInfo": {"py_callstack": "", "timestamp": (now_secs() as u64).to_string()},
     }});
     std::fs::write(dest, doc.to_string())
 }
