@@ -26,7 +26,7 @@ pub fn memory_at_start(cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
 }
 
 /// Every cause known for `failures`, the leading one first; `xids`: the node's GPU
-/// faults so far; `gpus`: NVML, to read the GPUs' health again.
+/// faults so far; `gpus`: NVML, to read the GPUs' health again (not their topology).
 pub fn of(
     p: &Job,
     failures: &[Failure],
@@ -59,7 +59,7 @@ pub fn of(
     });
     let mut causes = judge(&ends, memory, shm, xids);
     if let Some(g) = gpus {
-        causes.extend(degraded(&p.facts.gpus, &g.probe()));
+        causes.extend(degraded(&p.facts.gpus, &g.health_now()));
     }
     by_precedence(causes)
 }

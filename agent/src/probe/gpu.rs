@@ -18,6 +18,12 @@ use toporun_shared::facts::{
 pub trait GpuProbe {
     fn probe(&self) -> GpuFacts;
 
+    /// Every GPU with its health now, without the pairwise topology (read at a
+    /// failure, to compare with the start).
+    fn health_now(&self) -> GpuFacts {
+        self.probe()
+    }
+
     /// The processes holding memory on a GPU now (none where it cannot tell).
     fn processes(&self) -> Vec<GpuProcess> {
         Vec::new()
@@ -67,32 +73,54 @@ impl GpuProbe for NvmlProbe {
     }
 
     fn probe(&self) -> GpuFacts {
-        match Nvml::init() {
-            Ok(nvml) => probe_nvml(&nvml).unwrap_or_else(|e| GpuFacts {
-                nvml_error: Some(format!("NVML query failed: {e}")),
-                ..Default::default()
-            }),
-            Err(e) => GpuFacts {
-                nvml_error: Some(format!("NVML unavailable: {e}")),
-                ..Default::default()
-            },
-        }
+        with_nvml(probe_nvml)
     }
+
+    fn health_now(&self) -> GpuFacts {
+        with_nvml(|nvml| {
+            Ok(GpuFacts {
+                source: GpuSource::Nvml,
+                devices: devices(nvml)?.1,
+                ..Default::default()
+            })
+        })
+    }
+}
+
+/// `read` on NVML, or facts saying why NVML could not answer.
+fn with_nvml(
+    read: impl FnOnce(&Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError>,
+) -> GpuFacts {
+    match Nvml::init() {
+        Ok(nvml) => read(&nvml).unwrap_or_else(|e| GpuFacts {
+            nvml_error: Some(format!("NVML query failed: {e}")),
+            ..Default::default()
+        }),
+        Err(e) => GpuFacts {
+            nvml_error: Some(format!("NVML unavailable: {e}")),
+            ..Default::default()
+        },
+    }
+}
+
+/// Every device NVML sees, and its facts.
+fn devices(nvml: &Nvml) -> Result<(Vec<Device<'_>>, Vec<Gpu>), nvml_wrapper::error::NvmlError> {
+    let count = nvml.device_count()?;
+    let devices: Vec<Device> = (0..count)
+        .map(|i| nvml.device_by_index(i))
+        .collect::<Result<_, _>>()?;
+    let gpus = (0u32..)
+        .zip(&devices)
+        .map(|(i, d)| gpu(nvml, i, d))
+        .collect();
+    Ok((devices, gpus))
 }
 
 /// NVLink links a GPU can have (NVML_NVLINK_MAX_LINKS).
 const MAX_NVLINKS: u32 = 18;
 
 fn probe_nvml(nvml: &Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError> {
-    let count = nvml.device_count()?;
-    let devices: Vec<Device> = (0..count)
-        .map(|i| nvml.device_by_index(i))
-        .collect::<Result<_, _>>()?;
-    let gpus: Vec<Gpu> = devices
-        .iter()
-        .enumerate()
-        .map(|(i, d)| gpu(nvml, i as u32, d))
-        .collect();
+    let (devices, gpus) = devices(nvml)?;
     let bus_ids: Vec<String> = gpus.iter().map(|g| g.pci_bus_id.clone()).collect();
     let n = devices.len();
     let mut links = vec![vec![LinkKind::Own; n]; n];

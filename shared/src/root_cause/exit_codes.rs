@@ -31,7 +31,7 @@ pub const CODE: ExitClass = ExitClass {
     action: PodAction::Count,
     why: "an exception or an exit code of the ranks: retried within backoffLimit, a bug fails every time",
 };
-/// The host failed the gate (`--preflight=enforce`).
+/// The host failed the gate (`--preflight gate`).
 pub const GATE: ExitClass = ExitClass {
     code: 3,
     what: "the preflight gate refused the host",
