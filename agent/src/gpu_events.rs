@@ -168,9 +168,13 @@ impl XidLog {
                             Verdict::Code => "the application's own fault",
                             Verdict::Unknown => "not in toporun's table",
                         };
-                        eprintln!(
+                        crate::say!(
                             "toporun: GPU {} ({}, PCI {}) reported Xid {} ({}): {whose}",
-                            e.gpu, e.uuid, e.pci_bus_id, e.xid, i.meaning
+                            e.gpu,
+                            e.uuid,
+                            e.pci_bus_id,
+                            e.xid,
+                            i.meaning
                         );
                         if let Ok(mut v) = keep.lock() {
                             v.push(e);
@@ -178,7 +182,7 @@ impl XidLog {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        eprintln!("toporun: warning: GPU faults are no longer watched: {e}");
+                        crate::say!("toporun: warning: GPU faults are no longer watched: {e}");
                         return;
                     }
                 }

@@ -274,3 +274,30 @@ fn a_peers_own_failure_is_the_cause_on_the_node_whose_rank_lost_it() {
     assert!(!e0.contains("root cause (code): rank 0"), "{e0}");
     assert_eq!((o0.status.code(), o1.status.code()), (Some(1), Some(1)));
 }
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_console_that_goes_away_loses_lines_not_the_failure_report() {
+    use std::io::BufRead;
+    let d = tempfile::tempdir().unwrap();
+    let msg = d.path().join("termination-log");
+    let mut c = job("raise", d.path(), &["--exit-codes=classified"]);
+    c.env("TOPORUN_TERMINATION_LOG", &msg)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    // `toporun ... 2>&1 | head -1`: one line read, then the reader is gone.
+    let mut first = String::new();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    err.read_line(&mut first).unwrap();
+    drop(err);
+    let status = child.wait().unwrap();
+    assert!(first.starts_with("toporun: "), "{first}");
+    // Not a panic (101): the report is still written where it is read.
+    assert_eq!(status.code(), Some(1), "{status:?}");
+    let msg = std::fs::read_to_string(&msg).unwrap();
+    assert!(
+        msg.starts_with("toporun: root cause (code): rank 1 raised"),
+        "{msg}"
+    );
+}

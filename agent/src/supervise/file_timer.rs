@@ -98,14 +98,14 @@ impl FileTimer {
                 Ok(r) => {
                     self.timers.insert((r.pid, r.scope_id.clone()), r);
                 }
-                Err(e) => eprintln!(
+                Err(e) => crate::say!(
                     "toporun: file timer: ignoring a malformed request ({e}): {:.200}",
                     text
                 ),
             }
         }
         if self.buf.len() > MAX_LINE {
-            eprintln!(
+            crate::say!(
                 "toporun: file timer: ignoring {} bytes without a newline",
                 self.buf.len()
             );
