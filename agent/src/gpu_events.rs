@@ -168,7 +168,7 @@ impl XidLog {
                             Verdict::Code => "the application's own fault",
                             Verdict::Unknown => "not in toporun's table",
                         };
-                        crate::say!(
+                        crate::console::say!(
                             "toporun: GPU {} ({}, PCI {}) reported Xid {} ({}): {whose}",
                             e.gpu,
                             e.uuid,
@@ -182,7 +182,9 @@ impl XidLog {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        crate::say!("toporun: warning: GPU faults are no longer watched: {e}");
+                        crate::console::say!(
+                            "toporun: warning: GPU faults are no longer watched: {e}"
+                        );
                         return;
                     }
                 }

@@ -237,12 +237,12 @@ fn watchdog(deadline: std::time::Duration) {
     std::thread::spawn(move || {
         let early = std::time::Duration::from_secs(5).min(deadline);
         std::thread::sleep(early);
-        toporun_agent::say!(
+        crate::console::say!(
             "toporun: --measure: still waiting for the CUDA driver and the copies after {} s",
             early.as_secs()
         );
         std::thread::sleep(deadline - early);
-        toporun_agent::say!("toporun: error: --measure did not finish in {} s: the CUDA driver hangs (a GPU fallen off the bus? nvidia-smi -q, dmesg for Xid 79)", deadline.as_secs());
+        crate::console::say!("toporun: error: --measure did not finish in {} s: the CUDA driver hangs (a GPU fallen off the bus? nvidia-smi -q, dmesg for Xid 79)", deadline.as_secs());
         // The main thread is stuck in the driver: only an exit from here ends it.
         #[allow(clippy::exit)]
         std::process::exit(2);

@@ -23,7 +23,7 @@ pub fn usage(e: clap::Error) -> u8 {
 /// Prints an error with its causes and returns the exit code: 2 when toporun could
 /// not run at all (bad input), else 1.
 pub fn report(err: &anyhow::Error) -> u8 {
-    toporun_agent::say!("toporun: error: {err:#}");
+    crate::console::say!("toporun: error: {err:#}");
     if err.downcast_ref::<facts_source::CannotRun>().is_some()
         || err
             .downcast_ref::<toporun_shared::torchrun::OptionsError>()

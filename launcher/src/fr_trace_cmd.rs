@@ -11,7 +11,7 @@ use toporun_shared::flight_recorder::{analyze, render_text};
 pub fn run(paths: &[String], format: ReportFormat) -> Result<u8> {
     let (dumps, unreadable) = read(paths);
     for u in &unreadable {
-        toporun_agent::say!("toporun: fr-trace: cannot read {u}");
+        crate::console::say!("toporun: fr-trace: cannot read {u}");
     }
     if dumps.is_empty() {
         return Err(CannotRun(format!(

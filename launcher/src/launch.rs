@@ -118,7 +118,7 @@ fn termination_log(m: &ArgMatches, env: &BTreeMap<String, String>) -> Option<Pat
 fn termination_message(path: Option<PathBuf>, text: &str) {
     if let Some(path) = path {
         if let Err(e) = supervise::write_termination_message(&path, text) {
-            toporun_agent::say!(
+            crate::console::say!(
                 "toporun: cannot write the termination message {}: {e}",
                 path.display()
             );
@@ -133,7 +133,7 @@ pub fn run(m: &ArgMatches) -> u8 {
     {
         Ok(rt) => rt,
         Err(e) => {
-            toporun_agent::say!("toporun: error: cannot start the async runtime: {e}");
+            crate::console::say!("toporun: error: cannot start the async runtime: {e}");
             return 1;
         }
     };
@@ -222,7 +222,7 @@ fn prepare(
         {
             bail!("ValueError: Could not find entrypoint under 'torchrun.logs_specs[{name}]' key (no package installed for {python} registers it)");
         }
-        toporun_agent::say!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
+        crate::console::say!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
     }
     let colocated = match typed_choice(m, "colocated", "TOPORUN_COLOCATED", &parent_env)? {
         ColocatedChoice::Warn => colocation::Mode::Warn,
@@ -287,7 +287,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     supervise::open_files::raise();
     let p = prepare(m, opts, parent_env)?;
     for note in &p.opts.notes {
-        toporun_agent::say!("toporun: note: {note}");
+        crate::console::say!("toporun: note: {note}");
     }
     if m.get_flag("dry_run") {
         crate::exit::quiet_on_closed_pipe();
@@ -299,13 +299,13 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         return Ok(crate::exit::SUCCESS);
     }
     if !p.opts.no_python {
-        toporun_agent::say!("toporun: python: {} ({})", p.python, p.python_why);
+        crate::console::say!("toporun: python: {} ({})", p.python, p.python_why);
     }
     let mode = preflight_mode(m, &p.parent_env)?;
     let mut p = p;
     if mode != PreflightMode::Off && wants_measure(m, &p.parent_env) {
         if m.get_one::<String>("facts").is_some() {
-            toporun_agent::say!(
+            crate::console::say!(
                 "toporun: --preflight-measure: not measured, the facts come from --facts"
             );
         } else {
@@ -318,7 +318,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
                 .iter()
                 .filter(|f| f.severity < toporun_shared::finding::Severity::Warning)
             {
-                toporun_agent::say!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
+                crate::console::say!("toporun: {}: {} [{}]", f.severity, f.summary, f.id);
             }
         }
     }
@@ -333,7 +333,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             .unwrap_or_default()
     };
     for f in &findings {
-        toporun_agent::say!(
+        crate::console::say!(
             "toporun: {}: {} [{}]{}",
             f.severity,
             f.summary,
@@ -353,13 +353,13 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         for f in &errors {
             why.push_str(&format!("- {} [{}]{}\n", f.summary, f.id, fix(f)));
         }
-        toporun_agent::say_raw!("{why}");
+        crate::console::say_raw!("{why}");
         termination_message(p.termination_log.clone(), &why);
         return Ok(crate::exit::UNFIT);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
     if p.nproc > 1 && !p.parent_env.contains_key("OMP_NUM_THREADS") {
-        toporun_agent::say!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
+        crate::console::say!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
     }
     job::run(&p, &mut events).await.map_err(anyhow::Error::new)
 }

@@ -3,6 +3,7 @@
 mod bench_stacks;
 mod cli;
 mod commands;
+mod console;
 mod documents;
 mod dry_run;
 mod exit;

@@ -67,7 +67,7 @@ fn measure_with(exe: &std::path::Path, deadline: Duration) -> LinkBandwidth {
             }
             Ok(None) => {
                 if !said && t0.elapsed() >= Duration::from_secs(5) {
-                    toporun_agent::say!("toporun: --preflight-measure: still measuring GPU links after 5 s (gives up at {} s)", deadline.as_secs());
+                    crate::console::say!("toporun: --preflight-measure: still measuring GPU links after 5 s (gives up at {} s)", deadline.as_secs());
                     said = true;
                 }
                 std::thread::sleep(Duration::from_millis(20));

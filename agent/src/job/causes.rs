@@ -78,7 +78,7 @@ pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
     match NvmlXids::start() {
         Ok(s) => Ok(Some(XidLog::watch(Box::new(s)))),
         Err(e) => {
-            crate::say!("toporun: note: GPU faults (Xid) are not watched: {e}");
+            crate::console::say!("toporun: note: GPU faults (Xid) are not watched: {e}");
             Ok(None)
         }
     }

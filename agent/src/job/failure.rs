@@ -27,7 +27,7 @@ pub async fn gpus_released(probe: Option<&NvmlProbe>) -> Option<Cause> {
     let root = crate::paths::Root::live();
     match wait_released(probe, &root, std::process::id(), RELEASE_WAIT).await {
         Ok(waited) if waited > Duration::from_secs(1) => {
-            crate::say!(
+            crate::console::say!(
                 "toporun: the GPU memory was released after {:.1}s",
                 waited.as_secs_f64()
             );
@@ -64,7 +64,7 @@ pub async fn rank_failed(
 ) -> AttemptEnd {
     for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
         let fix = cause.remedy.as_deref().unwrap_or("");
-        crate::say!(
+        crate::console::say!(
             "toporun: NCCL failed on this node: {}. Fix: {fix}",
             cause.summary
         );
@@ -152,12 +152,12 @@ async fn peer_verdict(
         },
         None => String::new(),
     };
-    crate::say!("toporun: a rank lost a peer{at}: {line}; holding the verdict until the keep-alives say whether a node was lost");
+    crate::console::say!("toporun: a rank lost a peer{at}: {line}; holding the verdict until the keep-alives say whether a node was lost");
     let start = std::time::Instant::now();
     let reason = session.hold_for_peer(node).await;
     let waited = start.elapsed().as_secs_f64();
     if reason.is_none() {
-        crate::say!(
+        crate::console::say!(
             "toporun: no node was declared lost within {waited:.1}s: the rank's failure counts"
         );
     }
@@ -178,11 +178,11 @@ pub async fn heard_stop(
 ) {
     match reason.cause {
         Some(kind) => {
-            crate::say!("toporun: root cause ({kind}): {}{after}", reason.detail);
+            crate::console::say!("toporun: root cause ({kind}): {}{after}", reason.detail);
             status.update(|x| x.root_cause = Some(kind));
         }
         None if !after.is_empty() => {
-            crate::say!("toporun: stopped by another node: {}{after}", reason.detail);
+            crate::console::say!("toporun: stopped by another node: {}{after}", reason.detail);
         }
         None => {}
     }
@@ -207,16 +207,16 @@ fn write_failure(
     let summary = failure_summary(&p.opts.entrypoint, &host, failures);
     let mut message: String = lead.iter().map(|l| format!("{l}\n")).collect();
     message.push_str(&summary);
-    crate::say_raw!("{message}");
+    crate::console::say_raw!("{message}");
     if let Some(path) = &p.termination_log {
         if let Err(e) = supervise::write_termination_message(path, &message) {
             let path = path.display();
-            crate::say!("toporun: cannot write the termination message {path}: {e}");
+            crate::console::say!("toporun: cannot write the termination message {path}: {e}");
         }
     }
     if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
         if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
-            crate::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
+            crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
         }
     }
 }

@@ -91,7 +91,7 @@ pub async fn wait_released(
         }
         if !said {
             let who: Vec<String> = held.iter().map(Holder::line).collect();
-            crate::say!("toporun: waiting up to {}s for the last attempt's GPU memory to be released before the restart: {}", bound.as_secs(), who.join("; "));
+            crate::console::say!("toporun: waiting up to {}s for the last attempt's GPU memory to be released before the restart: {}", bound.as_secs(), who.join("; "));
             said = true;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;

@@ -60,7 +60,7 @@ pub fn start(
 }
 
 fn say_decided(decider: u32) {
-    crate::say!("toporun: hang: node {decider} (hosting the workers' store) found no rank of any node making progress; its job-wide view:");
+    crate::console::say!("toporun: hang: node {decider} (hosting the workers' store) found no rank of any node making progress; its job-wide view:");
 }
 
 /// Prints the job-wide view a node stopped for a hang had not read yet (the stop
@@ -69,12 +69,12 @@ pub async fn print_decided(m: &Meeting) {
     let Ok(mut c) = m.connect().await else { return };
     if let Ok(Some(n)) = m.read_notice(&mut c, 0).await {
         say_decided(n.decider);
-        crate::say_raw!("{}", n.text);
+        crate::console::say_raw!("{}", n.text);
     }
 }
 
 fn unavailable(e: &StoreError) {
-    crate::say!("toporun: warning: job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
+    crate::console::say!("toporun: warning: job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
 }
 
 impl Meeting {

@@ -108,7 +108,7 @@ impl AfterHang {
         if monitored == 0 {
             return;
         }
-        crate::say!(
+        crate::console::say!(
             "toporun: hang: asked the ranks for their flight-recorder dumps (exception_dump); waiting up to {}s for them",
             DUMP_WAIT.as_secs()
         );
@@ -119,7 +119,7 @@ impl AfterHang {
             tokio::time::sleep(Duration::from_millis(200)).await;
             (done, sizes) = dumps_done(dir, &sizes);
         }
-        crate::say!(
+        crate::console::say!(
             "toporun: hang: {done} of {monitored} flight-recorder dumps here after {:.1}s",
             start.elapsed().as_secs_f64()
         );

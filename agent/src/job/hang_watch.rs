@@ -50,7 +50,7 @@ impl Sink {
     }
 
     pub fn found(&self, r: HangReport) {
-        crate::say_raw!("{}", r.text);
+        crate::console::say_raw!("{}", r.text);
         (self.counted)(&r);
         let _ = self.tx.send(r);
     }
@@ -130,14 +130,16 @@ impl Judge {
         {
             self.unreadable += 1;
             if self.unreadable == UNREADABLE_SAID {
-                crate::say!(
+                crate::console::say!(
                     "toporun: warning: hang detection paused: cannot read the ranks' stacks ({e})"
                 );
             }
             return;
         }
         if self.unreadable >= UNREADABLE_SAID {
-            crate::say!("toporun: hang detection resumed: the ranks' stacks can be read again");
+            crate::console::say!(
+                "toporun: hang detection resumed: the ranks' stacks can be read again"
+            );
         }
         self.unreadable = 0;
         let now = Instant::now();

@@ -80,11 +80,11 @@ fn status_endpoint(p: &Job) -> JobStatus {
             s.nodes_expected = p.opts.nnodes_max;
         });
         match crate::status::serve(port, status.clone()) {
-            Ok(addr) => crate::say!(
+            Ok(addr) => crate::console::say!(
                 "toporun: status endpoint on port {}: /healthz /readyz /metrics /status",
                 addr.port()
             ),
-            Err(e) => crate::say!("toporun: warning: no status endpoint: cannot listen on port {port} ({e}); the job runs without it"),
+            Err(e) => crate::console::say!("toporun: warning: no status endpoint: cannot listen on port {port} ({e}); the job runs without it"),
         }
     }
     status
@@ -139,7 +139,9 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         .or_else(|| p.parent_env.get("TORCHELASTIC_TIMER_FILE").cloned());
     let grace = init_grace(p)?;
     let Some(mut session) = Session::start(p, events).await? else {
-        crate::say!("toporun: received a signal while connecting to the rendezvous; exiting");
+        crate::console::say!(
+            "toporun: received a signal while connecting to the rendezvous; exiting"
+        );
         return Ok(1);
     };
     let _beat = status_beat(p, &status, &session);
@@ -171,11 +173,11 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         let node = match session.join(p, next_round, events).await? {
             Entered::Placed(node) => node,
             Entered::Signal => {
-                crate::say!("toporun: received a signal during the rendezvous; exiting");
+                crate::console::say!("toporun: received a signal during the rendezvous; exiting");
                 return Ok(1);
             }
             Entered::JobFinished => {
-                crate::say!(
+                crate::console::say!(
                     "toporun: the job finished while this node waited as a spare; nothing to do"
                 );
                 return Ok(0);
@@ -183,16 +185,16 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         };
         next_round = node.round + 1;
         if let Some(sig) = events.pending_signal() {
-            crate::say!("toporun: received {sig} before the ranks started; exiting");
+            crate::console::say!("toporun: received {sig} before the ranks started; exiting");
             return Ok(1);
         }
         let end = attempt(p, &mut life, &mut session, &node, restarts, events).await?;
         match transitions::next(&end, restarts) {
             Next::Round { counted, say } => {
                 restarts.used += u32::from(counted);
-                crate::say!("toporun: {say}");
+                crate::console::say!("toporun: {say}");
                 if let Some(cause) = gpus_released(life.gpus.as_ref()).await {
-                    crate::say!("{}", cause.line());
+                    crate::console::say!("{}", cause.line());
                     if let Some(path) = &p.termination_log {
                         let _ = supervise::write_termination_message(path, &cause.line());
                     }
@@ -214,7 +216,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                     code
                 };
                 if let Some(say) = say {
-                    crate::say!("toporun: {say}");
+                    crate::console::say!("toporun: {say}");
                 }
                 // The others still alive hear why, whichever node asked for the stop
                 // (the store's host itself, when its keep-alive watch lost a node).
@@ -242,7 +244,7 @@ fn say_colocation(node: &NodePlace) {
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    crate::say!(
+    crate::console::say!(
         "toporun: co-location: {} on this node's ranks: {}",
         vars.join(" "),
         node.extra_env.reason
@@ -295,7 +297,7 @@ fn nccl_reporter(
         }
         Capture::Off(why) => {
             if p.nccl_report && node.round == 0 {
-                crate::say!("toporun: nccl report off: {why}");
+                crate::console::say!("toporun: nccl report off: {why}");
             }
             (BTreeMap::new(), None)
         }
@@ -323,7 +325,7 @@ async fn attempt(
     if life.stacks_socket.is_none() {
         match stacks_socket::serve(&dir, life.live.clone()) {
             Ok(s) => life.stacks_socket = Some(s),
-            Err(e) => crate::say!(
+            Err(e) => crate::console::say!(
                 "toporun: warning: no `toporun stacks` socket in {}: {e}",
                 dir.display()
             ),
@@ -409,12 +411,12 @@ async fn attempt(
         Outcome::Interrupted(sig) => {
             let why = format!("node {} received {sig}", node.node_rank);
             session.stop_all(round, StopReason::fail(why)).await;
-            crate::say!("toporun: stopped the ranks after {sig}");
+            crate::console::say!("toporun: stopped the ranks after {sig}");
             AttemptEnd::Signal
         }
         Outcome::Failed(failures) => {
             if let Some(text) = snapshot.lock().ok().and_then(|mut s| s.take()) {
-                crate::say_raw!("{text}");
+                crate::console::say_raw!("{text}");
             }
             rank_failed(
                 p,
@@ -537,7 +539,7 @@ async fn file_timer_fired(
     let sig = Signal::try_from(e.signal)
         .map(|s| s.as_str().to_string())
         .unwrap_or_else(|_| e.signal.to_string());
-    crate::say!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
+    crate::console::say!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
     let why = format!("file timer expired on node {}", node.node_rank);
     session.stop_all(node.round, StopReason::fail(why)).await;
     AttemptEnd::FileTimer { signal: e.signal }

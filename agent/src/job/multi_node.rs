@@ -226,7 +226,7 @@ impl MultiNode {
     /// What the coordinator learnt: the node table, the co-location findings, and
     /// what the NCCL report will expect.
     pub(super) fn coordinated(&mut self, p: &Job, round: u32, infos: &[NodeInfo]) {
-        crate::say_raw!("{}", node_table(&self.run_id, round, infos));
+        crate::console::say_raw!("{}", node_table(&self.run_id, round, infos));
         let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
         let decision = colocation::decide(&views, p.colocated);
         self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
@@ -237,7 +237,7 @@ impl MultiNode {
             .collect();
         for f in decision.findings {
             let fix = f.remedy.map(|r| format!(". Fix: {r}")).unwrap_or_default();
-            crate::say!("toporun: {}: {}: {}{fix}", f.severity, f.id, f.summary);
+            crate::console::say!("toporun: {}: {}: {}{fix}", f.severity, f.id, f.summary);
         }
     }
 
@@ -329,7 +329,7 @@ impl MultiNode {
             node_rank: node.node_rank,
             nnodes: node.nnodes,
             watches: self.watches(),
-            note: |m| crate::say!("toporun: {m}"),
+            note: |m| crate::console::say!("toporun: {m}"),
         };
         Ok(Box::pin(watch.run()))
     }
@@ -422,7 +422,7 @@ impl MultiNode {
 
     /// The exit barrier; None when every node finished.
     pub async fn finish(&mut self, round: u32, node: &NodePlace) -> Result<Option<StopReason>> {
-        crate::say!("toporun: this node's ranks finished; waiting for the other nodes (as long as they are alive)");
+        crate::console::say!("toporun: this node's ranks finished; waiting for the other nodes (as long as they are alive)");
         let me = BarrierNode {
             node_rank: node.node_rank,
             nnodes: node.nnodes,

@@ -126,11 +126,11 @@ impl MultiNode {
         let run_id = self.run_id.clone();
         let holder = self.rank_holder(round).await;
         match &holder {
-            Some((r, who)) => crate::say!("toporun: rendezvous {run_id}: node rank {r} is held by {who} in the running round {round}: if that node died, this one takes its place at the next round (once its keep-alives stop); if two nodes were given the same --node-rank, fix the job spec"),
-            None => crate::say!("toporun: rendezvous {run_id}: round {round} is running without this node; it waits for the next round (the running nodes admit it if the round is below --nnodes max, else it is a spare)"),
+            Some((r, who)) => crate::console::say!("toporun: rendezvous {run_id}: node rank {r} is held by {who} in the running round {round}: if that node died, this one takes its place at the next round (once its keep-alives stop); if two nodes were given the same --node-rank, fix the job spec"),
+            None => crate::console::say!("toporun: rendezvous {run_id}: round {round} is running without this node; it waits for the next round (the running nodes admit it if the round is below --nnodes max, else it is a spare)"),
         }
         let mut report = |w: Duration| {
-            crate::say!(
+            crate::console::say!(
                 "toporun: rendezvous {run_id}: waiting for round {} ({:.0}s)",
                 round + 1,
                 w.as_secs_f64()
@@ -197,7 +197,7 @@ impl MultiNode {
                 } else {
                     format!("node rank(s) {:?}", w.missing)
                 };
-                crate::say!("toporun: rendezvous {} round {round}: {}/{} nodes joined, waiting for {who}, {:.0}s of {:.0}s", cfg.run_id, w.joined, w.expected, w.elapsed.as_secs_f64(), w.timeout.as_secs_f64());
+                crate::console::say!("toporun: rendezvous {} round {round}: {}/{} nodes joined, waiting for {who}, {:.0}s of {:.0}s", cfg.run_id, w.joined, w.expected, w.elapsed.as_secs_f64(), w.timeout.as_secs_f64());
             };
             coordinate(&mut c, &cfg, round, &mut report, &mut clear).await
         }))
@@ -216,7 +216,7 @@ impl MultiNode {
         // The coordinator reports progress; the others say they are waiting.
         let mut report = move |waited: Duration| {
             if !coordinates {
-                crate::say!("toporun: rendezvous {run_id} round {round}: waiting for the round to close ({:.0}s)", waited.as_secs_f64());
+                crate::console::say!("toporun: rendezvous {run_id} round {round}: waiting for the round to close ({:.0}s)", waited.as_secs_f64());
             }
         };
         let mut coordinated = None;
@@ -288,7 +288,7 @@ fn node_place(
     master_addr: String,
     master_port: u16,
 ) -> NodePlace {
-    crate::say!(
+    crate::console::say!(
         "toporun: round {}: this node is node rank {} of {}, global ranks {}-{} of {}",
         place.round,
         place.node_rank,

@@ -103,7 +103,7 @@ pub struct Reporter {
 }
 
 fn print(f: &Finding) {
-    crate::say!(
+    crate::console::say!(
         "toporun: {}: {}: {}{}",
         f.severity,
         f.id,
@@ -183,9 +183,9 @@ impl Reporter {
             match store {
                 None => job_report(digest, None, &[], &run_dir),
                 Some(s) => {
-                    crate::say!("toporun: nccl (node {}): {}", s.node_rank, digest.line());
+                    crate::console::say!("toporun: nccl (node {}): {}", s.node_rank, digest.line());
                     if let Err(e) = publish_and_gather(&s, &digest, &run_dir, &end).await {
-                        crate::say!("toporun: nccl report: {e}");
+                        crate::console::say!("toporun: nccl report: {e}");
                     }
                 }
             }
@@ -277,7 +277,7 @@ fn job_report(
             findings.push(Finding::new("nccl.prediction", Severity::Warning, format!("toporun predicted {want} NCCL host(s) for this job, NCCL counted {got}: toporun's co-location model missed how NCCL identified the hosts (NCCL_HOSTID, hostname, /dev/shm); the run directory's nccl-report-job.json has the details")));
         }
     }
-    crate::say!("toporun: nccl: {}", d.line());
+    crate::console::say!("toporun: nccl: {}", d.line());
     for f in &findings {
         print(f);
     }

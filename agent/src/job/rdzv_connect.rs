@@ -32,7 +32,7 @@ pub async fn connect_store(
         Shape::Elastic { .. } => "c10d",
     };
     let verb = if is_host { "hosting" } else { "joining" };
-    crate::say!("toporun: rendezvous {run_id} ({kind}): {verb} the store at {target}");
+    crate::console::say!("toporun: rendezvous {run_id} ({kind}): {verb} the store at {target}");
     let connecting = StoreClient::connect(store_host, port, cfg.join_timeout);
     tokio::pin!(connecting);
     let started = Instant::now();
@@ -45,7 +45,7 @@ pub async fn connect_store(
             c = &mut connecting => break c.map_err(|e| JobError::failed(format!(
                 "could not reach the rendezvous store at {target} within {:.0?}: check that {store_host} resolves from this pod (DNS), that the node hosting it is running (pod scheduled?) and that port {port} is open between nodes",
                 cfg.join_timeout), e))?,
-            _ = tick.tick() => crate::say!("toporun: rendezvous {run_id}: still connecting to the store at {target} ({:.0}s of {:.0}s): is the node hosting it up?", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64()),
+            _ = tick.tick() => crate::console::say!("toporun: rendezvous {run_id}: still connecting to the store at {target} ({:.0}s of {:.0}s): is the node hosting it up?", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64()),
             _ = until_signal(events) => return Ok(None),
         }
     };
@@ -72,7 +72,7 @@ pub async fn connect_etcd(p: &Job, cfg: &Config, events: &mut Events) -> Result<
     let mut client = etcd_client(p)?;
     let run_id = &cfg.run_id;
     let at = client.endpoints();
-    crate::say!("toporun: rendezvous {run_id} (etcd): joining through etcd at {at}");
+    crate::console::say!("toporun: rendezvous {run_id} (etcd): joining through etcd at {at}");
     let started = Instant::now();
     loop {
         tokio::select! {
@@ -85,7 +85,7 @@ pub async fn connect_etcd(p: &Job, cfg: &Config, events: &mut Events) -> Result<
                             cfg.join_timeout
                         )));
                     }
-                    crate::say!("toporun: rendezvous {run_id}: still trying etcd at {at} ({:.0}s of {:.0}s): {e}", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64());
+                    crate::console::say!("toporun: rendezvous {run_id}: still trying etcd at {at} ({:.0}s of {:.0}s): {e}", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64());
                 }
                 Err(e) => return Err(JobError::failed("reaching etcd", e)),
             },

@@ -57,7 +57,7 @@ pub fn flight_recorder_env(
     if !writable && !p.parent_env.contains_key("XDG_CACHE_HOME") {
         let cache = run_dir.join("cache");
         if say {
-            crate::say!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
+            crate::console::say!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
         }
         env.insert("XDG_CACHE_HOME".into(), cache.display().to_string());
     }
@@ -94,7 +94,7 @@ pub async fn say_flight_recorder(
             Ok(Some(all)) => all,
             Ok(None) => local,
             Err(e) => {
-                crate::say!("toporun: flight recorder: this node's dumps only: the workers' store is unreachable ({e})");
+                crate::console::say!("toporun: flight recorder: this node's dumps only: the workers' store is unreachable ({e})");
                 local
             }
         },
@@ -103,7 +103,7 @@ pub async fn say_flight_recorder(
         return None;
     }
     let report = toporun_shared::flight_recorder::analyze(&dumps);
-    crate::say_raw!(
+    crate::console::say_raw!(
         "toporun: {}",
         toporun_shared::flight_recorder::render_text(&report)
     );

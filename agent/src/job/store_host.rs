@@ -77,7 +77,7 @@ pub fn bind_c10d(p: &Job, port: u16, target: &str) -> Result<Option<StoreServer>
             if e.kind() == std::io::ErrorKind::AddrInUse && p.opts.rdzv_conf.is_host.is_none() =>
         {
             let who = port_holders(port).unwrap_or_else(|| "a process this one cannot see (another user, or another network namespace sharing the address)".into());
-            crate::say!("toporun: the rendezvous endpoint {target} names this machine, but port {port} is taken ({e}) by {who}: joining the store there instead of hosting it. If that is not another toporun or torchrun node of this job, stop it or choose another port");
+            crate::console::say!("toporun: the rendezvous endpoint {target} names this machine, but port {port} is taken ({e}) by {who}: joining the store there instead of hosting it. If that is not another toporun or torchrun node of this job, stop it or choose another port");
             Ok(None)
         }
         Err(_) => bind(port, p.opts.store_port_option(), Reach::All).map(Some),

@@ -98,14 +98,14 @@ impl FileTimer {
                 Ok(r) => {
                     self.timers.insert((r.pid, r.scope_id.clone()), r);
                 }
-                Err(e) => crate::say!(
+                Err(e) => crate::console::say!(
                     "toporun: file timer: ignoring a malformed request ({e}): {:.200}",
                     text
                 ),
             }
         }
         if self.buf.len() > MAX_LINE {
-            crate::say!(
+            crate::console::say!(
                 "toporun: file timer: ignoring {} bytes without a newline",
                 self.buf.len()
             );
