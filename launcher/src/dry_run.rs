@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::nccl_report;
 use toporun_agent::job::{Job, NodePlace};
+use toporun_shared::finding::Finding;
 use toporun_shared::plan::Source;
 use toporun_shared::torchrun::worker::{self, layout};
 use toporun_shared::torchrun::RdzvBackend;
@@ -100,6 +101,12 @@ fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
                 .join(" ")
         ),
     };
+    // Without a GPU the ranks run gloo: the capture is armed, NCCL just never writes.
+    let report = if p.cuda_gpus.is_empty() && report.starts_with("on") {
+        format!("{report} (nothing to report unless a rank loads NCCL: no GPU visible)")
+    } else {
+        report
+    };
     let mut env = p.plan.env();
     env.extend(p.parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let gpus: Vec<usize> = (0..p.nproc)
@@ -143,7 +150,13 @@ fn comment(text: &str) -> String {
         .collect()
 }
 
-pub fn render(p: &Job, format: DryRunFormat) -> Result<String> {
+/// `entry`: the findings on the entrypoint (`launch.entrypoint`, `launch.python_torch`).
+pub fn render(p: &Job, entry: &[Finding], format: DryRunFormat) -> Result<String> {
+    let findings = || {
+        let mut f = entry.to_vec();
+        f.extend(p.findings());
+        f
+    };
     let (views, ranking) = ranks(p)?;
     Ok(match format {
         DryRunFormat::Env => p
@@ -182,7 +195,7 @@ pub fn render(p: &Job, format: DryRunFormat) -> Result<String> {
             let (nccl_report, nccl_expected) = nccl_lines(p);
             let f = &p.facts;
             let doc = documents::DryRun {
-                findings: p.findings(),
+                findings: findings(),
                 global_ranks: ranking,
                 host: documents::DryRunHost {
                     gpus: f.gpus.count(),
@@ -218,7 +231,7 @@ pub fn render(p: &Job, format: DryRunFormat) -> Result<String> {
         DryRunFormat::Text => {
             let style = Style::stdout();
             let mut out = host_summary(&p.facts);
-            let f = p.findings();
+            let f = findings();
             out.push_str(&format!("\nfindings ({}):\n", f.len()));
             out.push_str(&if f.is_empty() {
                 "  none at warning or error level\n".to_string()
