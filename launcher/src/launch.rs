@@ -273,6 +273,25 @@ fn prepare(
     })
 }
 
+/// The training script (or program) and the interpreter's torch, checked where the
+/// ranks would start: every rank would fail the same way otherwise.
+fn entrypoint_findings(p: &Job, dry_run: bool) -> Vec<toporun_shared::finding::Finding> {
+    let Ok(cwd) = std::env::current_dir() else {
+        return Vec::new();
+    };
+    let o = &p.opts;
+    toporun_agent::probe::entrypoint::read(
+        &o.entrypoint,
+        o.module,
+        o.no_python,
+        &p.python,
+        &cwd,
+        &p.parent_env,
+    )
+    .map(|e| toporun_shared::preflight::entrypoint::check(&e, &p.python, dry_run))
+    .unwrap_or_default()
+}
+
 async fn launch(m: &ArgMatches) -> Result<u8> {
     let parent_env: BTreeMap<String, String> = std::env::vars().collect();
     let opts = options(m, &parent_env)?;
@@ -289,17 +308,34 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
     for note in &p.opts.notes {
         crate::console::say!("toporun: note: {note}");
     }
-    if m.get_flag("dry_run") {
+    let dry = m.get_flag("dry_run");
+    let entry = entrypoint_findings(&p, dry);
+    if dry {
         crate::exit::quiet_on_closed_pipe();
         let format = m
             .get_one::<DryRunFormat>("format")
             .copied()
             .unwrap_or(DryRunFormat::Text);
-        print!("{}", dry_run::render(&p, format)?);
+        print!("{}", dry_run::render(&p, &entry, format)?);
         return Ok(crate::exit::SUCCESS);
     }
     if !p.opts.no_python {
         crate::console::say!("toporun: python: {} ({})", p.python, p.python_why);
+    }
+    if !entry.is_empty() {
+        let mut why = String::new();
+        for f in &entry {
+            why.push_str(&format!(
+                "toporun: {}: {} [{}]. Fix: {}\n",
+                f.severity,
+                f.summary,
+                f.id,
+                f.remedy.as_deref().unwrap_or("")
+            ));
+        }
+        crate::console::say_raw!("{why}");
+        termination_message(p.termination_log.clone(), &why);
+        return Ok(crate::exit::FAILED);
     }
     let mode = preflight_mode(m, &p.parent_env)?;
     let mut p = p;

@@ -32,7 +32,8 @@ fn dry(args: &[&str]) -> (i32, String, String) {
     run(toporun()
         .args(["launch", "--dry-run"])
         .args(args)
-        .arg("train.py"))
+        .arg("train.py")
+        .current_dir(scripts()))
 }
 
 fn golden(name: &str, got: &str) {
@@ -262,4 +263,96 @@ fn nproc_gpu_counts_what_cuda_visible_devices_leaves() {
     // torchrun raises ValueError("Cuda is not available."): exit 1, not a usage error.
     assert_eq!(code, 1);
     assert!(err.contains("no GPU is visible"), "{err}");
+}
+
+/// A dry run for a script that is not there says so (a warning: the image may hold
+/// it), naming the path and the working directory; a real launch refuses to start.
+#[test]
+fn a_missing_script_is_a_warning_in_a_dry_run_and_an_error_at_launch() {
+    let d = tempfile::tempdir().unwrap();
+    let (code, out, _) = run(toporun()
+        .args(["launch", "--dry-run", "--nproc-per-node=4", "nonexist.py"])
+        .current_dir(d.path()));
+    assert_eq!(code, 0, "{out}");
+    let cwd = std::fs::canonicalize(d.path()).unwrap();
+    assert!(
+        out.contains(&format!(
+            "warning launch.entrypoint the training script nonexist.py does not exist in {}",
+            cwd.display()
+        )),
+        "{out}"
+    );
+    let (code, out, err) = run(toporun()
+        .args(["--standalone", "--nproc-per-node=2", "nonexist.py"])
+        .current_dir(d.path()));
+    assert_eq!(code, 1, "{out}\n{err}");
+    assert!(
+        err.contains("error: the training script nonexist.py does not exist in")
+            && err.contains("no rank was started"),
+        "{err}"
+    );
+    // No rank ran: Python's own "can't open file" never appears.
+    assert!(!err.contains("can't open file"), "{err}");
+}
+
+/// The "NCCL expected" line agrees with what will run: gloo without GPUs, NCCL's
+/// refusal when ranks share a GPU, NVLink P2P on the 4x H200 host.
+#[test]
+fn nccl_expected_says_what_will_run() {
+    let expected = |cvd: Option<&str>, nproc: &str| {
+        let mut c = toporun();
+        c.args(["launch", "--dry-run", "--facts", &host("h200x4")])
+            .arg(format!("--nproc-per-node={nproc}"))
+            .arg("train.py")
+            .current_dir(scripts());
+        if let Some(v) = cvd {
+            c.env("CUDA_VISIBLE_DEVICES", v);
+        }
+        let (code, out, err) = run(&mut c);
+        assert_eq!(code, 0, "{err}");
+        out.lines()
+            .find_map(|l| l.strip_prefix("NCCL expected: "))
+            .unwrap_or_else(|| panic!("no NCCL expected line:\n{out}"))
+            .to_string()
+    };
+    assert_eq!(
+        expected(Some(""), "4"),
+        "no NCCL: the ranks will use gloo on CPU (no GPU visible)"
+    );
+    assert!(expected(Some("0"), "4").starts_with("4 local ranks on 1 GPU(s) (GPU0): NCCL refuses"));
+    assert!(expected(None, "4").starts_with("P2P over NVLink"));
+    assert!(expected(Some("2"), "1").starts_with("one rank in the job (GPU2)"));
+}
+
+/// An interpreter that cannot import torch, for a script that imports it, is named
+/// once with the fix, before any rank starts (not left to every rank's traceback).
+#[test]
+fn an_interpreter_without_torch_is_named_once_with_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = tempfile::tempdir().unwrap();
+    // python3 without its site-packages: the standard library, no torch.
+    let py = d.path().join("python-no-site");
+    std::fs::write(&py, "#!/bin/sh\nexec python3 -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(
+        d.path().join("t.py"),
+        "import os\nimport torch\nprint('ran')\n",
+    )
+    .unwrap();
+    let (code, out, err) = run(toporun()
+        .args(["--standalone", "--nproc-per-node=2", "t.py"])
+        .env("PYTHON_EXEC", &py)
+        .current_dir(d.path()));
+    assert_eq!(code, 1, "{out}\n{err}");
+    let line = format!(
+        "error: {} cannot import torch, which t.py imports at line 2",
+        py.display()
+    );
+    assert_eq!(err.matches(&line).count(), 1, "{err}");
+    assert!(err.contains("set PYTHON_EXEC"), "{err}");
+    assert!(
+        !err.contains("ModuleNotFoundError: No module named"),
+        "{err}"
+    );
+    assert!(!out.contains("ran"), "{out}");
 }

@@ -423,9 +423,12 @@ fn numa_binding_pins_each_rank_to_its_gpus_cpus() {
 
 #[test]
 fn a_missing_interpreter_says_how_to_fix_it() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("t.py"), "print('t')\n").unwrap();
     let (code, _, err) = run(toporun()
         .args(["--standalone", "--nproc-per-node=1", "t.py"])
-        .env("PYTHON_EXEC", "/nonexistent/python"));
+        .env("PYTHON_EXEC", "/nonexistent/python")
+        .current_dir(d.path()));
     assert_eq!(code, 1);
     assert!(
         err.contains("could not start local rank 0 (/nonexistent/python)")

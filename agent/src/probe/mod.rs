@@ -1,6 +1,7 @@
 //! Live probing: the machine and container as `HostFacts`.
 
 pub mod container;
+pub mod entrypoint;
 pub mod fqdn;
 pub mod gpu;
 pub mod memory_cgroup;

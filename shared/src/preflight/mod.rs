@@ -3,6 +3,7 @@
 
 mod bandwidth;
 mod caps;
+pub mod entrypoint;
 mod gpu;
 mod gpu_health;
 mod instance;
