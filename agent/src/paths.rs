@@ -29,6 +29,8 @@ pub const DEV: &str = "dev";
 pub const DEV_SHM: &str = "dev/shm";
 pub const DEV_INFINIBAND: &str = "dev/infiniband";
 pub const ETC_NCCL_CONF: &str = "etc/nccl.conf";
+/// Mounted into every pod that has a service account token (the default).
+pub const K8S_SERVICE_ACCOUNT: &str = "var/run/secrets/kubernetes.io/serviceaccount";
 
 /// Where aws-ofi-nccl and Azure images keep NCCL topology XMLs.
 pub const TOPOLOGY_DIRS: &[&str] = &[

@@ -40,7 +40,12 @@ pub fn relevant_env(name: &str) -> bool {
 
 pub fn probe(root: &Root, env: impl Iterator<Item = (String, String)>) -> ContainerFacts {
     let pid = std::process::id();
+    let env: Vec<(String, String)> = env.collect();
+    // The kubelet sets this variable in every container, and mounts the token by default.
+    let kubernetes = env.iter().any(|(k, _)| k == "KUBERNETES_SERVICE_HOST")
+        || root.join(paths::K8S_SERVICE_ACCOUNT).exists();
     ContainerFacts {
+        kubernetes: Some(kubernetes),
         namespaces: namespaces(root),
         pid,
         is_pid1: pid == 1,
@@ -61,6 +66,7 @@ pub fn probe(root: &Root, env: impl Iterator<Item = (String, String)>) -> Contai
         cpu_affinity: affinity(),
         l3_groups: l3_groups(root),
         env: env
+            .into_iter()
             .filter(|(k, _)| relevant_env(k))
             .collect::<BTreeMap<_, _>>(),
     }
@@ -264,6 +270,21 @@ mod tests {
         .unwrap();
         let s = shm(&Root::at(dir.path())).unwrap();
         assert_eq!(s.fs_type.as_deref(), Some("tmpfs"));
+    }
+
+    #[test]
+    fn a_pod_is_told_by_its_variable_or_its_service_account_mount() {
+        let d = tempfile::tempdir().unwrap();
+        let root = Root::at(d.path());
+        let none = std::iter::empty();
+        assert_eq!(probe(&root, none).kubernetes, Some(false));
+        let var = vec![(
+            "KUBERNETES_SERVICE_HOST".to_string(),
+            "10.96.0.1".to_string(),
+        )];
+        assert_eq!(probe(&root, var.into_iter()).kubernetes, Some(true));
+        std::fs::create_dir_all(d.path().join(paths::K8S_SERVICE_ACCOUNT)).unwrap();
+        assert_eq!(probe(&root, std::iter::empty()).kubernetes, Some(true));
     }
 
     #[test]

@@ -149,6 +149,17 @@ pub struct ContainerFacts {
     /// The environment variables that matter to a launch: NVIDIA_VISIBLE_DEVICES,
     /// CUDA_VISIBLE_DEVICES, NCCL_*, FI_*, PET_*, the torchrun contract's.
     pub env: BTreeMap<String, String>,
+    /// Whether this runs in a Kubernetes pod (a service-account mount or
+    /// KUBERNETES_SERVICE_HOST); None in captures made before toporun asked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<bool>,
+}
+
+impl ContainerFacts {
+    /// Findings speak of pods and pod specs unless toporun could tell this is no pod.
+    pub fn maybe_pod(&self) -> bool {
+        self.kubernetes != Some(false)
+    }
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]

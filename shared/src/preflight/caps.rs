@@ -9,7 +9,15 @@ use crate::host_buffers::{cumem_host, CumemHost};
 use crate::units::format_size;
 use std::collections::BTreeMap;
 
-const IPC_LOCK_REMEDY: &str = "securityContext:\n  capabilities:\n    add: [IPC_LOCK]";
+/// The fix for a missing capability, in the words of the place: the pod spec's
+/// securityContext, or docker's flag.
+fn add_cap(facts: &HostFacts, cap: &str) -> String {
+    if facts.container.maybe_pod() {
+        format!("securityContext:\n  capabilities:\n    add: [{cap}]")
+    } else {
+        format!("docker run --cap-add {cap}\n(in a Kubernetes pod: securityContext.capabilities.add: [{cap}])")
+    }
+}
 
 fn memlock_text(limit: Option<u64>) -> String {
     limit.map_or("unlimited".to_string(), format_size)
@@ -37,7 +45,7 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
         .fact("cap_eff", format!("{:016x}", c.caps.effective))
         .fact("rdma_devices", rdma);
     if ipc.severity == Severity::Error {
-        ipc = ipc.remedy(IPC_LOCK_REMEDY);
+        ipc = ipc.remedy(add_cap(facts, "IPC_LOCK"));
     }
     let memlock_summary = if memlock_unlimited {
         "memlock is unlimited".to_string()
@@ -50,9 +58,13 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
         .fact("soft", memlock_text(c.rlimits.memlock.soft))
         .fact("hard", memlock_text(c.rlimits.memlock.hard));
     if memlock.severity == Severity::Error {
-        memlock = memlock.remedy(format!(
-            "add IPC_LOCK ({}), or start the container with an unlimited memlock (docker --ulimit memlock=-1; containerd: LimitMEMLOCK=infinity for the runtime)",
+        let how = if c.maybe_pod() {
             "securityContext.capabilities.add: [IPC_LOCK]"
+        } else {
+            "docker run --cap-add IPC_LOCK"
+        };
+        memlock = memlock.remedy(format!(
+            "add IPC_LOCK ({how}), or start the container with an unlimited memlock (docker --ulimit memlock=-1; containerd: LimitMEMLOCK=infinity for the runtime)"
         ));
     }
     let mut out = vec![ipc, memlock];
@@ -88,12 +100,12 @@ fn sys_nice(facts: &HostFacts) -> Finding {
             Severity::Warning,
             "get_mempolicy is refused (a seccomp profile without CAP_SYS_NICE) and this NCCL (< 2.26.5) does not fall back by itself: toporun's plan sets NCCL_CUMEM_HOST_ENABLE=0, which puts NCCL's host buffers in /dev/shm".into(),
         )
-        .remedy("securityContext:\n  capabilities:\n    add: [SYS_NICE]\n(or a seccomp profile that allows get_mempolicy)"),
+        .remedy(add_cap(facts, "SYS_NICE") + "\n(or a seccomp profile that allows get_mempolicy)"),
         _ => f(
             Severity::Info,
             "get_mempolicy is refused (or not probed, and CAP_SYS_NICE is missing): NCCL >= 2.26.5 falls back to /dev/shm files for its host buffers, which matters only where a pair of local ranks uses the SHM transport (see shm.size)".into(),
         )
-        .remedy("securityContext:\n  capabilities:\n    add: [SYS_NICE]"),
+        .remedy(add_cap(facts, "SYS_NICE")),
     }
 }
 
@@ -127,6 +139,26 @@ mod tests {
         assert_eq!(out[1].id, "memlock");
         assert_eq!(out[1].severity, Severity::Error);
         assert_eq!(out[1].facts["soft"], "8 MiB");
+    }
+
+    #[test]
+    fn off_kubernetes_the_fix_is_dockers_flag() {
+        let mut f = efa_without_pinning();
+        let pod = check(&f);
+        assert!(pod[0]
+            .remedy
+            .as_ref()
+            .unwrap()
+            .starts_with("securityContext:"));
+        f.container.kubernetes = Some(false);
+        let out = check(&f);
+        let fix = out[0].remedy.as_ref().unwrap();
+        assert!(fix.starts_with("docker run --cap-add IPC_LOCK"), "{fix}");
+        assert!(out[1]
+            .remedy
+            .as_ref()
+            .unwrap()
+            .contains("(docker run --cap-add IPC_LOCK)"));
     }
 
     #[test]

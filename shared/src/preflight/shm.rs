@@ -10,9 +10,20 @@ use crate::finding::{Finding, Severity};
 use crate::host_buffers::{cumem_host, shm_needed, shm_transport, CumemHost, ShmTransport};
 use crate::units::format_size;
 
-const REMEDY: &str = "mount a memory-backed emptyDir at /dev/shm:\n  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 64Gi}}]\n  volumeMounts: [{name: dshm, mountPath: /dev/shm}]\n(docker: --shm-size=64g or --ipc=host)";
+const POD_REMEDY: &str = "mount a memory-backed emptyDir at /dev/shm:\n  volumes: [{name: dshm, emptyDir: {medium: Memory, sizeLimit: 64Gi}}]\n  volumeMounts: [{name: dshm, mountPath: /dev/shm}]\n(docker: --shm-size=64g or --ipc=host)";
+const HOST_REMEDY: &str = "docker run --shm-size=64g (or --ipc=host); on a host without a container: mount -o remount,size=64G /dev/shm\n(in a Kubernetes pod: a memory-backed emptyDir at /dev/shm)";
+
+/// The fix in the words of the place: a pod spec, or docker and mount.
+fn remedy(facts: &HostFacts) -> &'static str {
+    if facts.container.maybe_pod() {
+        POD_REMEDY
+    } else {
+        HOST_REMEDY
+    }
+}
 
 pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
+    let remedy_text = remedy(facts);
     let min = format_size(opts.min_shm_bytes);
     let Some(shm) = &facts.container.shm else {
         return Some(
@@ -22,7 +33,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
                 "/dev/shm is not mounted: NCCL's SHM transport and DataLoader workers will fail",
             )
             .fact("required", &min)
-            .remedy(REMEDY),
+            .remedy(remedy_text),
         );
     };
     let env = &facts.container.env;
@@ -46,7 +57,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
                 f(Severity::Error, format!("/dev/shm is {}, but NCCL needs about {} here: {why} (SHM transport) and {files}; NCCL fails with \"failed to extend /dev/shm\" / \"unhandled system error\"", format_size(shm.total_bytes), format_size(need)))
                     .fact("needed", format_size(need))
                     .fact("shm_transport", why)
-                    .remedy(format!("{REMEDY}\nor keep NCCL's host buffers out of /dev/shm: unset NCCL_CUMEM_HOST_ENABLE=0 / allow get_mempolicy (CAP_SYS_NICE)")),
+                    .remedy(format!("{remedy_text}\nor keep NCCL's host buffers out of /dev/shm: unset NCCL_CUMEM_HOST_ENABLE=0 / allow get_mempolicy (CAP_SYS_NICE)")),
             );
         }
     }
@@ -60,7 +71,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
                 ),
             )
             .fact("required", &min)
-            .remedy(REMEDY)
+            .remedy(remedy_text)
         } else if shm.total_bytes < opts.min_shm_bytes {
             let nccl = match (&transport, &cumem) {
                 (None, _) => {
@@ -73,7 +84,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
             };
             f(Severity::Warning, format!("/dev/shm is {}, below the recommended {min}: {nccl}, but PyTorch DataLoader workers (num_workers > 0) pass batches through /dev/shm and die with \"Bus error\" when it fills", format_size(shm.total_bytes)))
             .fact("recommended", &min)
-            .remedy(REMEDY)
+            .remedy(remedy_text)
         } else if shm.free_bytes < opts.min_shm_bytes {
             f(
             Severity::Warning,
@@ -103,6 +114,20 @@ mod tests {
     fn small(f: &mut HostFacts) {
         f.container.shm.as_mut().unwrap().total_bytes = 64 << 20;
         f.container.shm.as_mut().unwrap().free_bytes = 64 << 20;
+    }
+
+    #[test]
+    fn the_fix_fits_the_place() {
+        let mut f = healthy();
+        f.container.shm.as_mut().unwrap().total_bytes = 64 << 20;
+        let pod = check(&f, &PreflightOptions::default()).unwrap();
+        assert!(pod
+            .remedy
+            .unwrap()
+            .starts_with("mount a memory-backed emptyDir"));
+        f.container.kubernetes = Some(false);
+        let host = check(&f, &PreflightOptions::default()).unwrap();
+        assert!(host.remedy.unwrap().starts_with("docker run --shm-size"));
     }
 
     #[test]
