@@ -301,3 +301,39 @@ fn a_console_that_goes_away_loses_lines_not_the_failure_report() {
         "{msg}"
     );
 }
+
+/// Both ranks raise at import, at once: each is reported with its own exit code and
+/// exception, never as stopped by toporun's SIGTERM (the race must not come back).
+/// Rank 1's interpreter takes 300 ms to tear down after its traceback, as one that
+/// had imported more (a half-imported torch, logging handlers) does.
+#[test]
+fn ranks_that_fail_at_once_are_each_reported_with_their_own_exit() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("bad.py"),
+        "import atexit, os, time\nif os.environ['LOCAL_RANK'] == '1':\n    atexit.register(time.sleep, 0.3)\nimport no_such_module_for_toporun\n",
+    )
+    .unwrap();
+    for run in 0..50 {
+        let (code, _, err) = support::run(
+            toporun()
+                .args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
+                .arg("bad.py")
+                .env("PYTHON_EXEC", "python3")
+                .current_dir(d.path()),
+        );
+        assert_eq!(code, 1, "run {run}: {err}");
+        for rank in 0..2 {
+            let block = err
+                .split(&format!("  rank      : {rank} (local_rank: {rank})\n"))
+                .nth(1)
+                .unwrap_or_else(|| panic!("run {run}: rank {rank} not in the summary:\n{err}"));
+            let block = block.split("-----").next().unwrap();
+            assert!(
+                block.contains("exitcode  : 1 (pid")
+                    && block.contains("ModuleNotFoundError: No module named"),
+                "run {run}: rank {rank} not reported with its own exit:\n{err}"
+            );
+        }
+    }
+}

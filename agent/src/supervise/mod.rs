@@ -133,6 +133,13 @@ async fn attempt<R: std::fmt::Display>(
         if ranks.iter().any(|r| failed(r.exit)) {
             // The others still stand where the failure left them: a last look first.
             on_rank(RankEvent::StoppingOthers);
+            settle(&mut ranks, events, on_rank).await;
+            // As torchrun's: the ranks that failed on their own, not those stopped.
+            let failures = ranks
+                .iter()
+                .filter(|r| failed(r.exit))
+                .map(to_failure)
+                .collect();
             stop(
                 &mut ranks,
                 events,
@@ -141,11 +148,6 @@ async fn attempt<R: std::fmt::Display>(
                 on_rank,
             )
             .await;
-            let failures = ranks
-                .iter()
-                .filter(|r| failed(r.exit))
-                .map(to_failure)
-                .collect();
             return Ok(Outcome::Failed(failures));
         }
         if ranks.iter().all(|r| r.exit.is_some()) {
@@ -172,6 +174,36 @@ async fn attempt<R: std::fmt::Display>(
                 return Ok(Outcome::Interrupted(sig));
             }
         }
+    }
+}
+
+/// How long the other ranks get after a failure before the stop signal: torchrun's
+/// monitor interval, the soonest torchrun would see them.
+const SETTLE: Duration = Duration::from_millis(100);
+/// How long a rank whose stderr ends in its own uncaught exception gets to exit with
+/// its own code (when every rank fails at import, they all are on their way out).
+const SETTLE_EXITING: Duration = Duration::from_secs(2);
+
+/// Reaps the ranks that exit by themselves just after a failure, so each is reported
+/// with its own exit code and traceback, not as stopped by toporun's signal.
+async fn settle(ranks: &mut [Running], events: &mut Events, on_rank: &dyn Fn(RankEvent)) {
+    let start = Instant::now();
+    loop {
+        reap(ranks, on_rank);
+        let exiting = ranks.iter().filter(|r| r.exit.is_none()).map(|r| {
+            toporun_shared::root_cause::python_error::ends_in_exception(&r.cmd.stderr_tail.text())
+        });
+        let limit = match exiting.reduce(|a, b| a || b) {
+            None => return,
+            Some(true) => SETTLE_EXITING,
+            Some(false) => SETTLE,
+        };
+        let left = limit.saturating_sub(start.elapsed());
+        if left.is_zero() {
+            return;
+        }
+        let _ =
+            tokio::time::timeout(left.min(Duration::from_millis(20)), events.next_child()).await;
     }
 }
 

@@ -87,6 +87,26 @@ pub fn last_exception(text: &str) -> Option<PythonError> {
     None
 }
 
+/// Whether `text` ends with a complete traceback (nothing after its exception line
+/// but blank lines): the interpreter is on its way out after an uncaught exception.
+pub fn ends_in_exception(text: &str) -> bool {
+    let lines: Vec<&str> = text.lines().map(unprefixed).collect();
+    let Some(last) = lines.iter().rposition(|l| !l.trim().is_empty()) else {
+        return false;
+    };
+    let Some(start) = lines[..last]
+        .iter()
+        .rposition(|l| l.starts_with("Traceback (most recent call last):"))
+    else {
+        return false;
+    };
+    // Every line between is a frame or indented source; the last is the exception.
+    !lines[last].starts_with(char::is_whitespace)
+        && lines[start + 1..last]
+            .iter()
+            .all(|l| l.is_empty() || l.starts_with(char::is_whitespace))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -131,6 +151,21 @@ mod tests {
 ";
         let e = last_exception(text).unwrap();
         assert_eq!(e.line(), "RuntimeError: wrapped (a.py:3)");
+    }
+
+    #[test]
+    fn a_rank_on_its_way_out_ends_in_its_exception() {
+        assert!(ends_in_exception(TRACE));
+        assert!(ends_in_exception(
+            "Traceback (most recent call last):\n  File \"t.py\", line 1, in <module>\n    import torch\nModuleNotFoundError: No module named 'torch'\n\n"
+        ));
+        // A logged traceback the rank went on after, a cut one, none.
+        assert!(!ends_in_exception(&format!("{TRACE}step 18 ok\n")));
+        assert!(!ends_in_exception(
+            "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\n"
+        ));
+        assert!(!ends_in_exception("all fine\n"));
+        assert!(!ends_in_exception(""));
     }
 
     #[test]
