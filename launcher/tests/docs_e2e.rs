@@ -236,3 +236,42 @@ fn a_misspelled_flag_in_a_doc_is_found() {
     let (code, _, _) = run(toporun().args(&args));
     assert_eq!(code, 2);
 }
+
+/// The README's "Try it" block runs as written from the repository's root, with
+/// `cargo run --release --` standing for this build's binary (a test must not start
+/// a release build): preflight, the dry run, the virtualenv, a real 2-rank CPU run.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_readme_try_it_block_runs_as_written() {
+    let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    let block = readme
+        .split("\n## Try it\n")
+        .nth(1)
+        .and_then(|r| r.split("```sh\n").nth(1))
+        .and_then(|b| b.split("\n```").next())
+        .expect("a ```sh block under ## Try it");
+    let bin = std::env::var("TOPORUN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_toporun").into());
+    assert_eq!(
+        block.matches("cargo run --release -- ").count(),
+        3,
+        "{block}"
+    );
+    let script = block.replace("cargo run --release --", &bin);
+    let mut c = std::process::Command::new("bash");
+    c.args(["-euo", "pipefail", "-c", &script])
+        .current_dir(repo())
+        .env_remove("PYTHON_EXEC");
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PET_") || k.starts_with("NCCL_") || k == "CUDA_VISIBLE_DEVICES" {
+            c.env_remove(k);
+        }
+    }
+    let (code, out, err) = run(&mut c);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("\nfit: "), "preflight's verdict:\n{out}");
+    assert!(out.contains("NCCL expected: "), "the dry run:\n{out}");
+    assert!(
+        out.contains("done: 20 steps on 2 rank(s), loss "),
+        "the real run:\n{out}\n{err}"
+    );
+}
