@@ -366,3 +366,61 @@ fn argument_errors_exit_like_torchrun() {
         assert!(!err.is_empty());
     }
 }
+
+/// The entries of a directory, sorted.
+fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// A job leaves in `--log-dir` what torchrun leaves (`attempt_N` with the ranks'
+/// folders): no stacks socket once it exits, also after SIGTERM, and no empty
+/// folders for flight-recorder dumps or NCCL logs nobody wrote.
+#[test]
+fn a_job_leaves_no_litter_in_its_log_dir() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("t.py"),
+        "import sys, time\ntime.sleep(float(sys.argv[1]))\n",
+    )
+    .unwrap();
+    let logs = d.path().join("logs");
+    let job = |secs: &str| {
+        let mut c = toporun();
+        c.args(["--standalone", "--nproc-per-node=2", "--log-dir"])
+            .arg(&logs)
+            .args(["t.py", secs])
+            .env("PYTHON_EXEC", "python3")
+            .current_dir(d.path());
+        c
+    };
+    let (code, _, err) = run(&mut job("0"));
+    assert_eq!(code, 0, "{err}");
+    let runs = entries(&logs);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    let run_dir = logs.join(&runs[0]);
+    assert_eq!(entries(&run_dir), ["attempt_0"]);
+    assert_eq!(entries(&run_dir.join("attempt_0")), ["0", "1"]);
+    // Stopped by a signal while its ranks run: the socket goes too.
+    std::fs::remove_dir_all(&logs).unwrap();
+    let mut child = job("30")
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while !std::fs::read_dir(&logs).is_ok_and(|mut r| {
+        r.next()
+            .is_some_and(|e| e.unwrap().path().join("stacks.sock").exists())
+    }) {
+        assert!(start.elapsed().as_secs() < 20, "no stacks socket appeared");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    sigterm(&child);
+    child.wait().unwrap();
+    let run_dir = logs.join(&entries(&logs)[0]);
+    assert_eq!(entries(&run_dir), ["attempt_0"]);
+}

@@ -322,6 +322,7 @@ async fn attempt(
     });
     status.placed(node.node_rank, node.nnodes);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
+    let _unused_removed = super::run_dir::UnusedRemoved(attempt_dir.clone());
     if life.stacks_socket.is_none() {
         match stacks_socket::serve(&dir, life.live.clone()) {
             Ok(s) => life.stacks_socket = Some(s),

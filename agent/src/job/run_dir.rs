@@ -27,6 +27,22 @@ pub fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
         .create(path)
 }
 
+/// The folders an attempt makes for what the ranks may write (flight-recorder dumps,
+/// NCCL logs), removed at the attempt's end when nothing was written there.
+const MAYBE_UNUSED: &[&str] = &["fr", "nccl"];
+
+/// Removes an attempt's unused folders when dropped (after its reports were read).
+pub struct UnusedRemoved(pub PathBuf);
+
+impl Drop for UnusedRemoved {
+    fn drop(&mut self) {
+        for name in MAYBE_UNUSED {
+            // Fails, and keeps the folder, when anything is in it.
+            let _ = std::fs::remove_dir(self.0.join(name));
+        }
+    }
+}
+
 pub struct RunDir {
     pub path: PathBuf,
     _temp: Option<tempfile::TempDir>,
@@ -69,5 +85,23 @@ impl RunDir {
             path: run.keep(),
             _temp: temp,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_attempt_keeps_only_the_folders_it_used() {
+        let d = tempfile::tempdir().unwrap();
+        for name in ["fr", "nccl", "0"] {
+            std::fs::create_dir(d.path().join(name)).unwrap();
+        }
+        std::fs::write(d.path().join("nccl/nccl.host.1.log"), "NCCL INFO\n").unwrap();
+        drop(UnusedRemoved(d.path().to_path_buf()));
+        assert!(!d.path().join("fr").exists());
+        assert!(d.path().join("nccl/nccl.host.1.log").exists());
+        assert!(d.path().join("0").exists());
     }
 }

@@ -36,14 +36,17 @@ pub fn answer(ranks: &[RankPid], json: bool) -> String {
     )
 }
 
-/// Serves until the job ends (the returned guard removes the index entry).
+/// Serves until the job ends: the returned guard removes the index entry and the
+/// socket, so a `--log-dir` run directory holds only what torchrun leaves there.
 pub struct Served {
     index: PathBuf,
+    socket: PathBuf,
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
         let _ = std::fs::remove_file(&self.index);
+        let _ = std::fs::remove_file(&self.socket);
     }
 }
 
@@ -63,7 +66,10 @@ pub fn serve(run_dir: &Path, live: Arc<Mutex<Vec<RankPid>>>) -> std::io::Result<
             let _ = reply(conn, &ranks);
         }
     });
-    Ok(Served { index })
+    Ok(Served {
+        index,
+        socket: path,
+    })
 }
 
 fn reply(conn: UnixStream, ranks: &[RankPid]) -> std::io::Result<()> {
@@ -132,6 +138,10 @@ mod tests {
         assert_eq!(json["ranks"][0]["pid"], pid);
         drop(served);
         assert!(!running().iter().any(|(_, dir)| dir == d.path()));
+        assert!(
+            !d.path().join(SOCKET).exists(),
+            "the socket outlived the job"
+        );
         let _ = child.kill();
         let _ = child.wait();
     }
