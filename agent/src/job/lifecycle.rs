@@ -16,6 +16,7 @@ use super::run_dir::RunDir;
 use super::session::Session;
 use super::spec::{Job, NodePlace};
 use super::stacks_socket;
+// A rank-event callback that panicked leaves these lists whole: poison is cleared.
 use super::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::gpu_events::XidLog;
 use crate::paths::random_id;
@@ -29,6 +30,7 @@ use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::PoisonError;
 use std::time::Duration;
 use toporun_shared::root_cause::exit_codes::class_of;
 use toporun_shared::root_cause::CauseKind;
@@ -148,7 +150,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     let live = LiveRanks::default();
     let ranks = live.clone();
     status.set_stacks(std::sync::Arc::new(move |json| {
-        let now = ranks.lock().map(|l| l.clone()).unwrap_or_default();
+        let now = ranks.lock().unwrap_or_else(PoisonError::into_inner).clone();
         stacks_socket::answer(&now, json)
     }));
     let mut life = Life {
@@ -372,25 +374,24 @@ async fn attempt(
             pid,
         } => {
             status.rank_started(local_rank, rank, pid);
-            if let Ok(mut l) = live.lock() {
-                l.push(RankPid {
+            live.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(RankPid {
                     rank,
                     local_rank,
                     pid,
                 });
-            }
         }
         RankEvent::Exited { pid, code } => {
             status.rank_exited(pid, code);
-            if let Ok(mut l) = live.lock() {
-                l.retain(|r| r.pid != pid);
-            }
+            live.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .retain(|r| r.pid != pid);
         }
         RankEvent::StoppingOthers => {
-            let others = live.lock().map(|l| l.clone()).unwrap_or_default();
-            if let Ok(mut s) = snapshot.lock() {
-                *s = others_stacks(&watcher, &others);
-            }
+            let others = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            *snapshot.lock().unwrap_or_else(PoisonError::into_inner) =
+                others_stacks(&watcher, &others);
         }
     };
     let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop, &on_rank)
@@ -416,7 +417,11 @@ async fn attempt(
             AttemptEnd::Signal
         }
         Outcome::Failed(failures) => {
-            if let Some(text) = snapshot.lock().ok().and_then(|mut s| s.take()) {
+            if let Some(text) = snapshot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+            {
                 crate::console::say_raw!("{text}");
             }
             rank_failed(

@@ -62,7 +62,10 @@ pub fn serve(run_dir: &Path, live: Arc<Mutex<Vec<RankPid>>>) -> std::io::Result<
     std::fs::write(&index, run_dir.as_os_str().as_encoded_bytes())?;
     std::thread::spawn(move || {
         for conn in listener.incoming().flatten() {
-            let ranks = live.lock().map(|l| l.clone()).unwrap_or_default();
+            let ranks = live
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
             let _ = reply(conn, &ranks);
         }
     });
