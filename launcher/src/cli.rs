@@ -123,6 +123,13 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
         )
         .arg(
+            Arg::new("faulthandler")
+                .long("faulthandler")
+                .value_parser(EnumValueParser::<OnOff>::new())
+                .default_value("on")
+                .help("on: the ranks get PYTHONFAULTHANDLER=1 (unless set), so a native crash (SIGSEGV, SIGABRT...) prints every thread's Python stack and toporun names the function it struck in; off: torchrun's environment [env: TOPORUN_FAULTHANDLER]"),
+        )
+        .arg(
             Arg::new("read_stderr")
                 .long("read-stderr")
                 .value_parser(EnumValueParser::<OnOff>::new())

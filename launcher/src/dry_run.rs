@@ -52,7 +52,7 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         .places
         .iter()
         .map(|place| {
-            let mut env = p.rank_env(place, &job, &[&report_env]);
+            let mut env = p.rank_env(place, &job, &[&report_env, &p.diagnostics_env()]);
             if o.standalone {
                 env.insert("MASTER_PORT".into(), "<free port at start>".into());
             }

@@ -249,7 +249,10 @@ fn prepare(
     let classified =
         typed_choice::<ExitCodesChoice>(m, "exit_codes", "TOPORUN_EXIT_CODES", &parent_env)?
             == ExitCodesChoice::Classified;
+    let faulthandler =
+        typed_choice::<OnOff>(m, "faulthandler", "TOPORUN_FAULTHANDLER", &parent_env)? == OnOff::On;
     Ok(Job {
+        faulthandler,
         flight_recorder,
         classified,
         // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,

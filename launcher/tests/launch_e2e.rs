@@ -89,6 +89,7 @@ fn compare(
         "--nccl-env=off",
         "--nccl-report=off",
         "--flight-recorder=off",
+        "--faulthandler=off",
     ])
     .args(with_port(op));
     let mut ours = dump(o, d2.path(), extra_env);

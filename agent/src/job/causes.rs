@@ -10,12 +10,58 @@ use crate::paths::Root;
 use crate::probe::container::shm;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::probe::GpuProbe;
+use crate::stacks::RankPid;
 use crate::supervise::{self, Failure};
+use std::collections::HashMap;
+use std::sync::PoisonError;
+use std::time::SystemTime;
 use toporun_shared::root_cause::gpu_health::degraded;
-use toporun_shared::root_cause::judge::{judge, Memory, RankEnd, ShmUse};
+use toporun_shared::root_cause::judge::{judge, Left, Memory, RankEnd, ShmUse};
 use toporun_shared::root_cause::oom::MemoryReading;
 use toporun_shared::root_cause::xid::XidEvent;
 use toporun_shared::root_cause::{by_precedence, Cause};
+
+/// The ranks that exited 0 while others of the attempt still ran: the cause when a
+/// rank still running then fails for a lost peer.
+pub struct Leavers {
+    started: std::time::SystemTime,
+    left: std::sync::Mutex<Vec<Left>>,
+}
+
+impl Leavers {
+    /// As the attempt's ranks start.
+    pub fn new() -> Leavers {
+        Leavers {
+            started: std::time::SystemTime::now(),
+            left: Default::default(),
+        }
+    }
+
+    /// `gone` exited with `code`; `running`: the ranks still running.
+    pub fn exited(&self, gone: &RankPid, code: i32, running: &[RankPid]) {
+        if code != 0 || running.is_empty() {
+            return;
+        }
+        let now = std::time::SystemTime::now();
+        let mut left = self.left.lock().unwrap_or_else(PoisonError::into_inner);
+        left.push(Left {
+            rank: gone.rank,
+            at: epoch_secs(now),
+            into_attempt: now
+                .duration_since(self.started)
+                .unwrap_or_default()
+                .as_secs_f64(),
+            running: running.iter().map(|r| r.rank).collect(),
+        });
+    }
+
+    pub fn list(&self) -> Vec<Left> {
+        self.left
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
 
 /// The memory cgroup and its reading when the attempt began.
 pub type MemoryAtStart = Option<(MemoryCgroup, MemoryReading)>;
@@ -27,9 +73,17 @@ pub fn memory_at_start(cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
 
 /// Every cause known for `failures`, the leading one first; `xids`: the node's GPU
 /// faults so far; `gpus`: NVML, to read the GPUs' health again (not their topology).
+/// What toporun saw of the ranks besides the failures: those that left, and where
+/// each was last sampled.
+pub struct Evidence<'a> {
+    pub left: &'a [Left],
+    pub last_seen: &'a HashMap<i32, (String, SystemTime)>,
+}
+
 pub fn of(
     p: &Job,
     failures: &[Failure],
+    seen: Evidence<'_>,
     memory: &MemoryAtStart,
     xids: &[XidEvent],
     gpus: Option<&dyn GpuProbe>,
@@ -44,6 +98,12 @@ pub fn of(
             signal: f.signal.as_deref(),
             exception: f.exception.as_ref(),
             shm_line: f.shm.as_deref(),
+            lost_peer: f.peer_lost.as_ref().map(|(line, _)| line.as_str()),
+            native: f.native.as_ref(),
+            last_seen: seen.last_seen.get(&f.pid).map(|(line, at)| {
+                let age = f.at.duration_since(*at).unwrap_or_default();
+                (line.as_str(), age.as_secs_f64())
+            }),
             first: Some(f.pid) == first,
             gpu: p.gpu_of(f.local_rank).map(|g| g.index),
             at: epoch_secs(f.at),
@@ -57,7 +117,7 @@ pub fn of(
         total: s.total_bytes,
         free: s.free_bytes,
     });
-    let mut causes = judge(&ends, memory, shm, xids);
+    let mut causes = judge(&ends, seen.left, memory, shm, xids);
     if let Some(g) = gpus {
         causes.extend(degraded(&p.facts.gpus, &g.health_now()));
     }

@@ -18,6 +18,7 @@ use crate::supervise::{self, failure_summary};
 use std::path::Path;
 use std::time::Duration;
 use toporun_shared::root_cause::exit_codes::class_of;
+use toporun_shared::root_cause::judge::Left;
 use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// Before a restart: waits until the last attempt's processes released their GPU
@@ -44,6 +45,10 @@ pub async fn gpus_released(probe: Option<&NvmlProbe>) -> Option<Cause> {
 /// The ranks that failed, and what toporun knows of their end.
 pub struct Failed<'a> {
     pub failures: &'a [supervise::Failure],
+    /// The ranks that exited 0 while others ran.
+    pub left: &'a [Left],
+    /// Where each rank (by pid) was last sampled, and when.
+    pub last_seen: &'a std::collections::HashMap<i32, (String, std::time::SystemTime)>,
     pub fr_dir: Option<&'a Path>,
     pub attempt_dir: &'a Path,
     pub memory: MemoryAtStart,
@@ -70,7 +75,9 @@ pub async fn rank_failed(
         );
     }
     let failures = failed.failures;
-    if let Some((reason, waited)) = peer_verdict(session, node, failures).await {
+    // A rank of this node that left explains a lost peer here: nothing to hold for.
+    let left_here = !failed.left.is_empty();
+    if let Some((reason, waited)) = peer_verdict(session, node, failures, left_here).await {
         let after =
             format!(" ({waited:.1}s after the rank failed); the rank's failure is its consequence");
         let place = (failed.fr_dir, failed.attempt_dir);
@@ -79,7 +86,11 @@ pub async fn rank_failed(
     }
     let xids = failed.xids.map(XidLog::events).unwrap_or_default();
     let gpus = failed.gpus.map(|g| g as &dyn crate::probe::GpuProbe);
-    let found = causes::of(p, failures, &failed.memory, &xids, gpus);
+    let evidence = causes::Evidence {
+        left: failed.left,
+        last_seen: failed.last_seen,
+    };
+    let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
     let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
@@ -137,11 +148,12 @@ async fn peer_verdict(
     session: &Session,
     node: &NodePlace,
     failures: &[supervise::Failure],
+    left_here: bool,
 ) -> Option<(StopReason, f64)> {
     // Only where losing a peer came first: a rank of this node that failed on its own
     // before (its peers then lose it) is this node's failure, not to be held.
     let (line, addr) = supervise::root_cause(failures)?.peer_lost.clone()?;
-    if matches!(session, Session::Single(_)) {
+    if matches!(session, Session::Single(_)) || left_here {
         return None;
     }
     let at = match addr {

@@ -11,7 +11,7 @@ use crate::stacks::{written, RankPid, Sampler};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use toporun_shared::stacks::hang_report::Hang;
 use toporun_shared::stacks::progress::{Progress, Sample};
@@ -75,23 +75,55 @@ pub enum Decide {
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Stops the watcher thread when dropped (the attempt ended).
+/// Each rank's last sample that had Python frames, and when it was taken, by pid
+/// (kept after the rank exits: where a rank that crashed last stood).
+type LastSamples = Arc<Mutex<HashMap<i32, (RankStack, SystemTime)>>>;
+
 pub struct Watcher {
     done: Arc<AtomicBool>,
-    /// Each rank's last sample that had Python frames, by pid.
-    last: Arc<Mutex<HashMap<i32, RankStack>>>,
+    last: LastSamples,
 }
 
 impl Watcher {
-    /// The stacks of `ranks` now, each rank with no Python frame left (exiting, as
-    /// gloo peers do within milliseconds of a failure) shown as last sampled.
-    pub fn stacks_now(&self, ranks: &[RankPid]) -> Vec<RankStack> {
-        let fresh = Sampler::default().capture(ranks, Duration::from_secs(1));
-        let last = self.last.lock().map(|l| l.clone()).unwrap_or_default();
-        fresh
+    fn samples(&self) -> HashMap<i32, (RankStack, SystemTime)> {
+        self.last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Where `ranks` stood before a failure: their last samples (taken before it:
+    /// frames read after it began show ranks already unwinding), and the oldest
+    /// one's age; a rank never sampled is read now.
+    pub fn stacks_before_failure(&self, ranks: &[RankPid]) -> (Vec<RankStack>, Option<f64>) {
+        let now = SystemTime::now();
+        let last = self.samples();
+        let unseen: Vec<RankPid> = ranks
+            .iter()
+            .filter(|r| !last.contains_key(&r.pid))
+            .copied()
+            .collect();
+        let mut stacks = Sampler::default().capture(&unseen, Duration::from_secs(1));
+        let mut oldest: Option<f64> = None;
+        for r in ranks {
+            if let Some((stack, at)) = last.get(&r.pid) {
+                let age = now.duration_since(*at).unwrap_or_default().as_secs_f64();
+                oldest = Some(oldest.map_or(age, |o| o.max(age)));
+                stacks.push(stack.clone());
+            }
+        }
+        stacks.sort_by_key(|s| s.rank);
+        (stacks, oldest)
+    }
+
+    /// Where each rank (by pid) was last sampled, as a frame line, and when.
+    pub fn last_seen(&self) -> HashMap<i32, (String, SystemTime)> {
+        self.samples()
             .into_iter()
-            .map(|s| match last.get(&s.pid) {
-                Some(seen) if s.main_thread().is_none() => seen.clone(),
-                _ => s,
+            .filter_map(|(pid, (stack, at))| {
+                let line =
+                    toporun_shared::root_cause::native_crash::where_sampled(stack.main_thread()?)?;
+                Some((pid, (line, at)))
             })
             .collect()
     }
@@ -176,7 +208,7 @@ impl Judge {
 /// hang found here goes to `sink`.
 pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: Sink) -> Watcher {
     let done = Arc::new(AtomicBool::new(false));
-    let last: Arc<Mutex<HashMap<i32, RankStack>>> = Default::default();
+    let last: LastSamples = Default::default();
     let (stop, keep) = (done.clone(), last.clone());
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
     let mut judge = watch.map(|watch| Judge {
@@ -197,12 +229,14 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
                 continue;
             }
             let stacks = sampler.capture(&live, Duration::from_secs(1));
-            if let Ok(mut l) = keep.lock() {
-                l.retain(|pid, _| live.iter().any(|r| r.pid == *pid));
-                for s in stacks.iter().filter(|s| s.main_thread().is_some()) {
-                    l.insert(s.pid, s.clone());
-                }
+            let at = SystemTime::now();
+            let mut l = keep
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            for s in stacks.iter().filter(|s| s.main_thread().is_some()) {
+                l.insert(s.pid, (s.clone(), at));
             }
+            drop(l);
             if let Some(j) = judge.as_mut() {
                 j.judge(&live, &stacks);
             }

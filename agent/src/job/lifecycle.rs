@@ -367,6 +367,7 @@ async fn attempt(
         }
     };
     let snapshot: Mutex<Option<String>> = Mutex::new(None);
+    let leavers = causes::Leavers::new();
     let on_rank = |e: RankEvent| match e {
         RankEvent::Started {
             local_rank,
@@ -384,9 +385,11 @@ async fn attempt(
         }
         RankEvent::Exited { pid, code } => {
             status.rank_exited(pid, code);
-            live.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .retain(|r| r.pid != pid);
+            let mut running = live.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
+                running.retain(|r| r.pid != pid);
+                leavers.exited(&gone, code, &running);
+            }
         }
         RankEvent::StoppingOthers => {
             let others = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
@@ -432,6 +435,8 @@ async fn attempt(
                 reporter.as_ref(),
                 Failed {
                     failures: &failures,
+                    left: &leavers.list(),
+                    last_seen: &watcher.last_seen(),
                     fr_dir: fr_dir.as_deref(),
                     attempt_dir: &attempt_dir,
                     memory,
@@ -493,16 +498,19 @@ impl std::fmt::Display for AttemptStop {
     }
 }
 
-/// The stacks of the ranks still running when one failed (read within about 1 s; a
-/// rank already exiting as it was last sampled).
+/// Where the ranks still running stood when one failed: their last samples from
+/// before the failure, with the oldest one's age.
 fn others_stacks(watcher: &hang_watch::Watcher, others: &[RankPid]) -> Option<String> {
     if others.is_empty() {
         return None;
     }
-    let stacks = watcher.stacks_now(others);
+    let (stacks, age) = watcher.stacks_before_failure(others);
     let groups = toporun_shared::stacks::merge(&stacks);
+    let when = age.map_or(" (read as it failed)".to_string(), |a| {
+        format!(" (last sampled at most {a:.1}s before it failed)")
+    });
     Some(format!(
-        "toporun: where the other ranks stood when it failed:\n{}",
+        "toporun: where the other ranks stood when it failed{when}:\n{}",
         toporun_shared::stacks::render_text(&groups, 6)
     ))
 }

@@ -25,7 +25,12 @@ pub fn rank_commands(
                 path: dir.clone(),
                 source,
             })?;
-            let env = p.rank_env(place, &job, &[&node.extra_env.vars, report_env]);
+            let diagnostics = p.diagnostics_env();
+            let env = p.rank_env(
+                place,
+                &job,
+                &[&node.extra_env.vars, report_env, &diagnostics],
+            );
             let (r, t) = (
                 p.opts.redirects.for_rank(place.local_rank),
                 p.opts.tee.for_rank(place.local_rank),

@@ -38,6 +38,9 @@ pub struct Job {
     /// `--flight-recorder on`: the ranks' dumps go to the run directory and are read
     /// after a failure or hang.
     pub flight_recorder: bool,
+    /// `--faulthandler on`: the ranks get PYTHONFAULTHANDLER=1 (a native crash prints
+    /// the Python stacks toporun reads).
+    pub faulthandler: bool,
     /// `--exit-codes classified`: one exit code per cause of a failure.
     pub classified: bool,
     /// The ranks' stderr goes through toporun (their last exception is read).
@@ -89,6 +92,16 @@ impl Job {
         all.extend(self.plan.findings.iter().cloned());
         all.retain(|f| f.severity >= Severity::Warning);
         all
+    }
+
+    /// What toporun adds to every rank's environment for its diagnostics (the user's
+    /// own values win, in `rank_env`): faulthandler, which costs nothing until a crash.
+    pub fn diagnostics_env(&self) -> BTreeMap<String, String> {
+        let mut env = BTreeMap::new();
+        if self.faulthandler {
+            env.insert("PYTHONFAULTHANDLER".to_string(), "1".to_string());
+        }
+        env
     }
 
     /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the

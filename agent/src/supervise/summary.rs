@@ -9,6 +9,7 @@ use nix::sys::wait::WaitStatus;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+use toporun_shared::root_cause::native_crash::{last_native_crash, NativeCrash};
 use toporun_shared::root_cause::peer::lost_peer;
 use toporun_shared::root_cause::python_error::{last_exception, PythonError};
 use toporun_shared::root_cause::shm::shm_exhausted;
@@ -30,6 +31,8 @@ pub struct Failure {
     pub shm: Option<String>,
     /// Its line saying a peer went away, and the peer's address where given.
     pub peer_lost: Option<(String, Option<String>)>,
+    /// faulthandler's block, where it crashed natively.
+    pub native: Option<NativeCrash>,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -105,6 +108,7 @@ impl Failure {
             exception: last_exception(&output),
             shm: shm_exhausted(&output),
             peer_lost: lost_peer(&output),
+            native: last_native_crash(&output),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
             pid,
@@ -308,6 +312,7 @@ mod tests {
             exception: None,
             shm: None,
             peer_lost: None,
+            native: None,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -336,6 +341,7 @@ mod tests {
             exception: None,
             shm: None,
             peer_lost: None,
+            native: None,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -364,6 +370,7 @@ mod tests {
             exception: None,
             shm: None,
             peer_lost: None,
+            native: None,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

@@ -3,6 +3,7 @@
 //! cgroup's OOM kills before and after, /dev/shm's use now.
 
 use super::cause::{by_precedence, Cause, CauseKind};
+use super::native_crash::{frame_text, native_signal, NativeCrash};
 use super::oom::{MemoryReading, FIX as OOM_FIX};
 use super::python_error::PythonError;
 use super::shm::FIX as SHM_FIX;
@@ -18,11 +19,58 @@ pub struct RankEnd<'a> {
     pub signal: Option<&'a str>,
     pub exception: Option<&'a PythonError>,
     pub shm_line: Option<&'a str>,
+    /// Its line saying a peer went away (gloo's "Connection closed by peer"...).
+    pub lost_peer: Option<&'a str>,
+    /// faulthandler's block, where it crashed natively.
+    pub native: Option<&'a NativeCrash>,
+    /// Where its last stack sample stood, and how long before it ended.
+    pub last_seen: Option<(&'a str, f64)>,
     /// The first to fail (the others may have been stopped by toporun).
     pub first: bool,
     /// The GPU it used (NVML index), and when it ended (seconds since the epoch).
     pub gpu: Option<u32>,
     pub at: f64,
+}
+
+/// A rank that exited 0 while other ranks of the attempt still ran (early stopping,
+/// one batch fewer): its peers lose it at their next collective.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Left {
+    pub rank: u32,
+    /// When it exited (seconds since the epoch), and how far into the attempt.
+    pub at: f64,
+    pub into_attempt: f64,
+    /// The ranks of this node still running then.
+    pub running: Vec<u32>,
+}
+
+const LEFT_FIX: &str = "every rank must take part in every collective the others run: decide to stop together (all_reduce a stop flag), and give every rank the same number of batches (DistributedSampler with drop_last=True, or torch.distributed.algorithms.Join for uneven inputs)";
+
+/// The ranks that left before `e`, which lost a peer, failed: its failure is theirs.
+fn left_before(e: &RankEnd, line: &str, left: &[Left]) -> Option<Cause> {
+    let gone: Vec<&Left> = left.iter().filter(|l| l.at <= e.at).collect();
+    let first = gone.first()?;
+    let ranks: Vec<String> = gone.iter().map(|l| l.rank.to_string()).collect();
+    let running: Vec<String> = first.running.iter().map(u32::to_string).collect();
+    let what = crate::root_cause::peer::signature(line).unwrap_or("lost its peer");
+    let who = if gone.len() == 1 {
+        format!("rank {} left the job", ranks[0])
+    } else {
+        format!("ranks {} left the job", ranks.join(","))
+    };
+    Some(
+        Cause::new(
+            CauseKind::Code,
+            Some(first.rank),
+            format!(
+                "{who} (exit 0 at {:.1}s into the attempt) while rank(s) {} were still running; rank {}'s \"{what}\" is the consequence",
+                first.into_attempt,
+                running.join(","),
+                e.rank
+            ),
+        )
+        .fix(LEFT_FIX),
+    )
 }
 
 /// The memory cgroup at the attempt's start and now.
@@ -95,9 +143,30 @@ fn xid_text(x: &XidEvent, e: &RankEnd) -> String {
     )
 }
 
-/// Every cause the evidence supports, leading one first.
+/// `; last seen in flush (train.py:12), sampled 0.4s before it ended`.
+fn seen(e: &RankEnd) -> String {
+    e.last_seen
+        .map(|(at, age)| format!("; last seen in {at}, sampled {age:.1}s before it ended"))
+        .unwrap_or_default()
+}
+
+/// A rank killed by its own crash (SIGSEGV...): where faulthandler saw it strike,
+/// else where it was last sampled.
+fn crashed(e: &RankEnd, sig: &str, own_fault: &str) -> Cause {
+    let native = "a native crash in C/C++/CUDA code";
+    let summary = match e.native.and_then(|n| n.frame.as_ref()) {
+        Some(f) => format!("rank {} crashed with {sig} ({native}) in {}", e.rank, frame_text(f)),
+        None if e.last_seen.is_some() => format!("rank {} crashed with {sig} ({native}){}", e.rank, seen(e)),
+        None => format!("rank {} crashed with {sig} ({native}); no Python stack was printed or sampled (PYTHONFAULTHANDLER=1 prints one)", e.rank),
+    };
+    Cause::new(CauseKind::Code, Some(e.rank), summary + own_fault).fix("the C/C++/CUDA extension or library in that call: run the rank under gdb or with CUDA_LAUNCH_BLOCKING=1 (a CUDA fault), and check the inputs it was given")
+}
+
+/// Every cause the evidence supports, leading one first; `left`: the ranks that
+/// exited 0 while others ran.
 pub fn judge(
     ends: &[RankEnd],
+    left: &[Left],
     memory: Option<Memory>,
     shm: Option<ShmUse>,
     xids: &[XidEvent],
@@ -144,11 +213,17 @@ pub fn judge(
         if let Some(x) = xids_near(e, xids, Verdict::Hardware).first() {
             causes.push(Cause::new(CauseKind::Hardware, r, xid_text(x, e)).fix(XID_FIX));
         }
+        if let Some(c) = e.lost_peer.and_then(|line| left_before(e, line, left)) {
+            causes.push(c);
+            continue;
+        }
         let own_fault = xids_near(e, xids, Verdict::Code)
             .first()
             .map(|x| format!("; {}: the code's own fault", xid_text(x, e)))
             .unwrap_or_default();
-        if let Some(x) = e.exception {
+        if let Some(sig) = e.signal.filter(|s| native_signal(s)) {
+            causes.push(crashed(e, sig, &own_fault));
+        } else if let Some(x) = e.exception {
             causes.push(Cause::new(
                 CauseKind::Code,
                 r,
@@ -158,7 +233,12 @@ pub fn judge(
             causes.push(Cause::new(
                 CauseKind::Code,
                 r,
-                format!("rank {} exited with code {}{own_fault}", e.rank, e.exitcode),
+                format!(
+                    "rank {} exited with code {} without a Python traceback (os._exit, or a native library's exit()){}{own_fault}",
+                    e.rank,
+                    e.exitcode,
+                    seen(e)
+                ),
             ));
         }
     }
@@ -182,10 +262,97 @@ mod tests {
             signal,
             exception: None,
             shm_line: None,
+            lost_peer: None,
+            native: None,
+            last_seen: None,
             first: true,
             gpu: Some(rank),
             at: 1000.0,
         }
+    }
+
+    fn left(rank: u32, at: f64) -> Left {
+        Left {
+            rank,
+            at,
+            into_attempt: 3.1,
+            running: vec![0, 2, 3],
+        }
+    }
+
+    #[test]
+    fn a_rank_that_left_is_the_cause_of_its_peers_lost_connection() {
+        let line = "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:35742";
+        let mut e = end(2, None, 1);
+        e.lost_peer = Some(line);
+        let c = judge(&[e], &[left(1, 999.0)], None, None, &[]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].rank, Some(1));
+        assert_eq!(
+            c[0].summary,
+            "rank 1 left the job (exit 0 at 3.1s into the attempt) while rank(s) 0,2,3 were still running; rank 2's \"Connection closed by peer\" is the consequence"
+        );
+        assert!(c[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .contains("all_reduce a stop flag"));
+    }
+
+    #[test]
+    fn a_native_crash_is_named_where_it_struck() {
+        let crash = NativeCrash {
+            fatal: "Segmentation fault".into(),
+            frame: Some(("/app/t.py".into(), 6, "decode_native_record".into())),
+        };
+        let mut e = end(3, Some("SIGSEGV"), -11);
+        e.native = Some(&crash);
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].summary, "rank 3 crashed with SIGSEGV (a native crash in C/C++/CUDA code) in decode_native_record (t.py:6)");
+        // Without faulthandler's block: the last sample, with its age.
+        e.native = None;
+        e.last_seen = Some(("decode_native_record (t.py:6)", 0.4));
+        let c = judge(&[e], &[], None, None, &[]);
+        assert!(
+            c[0].summary.ends_with(
+                "; last seen in decode_native_record (t.py:6), sampled 0.4s before it ended"
+            ),
+            "{}",
+            c[0].summary
+        );
+        e.last_seen = None;
+        let c = judge(&[e], &[], None, None, &[]);
+        assert!(
+            c[0].summary.contains("PYTHONFAULTHANDLER=1"),
+            "{}",
+            c[0].summary
+        );
+    }
+
+    #[test]
+    fn an_exit_code_without_a_traceback_says_where_it_was() {
+        let mut e = end(3, None, 3);
+        e.last_seen = Some(("flush_shards (t.py:12)", 0.3));
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].summary, "rank 3 exited with code 3 without a Python traceback (os._exit, or a native library's exit()); last seen in flush_shards (t.py:12), sampled 0.3s before it ended");
+    }
+
+    #[test]
+    fn no_false_blame_for_a_rank_that_left() {
+        let mut e = end(2, None, 1);
+        // Its own failure, not a lost peer: the leaver is innocent.
+        let c = judge(&[e], &[left(1, 999.0)], None, None, &[]);
+        assert!(
+            c[0].summary.starts_with("rank 2 exited with code 1"),
+            "{c:?}"
+        );
+        // It left after the failure: a consequence, not the cause.
+        e.lost_peer = Some("Connection reset by peer");
+        let c = judge(&[e], &[left(1, 1001.0)], None, None, &[]);
+        assert!(
+            c[0].summary.starts_with("rank 2 exited with code 1"),
+            "{c:?}"
+        );
     }
 
     fn memory(kills: u64) -> Option<Memory> {
@@ -202,7 +369,7 @@ mod tests {
 
     #[test]
     fn a_sigkill_with_an_oom_kill_is_the_oom_killer_and_without_one_from_outside() {
-        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(1), None, &[]);
+        let c = judge(&[end(2, Some("SIGKILL"), -9)], &[], memory(1), None, &[]);
         assert_eq!(c[0].kind, CauseKind::Oom);
         assert!(
             c[0].summary
@@ -211,7 +378,7 @@ mod tests {
             c[0].summary
         );
         assert!(c[0].summary.contains("limit 256 MiB"), "{}", c[0].summary);
-        let c = judge(&[end(2, Some("SIGKILL"), -9)], memory(0), None, &[]);
+        let c = judge(&[end(2, Some("SIGKILL"), -9)], &[], memory(0), None, &[]);
         assert_eq!(c[0].kind, CauseKind::External);
         assert!(c[0].summary.contains("from outside"));
     }
@@ -229,6 +396,7 @@ mod tests {
         };
         let c = judge(
             &[e],
+            &[],
             memory(0),
             Some(ShmUse {
                 total: 8 << 20,
@@ -252,9 +420,9 @@ mod tests {
             first: false,
             ..end(1, Some("SIGTERM"), -15)
         };
-        let c = judge(&[end(0, None, 3), stopped], None, None, &[]);
+        let c = judge(&[end(0, None, 3), stopped], &[], None, None, &[]);
         assert_eq!(c.len(), 1);
-        assert_eq!(c[0].summary, "rank 0 exited with code 3");
+        assert_eq!(c[0].summary, "rank 0 exited with code 3 without a Python traceback (os._exit, or a native library's exit())");
     }
 
     fn xid(gpu: u32, xid: u64, at: f64) -> XidEvent {
@@ -271,6 +439,7 @@ mod tests {
     fn a_node_fatal_xid_before_the_failure_leads_and_a_code_xid_stays_the_codes() {
         let c = judge(
             &[end(1, Some("SIGABRT"), -6)],
+            &[],
             None,
             None,
             &[xid(1, 79, 998.0)],
@@ -280,6 +449,7 @@ mod tests {
         // On another GPU of the node; one long before does not count.
         let c = judge(
             &[end(1, None, 1)],
+            &[],
             None,
             None,
             &[xid(0, 48, 990.0), xid(1, 79, 100.0)],
@@ -298,7 +468,7 @@ mod tests {
             exception: Some(&x),
             ..end(1, None, 1)
         };
-        let c = judge(&[e], None, None, &[xid(1, 13, 999.0)]);
+        let c = judge(&[e], &[], None, None, &[xid(1, 13, 999.0)]);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].kind, CauseKind::Code);
         assert!(c[0].summary.contains("Xid 13"), "{}", c[0].summary);

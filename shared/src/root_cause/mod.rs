@@ -7,6 +7,7 @@ mod cause;
 pub mod exit_codes;
 pub mod gpu_health;
 pub mod judge;
+pub mod native_crash;
 pub mod oom;
 pub mod peer;
 pub mod python_error;

@@ -13,6 +13,11 @@ const SIGNATURES: [&str; 7] = [
     "Broken pipe",
 ];
 
+/// Which of the known messages `line` holds ("Connection closed by peer").
+pub fn signature(line: &str) -> Option<&'static str> {
+    SIGNATURES.iter().copied().find(|s| line.contains(s))
+}
+
 /// The line of `text` saying a peer went away (the last one), and the peer's address
 /// where the line gives it (gloo: `[10.0.0.2]:41234`).
 pub fn lost_peer(text: &str) -> Option<(String, Option<String>)> {

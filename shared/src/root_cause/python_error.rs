@@ -28,7 +28,7 @@ impl PythonError {
 
 /// A line without the prefixes put before a rank's lines: torch's `[rank3]: ` and
 /// torchrun's `[default0]:`.
-fn unprefixed(line: &str) -> &str {
+pub(crate) fn unprefixed(line: &str) -> &str {
     let mut l = line.trim_end_matches('\r');
     while let Some(rest) = l.strip_prefix('[') {
         match rest.find("]:") {
@@ -54,7 +54,7 @@ fn frame(line: &str) -> Option<(String, u32, String)> {
 }
 
 /// Code of the standard library or of an installed package, not the user's.
-fn library(file: &str) -> bool {
+pub(crate) fn library(file: &str) -> bool {
     file.contains("/site-packages/")
         || file.contains("/dist-packages/")
         || file.starts_with('<')

@@ -1,0 +1,86 @@
+//! The first cause names the right rank and reason when a 4-rank gloo job stops as
+//! user code stops: a rank that left early (its peers' lost connections are the
+//! consequence), a native crash, an exit without a traceback; and blames nobody when
+//! ranks merely finish at different times.
+
+mod support;
+use std::process::Command;
+use support::*;
+
+fn job(mode: &str, extra: &[&str]) -> Command {
+    let mut c = toporun();
+    c.args(["--standalone", "--nproc-per-node=4", "--nccl-report=off"])
+        .args(extra)
+        .arg("first_cause.py");
+    c.env("MODE", mode)
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts());
+    c
+}
+
+/// The first `toporun: root cause` line.
+fn first_cause(err: &str) -> &str {
+    err.lines()
+        .find(|l| l.starts_with("toporun: root cause"))
+        .unwrap_or_else(|| panic!("no root cause line:\n{err}"))
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_rank_that_left_early_is_the_cause_not_the_rank_that_lost_it() {
+    for mode in ["leave", "short"] {
+        let (code, _, err) = run(&mut job(mode, &["--exit-codes=classified"]));
+        assert_eq!(code, 1, "{mode}: {err}");
+        let cause = first_cause(&err);
+        assert!(
+            cause.starts_with("toporun: root cause (code): rank 1 left the job (exit 0 at "),
+            "{mode}: {cause}\n{err}"
+        );
+        assert!(cause.contains("is the consequence"), "{mode}: {cause}");
+    }
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_native_crash_is_named_with_the_function_it_struck_in() {
+    let (code, _, err) = run(&mut job("segv", &[]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        first_cause(&err).starts_with("toporun: root cause (code): rank 3 crashed with SIGSEGV (a native crash in C/C++/CUDA code) in decode_native_record (first_cause.py:"),
+        "{err}"
+    );
+    // Without faulthandler: where it was last sampled, with the sample's age.
+    let (_, _, err) = run(job("segv", &["--faulthandler=off"]).env("STEP_SECS", "1.5"));
+    let cause = first_cause(&err);
+    assert!(
+        cause.starts_with("toporun: root cause (code): rank 3 crashed with SIGSEGV")
+            && cause.contains("last seen in ")
+            && cause.contains("s before it ended"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn an_exit_without_a_traceback_says_where_the_rank_was() {
+    let (code, _, err) = run(job("exit3", &["--exit-codes=classified"]).env("STEP_SECS", "1.5"));
+    assert_eq!(code, 1, "{err}");
+    let cause = first_cause(&err);
+    assert!(
+        cause.starts_with(
+            "toporun: root cause (code): rank 3 exited with code 3 without a Python traceback"
+        ) && cause.contains("last seen in flush_shards (first_cause.py:"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn ranks_that_finish_at_different_times_blame_nobody() {
+    for mode in ["rank0_last", "uneven"] {
+        let (code, out, err) = run(&mut job(mode, &[]));
+        assert_eq!(code, 0, "{mode}: {err}");
+        assert_eq!(out.matches(" done").count(), 4, "{mode}: {out}");
+        assert!(!err.contains("root cause"), "{mode}: {err}");
+    }
+}

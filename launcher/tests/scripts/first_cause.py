@@ -1,0 +1,49 @@
+"""Ranks of a 4-rank gloo job that stop as user code stops (first_cause_e2e). MODE:
+leave: rank 1 takes an early-stopping branch after step 3 and exits 0. short: rank 1
+runs one all_reduce fewer (one batch fewer) and finishes. segv: rank 3 crashes in a
+native call (a bad pointer) at step 2. exit3: rank 3 leaves through os._exit(3) inside
+a helper after step 2, with no traceback. rank0_last: rank 0 finishes 1 s after the
+others. uneven: every rank finishes at its own time, no collective pending.
+STEP_SECS: the pause between steps (the stack sampler sees where each rank stands)."""
+import ctypes
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+mode = os.environ["MODE"]
+pause = float(os.environ.get("STEP_SECS", "0.3"))
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+
+
+def decode_native_record(ptr):
+    return ctypes.string_at(ptr, 8)  # a bad pointer (not NULL, which ctypes refuses): SIGSEGV
+
+
+def flush_shards(step):
+    time.sleep(pause)
+    os._exit(3)  # a native library's exit(): no traceback
+
+
+steps = 8
+if mode == "short" and rank == 1:
+    steps -= 1
+for step in range(steps):
+    if mode == "leave" and rank == 1 and step == 3:
+        print("rank 1: early stopping", flush=True)
+        raise SystemExit(0)
+    if mode == "segv" and rank == 3 and step == 2:
+        time.sleep(pause)
+        decode_native_record(8)
+    if mode == "exit3" and rank == 3 and step == 2:
+        flush_shards(step)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    time.sleep(pause)
+if mode == "rank0_last" and rank == 0:
+    time.sleep(1)
+if mode == "uneven":
+    time.sleep(0.3 * rank)
+print(f"rank {rank} done", flush=True)

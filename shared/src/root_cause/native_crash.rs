@@ -1,0 +1,150 @@
+//! Where a rank crashed natively, as Python's faulthandler prints it on SIGSEGV,
+//! SIGFPE, SIGABRT, SIGBUS and SIGILL (`PYTHONFAULTHANDLER=1`, which toporun sets):
+//! the fatal error and every thread's Python frames, the crashing thread's first.
+//! Without that block, the rank's last sampled stack says where it last stood.
+
+use super::python_error::{library, unprefixed};
+use crate::stacks::ThreadStack;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeCrash {
+    /// faulthandler's words: `Segmentation fault`, `Aborted`.
+    pub fatal: String,
+    /// The innermost frame of the user's code in the crashing thread (else its
+    /// innermost): (file, line, function).
+    pub frame: Option<(String, u32, String)>,
+}
+
+/// `  File "/app/train.py", line 6 in decode_native_record` (faulthandler's form).
+fn frame(line: &str) -> Option<(String, u32, String)> {
+    let rest = line.trim_start().strip_prefix("File \"")?;
+    let (file, rest) = rest.split_once("\", line ")?;
+    let (num, func) = rest.split_once(" in ")?;
+    Some((
+        file.to_string(),
+        num.trim().parse().ok()?,
+        func.trim().to_string(),
+    ))
+}
+
+/// The last faulthandler block in `text`.
+pub fn last_native_crash(text: &str) -> Option<NativeCrash> {
+    let lines: Vec<&str> = text.lines().map(unprefixed).collect();
+    let start = lines
+        .iter()
+        .rposition(|l| l.starts_with("Fatal Python error: "))?;
+    let fatal = lines[start]["Fatal Python error: ".len()..]
+        .trim()
+        .to_string();
+    let after = &lines[start + 1..];
+    // The crashing thread ("Current thread 0x... (most recent call first):"), else
+    // the first thread shown (a single-threaded process: "Stack (most recent...").
+    let head = after
+        .iter()
+        .position(|l| l.starts_with("Current thread "))
+        .or_else(|| {
+            after
+                .iter()
+                .position(|l| l.contains("(most recent call first):"))
+        });
+    let frames: Vec<(String, u32, String)> = head
+        .map(|h| after[h + 1..].iter().map_while(|l| frame(l)).collect())
+        .unwrap_or_default();
+    let user = frames.iter().find(|(file, ..)| !library(file));
+    Some(NativeCrash {
+        fatal,
+        frame: user.or(frames.first()).cloned(),
+    })
+}
+
+/// `decode_native_record (train.py:6)`.
+pub fn frame_text((file, line, func): &(String, u32, String)) -> String {
+    let name = file.rsplit('/').next().unwrap_or(file);
+    format!("{func} ({name}:{line})")
+}
+
+/// Where a sampled thread stood: its innermost user frame (else its innermost).
+pub fn where_sampled(thread: &ThreadStack) -> Option<String> {
+    let f = thread
+        .frames
+        .iter()
+        .find(|f| !library(&f.file))
+        .or(thread.frames.first())?;
+    Some(frame_text(&(
+        f.file.clone(),
+        f.line.max(0) as u32,
+        f.function.clone(),
+    )))
+}
+
+/// What a signal that ended a rank means, where it is a crash of the process itself.
+pub fn native_signal(signal: &str) -> bool {
+    matches!(
+        signal,
+        "SIGSEGV" | "SIGFPE" | "SIGABRT" | "SIGILL" | "SIGBUS"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stacks::Frame;
+
+    /// Python 3.11's faulthandler after ctypes.string_at(0), two threads.
+    const SEGV: &str = "step 2 ok
+Fatal Python error: Segmentation fault
+
+Thread 0x00007f3a1b7fe640 (most recent call first):
+  File \"/usr/lib/python3.11/threading.py\", line 324 in wait
+  File \"/usr/lib/python3.11/threading.py\", line 1002 in _bootstrap
+
+Current thread 0x00007f3a2c1e9740 (most recent call first):
+  File \"/usr/lib/python3.11/ctypes/__init__.py\", line 519 in string_at
+  File \"/app/first_cause.py\", line 6 in decode_native_record
+  File \"/app/first_cause.py\", line 40 in <module>
+
+Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
+";
+
+    #[test]
+    fn the_crashing_threads_user_frame() {
+        let c = last_native_crash(SEGV).expect("a faulthandler block");
+        assert_eq!(c.fatal, "Segmentation fault");
+        let f = c.frame.unwrap();
+        assert_eq!(frame_text(&f), "decode_native_record (first_cause.py:6)");
+    }
+
+    #[test]
+    fn a_single_threaded_stack_and_none() {
+        let text = "Fatal Python error: Aborted\n\nStack (most recent call first):\n  File \"t.py\", line 3 in boom\n";
+        let c = last_native_crash(text).unwrap();
+        assert_eq!(c.fatal, "Aborted");
+        assert_eq!(frame_text(&c.frame.unwrap()), "boom (t.py:3)");
+        assert_eq!(
+            last_native_crash("Traceback (most recent call last):\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn where_a_sample_stood() {
+        let t = ThreadStack {
+            thread: Some("MainThread".into()),
+            frames: vec![
+                Frame {
+                    function: "write".into(),
+                    file: "/usr/lib/python3.11/site-packages/lib/io.py".into(),
+                    line: 9,
+                },
+                Frame {
+                    function: "flush_shards".into(),
+                    file: "/app/train.py".into(),
+                    line: 12,
+                },
+            ],
+        };
+        assert_eq!(where_sampled(&t).unwrap(), "flush_shards (train.py:12)");
+        assert!(native_signal("SIGSEGV") && !native_signal("SIGTERM"));
+    }
+}
