@@ -148,7 +148,8 @@ fn every_relative_link_resolves() {
     assert!(broken.is_empty(), "{broken:#?}");
 }
 
-/// `toporun`/`torchrun` lines of the shell blocks, as argument lists (prompt, trailing
+/// `toporun`/`torchrun` lines of the shell blocks (`cargo run --release --` counts as
+/// toporun), as argument lists (prompt, trailing
 /// comment and redirection removed); lines with placeholders are left out.
 fn documented_commands(text: &str) -> Vec<Vec<String>> {
     let mut out = Vec::new();
@@ -160,6 +161,11 @@ fn documented_commands(text: &str) -> Vec<Vec<String>> {
             continue;
         }
         let t = t.strip_prefix("$ ").unwrap_or(t);
+        // The README's "Try it" runs toporun from a clone.
+        let cargo = t
+            .strip_prefix("cargo run --release -- ")
+            .map(|r| format!("toporun {r}"));
+        let t = cargo.as_deref().unwrap_or(t);
         if !in_shell || !(t.starts_with("toporun ") || t.starts_with("torchrun ")) {
             continue;
         }
