@@ -84,3 +84,50 @@ fn ranks_that_finish_at_different_times_blame_nobody() {
         assert!(!err.contains("root cause"), "{mode}: {err}");
     }
 }
+
+/// Rank 0 checkpoints into a 1 MiB tmpfs of its own mount namespace (`unshare -m`,
+/// root): PyTorch's stream writer says only "unexpected pos"; the volume it was
+/// writing says full, with its own class.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_checkpoint_to_a_full_volume_names_the_volume() {
+    let d = tempfile::tempdir().unwrap();
+    let inner = job("ckpt", &["--exit-codes=classified"]);
+    let mut c = Command::new("unshare");
+    c.args([
+        "-m",
+        "sh",
+        "-c",
+        "mount -t tmpfs -o size=1m tmpfs \"$CKPT\" && exec \"$@\"",
+        "sh",
+    ])
+    .arg(inner.get_program())
+    .args(inner.get_args())
+    .envs(inner.get_envs().filter_map(|(k, v)| Some((k, v?))))
+    .env("CKPT", d.path())
+    .current_dir(scripts());
+    let (code, _, err) = run(&mut c);
+    let want = format!(
+        "toporun: root cause (disk): rank 0 could not write {}/step3.pt: its volume is full (1 MiB, ",
+        d.path().display()
+    );
+    assert!(first_cause(&err).starts_with(&want), "{err}");
+    assert_eq!(code, 83, "{err}");
+}
+
+/// PyTorch's CUDA out-of-memory error (its message replayed on a CPU rank; a real
+/// one on the device: tests/fixtures/device): its own kind and class, the numbers in
+/// one line, the innermost user frame.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn cuda_out_of_memory_is_its_own_cause_with_the_numbers() {
+    let (code, _, err) = run(&mut job("cuda_oom", &["--exit-codes=classified"]));
+    let cause = first_cause(&err);
+    assert!(
+        cause.starts_with("toporun: root cause (gpu-memory): rank 0 ran out of GPU memory in build_activations (first_cause.py:")
+            && cause.contains("asked 8.00 GiB with 6.66 GiB free of 79.18 GiB")
+            && cause.contains("expandable_segments:True"),
+        "{err}"
+    );
+    assert_eq!(code, 84, "{err}");
+}

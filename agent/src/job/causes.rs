@@ -15,6 +15,7 @@ use crate::supervise::{self, Failure};
 use std::collections::HashMap;
 use std::sync::PoisonError;
 use std::time::SystemTime;
+use toporun_shared::root_cause::disk::Volume;
 use toporun_shared::root_cause::gpu_health::degraded;
 use toporun_shared::root_cause::judge::{judge, Left, Memory, RankEnd, ShmUse};
 use toporun_shared::root_cause::oom::MemoryReading;
@@ -78,6 +79,8 @@ pub fn memory_at_start(cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
 pub struct Evidence<'a> {
     pub left: &'a [Left],
     pub last_seen: &'a HashMap<i32, (String, SystemTime)>,
+    /// The files each rank (by pid) was last seen writing.
+    pub writing: &'a HashMap<i32, Vec<String>>,
 }
 
 pub fn of(
@@ -90,9 +93,18 @@ pub fn of(
 ) -> Vec<Cause> {
     let root = Root::live();
     let first = supervise::root_cause(failures).map(|f| f.pid);
+    let volumes: Vec<Option<Volume>> = failures
+        .iter()
+        .map(|f| {
+            let open = seen.writing.get(&f.pid).into_iter().flatten();
+            let paths: Vec<String> = f.paths.iter().chain(open).cloned().collect();
+            f.write_failed.as_ref().and_then(|_| volume_of(&paths))
+        })
+        .collect();
     let ends: Vec<RankEnd> = failures
         .iter()
-        .map(|f| RankEnd {
+        .zip(&volumes)
+        .map(|(f, volume)| RankEnd {
             rank: f.rank,
             exitcode: f.exitcode,
             signal: f.signal.as_deref(),
@@ -100,6 +112,9 @@ pub fn of(
             shm_line: f.shm.as_deref(),
             lost_peer: f.peer_lost.as_ref().map(|(line, _)| line.as_str()),
             native: f.native.as_ref(),
+            write_failed: f.write_failed.as_deref(),
+            volume: volume.as_ref(),
+            cuda_oom: f.cuda_oom.as_ref(),
             last_seen: seen.last_seen.get(&f.pid).map(|(line, at)| {
                 let age = f.at.duration_since(*at).unwrap_or_default();
                 (line.as_str(), age.as_secs_f64())
@@ -122,6 +137,24 @@ pub fn of(
         causes.extend(degraded(&p.facts.gpus, &g.health_now()));
     }
     by_precedence(causes)
+}
+
+/// The volume of the first path a failed write names (its nearest existing parent:
+/// the file itself may not have been created), as statvfs reads it now.
+fn volume_of(paths: &[String]) -> Option<Volume> {
+    paths.iter().find_map(|p| {
+        let at = std::path::Path::new(p)
+            .ancestors()
+            .find(|a| a.exists() && *a != std::path::Path::new("/"))?;
+        let st = nix::sys::statvfs::statvfs(at).ok()?;
+        let block = st.fragment_size() as u64;
+        Some(Volume {
+            path: p.clone(),
+            total: st.blocks() as u64 * block,
+            free: st.blocks_available() as u64 * block,
+            read_only: st.flags().contains(nix::sys::statvfs::FsFlags::ST_RDONLY),
+        })
+    })
 }
 
 /// The node's GPU faults for the whole job: a replay file where

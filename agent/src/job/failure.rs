@@ -49,6 +49,8 @@ pub struct Failed<'a> {
     pub left: &'a [Left],
     /// Where each rank (by pid) was last sampled, and when.
     pub last_seen: &'a std::collections::HashMap<i32, (String, std::time::SystemTime)>,
+    /// The files each rank (by pid) was last seen writing.
+    pub writing: &'a std::collections::HashMap<i32, Vec<String>>,
     pub fr_dir: Option<&'a Path>,
     pub attempt_dir: &'a Path,
     pub memory: MemoryAtStart,
@@ -89,6 +91,7 @@ pub async fn rank_failed(
     let evidence = causes::Evidence {
         left: failed.left,
         last_seen: failed.last_seen,
+        writing: failed.writing,
     };
     let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
     let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);

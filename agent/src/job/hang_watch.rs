@@ -79,9 +79,14 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// (kept after the rank exits: where a rank that crashed last stood).
 type LastSamples = Arc<Mutex<HashMap<i32, (RankStack, SystemTime)>>>;
 
+/// The files each rank (by pid) had open for writing at its last sample that had
+/// any: where a failed write was going.
+type Writes = Arc<Mutex<HashMap<i32, Vec<String>>>>;
+
 pub struct Watcher {
     done: Arc<AtomicBool>,
     last: LastSamples,
+    writes: Writes,
 }
 
 impl Watcher {
@@ -114,6 +119,14 @@ impl Watcher {
         }
         stacks.sort_by_key(|s| s.rank);
         (stacks, oldest)
+    }
+
+    /// The files each rank (by pid) was last seen writing.
+    pub fn writing(&self) -> HashMap<i32, Vec<String>> {
+        self.writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// Where each rank (by pid) was last sampled, as a frame line, and when.
@@ -209,7 +222,8 @@ impl Judge {
 pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: Sink) -> Watcher {
     let done = Arc::new(AtomicBool::new(false));
     let last: LastSamples = Default::default();
-    let (stop, keep) = (done.clone(), last.clone());
+    let writes: Writes = Default::default();
+    let (stop, keep, files) = (done.clone(), last.clone(), writes.clone());
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
     let mut judge = watch.map(|watch| Judge {
         watch,
@@ -237,12 +251,21 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
                 l.insert(s.pid, (s.clone(), at));
             }
             drop(l);
+            for r in &live {
+                let open = crate::probe::open_writes::open_for_writing(&Root::live(), r.pid);
+                if !open.is_empty() {
+                    files
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(r.pid, open);
+                }
+            }
             if let Some(j) = judge.as_mut() {
                 j.judge(&live, &stacks);
             }
         }
     });
-    Watcher { done, last }
+    Watcher { done, last, writes }
 }
 
 #[cfg(test)]

@@ -437,6 +437,7 @@ async fn attempt(
                     failures: &failures,
                     left: &leavers.list(),
                     last_seen: &watcher.last_seen(),
+                    writing: &watcher.writing(),
                     fr_dir: fr_dir.as_deref(),
                     attempt_dir: &attempt_dir,
                     memory,

@@ -6,6 +6,7 @@ pub mod fqdn;
 pub mod gpu;
 pub mod memory_cgroup;
 mod net;
+pub mod open_writes;
 pub mod platform;
 pub mod port_owner;
 mod rdma;

@@ -9,6 +9,8 @@ use nix::sys::wait::WaitStatus;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
+use toporun_shared::root_cause::disk::{paths_named, write_failed};
+use toporun_shared::root_cause::gpu_memory::{cuda_oom, CudaOom};
 use toporun_shared::root_cause::native_crash::{last_native_crash, NativeCrash};
 use toporun_shared::root_cause::peer::lost_peer;
 use toporun_shared::root_cause::python_error::{last_exception, PythonError};
@@ -33,6 +35,11 @@ pub struct Failure {
     pub peer_lost: Option<(String, Option<String>)>,
     /// faulthandler's block, where it crashed natively.
     pub native: Option<NativeCrash>,
+    /// Its line saying a write failed, and the absolute paths its output names.
+    pub write_failed: Option<String>,
+    pub paths: Vec<String>,
+    /// PyTorch's CUDA out-of-memory message.
+    pub cuda_oom: Option<CudaOom>,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -109,6 +116,9 @@ impl Failure {
             shm: shm_exhausted(&output),
             peer_lost: lost_peer(&output),
             native: last_native_crash(&output),
+            write_failed: write_failed(&output),
+            paths: paths_named(&output),
+            cuda_oom: cuda_oom(&output),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
             pid,
@@ -313,6 +323,9 @@ mod tests {
             shm: None,
             peer_lost: None,
             native: None,
+            write_failed: None,
+            paths: Vec::new(),
+            cuda_oom: None,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -342,6 +355,9 @@ mod tests {
             shm: None,
             peer_lost: None,
             native: None,
+            write_failed: None,
+            paths: Vec::new(),
+            cuda_oom: None,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -371,6 +387,9 @@ mod tests {
             shm: None,
             peer_lost: None,
             native: None,
+            write_failed: None,
+            paths: Vec::new(),
+            cuda_oom: None,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

@@ -3,7 +3,10 @@ leave: rank 1 takes an early-stopping branch after step 3 and exits 0. short: ra
 runs one all_reduce fewer (one batch fewer) and finishes. segv: rank 3 crashes in a
 native call (a bad pointer) at step 2. exit3: rank 3 leaves through os._exit(3) inside
 a helper after step 2, with no traceback. rank0_last: rank 0 finishes 1 s after the
-others. uneven: every rank finishes at its own time, no collective pending.
+others. uneven: every rank finishes at its own time, no collective pending. ckpt:
+rank 0 saves a checkpoint into CKPT (a full volume) at step 3, through a file it
+opened 1.5 s before (a slow serializer). cuda_oom: rank 0 raises PyTorch's CUDA
+out-of-memory error, as torch raises it on a GPU, at step 2.
 STEP_SECS: the pause between steps (the stack sampler sees where each rank stands)."""
 import ctypes
 import os
@@ -22,6 +25,18 @@ def decode_native_record(ptr):
     return ctypes.string_at(ptr, 8)  # a bad pointer (not NULL, which ctypes refuses): SIGSEGV
 
 
+def build_activations(step):
+    raise torch.OutOfMemoryError(
+        "CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 6.66 GiB is free. Including non-PyTorch memory, this process has 72.51 GiB memory in use. Of the allocated memory 70.10 GiB is allocated by PyTorch, and 1.90 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    )
+
+
+def save_checkpoint(step):
+    with open(os.path.join(os.environ["CKPT"], f"step{step}.pt"), "wb") as f:
+        time.sleep(1.5)
+        torch.save({"weights": torch.ones(1 << 20)}, f)  # 4 MiB
+
+
 def flush_shards(step):
     time.sleep(pause)
     os._exit(3)  # a native library's exit(): no traceback
@@ -37,6 +52,10 @@ for step in range(steps):
     if mode == "segv" and rank == 3 and step == 2:
         time.sleep(pause)
         decode_native_record(8)
+    if mode == "ckpt" and rank == 0 and step == 3:
+        save_checkpoint(step)
+    if mode == "cuda_oom" and rank == 0 and step == 2:
+        build_activations(step)
     if mode == "exit3" and rank == 3 and step == 2:
         flush_shards(step)
     t = torch.ones(4)

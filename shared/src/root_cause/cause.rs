@@ -1,6 +1,7 @@
 //! Why a rank stopped, as one typed cause; when several are known, a fixed
 //! precedence picks the one that leads: the hardware, then the OOM killer, then
-//! /dev/shm, then a lost peer, then the training code.
+//! /dev/shm, then a full volume, then GPU memory, then a lost peer, then the training
+//! code.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -15,6 +16,11 @@ pub enum CauseKind {
     Oom,
     /// /dev/shm ran out.
     Shm,
+    /// A volume the job writes is full, over quota or read-only.
+    Disk,
+    /// CUDA ran out of GPU memory.
+    #[serde(rename = "gpu-memory")]
+    GpuMemory,
     /// Another node, or the network to it, went away.
     Peer,
     /// The training code failed (an exception, an exit code).
@@ -24,10 +30,12 @@ pub enum CauseKind {
 }
 
 impl CauseKind {
-    pub const ALL: [CauseKind; 6] = [
+    pub const ALL: [CauseKind; 8] = [
         CauseKind::Hardware,
         CauseKind::Oom,
         CauseKind::Shm,
+        CauseKind::Disk,
+        CauseKind::GpuMemory,
         CauseKind::Peer,
         CauseKind::Code,
         CauseKind::External,
@@ -38,6 +46,8 @@ impl CauseKind {
             CauseKind::Hardware => "hardware",
             CauseKind::Oom => "oom",
             CauseKind::Shm => "shm",
+            CauseKind::Disk => "disk",
+            CauseKind::GpuMemory => "gpu-memory",
             CauseKind::Peer => "peer",
             CauseKind::Code => "code",
             CauseKind::External => "external",

@@ -59,6 +59,20 @@ pub const PEER: ExitClass = ExitClass {
     action: PodAction::Ignore,
     why: "this pod is not at fault: run it again",
 };
+/// A volume the job writes is full, over quota or read-only.
+pub const DISK: ExitClass = ExitClass {
+    code: 83,
+    what: "a volume the job writes is full, over quota or read-only",
+    action: PodAction::FailJob,
+    why: "the same volume fails the next write again: free or grow it first",
+};
+/// CUDA out of memory.
+pub const GPU_MEMORY: ExitClass = ExitClass {
+    code: 84,
+    what: "CUDA ran out of GPU memory",
+    action: PodAction::FailJob,
+    why: "the same batch on the same GPUs runs out again: a smaller micro-batch, activation checkpointing, or expandable segments first",
+};
 /// `--on-hang stop` (the same in both modes).
 pub const HANG: ExitClass = ExitClass {
     code: 124,
@@ -68,7 +82,7 @@ pub const HANG: ExitClass = ExitClass {
         "a hang may be transient (a lost packet, a slow storage call): retried within backoffLimit",
 };
 
-pub const TABLE: [ExitClass; 6] = [CODE, GATE, HARDWARE, MEMORY, PEER, HANG];
+pub const TABLE: [ExitClass; 8] = [CODE, GATE, HARDWARE, MEMORY, PEER, DISK, GPU_MEMORY, HANG];
 
 /// The class of a failure whose leading cause is `kind`.
 pub fn class_of(kind: CauseKind) -> ExitClass {
@@ -76,6 +90,8 @@ pub fn class_of(kind: CauseKind) -> ExitClass {
         CauseKind::Hardware => HARDWARE,
         CauseKind::Oom | CauseKind::Shm => MEMORY,
         CauseKind::Peer => PEER,
+        CauseKind::Disk => DISK,
+        CauseKind::GpuMemory => GPU_MEMORY,
         CauseKind::Code | CauseKind::External => CODE,
     }
 }

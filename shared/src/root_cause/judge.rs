@@ -3,6 +3,8 @@
 //! cgroup's OOM kills before and after, /dev/shm's use now.
 
 use super::cause::{by_precedence, Cause, CauseKind};
+use super::disk::{Volume, FIX as DISK_FIX};
+use super::gpu_memory::CudaOom;
 use super::native_crash::{frame_text, native_signal, NativeCrash};
 use super::oom::{MemoryReading, FIX as OOM_FIX};
 use super::python_error::PythonError;
@@ -25,6 +27,11 @@ pub struct RankEnd<'a> {
     pub native: Option<&'a NativeCrash>,
     /// Where its last stack sample stood, and how long before it ended.
     pub last_seen: Option<(&'a str, f64)>,
+    /// Its line saying a write failed, the path it wrote, and that path's volume.
+    pub write_failed: Option<&'a str>,
+    pub volume: Option<&'a Volume>,
+    /// PyTorch's CUDA out-of-memory message.
+    pub cuda_oom: Option<&'a CudaOom>,
     /// The first to fail (the others may have been stopped by toporun).
     pub first: bool,
     /// The GPU it used (NVML index), and when it ended (seconds since the epoch).
@@ -143,6 +150,47 @@ fn xid_text(x: &XidEvent, e: &RankEnd) -> String {
     )
 }
 
+/// A failure the environment explains: a volume that refused a write, the GPU's
+/// memory.
+fn environment(e: &RankEnd) -> Vec<Cause> {
+    let mut out = Vec::new();
+    let r = Some(e.rank);
+    let at = e
+        .exception
+        .and_then(|x| x.frame.as_ref())
+        .map(|(file, line, func)| {
+            let name = file.rsplit('/').next().unwrap_or(file);
+            format!(" in {func} ({name}:{line})")
+        });
+    if let Some(oom) = e.cuda_oom {
+        out.push(
+            Cause::new(
+                CauseKind::GpuMemory,
+                r,
+                format!(
+                    "rank {} ran out of GPU memory{}: {}",
+                    e.rank,
+                    at.clone().unwrap_or_default(),
+                    oom.numbers()
+                ),
+            )
+            .fix(oom.fix()),
+        );
+    }
+    if let Some(line) = e.write_failed {
+        let summary = match e.volume {
+            Some(v) => format!("rank {} could not write {}: {}", e.rank, v.path, v.text()),
+            None => format!(
+                "rank {} could not write{}: {line}",
+                e.rank,
+                at.unwrap_or_default()
+            ),
+        };
+        out.push(Cause::new(CauseKind::Disk, r, summary).fix(DISK_FIX));
+    }
+    out
+}
+
 /// `; last seen in flush (train.py:12), sampled 0.4s before it ended`.
 fn seen(e: &RankEnd) -> String {
     e.last_seen
@@ -207,6 +255,7 @@ pub fn judge(
                 .fix(SHM_FIX),
             );
         }
+        causes.extend(environment(e));
         if !e.first {
             continue;
         }
@@ -265,6 +314,9 @@ mod tests {
             lost_peer: None,
             native: None,
             last_seen: None,
+            write_failed: None,
+            volume: None,
+            cuda_oom: None,
             first: true,
             gpu: Some(rank),
             at: 1000.0,
@@ -335,6 +387,41 @@ mod tests {
         e.last_seen = Some(("flush_shards (t.py:12)", 0.3));
         let c = judge(&[e], &[], None, None, &[]);
         assert_eq!(c[0].summary, "rank 3 exited with code 3 without a Python traceback (os._exit, or a native library's exit()); last seen in flush_shards (t.py:12), sampled 0.3s before it ended");
+    }
+
+    #[test]
+    fn a_full_volume_and_cuda_oom_lead_the_codes_exception() {
+        let x = PythonError {
+            exception: "RuntimeError: [enforce fail at inline_container.cc:671] . unexpected pos 704 vs 598".into(),
+            frame: Some(("/app/ckpt.py".into(), 9, "save".into())),
+        };
+        let v = Volume {
+            path: "/ckpt/step3.pt".into(),
+            total: 1 << 20,
+            free: 0,
+            read_only: false,
+        };
+        let mut e = end(0, None, 1);
+        e.exception = Some(&x);
+        e.write_failed = Some("unexpected pos 704 vs 598");
+        e.volume = Some(&v);
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].kind, CauseKind::Disk);
+        assert_eq!(
+            c[0].summary,
+            "rank 0 could not write /ckpt/step3.pt: its volume is full (1 MiB, 0 B free)"
+        );
+        let oom = crate::root_cause::gpu_memory::cuda_oom("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 0 has a total capacity of 79.18 GiB of which 6.66 GiB is free.").unwrap();
+        let x = PythonError {
+            exception: "torch.OutOfMemoryError: CUDA out of memory.".into(),
+            frame: Some(("/app/oom.py".into(), 3, "build_activations".into())),
+        };
+        let mut e = end(0, None, 1);
+        e.exception = Some(&x);
+        e.cuda_oom = Some(&oom);
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].kind, CauseKind::GpuMemory);
+        assert_eq!(c[0].summary, "rank 0 ran out of GPU memory in build_activations (oom.py:3): asked 8.00 GiB with 6.66 GiB free of 79.18 GiB");
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! failure policy can act on (`exit_codes`).
 
 mod cause;
+pub mod disk;
 pub mod exit_codes;
 pub mod gpu_health;
+pub mod gpu_memory;
 pub mod judge;
 pub mod native_crash;
 pub mod oom;
