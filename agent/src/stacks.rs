@@ -29,6 +29,18 @@ pub fn in_reader() -> bool {
     IN_READER.with(|f| f.get())
 }
 
+/// The direct children of `pid` (DataLoader workers and the like), from
+/// /proc/<pid>/task/<pid>/children.
+pub fn children(root: &crate::paths::Root, pid: i32) -> Vec<i32> {
+    root.read(format!("{}/{pid}/task/{pid}/children", crate::paths::PROC))
+        .map(|t| {
+            t.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Readers attached to ranks, kept between samples (attaching costs ~10 ms a rank,
 /// a sample ~40 us).
 #[derive(Default)]

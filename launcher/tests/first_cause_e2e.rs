@@ -131,3 +131,47 @@ fn cuda_out_of_memory_is_its_own_cause_with_the_numbers() {
     );
     assert_eq!(code, 84, "{err}");
 }
+
+/// Rank 1 waits for a batch its DataLoader worker never delivers: the hang names
+/// rank 1, and shows where its worker stands (the culprit frame is in the child).
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_stuck_dataloader_worker_is_shown_in_the_hang() {
+    let (code, _, err) = run(&mut job(
+        "worker_stuck",
+        &[
+            "--hang-timeout=5",
+            "--on-hang=stop",
+            "--exit-codes=classified",
+        ],
+    ));
+    assert_eq!(code, 124, "{err}");
+    assert!(
+        err.contains("toporun: hang: rank 1 is not where the other 3 wait"),
+        "{err}"
+    );
+    let worker = err
+        .lines()
+        .find(|l| l.starts_with("  rank 1 worker pid "))
+        .unwrap_or_else(|| panic!("no worker line:\n{err}"));
+    assert!(
+        worker.contains("read_remote_shard (scripts/first_cause.py:")
+            && worker.contains("__getitem__ (scripts/first_cause.py:"),
+        "{worker}"
+    );
+}
+
+/// A DataLoader worker killed under rank 1: rank 1 is named, with PyTorch's words.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_killed_dataloader_worker_names_its_rank() {
+    let (code, _, err) = run(&mut job("worker_killed", &["--exit-codes=classified"]));
+    assert_eq!(code, 1, "{err}");
+    let cause = first_cause(&err);
+    assert!(
+        cause.starts_with(
+            "toporun: root cause (code): rank 1 raised RuntimeError: DataLoader worker (pid "
+        ) && cause.contains("is killed by signal: Killed."),
+        "{err}"
+    );
+}

@@ -160,6 +160,52 @@ struct Judge {
     root: Root,
 }
 
+/// Worker processes shown per rank, and frames per worker.
+const WORKERS_SHOWN: usize = 4;
+const WORKER_FRAMES: usize = 3;
+
+/// `distributed/distributed_c10d.py`: the file and its folder.
+fn short(file: &str) -> String {
+    let parts: Vec<&str> = file.rsplit('/').take(2).collect();
+    parts.into_iter().rev().collect::<Vec<_>>().join("/")
+}
+
+/// Where the ranks' child processes (DataLoader workers) stand, bounded: a rank
+/// waiting for a batch is held by a worker, whose frames are the culprit's.
+pub fn workers_text(live: &[RankPid]) -> String {
+    let root = Root::live();
+    let mut sampler = Sampler::default();
+    let mut out = String::new();
+    for r in live {
+        let kids: Vec<RankPid> = crate::stacks::children(&root, r.pid)
+            .into_iter()
+            .take(WORKERS_SHOWN)
+            .map(|pid| RankPid { pid, ..*r })
+            .collect();
+        for s in sampler.capture(&kids, Duration::from_secs(1)) {
+            let Some(t) = s.main_thread() else {
+                continue; // not a Python process, or gone
+            };
+            let frames: Vec<String> = t
+                .frames
+                .iter()
+                .take(WORKER_FRAMES)
+                .map(|f| format!("{} ({}:{})", f.function, short(&f.file), f.line))
+                .collect();
+            out.push_str(&format!(
+                "  rank {} worker pid {}: {}\n",
+                r.rank,
+                s.pid,
+                frames.join(" <- ")
+            ));
+        }
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!("toporun: hang: where the ranks' worker processes stand (DataLoader workers):\n{out}")
+}
+
 /// Unreadable samples in a row before detection is said to be paused.
 const UNREADABLE_SAID: u32 = 5;
 
@@ -206,7 +252,7 @@ impl Judge {
         match self.progress.hung(&ids, timeout, now) {
             Some(stalled) if !self.reported => {
                 let hang = Hang::of(stacks, &Places::new(), stalled, timeout);
-                let text = hang.text(&Places::new());
+                let text = hang.text(&Places::new()) + &workers_text(live);
                 self.sink.found(HangReport { hang, text });
                 self.reported = true;
             }

@@ -30,9 +30,10 @@ pub fn answer(ranks: &[RankPid], json: bool) -> String {
         return "no rank is running on this node right now\n".into();
     }
     format!(
-        "{} rank(s) on this node, the odd ones first:\n{}",
+        "{} rank(s) on this node, the odd ones first:\n{}{}",
         stacks.len(),
-        render_text(&groups, 12)
+        render_text(&groups, 12),
+        super::hang_watch::workers_text(ranks)
     )
 }
 

@@ -6,10 +6,13 @@ a helper after step 2, with no traceback. rank0_last: rank 0 finishes 1 s after 
 others. uneven: every rank finishes at its own time, no collective pending. ckpt:
 rank 0 saves a checkpoint into CKPT (a full volume) at step 3, through a file it
 opened 1.5 s before (a slow serializer). cuda_oom: rank 0 raises PyTorch's CUDA
-out-of-memory error, as torch raises it on a GPU, at step 2.
+out-of-memory error, as torch raises it on a GPU, at step 2. worker_stuck: rank 1's
+DataLoader worker blocks forever reading item 3. worker_killed: that worker is
+SIGKILLed at item 3 (as the OOM killer or a crash in a decoder would).
 STEP_SECS: the pause between steps (the stack sampler sees where each rank stands)."""
 import ctypes
 import os
+import signal
 import time
 
 import torch
@@ -23,6 +26,22 @@ rank = dist.get_rank()
 
 def decode_native_record(ptr):
     return ctypes.string_at(ptr, 8)  # a bad pointer (not NULL, which ctypes refuses): SIGSEGV
+
+
+def read_remote_shard(i):
+    if mode == "worker_stuck":
+        time.sleep(3600)  # a read that never returns
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Shards(torch.utils.data.Dataset):
+    def __len__(self):
+        return 100
+
+    def __getitem__(self, i):
+        if i == 3:
+            read_remote_shard(i)
+        return torch.ones(4)
 
 
 def build_activations(step):
@@ -43,6 +62,9 @@ def flush_shards(step):
 
 
 steps = 8
+batches = None
+if mode.startswith("worker_") and rank == 1:
+    batches = iter(torch.utils.data.DataLoader(Shards(), batch_size=1, num_workers=1))
 if mode == "short" and rank == 1:
     steps -= 1
 for step in range(steps):
@@ -58,7 +80,7 @@ for step in range(steps):
         build_activations(step)
     if mode == "exit3" and rank == 3 and step == 2:
         flush_shards(step)
-    t = torch.ones(4)
+    t = torch.ones(4) if batches is None else next(batches)[0]
     dist.all_reduce(t)
     time.sleep(pause)
 if mode == "rank0_last" and rank == 0:
