@@ -117,10 +117,11 @@ fn a_failing_ranks_summary_says_where_the_others_stood() {
     let d = tempfile::tempdir().unwrap();
     let (code, _, err) = run(&mut job("fail", d.path(), &[]));
     assert_eq!(code, 1, "{err}");
-    // Gloo peers die within milliseconds of rank 2: those already exiting are shown
-    // as last sampled.
+    // Gloo peers die within milliseconds of rank 2: their last samples from before
+    // the failure are shown, with the oldest one's age.
     assert!(
-        err.contains("where the other ranks stood when it failed:\n  ranks 0-1,3: all_reduce"),
+        err.contains("where the other ranks stood when it failed (last sampled at most ")
+            && err.contains("s before it failed):\n  ranks 0-1,3: all_reduce"),
         "{err}"
     );
 }
