@@ -175,3 +175,52 @@ fn a_killed_dataloader_worker_names_its_rank() {
         "{err}"
     );
 }
+
+/// One node of a static 2-node job of 2 ranks each on loopback, running `mode`.
+fn node_of_two(node: u32, port: u16, mode: &str) -> std::process::Child {
+    let mut c = toporun();
+    c.args([
+        "--nnodes=2",
+        &format!("--node-rank={node}"),
+        "--master-addr=127.0.0.1",
+        &format!("--master-port={port}"),
+        "--nproc-per-node=2",
+        "--nccl-report=off",
+        "--exit-codes=classified",
+        "first_cause.py",
+    ])
+    .env("MODE", mode)
+    .env("PYTHON_EXEC", python())
+    .current_dir(scripts())
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    c.spawn().unwrap()
+}
+
+/// Rank 1 (node 0) leaves early: node 0 names it, and node 1, whose ranks lost it
+/// too, hears the same cause with the stop.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_rank_that_left_is_the_cause_on_every_node() {
+    let port = free_port();
+    let nodes = [node_of_two(0, port, "leave"), node_of_two(1, port, "leave")];
+    let outs: Vec<(i32, String)> = nodes
+        .into_iter()
+        .map(|n| {
+            let o = n.wait_with_output().unwrap();
+            (
+                o.status.code().unwrap_or(-1),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+            )
+        })
+        .collect();
+    for (node, (code, err)) in outs.iter().enumerate() {
+        assert_eq!(*code, 1, "node {node}: {err}");
+        let cause = first_cause(err);
+        assert!(
+            cause.contains("rank 1 left the job (exit 0 at ")
+                && cause.contains("while rank 0 was still running"),
+            "node {node}: {cause}\n{err}"
+        );
+    }
+}

@@ -58,7 +58,13 @@ fn left_before(e: &RankEnd, line: &str, left: &[Left]) -> Option<Cause> {
     let gone: Vec<&Left> = left.iter().filter(|l| l.at <= e.at).collect();
     let first = gone.first()?;
     let ranks: Vec<String> = gone.iter().map(|l| l.rank.to_string()).collect();
-    let running: Vec<String> = first.running.iter().map(u32::to_string).collect();
+    let running = match first.running.as_slice() {
+        [one] => format!("rank {one} was"),
+        many => {
+            let r: Vec<String> = many.iter().map(u32::to_string).collect();
+            format!("ranks {} were", r.join(","))
+        }
+    };
     let what = crate::root_cause::peer::signature(line).unwrap_or("lost its peer");
     let who = if gone.len() == 1 {
         format!("rank {} left the job", ranks[0])
@@ -70,9 +76,8 @@ fn left_before(e: &RankEnd, line: &str, left: &[Left]) -> Option<Cause> {
             CauseKind::Code,
             Some(first.rank),
             format!(
-                "{who} (exit 0 at {:.1}s into the attempt) while rank(s) {} were still running; rank {}'s \"{what}\" is the consequence",
+                "{who} (exit 0 at {:.1}s into the attempt) while {running} still running; rank {}'s \"{what}\" is the consequence",
                 first.into_attempt,
-                running.join(","),
                 e.rank
             ),
         )
@@ -342,7 +347,7 @@ mod tests {
         assert_eq!(c[0].rank, Some(1));
         assert_eq!(
             c[0].summary,
-            "rank 1 left the job (exit 0 at 3.1s into the attempt) while rank(s) 0,2,3 were still running; rank 2's \"Connection closed by peer\" is the consequence"
+            "rank 1 left the job (exit 0 at 3.1s into the attempt) while ranks 0,2,3 were still running; rank 2's \"Connection closed by peer\" is the consequence"
         );
         assert!(c[0]
             .fix
