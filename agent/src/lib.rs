@@ -2,12 +2,9 @@
 //! store, rendezvous and rank supervision.
 
 mod clock;
-pub mod cloud_metadata;
 pub mod console;
 pub mod flight_recorder;
-pub mod gpu_events;
 pub mod job;
-pub mod link_bandwidth;
 pub mod nccl_watch;
 mod own_thread;
 pub mod paths;

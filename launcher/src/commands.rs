@@ -69,7 +69,7 @@ fn facts(g: &Globals) -> Result<toporun_shared::facts::HostFacts> {
 /// Live facts with the instance type from the cloud's metadata service, asked while
 /// the host is probed (it costs nothing then, BUDGET at most off-cloud).
 fn facts_and_cloud(g: &Globals, metadata: &Metadata) -> Result<toporun_shared::facts::HostFacts> {
-    use toporun_agent::cloud_metadata::{self, Endpoints};
+    use toporun_agent::probe::cloud_metadata::{self, Endpoints};
     let ask = (g.facts.is_none() && !metadata.no_metadata).then(|| {
         std::thread::spawn(|| {
             cloud_metadata::instance(&Endpoints::from_env(|k| std::env::var(k).ok()))
@@ -196,7 +196,7 @@ fn preflight(g: &Globals, args: &PreflightArgs) -> Result<u8> {
             return Err(CannotRun("--measure measures this machine's GPUs; --facts replays another's facts (a measurement recorded in them is checked without --measure)".into()).into());
         }
         watchdog(crate::measure_child::DEADLINE);
-        f.bandwidth = Some(toporun_agent::link_bandwidth::measure(&f.gpus));
+        f.bandwidth = Some(toporun_agent::probe::link_bandwidth::measure(&f.gpus));
     }
     let findings = preflight::run(&f, &opts);
     match args.format {

@@ -4,7 +4,7 @@ use crate::rendezvous::StopReason;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::spec::NodePlace;
+use crate::job::spec::NodePlace;
 
 /// Resolves when another node (or the keep-alive check) stops the round.
 pub type StopFuture = Pin<Box<dyn Future<Output = StopReason>>>;

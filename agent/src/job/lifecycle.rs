@@ -2,24 +2,24 @@
 //! start the local ranks, supervise them, report NCCL, and restart, stop or finish
 //! with the other nodes, the way torchrun's elastic agent does.
 
-use super::causes;
-use super::entry::Entered;
-use super::error::JobError;
-use super::failure::{gpus_released, heard_stop, rank_failed, Failed};
-use super::hang_exchange;
-use super::hang_response::{watch_hangs, AfterHang};
-use super::hang_watch::{self, HangReport, LiveRanks};
-use super::nccl_report::{self, Capture, Reporter};
-use super::ranks::rank_commands;
-use super::recorder::{self, flight_recorder_env, say_flight_recorder};
-use super::run_dir::RunDir;
-use super::session::Session;
-use super::spec::{Job, NodePlace};
-use super::stacks_socket;
+use crate::job::entry::Entered;
+use crate::job::error::JobError;
+use crate::job::failure::causes;
+use crate::job::failure::recorder::{self, flight_recorder_env, say_flight_recorder};
+use crate::job::failure::{gpus_released, heard_stop, rank_failed, Failed};
+use crate::job::hang::exchange;
+use crate::job::hang::response::{watch_hangs, AfterHang};
+use crate::job::hang::stacks_socket;
+use crate::job::hang::watch::{self, HangReport, LiveRanks};
+use crate::job::nccl_report::{self, Capture, Reporter};
+use crate::job::ranks::rank_commands;
+use crate::job::run_dir::RunDir;
+use crate::job::session::Session;
+use crate::job::spec::{Job, NodePlace};
 // A rank-event callback that panicked leaves these lists whole: poison is cleared.
-use super::transitions::{self, AttemptEnd, Next, Restarts};
-use crate::gpu_events::XidLog;
+use crate::job::transitions::{self, AttemptEnd, Next, Restarts};
 use crate::paths::random_id;
+use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
@@ -324,7 +324,7 @@ async fn attempt(
     });
     status.placed(node.node_rank, node.nnodes);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
-    let _unused_removed = super::run_dir::UnusedRemoved(attempt_dir.clone());
+    let _unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
     if life.stacks_socket.is_none() {
         match stacks_socket::serve(&dir, life.live.clone()) {
             Ok(s) => life.stacks_socket = Some(s),
@@ -452,7 +452,7 @@ async fn attempt(
             // Stopped for a hang before this node read the view: it prints it too.
             if reason.kind == StopKind::Hang && status.snapshot().hangs == hangs_before {
                 if let Some(m) = session.meeting(round, node) {
-                    hang_exchange::print_decided(&m).await;
+                    exchange::print_decided(&m).await;
                 }
             }
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
@@ -501,7 +501,7 @@ impl std::fmt::Display for AttemptStop {
 
 /// Where the ranks still running stood when one failed: their last samples from
 /// before the failure, with the oldest one's age.
-fn others_stacks(watcher: &hang_watch::Watcher, others: &[RankPid]) -> Option<String> {
+fn others_stacks(watcher: &watch::Watcher, others: &[RankPid]) -> Option<String> {
     if others.is_empty() {
         return None;
     }

@@ -3,8 +3,8 @@
 //! local rank's communicator is up each node reports what NCCL chose; the host merges
 //! the nodes' digests through the store into one job-wide report.
 
-use super::run_dir::write_json;
-use super::spec::Job;
+use crate::job::run_dir::write_json;
+use crate::job::spec::Job;
 use crate::nccl_watch::NcclWatch;
 use crate::store::StoreClient;
 use std::collections::BTreeMap;

@@ -1,7 +1,7 @@
 //! One attempt's rank commands: argv, environment, CPUs, log sinks and error file.
 
-use super::error::JobError;
-use super::spec::{Job, NodePlace};
+use crate::job::error::JobError;
+use crate::job::spec::{Job, NodePlace};
 use crate::supervise::{line_prefix, LogPlan, RankCmd};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +20,7 @@ pub fn rank_commands(
         .iter()
         .map(|place| {
             let dir = PathBuf::from(&job.attempt_dir).join(place.local_rank.to_string());
-            super::run_dir::create_private_dir(&dir).map_err(|source| JobError::Path {
+            crate::job::run_dir::create_private_dir(&dir).map_err(|source| JobError::Path {
                 what: "cannot create",
                 path: dir.clone(),
                 source,

@@ -1,7 +1,7 @@
 //! The run directory: `<log_dir or a temp dir>/<run_id>_<random>`, as torchrun names
 //! it; the temp dir goes away at exit.
 
-use super::error::JobError;
+use crate::job::error::JobError;
 use std::path::PathBuf;
 
 /// 0700: rank output is the job's own, as under torchrun.

@@ -1,9 +1,12 @@
 //! Live probing: the machine and container as `HostFacts`.
 
+pub mod cloud_metadata;
 pub mod container;
 pub mod entrypoint;
 pub mod fqdn;
 pub mod gpu;
+pub mod gpu_events;
+pub mod link_bandwidth;
 pub mod memory_cgroup;
 mod net;
 pub mod open_writes;

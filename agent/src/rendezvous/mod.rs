@@ -22,7 +22,7 @@ pub use coordinator::{coordinate, CoordinateError, Waiting};
 pub use keys::{RoundKeys, RunKeys};
 pub use node::{
     advance_round, barrier, current_round, join, request_stop, round_closed, wait_for_next_round,
-    BarrierNode, JoinError, Next, Place, StopWatch,
+    BarrierNode, JoinError, NextRound, Place, StopWatch,
 };
 pub use protocol::{Closed, Layout, StopKind, StopReason};
 

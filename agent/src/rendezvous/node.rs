@@ -206,7 +206,7 @@ pub async fn round_closed(c: &mut Kv, cfg: &Config, round: u32) -> Result<bool, 
 }
 
 /// What a node that waited for the next round found.
-pub enum Next {
+pub enum NextRound {
     Round(u32),
     /// The job finished without it.
     Finished,
@@ -221,7 +221,7 @@ pub async fn wait_for_next_round(
     cfg: &Config,
     round: u32,
     report: &mut (dyn FnMut(Duration) + Send),
-) -> Result<Next, JoinError> {
+) -> Result<NextRound, JoinError> {
     // Counted as waiting while alive: in etcd the count forgets a spare that dies.
     let keys = cfg.round_keys(round);
     let waiting = keys.waiting();
@@ -239,10 +239,10 @@ pub async fn wait_for_next_round(
         }
         let now = current_round(c, cfg).await?;
         if now > round {
-            return Ok(Next::Round(now));
+            return Ok(NextRound::Round(now));
         }
         if c.check(&[&finished]).await? {
-            return Ok(Next::Finished);
+            return Ok(NextRound::Finished);
         }
         // A job that ends (rather than moves to the next round) ends for spares too.
         if let Some(reason) = stop_reason(c, &stop).await? {

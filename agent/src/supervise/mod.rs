@@ -13,8 +13,8 @@ pub use events::{Event, Events};
 pub use logs::{drain, line_prefix, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{
-    dump_error_file, failure_summary, record_error, root_cause, write_termination_message, Failure,
-    WorkerError, TERMINATION_MESSAGE_MAX,
+    dump_error_file, failure_summary, first_failure, record_error, write_termination_message,
+    Failure, WorkerError, TERMINATION_MESSAGE_MAX,
 };
 pub use tail::Tail;
 
@@ -128,12 +128,13 @@ async fn attempt<R: std::fmt::Display>(
             }
         }
     }
+    let started = Instant::now();
     loop {
         reap(&mut ranks, on_rank);
         if ranks.iter().any(|r| failed(r.exit)) {
             // The others still stand where the failure left them: a last look first.
             on_rank(RankEvent::StoppingOthers);
-            settle(&mut ranks, events, on_rank).await;
+            settle(&mut ranks, events, on_rank, started).await;
             // As torchrun's: the ranks that failed on their own, not those stopped.
             let failures = ranks
                 .iter()
@@ -183,11 +184,26 @@ const SETTLE: Duration = Duration::from_millis(100);
 /// How long a rank whose stderr ends in its own uncaught exception gets to exit with
 /// its own code (when every rank fails at import, they all are on their way out).
 const SETTLE_EXITING: Duration = Duration::from_secs(2);
+/// A failure this soon after the ranks started (an import, a bad argument, a missing
+/// file) likely strikes the others too, a little later on a loaded machine: they get
+/// SETTLE_EARLY to fail on their own. A job failing at start waits that much longer.
+const EARLY: Duration = Duration::from_secs(5);
+const SETTLE_EARLY: Duration = Duration::from_millis(500);
 
 /// Reaps the ranks that exit by themselves just after a failure, so each is reported
 /// with its own exit code and traceback, not as stopped by toporun's signal.
-async fn settle(ranks: &mut [Running], events: &mut Events, on_rank: &dyn Fn(RankEvent)) {
+async fn settle(
+    ranks: &mut [Running],
+    events: &mut Events,
+    on_rank: &dyn Fn(RankEvent),
+    started: Instant,
+) {
     let start = Instant::now();
+    let base = if start.duration_since(started) < EARLY {
+        SETTLE_EARLY
+    } else {
+        SETTLE
+    };
     loop {
         reap(ranks, on_rank);
         let exiting = ranks.iter().filter(|r| r.exit.is_none()).map(|r| {
@@ -196,7 +212,7 @@ async fn settle(ranks: &mut [Running], events: &mut Events, on_rank: &dyn Fn(Ran
         let limit = match exiting.reduce(|a, b| a || b) {
             None => return,
             Some(true) => SETTLE_EXITING,
-            Some(false) => SETTLE,
+            Some(false) => base,
         };
         let left = limit.saturating_sub(start.elapsed());
         if left.is_zero() {

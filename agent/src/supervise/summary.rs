@@ -246,7 +246,7 @@ pub fn record_error(dest: &std::path::Path, message: &str) -> std::io::Result<()
 }
 
 /// The root cause: the earliest failure (by its error file's timestamp, else exit).
-pub fn root_cause(failures: &[Failure]) -> Option<&Failure> {
+pub fn first_failure(failures: &[Failure]) -> Option<&Failure> {
     failures.iter().min_by(|a, b| a.when().total_cmp(&b.when()))
 }
 
@@ -254,7 +254,7 @@ pub fn root_cause(failures: &[Failure]) -> Option<&Failure> {
 /// cause first (index 0), the others by rank, rules as wide as the widest line (at
 /// most 60).
 pub fn failure_summary(entrypoint: &str, host: &str, failures: &[Failure]) -> String {
-    let Some(root) = root_cause(failures) else {
+    let Some(root) = first_failure(failures) else {
         return String::new();
     };
     let mut others: Vec<&Failure> = failures

@@ -1,8 +1,8 @@
 //! Reaching the rendezvous state: the store (static, c10d) or etcd, saying every 5 s
 //! what it still tries and giving up at the join timeout with what to check.
 
-use super::error::JobError;
-use super::spec::Job;
+use crate::job::error::JobError;
+use crate::job::spec::Job;
 use crate::rendezvous::etcd_client::{self, Etcd, EtcdError};
 use crate::rendezvous::{Config, Shape};
 use crate::store::StoreClient;

@@ -3,14 +3,14 @@
 //! besides joining (`multi_node_join`): the workers' store, stop requests, the
 //! NCCL report's place and the exit barrier.
 
-use super::entry::StopFuture;
-use super::error::JobError;
-use super::meeting::Meeting;
-use super::nccl_report::ReportStore;
-use super::node_table::node_table;
-use super::rdzv_connect::{connect_etcd, connect_store};
-use super::spec::{Job, NodePlace};
-use super::store_host::{bind, bind_c10d, endpoint_is_here};
+use crate::job::entry::StopFuture;
+use crate::job::error::JobError;
+use crate::job::nccl_report::ReportStore;
+use crate::job::session::meeting::Meeting;
+use crate::job::session::node_table::node_table;
+use crate::job::session::rdzv_connect::{connect_etcd, connect_store};
+use crate::job::session::store_host::{bind, bind_c10d, endpoint_is_here};
+use crate::job::spec::{Job, NodePlace};
 use crate::rendezvous::etcd_client::Etcd;
 use crate::rendezvous::{
     barrier, key_space, request_stop, Backend, BarrierNode, Config, EtcdKv, Kv, NodeInfo, Shape,

@@ -3,18 +3,22 @@
 //! every node told, and torchrun's summary written with toporun's causes first; and,
 //! before a restart, the last attempt's GPU memory released.
 
-use super::causes::{self, MemoryAtStart};
-use super::gpu_release::{wait_released, Holder, RELEASE_WAIT};
-use super::nccl_report::Reporter;
-use super::recorder::say_flight_recorder;
-use super::session::Session;
-use super::spec::{Job, NodePlace};
-use super::transitions::{self, AttemptEnd, Next, Restarts};
-use crate::gpu_events::XidLog;
+pub(super) mod causes;
+pub(super) mod gpu_release;
+pub(super) mod recorder;
+
+use crate::job::failure::gpu_release::{wait_released, Holder, RELEASE_WAIT};
+use crate::job::failure::recorder::say_flight_recorder;
+use crate::job::nccl_report::Reporter;
+use crate::job::session::Session;
+use crate::job::spec::{Job, NodePlace};
+use crate::job::transitions::{self, AttemptEnd, Next, Restarts};
+use crate::probe::gpu_events::XidLog;
 use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::status::JobStatus;
 use crate::supervise::{self, failure_summary};
+use causes::MemoryAtStart;
 use std::path::Path;
 use std::time::Duration;
 use toporun_shared::root_cause::exit_codes::class_of;
@@ -96,7 +100,7 @@ pub async fn rank_failed(
     let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
     let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
     // The rank that failed first, not one toporun stopped after it.
-    let f = supervise::root_cause(failures).unwrap_or(&failures[0]);
+    let f = supervise::first_failure(failures).unwrap_or(&failures[0]);
     let what = f
         .signal
         .clone()
@@ -155,7 +159,7 @@ async fn peer_verdict(
 ) -> Option<(StopReason, f64)> {
     // Only where losing a peer came first: a rank of this node that failed on its own
     // before (its peers then lose it) is this node's failure, not to be held.
-    let (line, addr) = supervise::root_cause(failures)?.peer_lost.clone()?;
+    let (line, addr) = supervise::first_failure(failures)?.peer_lost.clone()?;
     if matches!(session, Session::Single(_)) || left_here {
         return None;
     }

@@ -2,8 +2,8 @@
 //! c10d node whose endpoint names this machine (or `is_host`). A port that cannot be
 //! taken is said with who holds it.
 
-use super::error::JobError;
-use super::spec::Job;
+use crate::job::error::JobError;
+use crate::job::spec::Job;
 use crate::paths::Root;
 use crate::probe::port_owner;
 use crate::store::{Reach, StoreServer};

@@ -2,12 +2,12 @@
 //! rank's end and output, the memory cgroup's OOM kills since the attempt began,
 //! /dev/shm now, the GPUs' Xid events; and where those events come from.
 
-use super::error::JobError;
-use super::spec::Job;
 use crate::clock::epoch_secs;
-use crate::gpu_events::{NvmlXids, ReplayXids, XidLog};
+use crate::job::error::JobError;
+use crate::job::spec::Job;
 use crate::paths::Root;
 use crate::probe::container::shm;
+use crate::probe::gpu_events::{NvmlXids, ReplayXids, XidLog};
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::probe::GpuProbe;
 use crate::stacks::RankPid;
@@ -92,7 +92,7 @@ pub fn of(
     gpus: Option<&dyn GpuProbe>,
 ) -> Vec<Cause> {
     let root = Root::live();
-    let first = supervise::root_cause(failures).map(|f| f.pid);
+    let first = supervise::first_failure(failures).map(|f| f.pid);
     let volumes: Vec<Option<Volume>> = failures
         .iter()
         .map(|f| {

@@ -3,11 +3,11 @@
 //! `--on-hang stop` the ranks' flight-recorder dumps asked for before they are
 //! stopped.
 
-use super::hang_exchange;
-use super::hang_watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
-use super::run_dir::write_json;
-use super::session::Session;
-use super::spec::{HangWatch, Job, NodePlace};
+use crate::job::hang::exchange;
+use crate::job::hang::watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
+use crate::job::run_dir::write_json;
+use crate::job::session::Session;
+use crate::job::spec::{HangWatch, Job, NodePlace};
 use crate::paths::Root;
 use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
 use crate::status::JobStatus;
@@ -26,7 +26,7 @@ pub fn watch_hangs(
     live: &LiveRanks,
     status: &JobStatus,
 ) -> (
-    hang_watch::Watcher,
+    watch::Watcher,
     Option<tokio::task::JoinHandle<()>>,
     mpsc::UnboundedReceiver<HangReport>,
 ) {
@@ -41,13 +41,13 @@ pub fn watch_hangs(
         Some((w, x)) => {
             let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
             let host = p.facts.container.hostname.clone();
-            let task = hang_exchange::start(x, host, w, rx, sink.clone());
+            let task = exchange::start(x, host, w, rx, sink.clone());
             (Decide::Publish(tx), Some(task))
         }
         None => (Decide::Here, None),
     };
     (
-        hang_watch::start(live.clone(), p.hang, decide, sink),
+        watch::start(live.clone(), p.hang, decide, sink),
         task,
         hangs,
     )

@@ -2,13 +2,21 @@
 //! own store ([`SingleNode`]); several nodes run the rendezvous protocol with
 //! keep-alives, stop requests across nodes and an exit barrier ([`MultiNode`]).
 
-use super::entry::{Entered, StopFuture};
-use super::error::JobError;
-use super::meeting::Meeting;
-use super::multi_node::MultiNode;
-use super::nccl_report::ReportStore;
-use super::single_node::SingleNode;
-use super::spec::{Job, NodePlace};
+pub(super) mod meeting;
+mod multi_node;
+mod multi_node_join;
+mod node_table;
+mod rdzv_connect;
+mod single_node;
+pub(super) mod store_host;
+
+use crate::job::entry::{Entered, StopFuture};
+use crate::job::error::JobError;
+use crate::job::nccl_report::ReportStore;
+use crate::job::session::meeting::Meeting;
+use crate::job::session::multi_node::MultiNode;
+use crate::job::session::single_node::SingleNode;
+use crate::job::spec::{Job, NodePlace};
 use crate::paths;
 use crate::rendezvous::StopReason;
 use crate::store::StoreServer;

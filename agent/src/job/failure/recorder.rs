@@ -1,12 +1,12 @@
 //! The ranks' PyTorch flight recorder: where their dumps go (and what makes them
 //! dump), and the dumps of an attempt read and matched after a failure or a hang.
 
-use super::meeting::Meeting;
-use super::run_dir::write_json;
-use super::spec::Job;
 use crate::flight_recorder::{
     DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR, OLD_DUMP_PREFIX_VAR, RECORDER_DEFAULTS,
 };
+use crate::job::run_dir::write_json;
+use crate::job::session::meeting::Meeting;
+use crate::job::spec::Job;
 use crate::status::JobStatus;
 use crate::store::StoreError;
 use std::collections::BTreeMap;

@@ -2,10 +2,10 @@
 //! sample (where the others stood when one fails, even if they die with it). With
 //! `--hang-timeout` on a single node, when no rank has made progress for the
 //! timeout, it reports where each stands (the odd ones first) and which rank differs;
-//! on several nodes it hands each sample to the job-wide decision (`hang_exchange`).
+//! on several nodes it hands each sample to the job-wide decision (`exchange`).
 //! On its own thread: py-spy's reads are blocking.
 
-use super::spec::HangWatch;
+use crate::job::spec::HangWatch;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler};
 use std::collections::HashMap;

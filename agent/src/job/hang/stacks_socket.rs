@@ -33,7 +33,7 @@ pub fn answer(ranks: &[RankPid], json: bool) -> String {
         "{} rank(s) on this node, the odd ones first:\n{}{}",
         stacks.len(),
         render_text(&groups, 12),
-        super::hang_watch::workers_text(ranks)
+        crate::job::hang::watch::workers_text(ranks)
     )
 }
 

@@ -5,9 +5,9 @@
 //! one view naming each odd rank's node, host and local rank, and writes it under
 //! `hang`, where the other nodes read and print it.
 
-use super::hang_watch::{HangReport, NodeSample, Sink};
-use super::meeting::Meeting;
-use super::spec::HangWatch;
+use crate::job::hang::watch::{HangReport, NodeSample, Sink};
+use crate::job::session::meeting::Meeting;
+use crate::job::spec::HangWatch;
 use crate::store::{StoreClient, StoreError};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

@@ -1,9 +1,9 @@
 //! A one-node job: it hosts its own store, loopback-only unless the user named an
 //! address others can reach, and every round places all ranks on this node.
 
-use super::error::JobError;
-use super::spec::{Job, NodePlace};
-use super::store_host::{bind, is_loopback};
+use crate::job::error::JobError;
+use crate::job::session::store_host::{bind, is_loopback};
+use crate::job::spec::{Job, NodePlace};
 use crate::store::{Reach, StoreServer};
 use toporun_shared::torchrun::worker::layout;
 

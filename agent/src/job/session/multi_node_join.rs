@@ -3,14 +3,14 @@
 //! claims the round), or, when that round already runs, waits for the next one as a
 //! node to admit or a spare.
 
-use super::entry::Entered;
-use super::error::JobError;
-use super::multi_node::MultiNode;
-use super::rdzv_connect::until_signal;
-use super::spec::{Job, NodePlace};
+use crate::job::entry::Entered;
+use crate::job::error::JobError;
+use crate::job::session::multi_node::MultiNode;
+use crate::job::session::rdzv_connect::until_signal;
+use crate::job::spec::{Job, NodePlace};
 use crate::rendezvous::{
     advance_round, coordinate, current_round, join, round_closed, wait_for_next_round, Backend,
-    CoordinateError, JoinError, Next, NodeInfo, Place, Waiting,
+    CoordinateError, JoinError, NextRound, NodeInfo, Place, Waiting,
 };
 use crate::supervise::Events;
 use std::time::Duration;
@@ -143,16 +143,16 @@ impl MultiNode {
                 (Err(e @ JoinError::Stopped(_)), _) => return Err(JobError::failed(format!("rendezvous {run_id}"), e)),
                 // The store went away while this node waited: the job ended (or its
                 // host died) without needing this static rank.
-                (Err(_), Some(_)) => Next::Finished,
+                (Err(_), Some(_)) => NextRound::Finished,
                 (Err(e), None) => return Err(JobError::failed(format!("rendezvous {run_id}: no round this node could join"), e)),
             },
             _ = until_signal(events) => return Ok(Spare::Signal),
         };
         match (next, holder) {
-            (Next::Round(r), _) => Ok(Spare::Next(r)),
-            (Next::Finished, None) => Ok(Spare::Finished),
+            (NextRound::Round(r), _) => Ok(Spare::Next(r)),
+            (NextRound::Finished, None) => Ok(Spare::Finished),
             // A static rank the job never needed again was a duplicate.
-            (Next::Finished, Some((rank, other))) => Err(JobError::failed(
+            (NextRound::Finished, Some((rank, other))) => Err(JobError::failed(
                 format!("rendezvous {run_id}"),
                 JoinError::DuplicateRank {
                     rank,
