@@ -277,6 +277,8 @@ pub fn judge(
             .unwrap_or_default();
         if let Some(sig) = e.signal.filter(|s| native_signal(s)) {
             causes.push(crashed(e, sig, &own_fault));
+        } else if e.cuda_oom.is_some() {
+            // CUDA's out-of-memory exception is said once, by the gpu-memory cause.
         } else if let Some(x) = e.exception {
             causes.push(Cause::new(
                 CauseKind::Code,
@@ -425,6 +427,7 @@ mod tests {
         e.exception = Some(&x);
         e.cuda_oom = Some(&oom);
         let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c.len(), 1, "PyTorch's message is said once: {c:?}");
         assert_eq!(c[0].kind, CauseKind::GpuMemory);
         assert_eq!(c[0].summary, "rank 0 ran out of GPU memory in build_activations (oom.py:3): asked 8.00 GiB with 6.66 GiB free of 79.18 GiB");
     }
