@@ -37,6 +37,9 @@ fn a_rank_that_left_early_is_the_cause_not_the_rank_that_lost_it() {
             "{mode}: {cause}\n{err}"
         );
         assert!(cause.contains("is the consequence"), "{mode}: {cause}");
+        // The lost address is matched to the rank that held it (gloo prints the port
+        // in network byte order; toporun matches either).
+        assert!(cause.contains(", a port rank 1 held)"), "{mode}: {cause}");
     }
 }
 

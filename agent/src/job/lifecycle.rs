@@ -438,6 +438,7 @@ async fn attempt(
                     left: &leavers.list(),
                     last_seen: &watcher.last_seen(),
                     writing: &watcher.writing(),
+                    ports: &watcher.ports(),
                     fr_dir: fr_dir.as_deref(),
                     attempt_dir: &attempt_dir,
                     memory,

@@ -90,9 +90,59 @@ pub fn holders(root: &Root, port: u16) -> Vec<PortOwner> {
     owners
 }
 
+/// Every socket's inode and local port in /proc/net/tcp{,6}.
+fn local_ports(root: &Root) -> std::collections::HashMap<String, u16> {
+    let mut out = std::collections::HashMap::new();
+    for table in [PROC_NET_TCP, PROC_NET_TCP6] {
+        for line in root.read(table).unwrap_or_default().lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(inode)) = (f.get(1), f.get(9)) else {
+                continue;
+            };
+            let port = local.rsplit(':').next().unwrap_or("");
+            if let Ok(port) = u16::from_str_radix(port, 16) {
+                out.insert(inode.to_string(), port);
+            }
+        }
+    }
+    out
+}
+
+/// The local TCP ports each of `pids` holds (listening, or its end of a connection):
+/// a peer's `[127.0.0.1]:35742` in another rank's error names the rank that held it.
+pub fn ports_held(root: &Root, pids: &[i32]) -> std::collections::HashMap<i32, Vec<u16>> {
+    let ports = local_ports(root);
+    pids.iter()
+        .map(|pid| {
+            let held: Vec<u16> = root
+                .list(format!("{PROC}/{pid}/fd"))
+                .iter()
+                .filter_map(|fd| {
+                    std::fs::read_link(root.join(format!("{PROC}/{pid}/fd/{fd}"))).ok()
+                })
+                .filter_map(|t| {
+                    let t = t.to_string_lossy().into_owned();
+                    let inode = t.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
+                    ports.get(&inode).copied()
+                })
+                .collect();
+            (*pid, held)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ports_a_process_holds() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let me = std::process::id() as i32;
+        let held = ports_held(&Root::live(), &[me]);
+        assert!(held[&me].contains(&port), "{held:?}");
+    }
 
     #[test]
     fn names_the_process_holding_a_port() {

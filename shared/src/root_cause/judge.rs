@@ -21,8 +21,10 @@ pub struct RankEnd<'a> {
     pub signal: Option<&'a str>,
     pub exception: Option<&'a PythonError>,
     pub shm_line: Option<&'a str>,
-    /// Its line saying a peer went away (gloo's "Connection closed by peer"...).
+    /// Its line saying a peer went away (gloo's "Connection closed by peer"...), and
+    /// the rank of this node that held the address the line names.
     pub lost_peer: Option<&'a str>,
+    pub peer_rank: Option<u32>,
     /// faulthandler's block, where it crashed natively.
     pub native: Option<&'a NativeCrash>,
     /// Where its last stack sample stood, and how long before it ended.
@@ -55,8 +57,14 @@ const LEFT_FIX: &str = "every rank must take part in every collective the others
 
 /// The ranks that left before `e`, which lost a peer, failed: its failure is theirs.
 fn left_before(e: &RankEnd, line: &str, left: &[Left]) -> Option<Cause> {
-    let gone: Vec<&Left> = left.iter().filter(|l| l.at <= e.at).collect();
+    let mut gone: Vec<&Left> = left.iter().filter(|l| l.at <= e.at).collect();
+    // The rank that held the lost address first, where it is known.
+    gone.sort_by_key(|l| Some(l.rank) != e.peer_rank);
     let first = gone.first()?;
+    let whose = match (e.peer_rank, crate::root_cause::peer::address(line)) {
+        (Some(r), Some(a)) if r == first.rank => format!(" (at {a}, a port rank {r} held)"),
+        _ => String::new(),
+    };
     let ranks: Vec<String> = gone.iter().map(|l| l.rank.to_string()).collect();
     let running = match first.running.as_slice() {
         [one] => format!("rank {one} was"),
@@ -76,7 +84,7 @@ fn left_before(e: &RankEnd, line: &str, left: &[Left]) -> Option<Cause> {
             CauseKind::Code,
             Some(first.rank),
             format!(
-                "{who} (exit 0 at {:.1}s into the attempt) while {running} still running; rank {}'s \"{what}\" is the consequence",
+                "{who} (exit 0 at {:.1}s into the attempt) while {running} still running; rank {}'s \"{what}\"{whose} is the consequence",
                 first.into_attempt,
                 e.rank
             ),
@@ -319,6 +327,7 @@ mod tests {
             exception: None,
             shm_line: None,
             lost_peer: None,
+            peer_rank: None,
             native: None,
             last_seen: None,
             write_failed: None,
@@ -344,12 +353,13 @@ mod tests {
         let line = "RuntimeError: [pair.cc:534] Connection closed by peer [127.0.0.1]:35742";
         let mut e = end(2, None, 1);
         e.lost_peer = Some(line);
+        e.peer_rank = Some(1);
         let c = judge(&[e], &[left(1, 999.0)], None, None, &[]);
         assert_eq!(c.len(), 1, "{c:?}");
         assert_eq!(c[0].rank, Some(1));
         assert_eq!(
             c[0].summary,
-            "rank 1 left the job (exit 0 at 3.1s into the attempt) while ranks 0,2,3 were still running; rank 2's \"Connection closed by peer\" is the consequence"
+            "rank 1 left the job (exit 0 at 3.1s into the attempt) while ranks 0,2,3 were still running; rank 2's \"Connection closed by peer\" (at 127.0.0.1:35742, a port rank 1 held) is the consequence"
         );
         assert!(c[0]
             .fix

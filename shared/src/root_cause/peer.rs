@@ -27,7 +27,13 @@ pub fn lost_peer(text: &str) -> Option<(String, Option<String>)> {
         .find(|l| SIGNATURES.iter().any(|s| l.contains(s)))?
         .trim()
         .to_string();
-    let addr = line.split('[').skip(1).find_map(|rest| {
+    let addr = address(&line);
+    Some((line, addr))
+}
+
+/// The peer's `host:port` a line gives (gloo: `[10.0.0.2]:41234`).
+pub fn address(line: &str) -> Option<String> {
+    line.split('[').skip(1).find_map(|rest| {
         let (host, after) = rest.split_once(']')?;
         let port = after.strip_prefix(':')?;
         let port: String = port.chars().take_while(char::is_ascii_digit).collect();
@@ -36,8 +42,15 @@ pub fn lost_peer(text: &str) -> Option<(String, Option<String>)> {
                 .chars()
                 .all(|c| c.is_ascii_hexdigit() || c == '.' || c == ':');
         (ok && !port.is_empty()).then(|| format!("{host}:{port}"))
-    });
-    Some((line, addr))
+    })
+}
+
+/// Whether a peer's host is this machine seen through loopback, where a port number
+/// names a local process (on another host, the same number means nothing here).
+pub fn is_loopback(host: &str) -> bool {
+    host.trim_matches(['[', ']'])
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|a| a.is_loopback())
 }
 
 /// A node of the round as a peer's address names it: its name for people

@@ -81,6 +81,25 @@ pub struct Evidence<'a> {
     pub last_seen: &'a HashMap<i32, (String, SystemTime)>,
     /// The files each rank (by pid) was last seen writing.
     pub writing: &'a HashMap<i32, Vec<String>>,
+    /// The TCP ports each rank (by rank) held.
+    pub ports: &'a HashMap<u32, Vec<u16>>,
+}
+
+/// The rank of this node that held the loopback address a lost-peer line names.
+fn peer_rank(f: &Failure, ports: &HashMap<u32, Vec<u16>>) -> Option<u32> {
+    let addr = f.peer_lost.as_ref()?.1.as_deref()?;
+    let (host, port) = addr.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    if !toporun_shared::root_cause::peer::is_loopback(host) {
+        return None;
+    }
+    // gloo (torch 2.11) prints the port in network byte order: `[127.0.0.1]:45292`
+    // for the socket /proc shows on port 60592. Either order names the holder.
+    let swapped = port.swap_bytes();
+    ports
+        .iter()
+        .find(|(rank, held)| **rank != f.rank && (held.contains(&port) || held.contains(&swapped)))
+        .map(|(rank, _)| *rank)
 }
 
 pub fn of(
@@ -111,6 +130,7 @@ pub fn of(
             exception: f.exception.as_ref(),
             shm_line: f.shm.as_deref(),
             lost_peer: f.peer_lost.as_ref().map(|(line, _)| line.as_str()),
+            peer_rank: peer_rank(f, seen.ports),
             native: f.native.as_ref(),
             write_failed: f.write_failed.as_deref(),
             volume: volume.as_ref(),

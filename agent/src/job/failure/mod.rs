@@ -55,6 +55,8 @@ pub struct Failed<'a> {
     pub last_seen: &'a std::collections::HashMap<i32, (String, std::time::SystemTime)>,
     /// The files each rank (by pid) was last seen writing.
     pub writing: &'a std::collections::HashMap<i32, Vec<String>>,
+    /// The TCP ports each rank (by rank) held.
+    pub ports: &'a std::collections::HashMap<u32, Vec<u16>>,
     pub fr_dir: Option<&'a Path>,
     pub attempt_dir: &'a Path,
     pub memory: MemoryAtStart,
@@ -96,6 +98,7 @@ pub async fn rank_failed(
         left: failed.left,
         last_seen: failed.last_seen,
         writing: failed.writing,
+        ports: failed.ports,
     };
     let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
     let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);

@@ -83,10 +83,15 @@ type LastSamples = Arc<Mutex<HashMap<i32, (RankStack, SystemTime)>>>;
 /// any: where a failed write was going.
 type Writes = Arc<Mutex<HashMap<i32, Vec<String>>>>;
 
+/// The local TCP ports each rank (by rank) held at its last sample: a peer's address
+/// in another rank's lost-connection error names its rank.
+type Ports = Arc<Mutex<HashMap<u32, Vec<u16>>>>;
+
 pub struct Watcher {
     done: Arc<AtomicBool>,
     last: LastSamples,
     writes: Writes,
+    ports: Ports,
 }
 
 impl Watcher {
@@ -119,6 +124,14 @@ impl Watcher {
         }
         stacks.sort_by_key(|s| s.rank);
         (stacks, oldest)
+    }
+
+    /// The TCP ports each rank held at its last sample.
+    pub fn ports(&self) -> HashMap<u32, Vec<u16>> {
+        self.ports
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The files each rank (by pid) was last seen writing.
@@ -269,7 +282,8 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
     let done = Arc::new(AtomicBool::new(false));
     let last: LastSamples = Default::default();
     let writes: Writes = Default::default();
-    let (stop, keep, files) = (done.clone(), last.clone(), writes.clone());
+    let ports: Ports = Default::default();
+    let (stop, keep, files, held) = (done.clone(), last.clone(), writes.clone(), ports.clone());
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
     let mut judge = watch.map(|watch| Judge {
         watch,
@@ -306,12 +320,32 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
                         .insert(r.pid, open);
                 }
             }
+            note_ports(&held, &live);
             if let Some(j) = judge.as_mut() {
                 j.judge(&live, &stacks);
             }
         }
     });
-    Watcher { done, last, writes }
+    Watcher {
+        done,
+        last,
+        writes,
+        ports,
+    }
+}
+
+/// Records the ports each live rank holds (kept after it exits).
+fn note_ports(held: &Ports, live: &[RankPid]) {
+    let pids: Vec<i32> = live.iter().map(|r| r.pid).collect();
+    let now = crate::probe::port_owner::ports_held(&Root::live(), &pids);
+    let mut held = held
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for r in live {
+        if let Some(p) = now.get(&r.pid).filter(|p| !p.is_empty()) {
+            held.insert(r.rank, p.clone());
+        }
+    }
 }
 
 #[cfg(test)]
