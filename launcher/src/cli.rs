@@ -3,6 +3,7 @@
 
 use crate::subcommands::{
     Cli, ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice,
+    StopSignalTo,
 };
 use clap::builder::EnumValueParser;
 use clap::{Arg, ArgAction, ArgMatches, Command};
@@ -121,6 +122,19 @@ pub fn launch_command(name: &'static str) -> Command {
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
+        )
+        .arg(
+            Arg::new("stop_grace")
+                .long("stop-grace")
+                .value_name("SECONDS")
+                .help("on a preemption (a handled signal on any node), how long the ranks get after the stop file (TOPORUN_STOP_FILE) appears before the signal is forwarded; the shutdown deadline still bounds it (default 0: at once, as torchrun) [env: TOPORUN_STOP_GRACE]"),
+        )
+        .arg(
+            Arg::new("stop_signal_to")
+                .long("stop-signal-to")
+                .value_parser(EnumValueParser::<StopSignalTo>::new())
+                .default_value("rank")
+                .help("rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it [env: TOPORUN_STOP_SIGNAL_TO]"),
         )
         .arg(
             Arg::new("faulthandler")

@@ -5,7 +5,7 @@ use crate::cli;
 use crate::dry_run;
 use crate::facts_source;
 use crate::subcommands::{
-    ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice,
+    ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice, StopSignalTo,
 };
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
@@ -249,9 +249,18 @@ fn prepare(
     let classified =
         typed_choice::<ExitCodesChoice>(m, "exit_codes", "TOPORUN_EXIT_CODES", &parent_env)?
             == ExitCodesChoice::Classified;
+    let stop_grace = match option_or_env(m, "stop_grace", "TOPORUN_STOP_GRACE", &parent_env) {
+        Some(v) => toporun_shared::torchrun::seconds("--stop-grace", &v)?,
+        None => std::time::Duration::ZERO,
+    };
+    let stop_signal_group =
+        typed_choice::<StopSignalTo>(m, "stop_signal_to", "TOPORUN_STOP_SIGNAL_TO", &parent_env)?
+            == StopSignalTo::Group;
     let faulthandler =
         typed_choice::<OnOff>(m, "faulthandler", "TOPORUN_FAULTHANDLER", &parent_env)? == OnOff::On;
     Ok(Job {
+        stop_grace,
+        stop_signal_group,
         faulthandler,
         flight_recorder,
         classified,

@@ -58,6 +58,15 @@ pub enum OnOff {
     Off,
 }
 
+/// `--stop-signal-to` / `TOPORUN_STOP_SIGNAL_TO`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StopSignalTo {
+    /// Each rank's main process: its DataLoader workers keep serving it.
+    Rank,
+    /// Each rank's whole process group, as torchrun signals it.
+    Group,
+}
+
 /// `--exit-codes` / `TOPORUN_EXIT_CODES`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ExitCodesChoice {

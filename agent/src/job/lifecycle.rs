@@ -12,6 +12,7 @@ use crate::job::hang::response::{watch_hangs, AfterHang};
 use crate::job::hang::stacks_socket;
 use crate::job::hang::watch::{self, HangReport, LiveRanks};
 use crate::job::nccl_report::{self, Capture, Reporter};
+use crate::job::preemption;
 use crate::job::ranks::rank_commands;
 use crate::job::run_dir::RunDir;
 use crate::job::session::Session;
@@ -25,7 +26,7 @@ use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
-use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
+use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent, StopHow};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -340,6 +341,15 @@ async fn attempt(
         report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
     }
     let fr_dir = flight_recorder_env(p, &dir, &attempt_dir, &mut report_env, round == 0);
+    let stop_file = preemption::StopFile::of(p, &dir);
+    stop_file.clear();
+    report_env.insert(
+        preemption::STOP_FILE_VAR.into(),
+        stop_file.path().display().to_string(),
+    );
+    let announce = session.announcer(round).await;
+    let ending = preemption::Ending::default();
+    let ours: Mutex<Option<StopReason>> = Mutex::new(None);
     let cmds = rank_commands(p, node, &dir, restarts.used, &report_env)?;
     let stop = session.stop_watch(round, node).await?;
     let world = node.places.first().map_or(0, |r| r.world_size);
@@ -385,10 +395,22 @@ async fn attempt(
         }
         RankEvent::Exited { pid, code } => {
             status.rank_exited(pid, code);
+            ending.exited(code);
             let mut running = live.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
                 running.retain(|r| r.pid != pid);
                 leavers.exited(&gone, code, &running);
+            }
+        }
+        RankEvent::Stopping { signal } => {
+            stop_file.make();
+            if let Some(sig) = signal {
+                let host = &p.facts.container.hostname;
+                let r = preemption::reason(sig, node.node_rank, host, preemption::now_ms());
+                if let Some(tx) = &announce {
+                    let _ = tx.send(r.clone());
+                }
+                *ours.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
             }
         }
         RankEvent::StoppingOthers => {
@@ -397,7 +419,12 @@ async fn attempt(
                 others_stacks(&watcher, &others);
         }
     };
-    let outcome = supervise::run_attempt(cmds, events, p.opts.shutdown_timeout, stop, &on_rank)
+    let how = StopHow {
+        timeout: p.opts.shutdown_timeout,
+        grace: p.stop_grace,
+        group: p.stop_signal_group,
+    };
+    let outcome = supervise::run_attempt(cmds, events, how, stop, &on_rank)
         .await
         .map_err(|e| JobError::failed("supervising the ranks", e))?;
     if let Some(w) = init_watch {
@@ -414,10 +441,15 @@ async fn attempt(
             barrier: session.finish(round, node).await?,
         },
         Outcome::Interrupted(sig) => {
-            let why = format!("node {} received {sig}", node.node_rank);
-            session.stop_all(round, StopReason::fail(why)).await;
+            let host = &p.facts.container.hostname;
+            let mine = ours.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let mine = mine.unwrap_or_else(|| {
+                preemption::reason(sig, node.node_rank, host, preemption::now_ms())
+            });
+            let won = session.stop_all(round, mine).await;
             crate::console::say!("toporun: stopped the ranks after {sig}");
-            AttemptEnd::Signal
+            preempted(p, &won, &ending, &status);
+            AttemptEnd::Stopped(won)
         }
         Outcome::Failed(failures) => {
             if let Some(text) = snapshot
@@ -458,6 +490,7 @@ async fn attempt(
             }
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
             heard_stop(session, node, &reason, "", place, &status).await;
+            preempted(p, &reason, &ending, &status);
             AttemptEnd::Stopped(reason)
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
@@ -489,6 +522,36 @@ enum AttemptStop {
     Rendezvous(StopReason),
     /// `--on-hang stop`, with the hang report.
     Hang(HangReport),
+}
+
+impl supervise::StopRequest for AttemptStop {
+    fn spent(&self) -> Duration {
+        match self {
+            AttemptStop::Rendezvous(r) => preemption::spent(r),
+            AttemptStop::Hang(_) => Duration::ZERO,
+        }
+    }
+
+    fn graceful(&self) -> bool {
+        matches!(self, AttemptStop::Rendezvous(r) if r.kind == StopKind::Preempt)
+    }
+}
+
+/// A preempted attempt's end, said on stderr, in the termination message and in
+/// `/status` (root cause `preempted`).
+fn preempted(p: &Job, reason: &StopReason, ending: &preemption::Ending, status: &JobStatus) {
+    if reason.kind != StopKind::Preempt {
+        return;
+    }
+    let text = ending.message(reason);
+    crate::console::say!("toporun: {text}");
+    if let Some(path) = &p.termination_log {
+        let _ = supervise::write_termination_message(path, &format!("toporun: {text}"));
+    }
+    status.update(|x| {
+        x.root_cause = Some(CauseKind::Preempted);
+        x.last_failure = Some(reason.to_string());
+    });
 }
 
 impl std::fmt::Display for AttemptStop {

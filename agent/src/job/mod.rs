@@ -2,7 +2,7 @@
 //! (options, facts, plan, interpreter) and hands it to [`run`] with its signal
 //! [`Events`](crate::supervise::Events); rendezvous, attempts, restarts, supervision
 //! and the NCCL report happen here. The core (`spec`, `error`, `entry`, `transitions`,
-//! `lifecycle`, `ranks`, `run_dir`, `nccl_report`) beside three rooms: `session/`
+//! `lifecycle`, `ranks`, `run_dir`, `nccl_report`, `preemption`) beside three rooms: `session/`
 //! (hosting or joining the store, rounds, stops across nodes), `failure/` (why a rank
 //! failed, what it leads to), `hang/` (stacks sampled, hangs decided and answered).
 //! Submodules depend on each other in one direction (lifecycle -> session, failure,
@@ -14,6 +14,7 @@ mod failure;
 mod hang;
 mod lifecycle;
 pub mod nccl_report;
+mod preemption;
 mod ranks;
 mod run_dir;
 mod session;

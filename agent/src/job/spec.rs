@@ -38,6 +38,11 @@ pub struct Job {
     /// `--flight-recorder on`: the ranks' dumps go to the run directory and are read
     /// after a failure or hang.
     pub flight_recorder: bool,
+    /// `--stop-grace`: on a preemption, how long the ranks get after the stop file
+    /// before the signal.
+    pub stop_grace: std::time::Duration,
+    /// `--stop-signal-to group`: the signal goes to each rank's process group.
+    pub stop_signal_group: bool,
     /// `--faulthandler on`: the ranks get PYTHONFAULTHANDLER=1 (a native crash prints
     /// the Python stacks toporun reads).
     pub faulthandler: bool,

@@ -30,8 +30,6 @@ pub enum AttemptEnd {
     RankFailed { ours: StopReason, won: StopReason },
     /// Another node, the keep-alive check or the file timer stopped the round.
     Stopped(StopReason),
-    /// This node got a handled signal.
-    Signal,
     /// torch's FileTimerServer killed a rank with this signal.
     FileTimer { signal: i32 },
     /// No rank made progress for --hang-timeout, and --on-hang stop ended the job.
@@ -122,7 +120,6 @@ pub fn next(end: &AttemptEnd, restarts: Restarts) -> Next {
         }
         AttemptEnd::Stopped(reason) => go_on(reason, "restarting this node's ranks", restarts)
             .unwrap_or_else(|| exit(1, Some(format!("the job stopped: {reason}")))),
-        AttemptEnd::Signal => exit(1, None),
         AttemptEnd::Hang => exit(
             HANG_EXIT,
             Some("stopped every rank after the hang report (--on-hang stop)".into()),
@@ -278,8 +275,13 @@ mod tests {
     }
 
     #[test]
-    fn a_signal_ends_with_1_and_the_file_timer_with_its_signal() {
-        assert_eq!(next(&AttemptEnd::Signal, ONE_LEFT), exit(1, None));
+    fn a_preemption_ends_with_1_or_its_class_and_the_file_timer_with_its_signal() {
+        use nix::sys::signal::Signal;
+        let r = crate::job::preemption::reason(Signal::SIGTERM, 1, "trainer-1", 0);
+        let end = AttemptEnd::Stopped(r);
+        let n = next(&end, ONE_LEFT);
+        assert!(matches!(n, Next::Exit { code: 1, .. }), "{n:?}");
+        assert_eq!(classified(1, &end), 85);
         let n = next(&AttemptEnd::FileTimer { signal: 9 }, ONE_LEFT);
         assert_eq!(n, exit(137, None));
     }

@@ -53,6 +53,9 @@ pub enum StopKind {
     Fail,
     /// No rank of the job made progress and `--on-hang stop` ends it (exit 124).
     Hang,
+    /// A node was told to go (SIGTERM from the kubelet, a spot reclaim): every node
+    /// stops its ranks now, the shutdown deadline counted from the first signal.
+    Preempt,
 }
 
 impl StopKind {
@@ -62,6 +65,7 @@ impl StopKind {
             StopKind::Membership => "membership",
             StopKind::Fail => "fail",
             StopKind::Hang => "hang",
+            StopKind::Preempt => "preempt",
         }
     }
 }
@@ -78,6 +82,10 @@ pub struct StopReason {
     /// The node ranks it declares lost (no word will come from them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub lost: Vec<u32>,
+    /// When the first node was told (milliseconds since the epoch): a preemption's
+    /// shutdown deadline runs from there on every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
 }
 
 impl StopReason {
@@ -87,6 +95,19 @@ impl StopReason {
             detail: detail.into(),
             cause: None,
             lost: Vec::new(),
+            at_ms: None,
+        }
+    }
+
+    /// A preemption: `signal` on node `node` (`host`), at `at_ms` (epoch ms).
+    pub fn preempted(signal: &str, node: u32, host: &str, at_ms: u64) -> StopReason {
+        StopReason {
+            at_ms: Some(at_ms),
+            ..StopReason::new(
+                StopKind::Preempt,
+                format!("{signal} on node {node} ({host})"),
+            )
+            .caused_by(Some(CauseKind::Preempted))
         }
     }
 

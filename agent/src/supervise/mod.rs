@@ -35,6 +35,58 @@ pub enum Outcome<R> {
     Stopped(R),
 }
 
+/// How the ranks are stopped when the attempt ends early.
+#[derive(Debug, Clone, Copy)]
+pub struct StopHow {
+    /// `--shutdown-timeout`: from the signal to SIGKILL.
+    pub timeout: Duration,
+    /// `--stop-grace`: on a preemption, how long the ranks get to end by themselves
+    /// (they saw the stop file) before the signal; the deadline still bounds it.
+    pub grace: Duration,
+    /// `--stop-signal-to group`: the signal goes to each rank's process group, as
+    /// torchrun sends it; by default only to the rank, so its DataLoader workers keep
+    /// serving it until it exits (the group is SIGKILLed after that, or at the deadline).
+    pub group: bool,
+}
+
+/// Why an attempt is stopped from outside its ranks, and how much of the shutdown
+/// deadline is already spent (a preemption's deadline runs from the first signal,
+/// wherever it struck).
+pub trait StopRequest: std::fmt::Display {
+    fn spent(&self) -> Duration {
+        Duration::ZERO
+    }
+    /// A preemption: the ranks get `--stop-grace` before the signal.
+    fn graceful(&self) -> bool {
+        false
+    }
+}
+
+/// One stop: the signal, the grace before it, and the SIGKILL deadline.
+struct Plan {
+    signal: Signal,
+    grace: Duration,
+    deadline: Instant,
+    group: bool,
+}
+
+impl Plan {
+    fn new(how: StopHow, signal: Signal, spent: Duration, graceful: bool) -> Plan {
+        let left = how.timeout.saturating_sub(spent);
+        Plan {
+            signal,
+            // The deadline bounds the grace too.
+            grace: if graceful {
+                how.grace.min(left)
+            } else {
+                Duration::ZERO
+            },
+            deadline: Instant::now() + left,
+            group: how.group,
+        }
+    }
+}
+
 /// Becomes a child subreaper, so orphaned grandchildren re-parent to toporun and are
 /// reaped (PID 1's duty, and useful anywhere).
 pub fn become_subreaper() {
@@ -62,27 +114,30 @@ pub enum RankEvent {
     Exited { pid: i32, code: i32 },
     /// A rank failed; the others are about to be stopped.
     StoppingOthers,
+    /// The attempt is being stopped from outside (a handled signal here, `None`: a
+    /// stop from another node): the stop file is made before the ranks are signalled.
+    Stopping { signal: Option<Signal> },
 }
 
 /// Runs one attempt of all local ranks until they all succeed, one fails (the others
 /// are stopped), or a handled signal arrives (forwarded, then the ranks are stopped).
-pub async fn run_attempt<R: std::fmt::Display>(
+pub async fn run_attempt<R: StopRequest>(
     cmds: Vec<RankCmd>,
     events: &mut Events,
-    shutdown_timeout: Duration,
+    how: StopHow,
     stop_request: impl std::future::Future<Output = R>,
     on_rank: &dyn Fn(RankEvent),
 ) -> std::io::Result<Outcome<R>> {
-    let outcome = attempt(cmds, events, shutdown_timeout, stop_request, on_rank).await;
+    let outcome = attempt(cmds, events, how, stop_request, on_rank).await;
     // Every line the ranks wrote reaches the console before anything else is said.
     drain(Duration::from_secs(2));
     outcome
 }
 
-async fn attempt<R: std::fmt::Display>(
+async fn attempt<R: StopRequest>(
     cmds: Vec<RankCmd>,
     events: &mut Events,
-    shutdown_timeout: Duration,
+    how: StopHow,
     stop_request: impl std::future::Future<Output = R>,
     on_rank: &dyn Fn(RankEvent),
 ) -> std::io::Result<Outcome<R>> {
@@ -104,14 +159,8 @@ async fn attempt<R: std::fmt::Display>(
                 })
             }
             Err(e) => {
-                stop(
-                    &mut ranks,
-                    events,
-                    Signal::SIGTERM,
-                    shutdown_timeout,
-                    on_rank,
-                )
-                .await;
+                let plan = Plan::new(how, Signal::SIGTERM, Duration::ZERO, false);
+                stop(&mut ranks, events, plan, on_rank).await;
                 let hint = if e.kind() == std::io::ErrorKind::NotFound {
                     "; check the path, or put python3 on PATH / set PYTHON_EXEC to the interpreter (for --no-python, give the program's path)"
                 } else {
@@ -141,14 +190,8 @@ async fn attempt<R: std::fmt::Display>(
                 .filter(|r| failed(r.exit))
                 .map(to_failure)
                 .collect();
-            stop(
-                &mut ranks,
-                events,
-                Signal::SIGTERM,
-                shutdown_timeout,
-                on_rank,
-            )
-            .await;
+            let plan = Plan::new(how, Signal::SIGTERM, Duration::ZERO, false);
+            stop(&mut ranks, events, plan, on_rank).await;
             return Ok(Outcome::Failed(failures));
         }
         if ranks.iter().all(|r| r.exit.is_some()) {
@@ -159,19 +202,27 @@ async fn attempt<R: std::fmt::Display>(
             ev = events.next() => ev,
             reason = &mut stop_request => {
                 tracing::warn!("stopping the ranks: {reason}");
-                stop(&mut ranks, events, Signal::SIGTERM, shutdown_timeout, on_rank).await;
+                on_rank(RankEvent::Stopping { signal: None });
+                let plan = Plan::new(how, Signal::SIGTERM, reason.spent(), reason.graceful());
+                stop(&mut ranks, events, plan, on_rank).await;
                 return Ok(Outcome::Stopped(reason));
             }
         };
         match event {
             Event::Child => {}
             Event::Signal(sig) => {
-                tracing::warn!(
-                    "received {sig}: forwarding it to {} rank(s), SIGKILL in {:?}",
-                    ranks.iter().filter(|r| r.exit.is_none()).count(),
-                    shutdown_timeout
-                );
-                stop(&mut ranks, events, sig, shutdown_timeout, on_rank).await;
+                on_rank(RankEvent::Stopping { signal: Some(sig) });
+                let plan = Plan::new(how, sig, Duration::ZERO, true);
+                let live = ranks.iter().filter(|r| r.exit.is_none()).count();
+                if plan.grace.is_zero() {
+                    tracing::warn!(
+                        "received {sig}: forwarding it to {live} rank(s), SIGKILL in {:?}",
+                        how.timeout
+                    );
+                } else {
+                    tracing::warn!("received {sig}: the stop file is made; {live} rank(s) get --stop-grace {:?} to end by themselves, then {sig}; SIGKILL in {:?}", plan.grace, how.timeout);
+                }
+                stop(&mut ranks, events, plan, on_rank).await;
                 return Ok(Outcome::Interrupted(sig));
             }
         }
@@ -272,45 +323,59 @@ fn kill_groups(ranks: &[Running], sig: Signal) {
     }
 }
 
-/// Sends `sig` to every live rank's group, waits up to `timeout`, then SIGKILLs them
-/// and whatever is left in their groups.
-async fn stop(
+/// Waits while the ranks end by themselves, until `until` (the grace after the stop
+/// file); true when all ended.
+async fn wait_exits(
     ranks: &mut [Running],
     events: &mut Events,
-    sig: Signal,
-    timeout: Duration,
+    until: Instant,
     on_rank: &dyn Fn(RankEvent),
-) {
-    for r in ranks.iter().filter(|r| r.exit.is_none()) {
-        let _ = killpg(r.pid, sig);
-    }
-    let deadline = Instant::now() + timeout;
+) -> bool {
     loop {
         reap(ranks, on_rank);
         if ranks.iter().all(|r| r.exit.is_some()) {
-            break;
+            return true;
         }
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
+            return false;
+        }
+        // A second handled signal during shutdown changes nothing; children wake us.
+        let _ =
+            tokio::time::timeout(left.min(Duration::from_millis(200)), events.next_child()).await;
+    }
+}
+
+/// After the grace, sends the plan's signal to every live rank (its main process, or
+/// its whole group), waits until the deadline, then SIGKILLs them and whatever is
+/// left in their groups.
+async fn stop(ranks: &mut [Running], events: &mut Events, plan: Plan, on_rank: &dyn Fn(RankEvent)) {
+    let grace_end = (Instant::now() + plan.grace).min(plan.deadline);
+    if !wait_exits(ranks, events, grace_end, on_rank).await {
+        for r in ranks.iter().filter(|r| r.exit.is_none()) {
+            let _ = if plan.group {
+                killpg(r.pid, plan.signal)
+            } else {
+                nix::sys::signal::kill(r.pid, plan.signal)
+            };
+        }
+        if !wait_exits(ranks, events, plan.deadline, on_rank).await {
             let alive: Vec<String> = ranks
                 .iter()
                 .filter(|r| r.exit.is_none())
                 .map(|r| format!("local rank {} (pid {})", r.cmd.local_rank, r.pid))
                 .collect();
             tracing::warn!(
-                "{} did not stop within {timeout:?} of {sig}: sending SIGKILL",
-                alive.join(", ")
+                "{} did not stop by the shutdown deadline after {}: sending SIGKILL",
+                alive.join(", "),
+                plan.signal
             );
             kill_groups(ranks, Signal::SIGKILL);
             while ranks.iter().any(|r| r.exit.is_none()) {
                 let _ = tokio::time::timeout(Duration::from_millis(100), events.next_child()).await;
                 reap(ranks, on_rank);
             }
-            break;
         }
-        // A second handled signal during shutdown changes nothing; children wake us.
-        let _ =
-            tokio::time::timeout(left.min(Duration::from_millis(200)), events.next_child()).await;
     }
     kill_groups(ranks, Signal::SIGKILL);
 }

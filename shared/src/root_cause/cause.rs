@@ -27,10 +27,13 @@ pub enum CauseKind {
     Code,
     /// A signal from outside the job (SIGKILL without an OOM kill).
     External,
+    /// A node was told to go (a handled signal: a drain, a spot reclaim): the job
+    /// stopped on purpose, every rank at once.
+    Preempted,
 }
 
 impl CauseKind {
-    pub const ALL: [CauseKind; 8] = [
+    pub const ALL: [CauseKind; 9] = [
         CauseKind::Hardware,
         CauseKind::Oom,
         CauseKind::Shm,
@@ -39,6 +42,7 @@ impl CauseKind {
         CauseKind::Peer,
         CauseKind::Code,
         CauseKind::External,
+        CauseKind::Preempted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -51,6 +55,7 @@ impl CauseKind {
             CauseKind::Peer => "peer",
             CauseKind::Code => "code",
             CauseKind::External => "external",
+            CauseKind::Preempted => "preempted",
         }
     }
 }

@@ -73,6 +73,13 @@ pub const GPU_MEMORY: ExitClass = ExitClass {
     action: PodAction::FailJob,
     why: "the same batch on the same GPUs runs out again: a smaller micro-batch, activation checkpointing, or expandable segments first",
 };
+/// A node was told to go and every node stopped its ranks.
+pub const PREEMPTED: ExitClass = ExitClass {
+    code: 85,
+    what: "preempted: a node was told to go (a handled signal) and every rank was stopped",
+    action: PodAction::Ignore,
+    why: "a drain or a spot reclaim, not the job's fault: run it again, from the checkpoint the ranks saved",
+};
 /// `--on-hang stop` (the same in both modes).
 pub const HANG: ExitClass = ExitClass {
     code: 124,
@@ -82,7 +89,9 @@ pub const HANG: ExitClass = ExitClass {
         "a hang may be transient (a lost packet, a slow storage call): retried within backoffLimit",
 };
 
-pub const TABLE: [ExitClass; 8] = [CODE, GATE, HARDWARE, MEMORY, PEER, DISK, GPU_MEMORY, HANG];
+pub const TABLE: [ExitClass; 9] = [
+    CODE, GATE, HARDWARE, MEMORY, PEER, DISK, GPU_MEMORY, PREEMPTED, HANG,
+];
 
 /// The class of a failure whose leading cause is `kind`.
 pub fn class_of(kind: CauseKind) -> ExitClass {
@@ -92,6 +101,7 @@ pub fn class_of(kind: CauseKind) -> ExitClass {
         CauseKind::Peer => PEER,
         CauseKind::Disk => DISK,
         CauseKind::GpuMemory => GPU_MEMORY,
+        CauseKind::Preempted => PREEMPTED,
         CauseKind::Code | CauseKind::External => CODE,
     }
 }

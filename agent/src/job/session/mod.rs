@@ -93,6 +93,18 @@ impl Session {
         }
     }
 
+    /// Where a preemption is announced to the other nodes the moment it arrives
+    /// (none on a single node).
+    pub async fn announcer(
+        &self,
+        round: u32,
+    ) -> Option<tokio::sync::mpsc::UnboundedSender<StopReason>> {
+        match self {
+            Session::Single(_) => None,
+            Session::Multi(m) => m.announcer(round).await,
+        }
+    }
+
     /// Tells every node to stop (first reason wins); returns the reason that won.
     pub async fn stop_all(&mut self, round: u32, reason: StopReason) -> StopReason {
         match self {

@@ -354,6 +354,24 @@ impl MultiNode {
         }
     }
 
+    /// A channel whose first stop reason goes to every node at once, on a connection of
+    /// its own made now (a preemption is announced the moment the signal arrives,
+    /// while this node's ranks are still being stopped).
+    pub async fn announcer(
+        &self,
+        round: u32,
+    ) -> Option<tokio::sync::mpsc::UnboundedSender<StopReason>> {
+        let mut client = self.connect(&self.store_host).await.ok()?;
+        let cfg = self.cfg.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<StopReason>();
+        tokio::spawn(async move {
+            if let Some(reason) = rx.recv().await {
+                let _ = request_stop(&mut client, &cfg, round, &reason).await;
+            }
+        });
+        Some(tx)
+    }
+
     /// Tells the store's host that this node is done with a stopped round's keys
     /// (best effort): it waits for every node's word before it leaves.
     pub async fn stop_seen(&mut self, round: u32) {

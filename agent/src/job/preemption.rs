@@ -1,0 +1,143 @@
+//! A node told to go (SIGTERM from the kubelet's drain, a spot reclaim): one stop for
+//! the whole job, announced to every node the moment the signal arrives, with a stop
+//! file every rank can poll (`TOPORUN_STOP_FILE`) made on every node before its ranks
+//! are signalled, and a shutdown deadline counted from that first signal everywhere.
+
+use crate::job::spec::Job;
+use crate::rendezvous::{StopKind, StopReason};
+use nix::sys::signal::Signal;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The variable that names the stop file in every rank's environment.
+pub const STOP_FILE_VAR: &str = "TOPORUN_STOP_FILE";
+
+/// The file every rank can poll: made when a stop is requested, on every node.
+#[derive(Debug, Clone)]
+pub struct StopFile(PathBuf);
+
+impl StopFile {
+    /// The user's `TOPORUN_STOP_FILE`, else `stop` in the run directory.
+    pub fn of(p: &Job, run_dir: &Path) -> StopFile {
+        StopFile(
+            p.parent_env
+                .get(STOP_FILE_VAR)
+                .map(PathBuf::from)
+                .unwrap_or_else(|| run_dir.join("stop")),
+        )
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// A new attempt starts without the last one's stop.
+    pub fn clear(&self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+
+    /// Says "stop at the next step" to every rank of this node.
+    pub fn make(&self) {
+        if let Err(e) = std::fs::write(&self.0, b"stop\n") {
+            crate::console::say!(
+                "toporun: warning: cannot make the stop file {}: {e}",
+                self.0.display()
+            );
+        }
+    }
+}
+
+/// Milliseconds since the epoch, as a stop reason carries the first signal's time.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// How much of the shutdown deadline a stop has spent already: a preemption's
+/// deadline runs from its first signal, on whichever node it struck.
+pub fn spent(reason: &StopReason) -> Duration {
+    match (reason.kind, reason.at_ms) {
+        (StopKind::Preempt, Some(at)) => Duration::from_millis(now_ms().saturating_sub(at)),
+        _ => Duration::ZERO,
+    }
+}
+
+/// What this node saw of a preempted attempt's end: when the stop began, and how
+/// each rank exited.
+#[derive(Default)]
+pub struct Ending {
+    exits: Mutex<Vec<i32>>,
+}
+
+impl Ending {
+    pub fn exited(&self, code: i32) {
+        self.exits
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(code);
+    }
+
+    /// `preempted: SIGTERM on node 1 (trainer-1) at 1764000000.1; every rank of this
+    /// node stopped within 4.2s; 2 of 2 ranks exited 0`.
+    pub fn message(&self, reason: &StopReason) -> String {
+        let exits = self.exits.lock().unwrap_or_else(PoisonError::into_inner);
+        let clean = exits.iter().filter(|c| **c == 0).count();
+        let within = spent(reason).as_secs_f64();
+        let at = reason.at_ms.map_or(String::new(), |ms| {
+            format!(" at {:.1} (epoch seconds)", ms as f64 / 1000.0)
+        });
+        format!(
+            "preempted: {}{at}; every rank of this node stopped within {within:.1}s of it; {clean} of {} ranks exited 0",
+            reason.detail,
+            exits.len()
+        )
+    }
+}
+
+/// This node's preemption, as the stop every node acts on.
+pub fn reason(signal: Signal, node_rank: u32, host: &str, at_ms: u64) -> StopReason {
+    StopReason::preempted(signal.as_str(), node_rank, host, at_ms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_deadline_runs_from_the_first_signal() {
+        let mut r = reason(Signal::SIGTERM, 1, "trainer-1", now_ms() - 2_000);
+        let s = spent(&r);
+        assert!(
+            s >= Duration::from_millis(1_990) && s < Duration::from_secs(5),
+            "{s:?}"
+        );
+        r.kind = StopKind::Fail;
+        assert_eq!(spent(&r), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_message_says_who_was_told_and_how_the_ranks_ended() {
+        let r = reason(Signal::SIGTERM, 1, "trainer-1", now_ms());
+        let e = Ending::default();
+        e.exited(0);
+        e.exited(0);
+        let m = e.message(&r);
+        assert!(
+            m.starts_with("preempted: SIGTERM on node 1 (trainer-1) at "),
+            "{m}"
+        );
+        assert!(m.ends_with("2 of 2 ranks exited 0"), "{m}");
+    }
+
+    #[test]
+    fn the_stop_file_is_made_and_cleared() {
+        let d = tempfile::tempdir().unwrap();
+        let f = StopFile(d.path().join("stop"));
+        f.make();
+        assert!(f.path().exists());
+        f.clear();
+        assert!(!f.path().exists());
+    }
+}

@@ -1,0 +1,184 @@
+//! A preempted job (SIGTERM to one node's toporun, as a drain or a spot reclaim sends
+//! it): one stop for the whole job, the stop file on every node within a second, the
+//! ranks' DataLoader workers left serving them, one distributed checkpoint every rank
+//! takes part in, and the preempted exit code on every node. Two c10d nodes on
+//! loopback, 2 gloo ranks each, a DataLoader with 2 workers per rank.
+
+mod support;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+use support::*;
+
+fn node(port: u16, dir: &Path, n: u32, mode: &str, extra: &[&str]) -> Child {
+    let mut c = toporun();
+    c.args([
+        "--nnodes=2",
+        "--rdzv-backend=c10d",
+        &format!("--rdzv-endpoint=127.0.0.1:{port}"),
+        "--nproc-per-node=2",
+        "--nccl-report=off",
+        "--exit-codes=classified",
+    ])
+    .args(extra)
+    .arg("preempt.py")
+    .env("MODE", mode)
+    .env("OUT", dir)
+    .env("CKPT", dir.join("ckpt"))
+    .env("TOPORUN_STOP_FILE", dir.join(format!("stop{n}")))
+    .env("PYTHON_EXEC", python())
+    .current_dir(scripts())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    c.spawn().unwrap()
+}
+
+struct Ended {
+    code: i32,
+    out: String,
+    err: String,
+}
+
+/// Starts two nodes, waits until all 4 ranks run their loop, sends SIGTERM to the
+/// second node's toporun only; returns both ends and the signal's time.
+fn preempt(mode: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Ended>, SystemTime, Duration) {
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let nodes = [
+        node(port, d.path(), 0, mode, extra),
+        node(port, d.path(), 1, mode, extra),
+    ];
+    let start = Instant::now();
+    while (0..4).any(|r| !d.path().join(format!("ready{r}")).exists()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "the ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let sent = SystemTime::now();
+    let signalled = Instant::now();
+    sigterm(&nodes[1]);
+    let ends: Vec<Ended> = nodes
+        .into_iter()
+        .map(|n| {
+            let o = n.wait_with_output().unwrap();
+            Ended {
+                code: o.status.code().unwrap_or(-1),
+                out: String::from_utf8_lossy(&o.stdout).into_owned(),
+                err: String::from_utf8_lossy(&o.stderr).into_owned(),
+            }
+        })
+        .collect();
+    let took = signalled.elapsed();
+    (d, ends, sent, took)
+}
+
+/// The step every rank stopped at, asserted equal, with their saves and batches.
+fn one_step(ends: &[Ended]) -> String {
+    let lines: Vec<&str> = ends
+        .iter()
+        .flat_map(|e| e.out.lines())
+        .filter(|l| l.contains(" saved at step "))
+        .collect();
+    assert_eq!(lines.len(), 4, "every rank saves: {lines:?}");
+    let steps: Vec<&str> = lines
+        .iter()
+        .map(|l| {
+            l.split(" saved at step ")
+                .nth(1)
+                .unwrap()
+                .split(';')
+                .next()
+                .unwrap()
+        })
+        .collect();
+    assert!(
+        steps.iter().all(|s| *s == steps[0]),
+        "one step for all: {lines:?}"
+    );
+    for l in &lines {
+        assert!(l.ends_with("read 2 batches after the stop"), "{l}");
+    }
+    steps[0].to_string()
+}
+
+/// The checkpoint loads in a fresh process and holds every rank's tensor.
+fn loads_every_rank(ckpt: &Path) {
+    let code = "import sys, torch, torch.distributed.checkpoint as dcp\n\
+        sd = {f'r{r}': torch.zeros(8) for r in range(4)}\n\
+        dcp.load(sd, checkpoint_id=sys.argv[1])\n\
+        assert all(bool((sd[f'r{r}'] == r).all()) for r in range(4)), sd\n\
+        print('loaded 4 ranks')\n";
+    let o = Command::new(python())
+        .args(["-c", code])
+        .arg(ckpt)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        out.contains("loaded 4 ranks"),
+        "{out}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// How long after the signal each node made its stop file.
+fn stop_file_delays(dir: &Path, sent: SystemTime) -> Vec<f64> {
+    (0..2)
+        .map(|n| {
+            let made = std::fs::metadata(dir.join(format!("stop{n}")))
+                .and_then(|m| m.modified())
+                .unwrap_or_else(|e| panic!("node {n} made no stop file: {e}"));
+            made.duration_since(sent).unwrap_or_default().as_secs_f64()
+        })
+        .collect()
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn sigterm_to_one_node_saves_one_checkpoint_on_every_rank() {
+    let (d, ends, sent, took) = preempt("handler", &[]);
+    for (n, e) in ends.iter().enumerate() {
+        assert_eq!(e.code, 85, "node {n}: {}", e.err);
+        assert!(
+            e.err.contains("toporun: preempted: SIGTERM on node ")
+                && e.err.contains("2 of 2 ranks exited 0"),
+            "node {n}: {}",
+            e.err
+        );
+    }
+    let step = one_step(&ends);
+    loads_every_rank(&d.path().join("ckpt"));
+    let delays = stop_file_delays(d.path(), sent);
+    eprintln!(
+        "stopped at step {step}; stop files {delays:?} s after the signal; last exit {took:?}"
+    );
+    assert!(
+        delays.iter().all(|s| *s < 1.0),
+        "every node acts within 1 s: {delays:?}"
+    );
+    assert!(
+        took < Duration::from_secs(30),
+        "within the shutdown deadline: {took:?}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_loop_that_polls_the_stop_file_stops_every_rank_at_one_step() {
+    let (d, ends, sent, _) = preempt("file", &["--stop-grace=20"]);
+    for (n, e) in ends.iter().enumerate() {
+        assert_eq!(e.code, 85, "node {n}: {}", e.err);
+        // Nobody needed the signal (it would kill a rank without a handler): every
+        // rank ended by itself within the grace.
+        assert!(
+            e.err.contains("2 of 2 ranks exited 0"),
+            "node {n}: {}",
+            e.err
+        );
+    }
+    one_step(&ends);
+    loads_every_rank(&d.path().join("ckpt"));
+    assert!(stop_file_delays(d.path(), sent).iter().all(|s| *s < 1.0));
+}
