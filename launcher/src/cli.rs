@@ -137,6 +137,12 @@ pub fn launch_command(name: &'static str) -> Command {
                 .help("rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it [env: TOPORUN_STOP_SIGNAL_TO]"),
         )
         .arg(
+            Arg::new("watch_preemption")
+                .long("watch-preemption")
+                .action(ArgAction::SetTrue)
+                .help("poll the cloud's instance metadata every 2 s for a preemption notice (AWS spot instance-action, GCP instance/preempted, Azure Scheduled Events Preempt) and stop the job as on a SIGTERM when one comes [env TOPORUN_WATCH_PREEMPTION=1]"),
+        )
+        .arg(
             Arg::new("faulthandler")
                 .long("faulthandler")
                 .value_parser(EnumValueParser::<OnOff>::new())

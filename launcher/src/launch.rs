@@ -258,7 +258,15 @@ fn prepare(
             == StopSignalTo::Group;
     let faulthandler =
         typed_choice::<OnOff>(m, "faulthandler", "TOPORUN_FAULTHANDLER", &parent_env)? == OnOff::On;
+    let watch_preemption = (m.get_flag("watch_preemption")
+        || parent_env
+            .get("TOPORUN_WATCH_PREEMPTION")
+            .is_some_and(|v| toporun_shared::flags::torch_bool(v) == Some(true)))
+    .then(|| {
+        toporun_agent::probe::cloud_metadata::Endpoints::from_env(|k| parent_env.get(k).cloned())
+    });
     Ok(Job {
+        watch_preemption,
         stop_grace,
         stop_signal_group,
         faulthandler,

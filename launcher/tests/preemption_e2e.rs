@@ -11,7 +11,19 @@ use std::time::{Duration, Instant, SystemTime};
 use support::*;
 
 fn node(port: u16, dir: &Path, n: u32, mode: &str, extra: &[&str]) -> Child {
+    node_with(port, dir, n, mode, extra, &[])
+}
+
+fn node_with(
+    port: u16,
+    dir: &Path,
+    n: u32,
+    mode: &str,
+    extra: &[&str],
+    env: &[(&str, String)],
+) -> Child {
     let mut c = toporun();
+    c.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
     c.args([
         "--nnodes=2",
         "--rdzv-backend=c10d",
@@ -37,6 +49,18 @@ struct Ended {
     code: i32,
     out: String,
     err: String,
+}
+
+/// Waits until all 4 ranks of the two nodes run their loop.
+fn all_ready(dir: &Path) {
+    let start = Instant::now();
+    while (0..4).any(|r| !dir.join(format!("ready{r}")).exists()) {
+        assert!(
+            start.elapsed() < Duration::from_secs(90),
+            "the ranks did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Starts two nodes, waits until all 4 ranks run their loop, sends SIGTERM to the
@@ -181,4 +205,73 @@ fn a_loop_that_polls_the_stop_file_stops_every_rank_at_one_step() {
     one_step(&ends);
     loads_every_rank(&d.path().join("ckpt"));
     assert!(stop_file_delays(d.path(), sent).iter().all(|s| *s < 1.0));
+}
+
+/// `--watch-preemption` on node 1 only, its metadata service the test server in AWS's
+/// form: the spot interruption notice stops the whole job as a SIGTERM would.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn an_aws_spot_notice_stops_the_job_as_a_preemption() {
+    let d = tempfile::tempdir().unwrap();
+    let notice = d.path().join("notice");
+    let mut server = Command::new(python())
+        .arg(scripts().join("metadata_server.py"))
+        .args(["aws", fixtures().join("metadata").to_str().unwrap()])
+        .env("SPOT_NOTICE_FILE", &notice)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(server.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let aws = format!("http://127.0.0.1:{}", line.trim());
+    let port = free_port();
+    let watch = [
+        ("AWS_EC2_METADATA_SERVICE_ENDPOINT", aws),
+        ("GCE_METADATA_HOST", "127.0.0.1:9".to_string()),
+        (
+            "TOPORUN_AZURE_METADATA_ENDPOINT",
+            "http://127.0.0.1:9".to_string(),
+        ),
+    ];
+    let grace = ["--stop-grace=20"];
+    let nodes = [
+        node(port, d.path(), 0, "file", &grace),
+        node_with(
+            port,
+            d.path(),
+            1,
+            "file",
+            &["--stop-grace=20", "--watch-preemption"],
+            &watch,
+        ),
+    ];
+    all_ready(d.path());
+    std::fs::write(&notice, "now").unwrap();
+    let ends: Vec<Ended> = nodes
+        .into_iter()
+        .map(|n| {
+            let o = n.wait_with_output().unwrap();
+            Ended {
+                code: o.status.code().unwrap_or(-1),
+                out: String::from_utf8_lossy(&o.stdout).into_owned(),
+                err: String::from_utf8_lossy(&o.stderr).into_owned(),
+            }
+        })
+        .collect();
+    let _ = server.kill();
+    let _ = server.wait();
+    for (n, e) in ends.iter().enumerate() {
+        assert_eq!(e.code, 85, "node {n}: {}", e.err);
+        assert!(
+            e.err.contains("preempted: the AWS spot interruption notice (terminate at 2026-11-24T14:40:00Z) on node "),
+            "node {n}: {}",
+            e.err
+        );
+    }
+    one_step(&ends);
+    loads_every_rank(&d.path().join("ckpt"));
 }

@@ -369,11 +369,13 @@ async fn attempt(
         // The user turned stock ProcessGroupNCCL's store polling off: nothing to ask.
         monitor_polls: recorder::monitor_polls(p),
     };
+    let notice = preemption::notice(p, node, announce.clone());
     let stop = async move {
         tokio::select! {
             r = stop => AttemptStop::Rendezvous(r),
             r = timer_expired(timer) => AttemptStop::Rendezvous(r),
             r = on_hang.events(hangs) => AttemptStop::Hang(r),
+            r = notice => AttemptStop::Rendezvous(r),
         }
     };
     let snapshot: Mutex<Option<String>> = Mutex::new(None);

@@ -3,7 +3,7 @@
 //! file every rank can poll (`TOPORUN_STOP_FILE`) made on every node before its ranks
 //! are signalled, and a shutdown deadline counted from that first signal everywhere.
 
-use crate::job::spec::Job;
+use crate::job::spec::{Job, NodePlace};
 use crate::rendezvous::{StopKind, StopReason};
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
@@ -94,6 +94,26 @@ impl Ending {
             exits.len()
         )
     }
+}
+
+/// With `--watch-preemption`, resolves with the cloud's notice as this node's
+/// preemption, announced to the other nodes; never without it.
+pub async fn notice(
+    p: &Job,
+    node: &NodePlace,
+    announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
+) -> StopReason {
+    let Some(at) = p.watch_preemption.clone() else {
+        return std::future::pending().await;
+    };
+    let what = crate::probe::preemption_notice::watch(at).await;
+    let host = &p.facts.container.hostname;
+    let r = StopReason::preempted(&what, node.node_rank, host, now_ms());
+    crate::console::say!("toporun: {what}: stopping the job as a preemption");
+    if let Some(tx) = announce {
+        let _ = tx.send(r.clone());
+    }
+    r
 }
 
 /// This node's preemption, as the stop every node acts on.

@@ -43,6 +43,8 @@ pub struct Job {
     pub stop_grace: std::time::Duration,
     /// `--stop-signal-to group`: the signal goes to each rank's process group.
     pub stop_signal_group: bool,
+    /// `--watch-preemption`: where the cloud's preemption notice is polled.
+    pub watch_preemption: Option<crate::probe::cloud_metadata::Endpoints>,
     /// `--faulthandler on`: the ranks get PYTHONFAULTHANDLER=1 (a native crash prints
     /// the Python stacks toporun reads).
     pub faulthandler: bool,

@@ -12,6 +12,7 @@ mod net;
 pub mod open_writes;
 pub mod platform;
 pub mod port_owner;
+pub mod preemption_notice;
 mod rdma;
 
 pub use gpu::{GpuProbe, GpuProcess, NvmlProbe};

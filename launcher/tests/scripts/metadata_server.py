@@ -2,8 +2,10 @@
 answers in tests/fixtures/metadata. Prints its port, then serves until killed.
 Usage: metadata_server.py aws|gcp|azure|slow|garbage FIXTURE_DIR
 slow: answers like aws after 3 s; garbage: 200 with an HTML page to every request;
-endless: 200 and a chunked body that never ends."""
-import json, sys, time
+endless: 200 and a chunked body that never ends. aws also serves the spot
+interruption notice (spot/instance-action) once the file SPOT_NOTICE_FILE exists,
+404 before, as EC2 does."""
+import json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 mode, fixtures = sys.argv[1], sys.argv[2]
@@ -52,6 +54,11 @@ class Handler(BaseHTTPRequestHandler):
                 if h.get("X-aws-ec2-metadata-token") != rec["token"]:
                     return self.answer(401, "")
                 return self.answer(200, rec["instance-type"])
+            if method == "GET" and self.path == "/latest/meta-data/spot/instance-action":
+                if h.get("X-aws-ec2-metadata-token") != rec["token"]:
+                    return self.answer(401, "")
+                if os.path.exists(os.environ.get("SPOT_NOTICE_FILE", "/nonexistent")):
+                    return self.answer(200, json.dumps({"action": "terminate", "time": "2026-11-24T14:40:00Z"}))
         if mode == "gcp" and method == "GET" and self.path == "/computeMetadata/v1/instance/machine-type":
             if h.get("Metadata-Flavor") != "Google":
                 return self.answer(403, "Missing Metadata-Flavor:Google header.")
