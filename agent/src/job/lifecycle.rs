@@ -343,6 +343,7 @@ async fn attempt(
     let fr_dir = flight_recorder_env(p, &dir, &attempt_dir, &mut report_env, round == 0);
     let stop_file = preemption::StopFile::of(p, &dir);
     stop_file.clear();
+    let _stop_file_removed = preemption::RemovedAtEnd(stop_file.clone());
     report_env.insert(
         preemption::STOP_FILE_VAR.into(),
         stop_file.path().display().to_string(),

@@ -48,6 +48,16 @@ impl StopFile {
     }
 }
 
+/// Removes the stop file when the attempt ends (the ranks are gone): the run
+/// directory keeps only what torchrun leaves there.
+pub struct RemovedAtEnd(pub StopFile);
+
+impl Drop for RemovedAtEnd {
+    fn drop(&mut self) {
+        self.0.clear();
+    }
+}
+
 /// Milliseconds since the epoch, as a stop reason carries the first signal's time.
 pub fn now_ms() -> u64 {
     SystemTime::now()
