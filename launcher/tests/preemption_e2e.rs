@@ -51,6 +51,21 @@ struct Ended {
     err: String,
 }
 
+/// Both nodes' ends.
+fn ended(nodes: [Child; 2]) -> Vec<Ended> {
+    nodes
+        .into_iter()
+        .map(|n| {
+            let o = n.wait_with_output().unwrap();
+            Ended {
+                code: o.status.code().unwrap_or(-1),
+                out: String::from_utf8_lossy(&o.stdout).into_owned(),
+                err: String::from_utf8_lossy(&o.stderr).into_owned(),
+            }
+        })
+        .collect()
+}
+
 /// Waits until all 4 ranks of the two nodes run their loop.
 fn all_ready(dir: &Path) {
     let start = Instant::now();
@@ -83,17 +98,7 @@ fn preempt(mode: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Ended>, System
     let sent = SystemTime::now();
     let signalled = Instant::now();
     sigterm(&nodes[1]);
-    let ends: Vec<Ended> = nodes
-        .into_iter()
-        .map(|n| {
-            let o = n.wait_with_output().unwrap();
-            Ended {
-                code: o.status.code().unwrap_or(-1),
-                out: String::from_utf8_lossy(&o.stdout).into_owned(),
-                err: String::from_utf8_lossy(&o.stderr).into_owned(),
-            }
-        })
-        .collect();
+    let ends = ended(nodes);
     let took = signalled.elapsed();
     (d, ends, sent, took)
 }
@@ -251,17 +256,7 @@ fn an_aws_spot_notice_stops_the_job_as_a_preemption() {
     ];
     all_ready(d.path());
     std::fs::write(&notice, "now").unwrap();
-    let ends: Vec<Ended> = nodes
-        .into_iter()
-        .map(|n| {
-            let o = n.wait_with_output().unwrap();
-            Ended {
-                code: o.status.code().unwrap_or(-1),
-                out: String::from_utf8_lossy(&o.stdout).into_owned(),
-                err: String::from_utf8_lossy(&o.stderr).into_owned(),
-            }
-        })
-        .collect();
+    let ends = ended(nodes);
     let _ = server.kill();
     let _ = server.wait();
     for (n, e) in ends.iter().enumerate() {

@@ -26,7 +26,7 @@ use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
-use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent, StopHow};
+use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -318,39 +318,19 @@ async fn attempt(
     events: &mut Events,
 ) -> Result<AttemptEnd, JobError> {
     let (round, status) = (node.round, life.status.clone());
-    // A node that waited for a later round (a spare) reports the one it joined.
-    status.update(|x| {
-        x.round = Some(round);
-        x.run_id = node.run_id.clone();
-    });
-    status.placed(node.node_rank, node.nnodes);
+    report_place(&status, node);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
     let _unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
-    if life.stacks_socket.is_none() {
-        match stacks_socket::serve(&dir, life.live.clone()) {
-            Ok(s) => life.stacks_socket = Some(s),
-            Err(e) => crate::console::say!(
-                "toporun: warning: no `toporun stacks` socket in {}: {e}",
-                dir.display()
-            ),
-        }
-    }
+    serve_stacks(life, &dir);
     say_colocation(node);
     let (mut report_env, mut reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
     if let Some(f) = &life.timer_file {
         report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
     }
     let fr_dir = flight_recorder_env(p, &dir, &attempt_dir, &mut report_env, round == 0);
-    let stop_file = preemption::StopFile::of(p, &dir);
-    stop_file.clear();
+    let stop_file = preemption::StopFile::armed(p, &dir, &mut report_env);
     let _stop_file_removed = preemption::RemovedAtEnd(stop_file.clone());
-    report_env.insert(
-        preemption::STOP_FILE_VAR.into(),
-        stop_file.path().display().to_string(),
-    );
     let announce = session.announcer(round).await;
-    let ending = preemption::Ending::default();
-    let ours: Mutex<Option<StopReason>> = Mutex::new(None);
     let cmds = rank_commands(p, node, &dir, restarts.used, &report_env)?;
     let stop = session.stop_watch(round, node).await?;
     let world = node.places.first().map_or(0, |r| r.world_size);
@@ -367,7 +347,6 @@ async fn attempt(
         fr_dir: fr_dir.clone(),
         store: session.workers_store(),
         ranks: live.clone(),
-        // The user turned stock ProcessGroupNCCL's store polling off: nothing to ask.
         monitor_polls: recorder::monitor_polls(p),
     };
     let notice = preemption::notice(p, node, announce.clone());
@@ -379,55 +358,21 @@ async fn attempt(
             r = notice => AttemptStop::Rendezvous(r),
         }
     };
-    let snapshot: Mutex<Option<String>> = Mutex::new(None);
-    let leavers = causes::Leavers::new();
-    let on_rank = |e: RankEvent| match e {
-        RankEvent::Started {
-            local_rank,
-            rank,
-            pid,
-        } => {
-            status.rank_started(local_rank, rank, pid);
-            live.lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push(RankPid {
-                    rank,
-                    local_rank,
-                    pid,
-                });
-        }
-        RankEvent::Exited { pid, code } => {
-            status.rank_exited(pid, code);
-            ending.exited(code);
-            let mut running = live.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
-                running.retain(|r| r.pid != pid);
-                leavers.exited(&gone, code, &running);
-            }
-        }
-        RankEvent::Stopping { signal } => {
-            stop_file.make();
-            if let Some(sig) = signal {
-                let host = &p.facts.container.hostname;
-                let r = preemption::reason(sig, node.node_rank, host, preemption::now_ms());
-                if let Some(tx) = &announce {
-                    let _ = tx.send(r.clone());
-                }
-                *ours.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
-            }
-        }
-        RankEvent::StoppingOthers => {
-            let others = live.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            *snapshot.lock().unwrap_or_else(PoisonError::into_inner) =
-                others_stacks(&watcher, &others);
-        }
+    let seen = Seen {
+        p,
+        node,
+        status: &status,
+        live: &live,
+        watcher: &watcher,
+        stop_file: &stop_file,
+        announce,
+        leavers: causes::Leavers::new(),
+        ending: preemption::Ending::default(),
+        ours: Mutex::new(None),
+        snapshot: Mutex::new(None),
     };
-    let how = StopHow {
-        timeout: p.opts.shutdown_timeout,
-        grace: p.stop_grace,
-        group: p.stop_signal_group,
-    };
-    let outcome = supervise::run_attempt(cmds, events, how, stop, &on_rank)
+    let on_rank = |e: RankEvent| seen.on(e);
+    let outcome = supervise::run_attempt(cmds, events, p.stop_how(), stop, &on_rank)
         .await
         .map_err(|e| JobError::failed("supervising the ranks", e))?;
     if let Some(w) = init_watch {
@@ -444,79 +389,208 @@ async fn attempt(
             barrier: session.finish(round, node).await?,
         },
         Outcome::Interrupted(sig) => {
-            let host = &p.facts.container.hostname;
-            let mine = ours.lock().unwrap_or_else(PoisonError::into_inner).take();
-            let mine = mine.unwrap_or_else(|| {
-                preemption::reason(sig, node.node_rank, host, preemption::now_ms())
-            });
-            let won = session.stop_all(round, mine).await;
+            let won = session.stop_all(round, seen.our_preemption(sig)).await;
             crate::console::say!("toporun: stopped the ranks after {sig}");
-            preempted(p, &won, &ending, &status);
+            preempted(p, &won, &seen.ending, &status);
             AttemptEnd::Stopped(won)
         }
         Outcome::Failed(failures) => {
-            if let Some(text) = snapshot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-            {
-                crate::console::say_raw!("{text}");
-            }
-            rank_failed(
-                p,
-                session,
-                node,
-                restarts,
-                reporter.as_ref(),
-                Failed {
-                    failures: &failures,
-                    left: &leavers.list(),
-                    last_seen: &watcher.last_seen(),
-                    writing: &watcher.writing(),
-                    ports: &watcher.ports(),
-                    fr_dir: fr_dir.as_deref(),
-                    attempt_dir: &attempt_dir,
-                    memory,
-                    xids: life.xids.as_ref(),
-                    gpus: life.gpus.as_ref(),
-                },
-                &life.status,
-            )
-            .await
+            seen.say_where_the_others_stood();
+            let failed = Failed {
+                failures: &failures,
+                left: &seen.leavers.list(),
+                last_seen: &watcher.last_seen(),
+                writing: &watcher.writing(),
+                ports: &watcher.ports(),
+                fr_dir: fr_dir.as_deref(),
+                attempt_dir: &attempt_dir,
+                memory,
+                xids: life.xids.as_ref(),
+                gpus: life.gpus.as_ref(),
+            };
+            let reporter = reporter.as_ref();
+            rank_failed(p, session, node, restarts, reporter, failed, &life.status).await
         }
         Outcome::Stopped(AttemptStop::Rendezvous(reason)) => {
             // Stopped for a hang before this node read the view: it prints it too.
-            if reason.kind == StopKind::Hang && status.snapshot().hangs == hangs_before {
-                if let Some(m) = session.meeting(round, node) {
-                    exchange::print_decided(&m).await;
-                }
-            }
+            let unseen_hang = status.snapshot().hangs == hangs_before;
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
-            heard_stop(session, node, &reason, "", place, &status).await;
-            preempted(p, &reason, &ending, &status);
+            stopped_by_others(session, node, &reason, unseen_hang, place, &status).await;
+            preempted(p, &reason, &seen.ending, &status);
             AttemptEnd::Stopped(reason)
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
-            let why = format!(
-                "no rank made progress for --hang-timeout: {}",
-                report.hang.headline
-            );
-            session
-                .stop_all(round, StopReason::new(StopKind::Hang, why))
-                .await;
-            let meeting = session.meeting(round, node);
-            let collective =
-                say_flight_recorder(fr_dir.as_deref(), meeting, &attempt_dir, &status).await;
-            if let Some(path) = &p.termination_log {
-                let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
-                if let Some(c) = collective {
-                    lead.push_str(&format!("toporun: flight recorder: {c}\n"));
-                }
-                let _ = supervise::write_termination_message(path, &(lead + &report.text));
-            }
-            AttemptEnd::Hang
+            let place = (fr_dir.as_deref(), attempt_dir.as_path());
+            hang_stopped(p, session, node, &report, place, &status).await
         }
     })
+}
+
+/// The status says which round this node runs, and where (a spare reports the round
+/// it joined).
+fn report_place(status: &JobStatus, node: &NodePlace) {
+    status.update(|x| {
+        x.round = Some(node.round);
+        x.run_id = node.run_id.clone();
+    });
+    status.placed(node.node_rank, node.nnodes);
+}
+
+/// Another node, or the keep-alives, stopped the round: its cause is said here, and a
+/// hang this node had not seen decided is printed from the job-wide view.
+async fn stopped_by_others(
+    session: &mut Session,
+    node: &NodePlace,
+    reason: &StopReason,
+    unseen_hang: bool,
+    place: (Option<&Path>, &Path),
+    status: &JobStatus,
+) {
+    if reason.kind == StopKind::Hang && unseen_hang {
+        if let Some(m) = session.meeting(node.round, node) {
+            exchange::print_decided(&m).await;
+        }
+    }
+    heard_stop(session, node, reason, "", place, status).await;
+}
+
+/// `--on-hang stop` ended this node's attempt: every node is told, the flight
+/// recorder read, the hang said in the termination message.
+async fn hang_stopped(
+    p: &Job,
+    session: &mut Session,
+    node: &NodePlace,
+    report: &HangReport,
+    (fr_dir, attempt_dir): (Option<&Path>, &Path),
+    status: &JobStatus,
+) -> AttemptEnd {
+    let why = format!(
+        "no rank made progress for --hang-timeout: {}",
+        report.hang.headline
+    );
+    session
+        .stop_all(node.round, StopReason::new(StopKind::Hang, why))
+        .await;
+    let meeting = session.meeting(node.round, node);
+    let collective = say_flight_recorder(fr_dir, meeting, attempt_dir, status).await;
+    if let Some(path) = &p.termination_log {
+        let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
+        if let Some(c) = collective {
+            lead.push_str(&format!("toporun: flight recorder: {c}\n"));
+        }
+        let _ = supervise::write_termination_message(path, &(lead + &report.text));
+    }
+    AttemptEnd::Hang
+}
+
+/// Serves `toporun stacks` from the run directory, once per job.
+fn serve_stacks(life: &mut Life, dir: &Path) {
+    if life.stacks_socket.is_some() {
+        return;
+    }
+    match stacks_socket::serve(dir, life.live.clone()) {
+        Ok(s) => life.stacks_socket = Some(s),
+        Err(e) => crate::console::say!(
+            "toporun: warning: no `toporun stacks` socket in {}: {e}",
+            dir.display()
+        ),
+    }
+}
+
+/// What an attempt's rank events feed: the status, the live ranks, the ranks that
+/// left, the preemption's evidence, and the others' stacks at a failure.
+struct Seen<'a> {
+    p: &'a Job,
+    node: &'a NodePlace,
+    status: &'a JobStatus,
+    live: &'a LiveRanks,
+    watcher: &'a watch::Watcher,
+    stop_file: &'a preemption::StopFile,
+    announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
+    leavers: causes::Leavers,
+    ending: preemption::Ending,
+    /// This node's preemption, made when the signal came.
+    ours: Mutex<Option<StopReason>>,
+    snapshot: Mutex<Option<String>>,
+}
+
+impl Seen<'_> {
+    fn on(&self, e: RankEvent) {
+        match e {
+            RankEvent::Started {
+                local_rank,
+                rank,
+                pid,
+            } => {
+                self.status.rank_started(local_rank, rank, pid);
+                let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+                live.push(RankPid {
+                    rank,
+                    local_rank,
+                    pid,
+                });
+            }
+            RankEvent::Exited { pid, code } => {
+                self.status.rank_exited(pid, code);
+                self.ending.exited(code);
+                let mut running = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
+                    running.retain(|r| r.pid != pid);
+                    self.leavers.exited(&gone, code, &running);
+                }
+            }
+            RankEvent::Stopping { signal } => self.stopping(signal),
+            RankEvent::StoppingOthers => {
+                let others = self
+                    .live
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                *self.snapshot.lock().unwrap_or_else(PoisonError::into_inner) =
+                    others_stacks(self.watcher, &others);
+            }
+        }
+    }
+
+    /// Where the other ranks stood when one failed, as read at the failure.
+    fn say_where_the_others_stood(&self) {
+        let text = self
+            .snapshot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(text) = text {
+            crate::console::say_raw!("{text}");
+        }
+    }
+
+    /// A stop from outside: the stop file first; a signal here is a preemption every
+    /// node hears now, before this node's ranks are stopped.
+    fn stopping(&self, signal: Option<Signal>) {
+        self.stop_file.make();
+        if let Some(sig) = signal {
+            let r = self.preemption(sig);
+            if let Some(tx) = &self.announce {
+                let _ = tx.send(r.clone());
+            }
+            *self.ours.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+        }
+    }
+
+    fn preemption(&self, sig: Signal) -> StopReason {
+        let host = &self.p.facts.container.hostname;
+        preemption::reason(sig, self.node.node_rank, host, preemption::now_ms())
+    }
+
+    /// This node's preemption as announced (made now if the signal's event was missed).
+    fn our_preemption(&self, sig: Signal) -> StopReason {
+        let mine = self
+            .ours
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        mine.unwrap_or_else(|| self.preemption(sig))
+    }
 }
 
 /// What stopped an attempt from outside its ranks.

@@ -13,19 +13,35 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The variable that names the stop file in every rank's environment.
 pub const STOP_FILE_VAR: &str = "TOPORUN_STOP_FILE";
 
+/// Its name in the run directory, unless the user named one.
+const STOP_FILE_NAME: &str = "stop-requested";
+
 /// The file every rank can poll: made when a stop is requested, on every node.
 #[derive(Debug, Clone)]
 pub struct StopFile(PathBuf);
 
 impl StopFile {
-    /// The user's `TOPORUN_STOP_FILE`, else `stop` in the run directory.
+    /// The user's `TOPORUN_STOP_FILE`, else `stop-requested` in the run directory.
     pub fn of(p: &Job, run_dir: &Path) -> StopFile {
         StopFile(
             p.parent_env
                 .get(STOP_FILE_VAR)
                 .map(PathBuf::from)
-                .unwrap_or_else(|| run_dir.join("stop")),
+                .unwrap_or_else(|| run_dir.join(STOP_FILE_NAME)),
         )
+    }
+
+    /// The attempt's stop file, cleared of the last attempt's, named in `env` (the
+    /// ranks' additions).
+    pub fn armed(
+        p: &Job,
+        run_dir: &Path,
+        env: &mut std::collections::BTreeMap<String, String>,
+    ) -> StopFile {
+        let f = StopFile::of(p, run_dir);
+        f.clear();
+        env.insert(STOP_FILE_VAR.into(), f.path().display().to_string());
+        f
     }
 
     pub fn path(&self) -> &Path {

@@ -101,6 +101,15 @@ impl Job {
         all
     }
 
+    /// How the ranks are stopped when an attempt ends early.
+    pub fn stop_how(&self) -> crate::supervise::StopHow {
+        crate::supervise::StopHow {
+            timeout: self.opts.shutdown_timeout,
+            grace: self.stop_grace,
+            group: self.stop_signal_group,
+        }
+    }
+
     /// What toporun adds to every rank's environment for its diagnostics (the user's
     /// own values win, in `rank_env`): faulthandler, which costs nothing until a crash.
     pub fn diagnostics_env(&self) -> BTreeMap<String, String> {
