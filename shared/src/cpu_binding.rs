@@ -4,6 +4,14 @@
 
 use crate::torchrun::options::NumaBinding;
 
+/// `--numa-binding=exclusive` with more ranks on one affinity set than it has CPUs.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("--numa-binding=exclusive: {ranks} local ranks share GPU CPU affinity of {cpus} CPUs; each needs at least one of its own (use node, or fewer ranks)")]
+pub struct TooFewCpus {
+    pub ranks: usize,
+    pub cpus: usize,
+}
+
 /// `affinity[r]`: the CPU affinity of local rank r's GPU (empty: unknown).
 /// `l3_groups`: CPUs sharing one L3 cache. Ok(None): no binding.
 pub fn cpus_for(
@@ -11,7 +19,7 @@ pub fn cpus_for(
     affinity: &[Vec<u32>],
     l3_groups: &[Vec<u32>],
     local_rank: usize,
-) -> Result<Option<Vec<u32>>, String> {
+) -> Result<Option<Vec<u32>>, TooFewCpus> {
     let Some(mine) = affinity.get(local_rank).filter(|a| !a.is_empty()) else {
         return Ok(None);
     };
@@ -25,11 +33,10 @@ pub fn cpus_for(
         NumaBinding::Node | NumaBinding::Socket => Ok(Some(mine.clone())),
         NumaBinding::Exclusive => {
             if sharing.len() > mine.len() {
-                return Err(format!(
-                    "--numa-binding=exclusive: {} local ranks share GPU CPU affinity of {} CPUs; each needs at least one of its own (use node, or fewer ranks)",
-                    sharing.len(),
-                    mine.len()
-                ));
+                return Err(TooFewCpus {
+                    ranks: sharing.len(),
+                    cpus: mine.len(),
+                });
             }
             let per = mine.len() / sharing.len();
             Ok(Some(
@@ -100,6 +107,7 @@ mod tests {
         let crowded = vec![vec![0, 1]; 3];
         assert!(cpus_for(NumaBinding::Exclusive, &crowded, &[], 0)
             .unwrap_err()
+            .to_string()
             .contains("3 local ranks"));
     }
 }

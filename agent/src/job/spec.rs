@@ -144,7 +144,7 @@ impl Job {
             &self.facts.container.l3_groups,
             local_rank as usize,
         )
-        .map_err(OptionsError::usage)
+        .map_err(|e| OptionsError::usage(e.to_string()))
     }
 
     /// torchrun's per-attempt job values for this node.

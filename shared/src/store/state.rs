@@ -36,6 +36,15 @@ pub struct Effects {
     pub error: Option<String>,
 }
 
+/// Why an ADD is refused, as PyTorch's handler throws.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddRefused {
+    #[error("ADD on a value that is not an integer ({0:?})")]
+    NotAnInteger(String),
+    #[error("ADD {delta} to {old} overflows")]
+    Overflow { old: i64, delta: i64 },
+}
+
 impl Effects {
     fn refuse(why: String) -> Effects {
         Effects {
@@ -108,7 +117,7 @@ impl StoreState {
             }
             Request::Add { key, delta } => {
                 if let Err(why) = self.checked_add(key, *delta) {
-                    return Effects::refuse(why);
+                    return Effects::refuse(why.to_string());
                 }
             }
             Request::MultiGet { keys } => {
@@ -249,18 +258,15 @@ impl StoreState {
 
     /// ADD's result as PyTorch computes it (`std::stoll(value) + delta`); an error
     /// where its handler throws: a value that is no integer, or an overflow.
-    fn checked_add(&self, key: &[u8], delta: i64) -> Result<i64, String> {
+    fn checked_add(&self, key: &[u8], delta: i64) -> Result<i64, AddRefused> {
         let old = match self.data.get(key) {
             None => 0,
             Some(v) => stoll(v).ok_or_else(|| {
-                format!(
-                    "ADD on a value that is not an integer ({:?})",
-                    String::from_utf8_lossy(&v[..v.len().min(32)])
-                )
+                AddRefused::NotAnInteger(String::from_utf8_lossy(&v[..v.len().min(32)]).into())
             })?,
         };
         old.checked_add(delta)
-            .ok_or_else(|| format!("ADD {delta} to {old} overflows"))
+            .ok_or(AddRefused::Overflow { old, delta })
     }
 
     fn all_present(&self, keys: &[Vec<u8>]) -> bool {

@@ -6,15 +6,28 @@ pub struct Endpoint {
     pub port: Option<u16>,
 }
 
-pub fn parse(text: &str) -> Result<Endpoint, String> {
+/// Why an endpoint cannot be read; each says the text it was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EndpointError {
+    #[error("the endpoint is empty")]
+    Empty,
+    #[error("'{0}': an IPv6 endpoint needs a closing ']'")]
+    Unclosed(String),
+    #[error("'{text}': the port '{port}' is not a number from 0 to 65535")]
+    Port { text: String, port: String },
+    #[error("'{0}': the host is empty")]
+    NoHost(String),
+}
+
+pub fn parse(text: &str) -> Result<Endpoint, EndpointError> {
     let t = text.trim();
     if t.is_empty() {
-        return Err("the endpoint is empty".into());
+        return Err(EndpointError::Empty);
     }
     let (host, port) = if let Some(rest) = t.strip_prefix('[') {
         let (h, after) = rest
             .split_once(']')
-            .ok_or_else(|| format!("'{t}': an IPv6 endpoint needs a closing ']'"))?;
+            .ok_or_else(|| EndpointError::Unclosed(t.to_string()))?;
         (h.to_string(), after.strip_prefix(':'))
     } else if t.matches(':').count() > 1 {
         // A bare IPv6 address: no port can be given without brackets.
@@ -26,14 +39,14 @@ pub fn parse(text: &str) -> Result<Endpoint, String> {
         }
     };
     let port = match port {
-        Some(p) => Some(
-            p.parse::<u16>()
-                .map_err(|_| format!("'{t}': the port '{p}' is not a number from 0 to 65535"))?,
-        ),
+        Some(p) => Some(p.parse::<u16>().map_err(|_| EndpointError::Port {
+            text: t.to_string(),
+            port: p.to_string(),
+        })?),
         None => None,
     };
     if host.is_empty() {
-        return Err(format!("'{t}': the host is empty"));
+        return Err(EndpointError::NoHost(t.to_string()));
     }
     Ok(Endpoint { host, port })
 }
@@ -69,7 +82,10 @@ mod tests {
             }
         );
         assert_eq!(parse("::1").unwrap().host, "::1");
-        assert!(parse("host:http").unwrap_err().contains("not a number"));
+        assert!(parse("host:http")
+            .unwrap_err()
+            .to_string()
+            .contains("not a number"));
         assert!(parse("[::1:5").is_err());
         assert_eq!(join("::1", 5), "[::1]:5");
     }

@@ -28,9 +28,14 @@ impl Default for StdSpec {
     }
 }
 
+/// A `--redirects`/`--tee` value that is neither a code nor a rank map.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("'{0}' is not 0, 1, 2, 3 or a map like 0:1,1:3")]
+pub struct BadStdSpec(pub String);
+
 impl StdSpec {
-    pub fn parse(text: &str) -> Result<StdSpec, String> {
-        let bad = || format!("'{text}' is not 0, 1, 2, 3 or a map like 0:1,1:3");
+    pub fn parse(text: &str) -> Result<StdSpec, BadStdSpec> {
+        let bad = || BadStdSpec(text.to_string());
         let t = text.trim();
         if !t.contains(':') {
             return Std::from_code(t.parse().map_err(|_| bad())?)
