@@ -53,6 +53,8 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         .iter()
         .map(|place| {
             let mut env = p.rank_env(place, &job, &[&report_env, &p.diagnostics_env()]);
+            let stop_file = p.stop_file(Path::new("<run dir>"));
+            env.insert("TOPORUN_STOP_FILE".into(), stop_file.display().to_string());
             if o.standalone {
                 env.insert("MASTER_PORT".into(), "<free port at start>".into());
             }

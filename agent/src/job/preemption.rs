@@ -13,9 +13,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 /// The variable that names the stop file in every rank's environment.
 pub const STOP_FILE_VAR: &str = "TOPORUN_STOP_FILE";
 
-/// Its name in the run directory, unless the user named one.
-const STOP_FILE_NAME: &str = "stop-requested";
-
 /// The file every rank can poll: made when a stop is requested, on every node.
 #[derive(Debug, Clone)]
 pub struct StopFile(PathBuf);
@@ -23,12 +20,7 @@ pub struct StopFile(PathBuf);
 impl StopFile {
     /// The user's `TOPORUN_STOP_FILE`, else `stop-requested` in the run directory.
     pub fn of(p: &Job, run_dir: &Path) -> StopFile {
-        StopFile(
-            p.parent_env
-                .get(STOP_FILE_VAR)
-                .map(PathBuf::from)
-                .unwrap_or_else(|| run_dir.join(STOP_FILE_NAME)),
-        )
+        StopFile(p.stop_file(run_dir))
     }
 
     /// The attempt's stop file, cleared of the last attempt's, named in `env` (the

@@ -101,6 +101,15 @@ impl Job {
         all
     }
 
+    /// The stop file every rank is told of (`TOPORUN_STOP_FILE`): the user's, else
+    /// `stop-requested` in the run directory.
+    pub fn stop_file(&self, run_dir: &Path) -> PathBuf {
+        self.parent_env
+            .get("TOPORUN_STOP_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| run_dir.join("stop-requested"))
+    }
+
     /// How the ranks are stopped when an attempt ends early.
     pub fn stop_how(&self) -> crate::supervise::StopHow {
         crate::supervise::StopHow {
