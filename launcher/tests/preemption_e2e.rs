@@ -5,9 +5,9 @@
 //! loopback, 2 gloo ranks each, a DataLoader with 2 workers per rank.
 
 mod support;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 use support::*;
 
 fn node(port: u16, dir: &Path, n: u32, mode: &str, extra: &[&str]) -> Child {
@@ -79,28 +79,42 @@ fn all_ready(dir: &Path) {
 }
 
 /// Starts two nodes, waits until all 4 ranks run their loop, sends SIGTERM to the
-/// second node's toporun only; returns both ends and the signal's time.
-fn preempt(mode: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Ended>, SystemTime, Duration) {
+/// second node's toporun only; returns both ends, how long after the signal each
+/// node's stop file appeared, and how long the job took to end after the signal.
+fn preempt(mode: &str, extra: &[&str]) -> (tempfile::TempDir, Vec<Ended>, Vec<f64>, Duration) {
     let d = tempfile::tempdir().unwrap();
     let port = free_port();
     let nodes = [
         node(port, d.path(), 0, mode, extra),
         node(port, d.path(), 1, mode, extra),
     ];
-    let start = Instant::now();
-    while (0..4).any(|r| !d.path().join(format!("ready{r}")).exists()) {
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "the ranks did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let sent = SystemTime::now();
+    all_ready(d.path());
     let signalled = Instant::now();
+    // The stop file goes with the attempt, so it is watched while the job stops.
+    let watch = watch_stop_files(d.path().to_path_buf(), signalled);
     sigterm(&nodes[1]);
     let ends = ended(nodes);
     let took = signalled.elapsed();
-    (d, ends, sent, took)
+    (d, ends, watch.join().unwrap(), took)
+}
+
+/// Seconds from `from` until each node's stop file appeared (polled every 2 ms).
+fn watch_stop_files(dir: PathBuf, from: Instant) -> std::thread::JoinHandle<Vec<f64>> {
+    std::thread::spawn(move || {
+        let mut seen: Vec<Option<f64>> = vec![None; 2];
+        while seen.iter().any(Option::is_none) && from.elapsed() < Duration::from_secs(60) {
+            for (n, s) in seen.iter_mut().enumerate() {
+                if s.is_none() && dir.join(format!("stop{n}")).exists() {
+                    *s = Some(from.elapsed().as_secs_f64());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        seen.into_iter()
+            .enumerate()
+            .map(|(n, s)| s.unwrap_or_else(|| panic!("node {n} made no stop file")))
+            .collect()
+    })
 }
 
 /// The step every rank stopped at, asserted equal, with their saves and batches.
@@ -152,22 +166,10 @@ fn loads_every_rank(ckpt: &Path) {
     );
 }
 
-/// How long after the signal each node made its stop file.
-fn stop_file_delays(dir: &Path, sent: SystemTime) -> Vec<f64> {
-    (0..2)
-        .map(|n| {
-            let made = std::fs::metadata(dir.join(format!("stop{n}")))
-                .and_then(|m| m.modified())
-                .unwrap_or_else(|e| panic!("node {n} made no stop file: {e}"));
-            made.duration_since(sent).unwrap_or_default().as_secs_f64()
-        })
-        .collect()
-}
-
 #[test]
 #[ignore = "needs PyTorch: run scripts/test.sh"]
 fn sigterm_to_one_node_saves_one_checkpoint_on_every_rank() {
-    let (d, ends, sent, took) = preempt("handler", &[]);
+    let (d, ends, delays, took) = preempt("handler", &[]);
     for (n, e) in ends.iter().enumerate() {
         assert_eq!(e.code, 85, "node {n}: {}", e.err);
         assert!(
@@ -179,7 +181,6 @@ fn sigterm_to_one_node_saves_one_checkpoint_on_every_rank() {
     }
     let step = one_step(&ends);
     loads_every_rank(&d.path().join("ckpt"));
-    let delays = stop_file_delays(d.path(), sent);
     eprintln!(
         "stopped at step {step}; stop files {delays:?} s after the signal; last exit {took:?}"
     );
@@ -196,7 +197,7 @@ fn sigterm_to_one_node_saves_one_checkpoint_on_every_rank() {
 #[test]
 #[ignore = "needs PyTorch: run scripts/test.sh"]
 fn a_loop_that_polls_the_stop_file_stops_every_rank_at_one_step() {
-    let (d, ends, sent, _) = preempt("file", &["--stop-grace=20"]);
+    let (d, ends, delays, _) = preempt("file", &["--stop-grace=20"]);
     for (n, e) in ends.iter().enumerate() {
         assert_eq!(e.code, 85, "node {n}: {}", e.err);
         // Nobody needed the signal (it would kill a rank without a handler): every
@@ -209,7 +210,7 @@ fn a_loop_that_polls_the_stop_file_stops_every_rank_at_one_step() {
     }
     one_step(&ends);
     loads_every_rank(&d.path().join("ckpt"));
-    assert!(stop_file_delays(d.path(), sent).iter().all(|s| *s < 1.0));
+    assert!(delays.iter().all(|s| *s < 1.0), "{delays:?}");
 }
 
 /// `--watch-preemption` on node 1 only, its metadata service the test server in AWS's
