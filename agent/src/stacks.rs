@@ -113,6 +113,7 @@ impl Sampler {
         Ok(traces
             .into_iter()
             .map(|t| ThreadStack {
+                idle: !t.active,
                 thread: t.thread_name,
                 frames: t
                     .frames

@@ -143,6 +143,7 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
                     line: 12,
                 },
             ],
+            idle: false,
         };
         assert_eq!(where_sampled(&t).unwrap(), "flush_shards (train.py:12)");
         assert!(native_signal("SIGSEGV") && !native_signal("SIGTERM"));

@@ -80,6 +80,7 @@ mod tests {
                     file: "train.py".into(),
                     line: 7,
                 }],
+                idle: false,
             }],
             error: None,
         }

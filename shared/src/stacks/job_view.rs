@@ -114,6 +114,7 @@ mod tests {
         let thread = |name: &str| ThreadStack {
             thread: Some(name.into()),
             frames: (0..frames).map(frame).collect(),
+            idle: false,
         };
         RankStack {
             rank,

@@ -159,6 +159,7 @@ mod tests {
             threads: vec![ThreadStack {
                 thread: Some("MainThread".into()),
                 frames,
+                idle: false,
             }],
             error: None,
         }

@@ -1,13 +1,17 @@
 //! The Python stacks of a job's ranks, as data: what a capture gives (`RankStack`),
 //! grouped across ranks with the odd ones first (`merge`), whether ranks still make
 //! progress (`progress`), the report of a hang (`hang_report`) and the view across
-//! nodes (`job_view`).
+//! nodes (`job_view`); what a rank was doing at a sample (`activity`), its recent
+//! samples (`rank_window`) and the rank the others wait for (`straggler`).
 
+pub mod activity;
 pub mod hang_report;
 pub mod job_view;
 mod merge;
 mod model;
 pub mod progress;
+pub mod rank_window;
+pub mod straggler;
 
 pub use merge::{merge, rank_label, ranks_text, render_placed, render_text, Group, Place, Places};
 pub use model::{Frame, RankStack, ThreadStack};

@@ -15,6 +15,10 @@ pub struct Frame {
 pub struct ThreadStack {
     pub thread: Option<String>,
     pub frames: Vec<Frame>,
+    /// The thread was not on a CPU when read (blocked in C++: a collective, a lock,
+    /// I/O, a sleep).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub idle: bool,
 }
 
 /// One rank's stacks, or why none could be read.
@@ -40,3 +44,4 @@ impl RankStack {
             .or_else(|| self.threads.iter().find(with_frames))
     }
 }
+

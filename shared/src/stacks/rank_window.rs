@@ -1,0 +1,251 @@
+//! One rank's recent samples over a rolling window: what it was doing at each
+//! stack sample, with the counters read beside it (its CPU time, its CPU cgroup's
+//! throttling, its GPU's clocks and error counters). From the window come the
+//! rank's wait share and what it spends its time on.
+
+use super::activity::Activity;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, VecDeque};
+use std::time::Duration;
+
+/// Why a GPU's clocks are below their maximum (NVML's clocks event reasons).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ClockLimit {
+    Idle,
+    ApplicationClocks,
+    PowerCap,
+    HwSlowdown,
+    SyncBoost,
+    SwThermal,
+    HwThermal,
+    HwPowerBrake,
+    DisplayClock,
+}
+
+impl ClockLimit {
+    /// A limit that slows a busy GPU (not idling or following a setting).
+    pub fn slows(self) -> bool {
+        matches!(
+            self,
+            ClockLimit::PowerCap
+                | ClockLimit::HwSlowdown
+                | ClockLimit::SwThermal
+                | ClockLimit::HwThermal
+                | ClockLimit::HwPowerBrake
+        )
+    }
+}
+
+/// A GPU as read at one sample (NVML).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct GpuNow {
+    pub index: u32,
+    pub util_pct: Option<u32>,
+    pub sm_mhz: Option<u32>,
+    pub sm_max_mhz: Option<u32>,
+    #[serde(default)]
+    pub limits: Vec<ClockLimit>,
+    pub pcie_replays: Option<u64>,
+    pub nvlink_errors: Option<u64>,
+}
+
+/// A CPU cgroup's throttling counters (cpu.stat).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Throttling {
+    pub periods: u64,
+    pub throttled: u64,
+    pub throttled_us: u64,
+}
+
+/// One sample of one rank.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reading {
+    pub at: Duration,
+    pub activity: Activity,
+    /// Its innermost user frame, as `function (file:line)`.
+    pub place: Option<String>,
+    /// CPU time of the rank's process so far.
+    pub cpu: Option<Duration>,
+    pub rss_bytes: Option<u64>,
+    pub throttling: Option<Throttling>,
+    pub gpu: Option<GpuNow>,
+}
+
+/// A rank's samples over the last `span`.
+#[derive(Debug, Clone)]
+pub struct RankWindow {
+    span: Duration,
+    first: Option<Duration>,
+    readings: VecDeque<Reading>,
+}
+
+/// Fewest samples a share is computed from.
+pub const MIN_SAMPLES: usize = 20;
+
+/// What a full window says of a rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WindowSummary {
+    /// Share of samples in collectives (0..=1).
+    pub wait: f64,
+    pub samples: u32,
+    /// What it does most when not in a collective, and where.
+    pub spends: Option<Activity>,
+    pub place: Option<String>,
+    /// CPU time over wall time, in % of one core.
+    pub cpu_pct: Option<f64>,
+    /// Its CPU cgroup's throttling during the window.
+    pub throttled: Option<Throttling>,
+    /// PCIe replays and NVLink errors its GPU counted during the window.
+    pub pcie_replays: Option<u64>,
+    pub nvlink_errors: Option<u64>,
+}
+
+impl RankWindow {
+    pub fn new(span: Duration) -> Self {
+        RankWindow {
+            span,
+            first: None,
+            readings: VecDeque::new(),
+        }
+    }
+
+    pub fn push(&mut self, r: Reading) {
+        self.first.get_or_insert(r.at);
+        let keep_from = r.at.saturating_sub(self.span);
+        self.readings.push_back(r);
+        while self.readings.front().is_some_and(|x| x.at < keep_from) {
+            self.readings.pop_front();
+        }
+    }
+
+    pub fn last(&self) -> Option<&Reading> {
+        self.readings.back()
+    }
+
+    /// CPU % of one core between the last two samples (what `top` shows now).
+    pub fn cpu_now(&self) -> Option<f64> {
+        let n = self.readings.len();
+        let (a, b) = (self.readings.get(n.checked_sub(2)?)?, self.readings.back()?);
+        cpu_pct(a, b)
+    }
+
+    /// The window's summary once the rank has been watched a whole window.
+    pub fn summary(&self) -> Option<WindowSummary> {
+        let (first, last) = (self.readings.front()?, self.readings.back()?);
+        let watched = last.at.saturating_sub(self.first?);
+        if watched < self.span || self.readings.len() < MIN_SAMPLES {
+            return None;
+        }
+        let n = self.readings.len();
+        let count = |a: Activity| self.readings.iter().filter(|r| r.activity == a).count();
+        let spends = [
+            Activity::Compute,
+            Activity::Data,
+            Activity::Checkpoint,
+            Activity::Blocked,
+        ]
+        .into_iter()
+        .filter(|a| count(*a) > 0)
+        .max_by_key(|a| count(*a));
+        let delta = |f: fn(&Reading) -> Option<u64>| Some(f(last)?.saturating_sub(f(first)?));
+        Some(WindowSummary {
+            wait: count(Activity::Collective) as f64 / n as f64,
+            samples: n as u32,
+            spends,
+            place: spends.and_then(|a| self.commonest_place(a)),
+            cpu_pct: cpu_pct(first, last),
+            throttled: first
+                .throttling
+                .zip(last.throttling)
+                .map(|(a, b)| Throttling {
+                    periods: b.periods.saturating_sub(a.periods),
+                    throttled: b.throttled.saturating_sub(a.throttled),
+                    throttled_us: b.throttled_us.saturating_sub(a.throttled_us),
+                }),
+            pcie_replays: delta(|r| r.gpu.as_ref()?.pcie_replays),
+            nvlink_errors: delta(|r| r.gpu.as_ref()?.nvlink_errors),
+        })
+    }
+
+    fn commonest_place(&self, a: Activity) -> Option<String> {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for r in self.readings.iter().filter(|r| r.activity == a) {
+            if let Some(p) = &r.place {
+                *counts.entry(p).or_default() += 1;
+            }
+        }
+        let top = counts.into_iter().max_by_key(|(_, n)| *n)?;
+        Some(top.0.to_string())
+    }
+}
+
+fn cpu_pct(a: &Reading, b: &Reading) -> Option<f64> {
+    let wall = b.at.checked_sub(a.at)?.as_secs_f64();
+    let cpu = b.cpu?.checked_sub(a.cpu?)?.as_secs_f64();
+    (wall > 0.0).then(|| 100.0 * cpu / wall)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reading(ms: u64, activity: Activity, place: &str, cpu_ms: u64) -> Reading {
+        Reading {
+            at: Duration::from_millis(ms),
+            activity,
+            place: Some(place.into()),
+            cpu: Some(Duration::from_millis(cpu_ms)),
+            rss_bytes: None,
+            throttling: Some(Throttling {
+                periods: ms / 100,
+                throttled: ms / 200,
+                throttled_us: ms * 10,
+            }),
+            gpu: None,
+        }
+    }
+
+    #[test]
+    fn a_share_comes_only_from_a_whole_window() {
+        let mut w = RankWindow::new(Duration::from_secs(10));
+        // One sample every 250 ms, one in four in a collective, CPU busy half the time.
+        for i in 0..40u64 {
+            let a = if i % 4 == 0 {
+                Activity::Collective
+            } else {
+                Activity::Compute
+            };
+            w.push(reading(i * 250, a, "step (train.py:9)", i * 125));
+            assert!(w.summary().is_none(), "only {i} samples over {}ms", i * 250);
+        }
+        w.push(reading(
+            10_000,
+            Activity::Data,
+            "__getitem__ (data.py:4)",
+            5000,
+        ));
+        let s = w.summary().unwrap();
+        assert_eq!(s.samples, 41);
+        assert!((s.wait - 10.0 / 41.0).abs() < 1e-9, "{}", s.wait);
+        assert_eq!(s.spends, Some(Activity::Compute));
+        assert_eq!(s.place.as_deref(), Some("step (train.py:9)"));
+        assert!((s.cpu_pct.unwrap() - 50.0).abs() < 1e-9);
+        assert_eq!(s.throttled.unwrap().throttled, 50);
+    }
+
+    #[test]
+    fn old_samples_leave_the_window() {
+        let mut w = RankWindow::new(Duration::from_secs(10));
+        for i in 0..40u64 {
+            w.push(reading(i * 250, Activity::Collective, "x", 0));
+        }
+        for i in 40..120u64 {
+            w.push(reading(i * 250, Activity::Compute, "y (t.py:1)", 0));
+        }
+        let s = w.summary().unwrap();
+        assert_eq!(s.wait, 0.0, "the collective samples are older than 10 s");
+        assert_eq!(s.samples, 41);
+        assert_eq!(w.cpu_now(), Some(0.0));
+    }
+}

@@ -1,0 +1,340 @@
+//! Which rank holds the job back. In synchronous training every rank waits in the
+//! collectives for the slowest, so the straggler is the rank that waits least: its
+//! wait share far below the others' median over a whole window. Each rank's row is
+//! what `toporun top` shows and what a node publishes for the job-wide decision.
+//!
+//! The rule (measured on 4-rank gloo jobs, docs/stragglers.md): a rank is a
+//! straggler when the median wait share of the other ranks is at least
+//! [`MIN_MEDIAN`] (the job does wait on someone), and its own is at most a third of
+//! that median and [`MIN_GAP`] below it. A change is said once it has held for a
+//! quarter of the window, so a few seconds of extra work on one rank says nothing.
+
+use super::activity::Activity;
+use super::rank_window::{GpuNow, WindowSummary};
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// The others must wait at least this share of their time.
+pub const MIN_MEDIAN: f64 = 0.20;
+/// A straggler waits at most this fraction of the others' median...
+pub const MAX_RATIO: f64 = 1.0 / 3.0;
+/// ...and at least this much less, in share points.
+pub const MIN_GAP: f64 = 0.15;
+
+/// One rank as a node sees it now.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankRow {
+    pub rank: u32,
+    pub local_rank: u32,
+    pub node_rank: u32,
+    pub host: String,
+    pub pid: i32,
+    /// The GPU (NVML index) the rank uses, where there are GPUs.
+    pub gpu: Option<u32>,
+    /// What it was doing at the last sample.
+    pub now: Option<Activity>,
+    pub cpu_pct: Option<f64>,
+    pub rss_bytes: Option<u64>,
+    pub gpu_now: Option<GpuNow>,
+    /// None until the rank has been watched a whole window.
+    pub window: Option<WindowSummary>,
+}
+
+/// A rank the others wait for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Straggler {
+    pub rank: u32,
+    pub node_rank: u32,
+    pub host: String,
+    pub gpu: Option<u32>,
+    pub wait: f64,
+    /// The other ranks' median wait share, and how many they are.
+    pub median: f64,
+    pub others: u32,
+    pub spends: Option<Activity>,
+    pub place: Option<String>,
+    pub evidence: Vec<String>,
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The ranks whose whole-window wait share is far below the others' median.
+pub fn find(rows: &[RankRow]) -> Vec<Straggler> {
+    let shares: Vec<(&RankRow, &WindowSummary)> = rows
+        .iter()
+        .filter_map(|r| Some((r, r.window.as_ref()?)))
+        .collect();
+    shares
+        .iter()
+        .filter_map(|(row, w)| {
+            let others: Vec<f64> = shares
+                .iter()
+                .filter(|(o, _)| o.rank != row.rank)
+                .map(|(_, s)| s.wait)
+                .collect();
+            let m = median(others.clone())?;
+            let far = m >= MIN_MEDIAN && w.wait <= m * MAX_RATIO && m - w.wait >= MIN_GAP;
+            far.then(|| Straggler {
+                rank: row.rank,
+                node_rank: row.node_rank,
+                host: row.host.clone(),
+                gpu: row.gpu,
+                wait: w.wait,
+                median: m,
+                others: others.len() as u32,
+                spends: w.spends,
+                place: w.place.clone(),
+                evidence: evidence(row, w),
+            })
+        })
+        .collect()
+}
+
+/// What toporun read beside the stacks that may explain the rank's slowness.
+fn evidence(row: &RankRow, w: &WindowSummary) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(c) = w.cpu_pct {
+        out.push(format!(
+            "its process used {c:.0}% of a CPU core over the window"
+        ));
+    }
+    if let Some(t) = w.throttled.filter(|t| t.throttled > 0) {
+        out.push(format!(
+            "its CPU cgroup was throttled in {} of {} periods ({:.1}s held back) during the window: its CPU quota (cpu.max, cpu.cfs_quota_us; a pod's CPU limit) is too small for it",
+            t.throttled,
+            t.periods,
+            t.throttled_us as f64 / 1e6
+        ));
+    }
+    if let Some(g) = &row.gpu_now {
+        let slowing: Vec<String> = g
+            .limits
+            .iter()
+            .filter(|l| l.slows())
+            .map(|l| format!("{l:?}"))
+            .collect();
+        if let (Some(sm), Some(max)) = (g.sm_mhz, g.sm_max_mhz) {
+            let why = if slowing.is_empty() {
+                String::new()
+            } else {
+                format!(", clocks limited by {}", slowing.join(", "))
+            };
+            out.push(format!("GPU {}: SM clock {sm} of {max} MHz{why}", g.index));
+        }
+    }
+    if let Some(n) = w.pcie_replays.filter(|n| *n > 0) {
+        out.push(format!(
+            "its GPU counted {n} PCIe replays during the window (a link retrying transfers)"
+        ));
+    }
+    if let Some(n) = w.nvlink_errors.filter(|n| *n > 0) {
+        out.push(format!(
+            "its GPU counted {n} NVLink errors during the window"
+        ));
+    }
+    out
+}
+
+impl Straggler {
+    /// The finding's line and its evidence, as printed.
+    pub fn text(&self, span: Duration) -> String {
+        let gpu = self.gpu.map(|g| format!(", GPU {g}")).unwrap_or_default();
+        let mut s = format!(
+            "toporun: straggler: rank {} (node {} on {}{gpu}) waits {:.0}% of the time against a median of {:.0}% for the other {} over {}s: the others wait for it",
+            self.rank,
+            self.node_rank,
+            self.host,
+            self.wait * 100.0,
+            self.median * 100.0,
+            self.others,
+            span.as_secs()
+        );
+        if let Some(a) = self.spends {
+            s.push_str(&format!("; it spends its time in {}", a.describe()));
+            if let Some(p) = &self.place {
+                s.push_str(&format!(": {p}"));
+            }
+        }
+        for e in &self.evidence {
+            s.push_str(&format!("\n  {e}"));
+        }
+        s
+    }
+}
+
+/// Says a change in who straggles once it has held for `confirm`.
+#[derive(Debug, Default)]
+pub struct Decider {
+    said: Vec<u32>,
+    pending: Option<(Vec<u32>, Duration)>,
+}
+
+/// What changed, to be said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Change {
+    pub found: Vec<Straggler>,
+    /// Ranks said before that no longer straggle.
+    pub cleared: Vec<u32>,
+}
+
+impl Decider {
+    pub fn observe(
+        &mut self,
+        now: Duration,
+        found: Vec<Straggler>,
+        confirm: Duration,
+    ) -> Option<Change> {
+        let ranks: Vec<u32> = found.iter().map(|s| s.rank).collect();
+        if ranks == self.said {
+            self.pending = None;
+            return None;
+        }
+        let since = match &self.pending {
+            Some((p, since)) if *p == ranks => *since,
+            _ => {
+                self.pending = Some((ranks.clone(), now));
+                now
+            }
+        };
+        if now.saturating_sub(since) < confirm {
+            return None;
+        }
+        let cleared = self
+            .said
+            .iter()
+            .filter(|r| !ranks.contains(r))
+            .copied()
+            .collect();
+        let new: Vec<Straggler> = found
+            .into_iter()
+            .filter(|s| !self.said.contains(&s.rank))
+            .collect();
+        self.said = ranks;
+        self.pending = None;
+        Some(Change {
+            found: new,
+            cleared,
+        })
+    }
+
+    /// The ranks said to straggle now.
+    pub fn current(&self) -> &[u32] {
+        &self.said
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(rank: u32, wait: Option<f64>) -> RankRow {
+        RankRow {
+            rank,
+            local_rank: rank % 2,
+            node_rank: rank / 2,
+            host: format!("trainer-{}", rank / 2),
+            pid: 100 + rank as i32,
+            gpu: Some(rank % 2),
+            now: Some(Activity::Compute),
+            cpu_pct: Some(99.0),
+            rss_bytes: None,
+            gpu_now: None,
+            window: wait.map(|wait| WindowSummary {
+                wait,
+                samples: 60,
+                spends: Some(Activity::Compute),
+                place: Some("forward (model.py:12)".into()),
+                cpu_pct: Some(99.0),
+                throttled: None,
+                pcie_replays: None,
+                nvlink_errors: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn the_rank_that_waits_least_is_named_with_where_it_spends_its_time() {
+        let rows: Vec<RankRow> = [0.41, 0.44, 0.03, 0.39]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        let found = find(&rows);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let text = found[0].text(Duration::from_secs(60));
+        assert!(
+            text.starts_with("toporun: straggler: rank 2 (node 1 on trainer-1, GPU 0) waits 3% of the time against a median of 41% for the other 3 over 60s: the others wait for it; it spends its time in compute: forward (model.py:12)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\n  its process used 99% of a CPU core"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_balanced_job_or_one_in_a_long_phase_has_none() {
+        let balanced: Vec<RankRow> = [0.35, 0.42, 0.30, 0.38]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        assert!(find(&balanced).is_empty());
+        // Everyone checkpointing: nobody waits much, nobody is held back.
+        let pause: Vec<RankRow> = [0.02, 0.10, 0.12, 0.11]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        assert!(find(&pause).is_empty());
+        // Not a whole window yet for the others: no median to compare with.
+        let young = vec![row(0, Some(0.01)), row(1, None), row(2, None)];
+        assert!(find(&young).is_empty());
+    }
+
+    #[test]
+    fn a_slow_node_has_each_of_its_ranks_named() {
+        let rows: Vec<RankRow> = [0.5, 0.5, 0.04, 0.06]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        let ranks: Vec<u32> = find(&rows).iter().map(|s| s.rank).collect();
+        assert_eq!(ranks, vec![2, 3]);
+    }
+
+    #[test]
+    fn a_change_is_said_once_it_held_a_while_and_once_only() {
+        let rows: Vec<RankRow> = [0.4, 0.4, 0.03, 0.4]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        let s = |t| Duration::from_secs(t);
+        let mut d = Decider::default();
+        assert_eq!(d.observe(s(0), find(&rows), s(15)), None);
+        assert_eq!(d.observe(s(10), find(&rows), s(15)), None);
+        let c = d.observe(s(15), find(&rows), s(15)).unwrap();
+        assert_eq!(c.found[0].rank, 2);
+        assert!(c.cleared.is_empty());
+        assert_eq!(d.observe(s(16), find(&rows), s(15)), None);
+        // A blip of balance does not clear it; a lasting one does.
+        assert_eq!(d.observe(s(20), Vec::new(), s(15)), None);
+        assert_eq!(d.observe(s(21), find(&rows), s(15)), None);
+        assert_eq!(d.observe(s(30), Vec::new(), s(15)), None);
+        let c = d.observe(s(45), Vec::new(), s(15)).unwrap();
+        assert_eq!((c.found.len(), c.cleared), (0, vec![2]));
+        assert!(d.current().is_empty());
+    }
+}
