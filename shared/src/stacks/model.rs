@@ -43,5 +43,48 @@ impl RankStack {
             .find(|t| t.thread.as_deref() == Some("MainThread"))
             .or_else(|| self.threads.iter().find(with_frames))
     }
+
+    /// The main thread is printing an exception (an excepthook or the traceback
+    /// module): the rank is already failing, so this sample says nothing of where
+    /// it stood.
+    pub fn unwinding(&self) -> bool {
+        self.main_thread()
+            .and_then(|t| t.frames.first())
+            .is_some_and(|f| f.function.contains("excepthook") || f.file.ends_with("traceback.py"))
+    }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rank(innermost: (&str, &str)) -> RankStack {
+        let frame = |(function, file): (&str, &str)| Frame {
+            function: function.into(),
+            file: file.into(),
+            line: 1,
+        };
+        RankStack {
+            rank: 3,
+            local_rank: 3,
+            pid: 1,
+            threads: vec![ThreadStack {
+                thread: Some("MainThread".into()),
+                frames: vec![frame(innermost), frame(("main", "train.py"))],
+                idle: false,
+            }],
+            error: None,
+        }
+    }
+
+    #[test]
+    fn a_rank_printing_its_exception_is_unwinding() {
+        let hook = (
+            "init_process_group.<locals>._distributed_excepthook",
+            "torch/distributed/distributed_c10d.py",
+        );
+        assert!(rank(hook).unwinding());
+        assert!(rank(("format", "/usr/lib/python3.11/traceback.py")).unwinding());
+        assert!(!rank(("all_reduce", "torch/distributed/distributed_c10d.py")).unwinding());
+    }
+}

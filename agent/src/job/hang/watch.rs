@@ -75,7 +75,7 @@ pub enum Decide {
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Stops the watcher thread when dropped (the attempt ended).
-/// Each rank's last sample that had Python frames, and when it was taken, by pid
+/// Each rank's last sample that had Python frames (and was not unwinding), and when it was taken, by pid
 /// (kept after the rank exits: where a rank that crashed last stood).
 type LastSamples = Arc<Mutex<HashMap<i32, (RankStack, SystemTime)>>>;
 
@@ -307,7 +307,9 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
             let mut l = keep
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            for s in stacks.iter().filter(|s| s.main_thread().is_some()) {
+            // A rank printing its exception keeps the sample from before it.
+            let stood = |s: &&RankStack| s.main_thread().is_some() && !s.unwinding();
+            for s in stacks.iter().filter(stood) {
                 l.insert(s.pid, (s.clone(), at));
             }
             drop(l);
