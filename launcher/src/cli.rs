@@ -18,6 +18,7 @@ pub const SUBCOMMANDS: &[&str] = &[
     "bench",
     "nccl-log",
     "stacks",
+    "top",
     "fr-trace",
     "help",
 ];
@@ -168,6 +169,19 @@ pub fn launch_command(name: &'static str) -> Command {
                 .long("hang-timeout")
                 .value_name("SECONDS")
                 .help("report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write [default: off; env: TOPORUN_HANG_TIMEOUT]"),
+        )
+        .arg(
+            Arg::new("stragglers")
+                .long("stragglers")
+                .value_parser(EnumValueParser::<OnOff>::new())
+                .default_value("on")
+                .help("on: from the stack samples, each rank's share of time waiting in collectives over a window; the rank that waits far less than the others (the one they wait for) is named with what it spends its time on, and shown by `toporun top` [env: TOPORUN_STRAGGLERS]"),
+        )
+        .arg(
+            Arg::new("straggler_window")
+                .long("straggler-window")
+                .value_name("SECONDS")
+                .help("the window over which wait shares are compared, at least 5 (default 60) [env: TOPORUN_STRAGGLER_WINDOW]"),
         )
         .arg(
             Arg::new("on_hang")

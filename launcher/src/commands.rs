@@ -8,6 +8,7 @@ use crate::subcommands::{
     Bench, BenchBackend, Cli, Globals, Metadata, PreflightArgs, PreflightFormat, ReportFormat, Sub,
 };
 use anyhow::Result;
+use toporun_agent::job::stacks_socket::Request;
 use toporun_shared::finding::{worst, Severity};
 use toporun_shared::preflight::{self, PreflightOptions, Requirement};
 use toporun_shared::units::parse_size;
@@ -35,6 +36,11 @@ pub fn dispatch(cli: Cli) -> u8 {
         Sub::Preflight(args) => preflight(g, &args),
         Sub::NcclLog { files, format } => crate::nccl_log_cmd::run(g, &files, format),
         Sub::Stacks { run_dir, format } => stacks(run_dir.as_deref(), format),
+        Sub::Top {
+            run_dir,
+            format,
+            once,
+        } => top(run_dir.as_deref(), format, once),
         Sub::FrTrace { paths, format } => crate::fr_trace_cmd::run(&paths, format),
         Sub::Bench {
             which:
@@ -314,41 +320,77 @@ fn bench_rendezvous(
     Ok(crate::exit::SUCCESS)
 }
 
-/// `toporun stacks [RUN_DIR]`: asks the running launcher over its socket.
-fn stacks(run_dir: Option<&str>, format: ReportFormat) -> Result<u8> {
-    use toporun_agent::job::stacks_socket::{ask, index_dir, running, SOCKET};
-    let dir = match run_dir {
-        Some(d) => std::path::PathBuf::from(d),
-        None => match running().as_slice() {
-            [] => {
-                return Err(CannotRun(format!(
-                "no toporun job runs here (none registered in {}): pass the job's run directory",
-                index_dir().display()
+/// The run directory of the job running here: `run_dir`, or the one job registered.
+fn job_dir(run_dir: Option<&str>) -> Result<std::path::PathBuf> {
+    use toporun_agent::job::stacks_socket::{index_dir, running};
+    if let Some(d) = run_dir {
+        return Ok(std::path::PathBuf::from(d));
+    }
+    match running().as_slice() {
+        [] => Err(CannotRun(format!(
+            "no toporun job runs here (none registered in {}): pass the job's run directory",
+            index_dir().display()
+        ))
+        .into()),
+        [(_, dir)] => Ok(dir.clone()),
+        many => {
+            let list: Vec<String> = many
+                .iter()
+                .map(|(pid, d)| format!("pid {pid}: {}", d.display()))
+                .collect();
+            Err(CannotRun(format!(
+                "several toporun jobs run here; pass one run directory: {}",
+                list.join("; ")
             ))
-                .into())
-            }
-            [(_, dir)] => dir.clone(),
-            many => {
-                let list: Vec<String> = many
-                    .iter()
-                    .map(|(pid, d)| format!("pid {pid}: {}", d.display()))
-                    .collect();
-                return Err(CannotRun(format!(
-                    "several toporun jobs run here; pass one run directory: {}",
-                    list.join("; ")
-                ))
-                .into());
-            }
-        },
-    };
-    let text = ask(&dir, format == ReportFormat::Json).map_err(|e| {
+            .into())
+        }
+    }
+}
+
+/// Asks the job in `dir` over its socket.
+fn ask_job(dir: &std::path::Path, request: Request) -> Result<String> {
+    use toporun_agent::job::stacks_socket::{ask, SOCKET};
+    Ok(ask(dir, request).map_err(|e| {
         CannotRun(format!(
             "cannot reach the job through {}: {e} (is it running, and is this its run directory?)",
             dir.join(SOCKET).display()
         ))
-    })?;
-    print!("{text}");
+    })?)
+}
+
+/// `toporun stacks [RUN_DIR]`: asks the running launcher over its socket.
+fn stacks(run_dir: Option<&str>, format: ReportFormat) -> Result<u8> {
+    let json = format == ReportFormat::Json;
+    print!("{}", ask_job(&job_dir(run_dir)?, Request::Stacks { json })?);
     Ok(crate::exit::SUCCESS)
+}
+
+/// `toporun top [RUN_DIR]`: the table each second until the job ends (or once).
+fn top(run_dir: Option<&str>, format: ReportFormat, once: bool) -> Result<u8> {
+    let dir = job_dir(run_dir)?;
+    let json = format == ReportFormat::Json;
+    if once || json {
+        print!("{}", ask_job(&dir, Request::Top { json })?);
+        return Ok(crate::exit::SUCCESS);
+    }
+    let clear = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    let mut text = ask_job(&dir, Request::Top { json: false })?;
+    loop {
+        if clear {
+            // Home and clear the screen, as top does.
+            print!("\x1b[H\x1b[2J");
+        }
+        print!("{text}");
+        if !clear {
+            println!();
+        }
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let Ok(next) = ask_job(&dir, Request::Top { json: false }) else {
+            println!("toporun: the job ended");
+            return Ok(crate::exit::SUCCESS);
+        };
+        text = next;
+    }
 }
 
 /// Starts `toporun bench store-server` and reads the port it serves on.

@@ -95,6 +95,31 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
     }))
 }
 
+/// The shortest straggler window: 20 samples at 4 a second.
+const MIN_STRAGGLER_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `--stragglers` (TOPORUN_STRAGGLERS) and `--straggler-window`
+/// (TOPORUN_STRAGGLER_WINDOW): the window, none when off.
+fn straggler_window(
+    m: &ArgMatches,
+    env: &BTreeMap<String, String>,
+) -> Result<Option<std::time::Duration>> {
+    if typed_choice::<OnOff>(m, "stragglers", "TOPORUN_STRAGGLERS", env)? == OnOff::Off {
+        return Ok(None);
+    }
+    let Some(v) = option_or_env(m, "straggler_window", "TOPORUN_STRAGGLER_WINDOW", env) else {
+        return Ok(Some(std::time::Duration::from_secs(60)));
+    };
+    let w = toporun_shared::torchrun::seconds("--straggler-window", &v)?;
+    if w < MIN_STRAGGLER_WINDOW {
+        bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+            "--straggler-window {v}: expected at least {} seconds (20 samples at 4 a second)",
+            MIN_STRAGGLER_WINDOW.as_secs()
+        )));
+    }
+    Ok(Some(w))
+}
+
 /// `--preflight-measure`, or TOPORUN_PREFLIGHT_MEASURE=1/true.
 fn wants_measure(m: &ArgMatches, env: &BTreeMap<String, String>) -> bool {
     m.get_flag("preflight_measure")
@@ -266,6 +291,7 @@ fn prepare(
         toporun_agent::probe::cloud_metadata::Endpoints::from_env(|k| parent_env.get(k).cloned())
     });
     Ok(Job {
+        straggler_window: straggler_window(m, &parent_env)?,
         watch_preemption,
         stop_grace,
         stop_signal_group,

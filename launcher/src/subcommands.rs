@@ -192,6 +192,17 @@ pub enum Sub {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+    /// One row per rank of the job running here (the whole job's where the store's host publishes them), refreshed each second: what it does now, its share of time waiting in collectives over the straggler window, CPU, memory, GPU utilisation, SM clock and clock limits; the straggler marked. Asks the running launcher, as `toporun stacks`
+    Top {
+        /// the job's run directory (its --log-dir run, or torchelastic_*/<run id>_* under $TMPDIR)
+        #[arg(value_name = "RUN_DIR")]
+        run_dir: Option<String>,
+        #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
+        format: ReportFormat,
+        /// print the table once and exit (always so with --format json)
+        #[arg(long)]
+        once: bool,
+    },
     /// Match PyTorch flight-recorder dumps across ranks (files, or directories of <prefix><rank> files): the collective some ranks never entered, which ranks, and what each last completed; or the rank whose sizes or dtypes differ. Exit 0 the ranks agree, 1 a rank is named, 2 nothing readable
     #[command(name = "fr-trace")]
     FrTrace {

@@ -339,7 +339,7 @@ async fn attempt(
     let hangs_before = status.snapshot().hangs;
     let memory = causes::memory_at_start(life.memory.as_ref());
     let (watcher, exchange, hangs) = watch_hangs(p, session, node, &live, &status);
-    let _exchange = exchange.map(AbortOnDrop);
+    let _exchange: Vec<AbortOnDrop> = exchange.into_iter().map(AbortOnDrop).collect();
     let timer = &mut life.timer;
     let on_hang = AfterHang {
         watch: p.hang,
@@ -488,7 +488,7 @@ fn serve_stacks(life: &mut Life, dir: &Path) {
     if life.stacks_socket.is_some() {
         return;
     }
-    match stacks_socket::serve(dir, life.live.clone()) {
+    match stacks_socket::serve(dir, life.live.clone(), life.status.clone()) {
         Ok(s) => life.stacks_socket = Some(s),
         Err(e) => crate::console::say!(
             "toporun: warning: no `toporun stacks` socket in {}: {e}",

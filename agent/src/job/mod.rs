@@ -19,6 +19,7 @@ mod ranks;
 mod run_dir;
 mod session;
 mod spec;
+mod straggler;
 mod transitions;
 
 pub use error::JobError;

@@ -52,6 +52,9 @@ pub struct Job {
     pub classified: bool,
     /// The ranks' stderr goes through toporun (their last exception is read).
     pub watch_stderr: bool,
+    /// `--straggler-window`: the window over which each rank's wait share is
+    /// judged (None: `--stragglers off`).
+    pub straggler_window: Option<std::time::Duration>,
 }
 
 /// How hangs are watched for.

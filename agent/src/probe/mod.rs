@@ -5,6 +5,7 @@ pub mod container;
 pub mod entrypoint;
 pub mod fqdn;
 pub mod gpu;
+pub mod gpu_clocks;
 pub mod gpu_events;
 pub mod link_bandwidth;
 pub mod memory_cgroup;
@@ -13,6 +14,7 @@ pub mod open_writes;
 pub mod platform;
 pub mod port_owner;
 pub mod preemption_notice;
+pub mod rank_usage;
 mod rdma;
 
 pub use gpu::{GpuProbe, GpuProcess, NvmlProbe};

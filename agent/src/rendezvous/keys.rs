@@ -15,7 +15,8 @@
 //!   liveness, spares, the exit barrier and stops seen.
 //! - `coordinator` (etcd: the node that closes the round), `master` (etcd: the
 //!   workers' store of the round), `nccl/` (the NCCL digests), `stacks/<node>` and
-//!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps).
+//!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),
+//!   `ranks/<node>` and `stragglers` (the job-wide straggler decision).
 
 /// The run's keys outside any round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +156,16 @@ impl RoundKeys {
     /// The job-wide hang report the deciding node wrote.
     pub fn hang(&self) -> String {
         self.key("hang")
+    }
+
+    /// Each node's rank rows (wait shares, usage), for the straggler decision.
+    pub fn rank_rows(&self, node_rank: u32) -> String {
+        self.key(&format!("ranks/{node_rank}"))
+    }
+
+    /// The job-wide straggler view the deciding node wrote.
+    pub fn stragglers(&self) -> String {
+        self.key("stragglers")
     }
 }
 

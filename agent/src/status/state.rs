@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toporun_shared::root_cause::{Cause, CauseKind};
+use toporun_shared::stacks::straggler::Straggler;
+use toporun_shared::stacks::top_table::TopTable;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -47,6 +49,12 @@ pub struct Snapshot {
     pub root_cause: Option<CauseKind>,
     pub causes: Vec<Cause>,
     pub findings_by_severity: BTreeMap<String, u64>,
+    /// The ranks the others wait for now (`--straggler-window`), job-wide where
+    /// the store's host decides.
+    pub stragglers: Vec<Straggler>,
+    /// `toporun top`'s table (this node's ranks, or the job's).
+    #[serde(skip)]
+    pub top: TopTable,
     pub store_connections: u64,
     pub store_operations: u64,
     #[serde(skip)]

@@ -14,6 +14,11 @@ pub enum CgroupVersion {
 /// controller's line where there is one (a hybrid host keeps memory on v1), else the
 /// v2 line (`0::/path`).
 pub fn memory_cgroup(proc_cgroup: &str) -> Option<(CgroupVersion, String)> {
+    controller_cgroup(proc_cgroup, "memory")
+}
+
+/// A process's cgroup for `controller`: the v1 line naming it, else the v2 line.
+pub fn controller_cgroup(proc_cgroup: &str, controller: &str) -> Option<(CgroupVersion, String)> {
     let mut v2 = None;
     for line in proc_cgroup.lines() {
         let mut parts = line.splitn(3, ':');
@@ -21,7 +26,7 @@ pub fn memory_cgroup(proc_cgroup: &str) -> Option<(CgroupVersion, String)> {
         else {
             continue;
         };
-        if controllers.split(',').any(|c| c == "memory") {
+        if controllers.split(',').any(|c| c == controller) {
             return Some((CgroupVersion::V1, path.to_string()));
         }
         if id == "0" && controllers.is_empty() {

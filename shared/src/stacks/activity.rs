@@ -24,6 +24,17 @@ pub enum Activity {
 }
 
 impl Activity {
+    /// One word, for a table.
+    pub fn short(self) -> &'static str {
+        match self {
+            Activity::Collective => "collective",
+            Activity::Data => "data",
+            Activity::Checkpoint => "checkpoint",
+            Activity::Compute => "compute",
+            Activity::Blocked => "blocked",
+        }
+    }
+
     pub fn describe(self) -> &'static str {
         match self {
             Activity::Collective => "collectives",

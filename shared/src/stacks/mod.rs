@@ -12,6 +12,7 @@ mod model;
 pub mod progress;
 pub mod rank_window;
 pub mod straggler;
+pub mod top_table;
 
 pub use merge::{merge, rank_label, ranks_text, render_placed, render_text, Group, Place, Places};
 pub use model::{Frame, RankStack, ThreadStack};

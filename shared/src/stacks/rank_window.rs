@@ -58,6 +58,26 @@ pub struct Throttling {
     pub throttled_us: u64,
 }
 
+impl Throttling {
+    /// A cgroup's `cpu.stat`: v2's `nr_periods`, `nr_throttled`, `throttled_usec`;
+    /// v1's `throttled_time` in nanoseconds.
+    pub fn parse(cpu_stat: &str) -> Option<Throttling> {
+        let field = |name: &str| {
+            cpu_stat.lines().find_map(|l| {
+                let (k, v) = l.split_once(' ')?;
+                (k == name).then(|| v.trim().parse::<u64>().ok())?
+            })
+        };
+        let throttled_us =
+            field("throttled_usec").or_else(|| Some(field("throttled_time")? / 1000))?;
+        Some(Throttling {
+            periods: field("nr_periods")?,
+            throttled: field("nr_throttled")?,
+            throttled_us,
+        })
+    }
+}
+
 /// One sample of one rank.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Reading {
@@ -189,6 +209,20 @@ fn cpu_pct(a: &Reading, b: &Reading) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_stat_of_both_cgroup_versions_parses() {
+        let v1 = "nr_periods 120\nnr_throttled 80\nthrottled_time 4000000000\nnr_bursts 0\n";
+        let v2 = "usage_usec 9\nnr_periods 10\nnr_throttled 2\nthrottled_usec 1500\n";
+        let t = |periods, throttled, throttled_us| Throttling {
+            periods,
+            throttled,
+            throttled_us,
+        };
+        assert_eq!(Throttling::parse(v1), Some(t(120, 80, 4_000_000)));
+        assert_eq!(Throttling::parse(v2), Some(t(10, 2, 1500)));
+        assert_eq!(Throttling::parse("usage_usec 9\n"), None);
+    }
 
     fn reading(ms: u64, activity: Activity, place: &str, cpu_ms: u64) -> Reading {
         Reading {

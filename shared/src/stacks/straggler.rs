@@ -5,9 +5,12 @@
 //!
 //! The rule (measured on 4-rank gloo jobs, docs/stragglers.md): a rank is a
 //! straggler when the median wait share of the other ranks is at least
-//! [`MIN_MEDIAN`] (the job does wait on someone), and its own is at most a third of
-//! that median and [`MIN_GAP`] below it. A change is said once it has held for a
-//! quarter of the window, so a few seconds of extra work on one rank says nothing.
+//! [`MIN_MEDIAN`] (the job does wait on someone), and its own is at most half of
+//! that median and [`MIN_GAP`] below it. A rank named stays named until its share
+//! comes back within [`HOLD_RATIO`] of the median or [`HOLD_GAP`] of it (shares
+//! wander by ten points from window to window). A change is said once it has held
+//! for a quarter of the window, so a few seconds of extra work on one rank says
+//! nothing.
 
 use super::activity::Activity;
 use super::rank_window::{GpuNow, WindowSummary};
@@ -17,9 +20,14 @@ use std::time::Duration;
 /// The others must wait at least this share of their time.
 pub const MIN_MEDIAN: f64 = 0.20;
 /// A straggler waits at most this fraction of the others' median...
-pub const MAX_RATIO: f64 = 1.0 / 3.0;
+pub const MAX_RATIO: f64 = 0.5;
 /// ...and at least this much less, in share points.
-pub const MIN_GAP: f64 = 0.15;
+pub const MIN_GAP: f64 = 0.20;
+/// A rank already named stays named while it waits at most this fraction of the
+/// median...
+pub const HOLD_RATIO: f64 = 0.75;
+/// ...and at least this much less.
+pub const HOLD_GAP: f64 = 0.10;
 
 /// One rank as a node sees it now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -69,8 +77,9 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// The ranks whose whole-window wait share is far below the others' median.
-pub fn find(rows: &[RankRow]) -> Vec<Straggler> {
+/// The ranks whose whole-window wait share is far below the others' median; those
+/// in `held` (named already) by the looser hold rule.
+pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
     let shares: Vec<(&RankRow, &WindowSummary)> = rows
         .iter()
         .filter_map(|r| Some((r, r.window.as_ref()?)))
@@ -84,7 +93,12 @@ pub fn find(rows: &[RankRow]) -> Vec<Straggler> {
                 .map(|(_, s)| s.wait)
                 .collect();
             let m = median(others.clone())?;
-            let far = m >= MIN_MEDIAN && w.wait <= m * MAX_RATIO && m - w.wait >= MIN_GAP;
+            let (ratio, gap) = if held.contains(&row.rank) {
+                (HOLD_RATIO, HOLD_GAP)
+            } else {
+                (MAX_RATIO, MIN_GAP)
+            };
+            let far = m >= MIN_MEDIAN && w.wait <= m * ratio && m - w.wait >= gap;
             far.then(|| Straggler {
                 rank: row.rank,
                 node_rank: row.node_rank,
@@ -234,6 +248,38 @@ impl Decider {
     }
 }
 
+/// The job's straggler decision as it goes: who straggles now, and a count of the
+/// changes said (other nodes print each change once).
+#[derive(Debug, Default)]
+pub struct Verdicts {
+    decider: Decider,
+    pub seq: u32,
+    pub current: Vec<Straggler>,
+}
+
+impl Verdicts {
+    /// Judges the rows of one sample; the lines to print when who straggles changed
+    /// (a change is said once it held a quarter of the window).
+    pub fn step(&mut self, now: Duration, rows: &[RankRow], span: Duration) -> Vec<String> {
+        let found = find(rows, self.decider.current());
+        let change = self.decider.observe(now, found.clone(), span / 4);
+        let said = self.decider.current();
+        self.current = found
+            .into_iter()
+            .filter(|s| said.contains(&s.rank))
+            .collect();
+        let Some(c) = change else {
+            return Vec::new();
+        };
+        self.seq += 1;
+        let mut lines: Vec<String> = c.found.iter().map(|s| s.text(span)).collect();
+        lines.extend(c.cleared.iter().map(|r| {
+            format!("toporun: straggler: rank {r} no longer holds the job back (its wait share is back near the others')")
+        }));
+        lines
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,7 +316,7 @@ mod tests {
             .enumerate()
             .map(|(r, w)| row(r as u32, Some(*w)))
             .collect();
-        let found = find(&rows);
+        let found = find(&rows, &[]);
         assert_eq!(found.len(), 1, "{found:?}");
         let text = found[0].text(Duration::from_secs(60));
         assert!(
@@ -290,17 +336,17 @@ mod tests {
             .enumerate()
             .map(|(r, w)| row(r as u32, Some(*w)))
             .collect();
-        assert!(find(&balanced).is_empty());
+        assert!(find(&balanced, &[]).is_empty());
         // Everyone checkpointing: nobody waits much, nobody is held back.
         let pause: Vec<RankRow> = [0.02, 0.10, 0.12, 0.11]
             .iter()
             .enumerate()
             .map(|(r, w)| row(r as u32, Some(*w)))
             .collect();
-        assert!(find(&pause).is_empty());
+        assert!(find(&pause, &[]).is_empty());
         // Not a whole window yet for the others: no median to compare with.
         let young = vec![row(0, Some(0.01)), row(1, None), row(2, None)];
-        assert!(find(&young).is_empty());
+        assert!(find(&young, &[]).is_empty());
     }
 
     #[test]
@@ -310,7 +356,7 @@ mod tests {
             .enumerate()
             .map(|(r, w)| row(r as u32, Some(*w)))
             .collect();
-        let ranks: Vec<u32> = find(&rows).iter().map(|s| s.rank).collect();
+        let ranks: Vec<u32> = find(&rows, &[]).iter().map(|s| s.rank).collect();
         assert_eq!(ranks, vec![2, 3]);
     }
 
@@ -323,18 +369,63 @@ mod tests {
             .collect();
         let s = |t| Duration::from_secs(t);
         let mut d = Decider::default();
-        assert_eq!(d.observe(s(0), find(&rows), s(15)), None);
-        assert_eq!(d.observe(s(10), find(&rows), s(15)), None);
-        let c = d.observe(s(15), find(&rows), s(15)).unwrap();
+        assert_eq!(d.observe(s(0), find(&rows, &[]), s(15)), None);
+        assert_eq!(d.observe(s(10), find(&rows, &[]), s(15)), None);
+        let c = d.observe(s(15), find(&rows, &[]), s(15)).unwrap();
         assert_eq!(c.found[0].rank, 2);
         assert!(c.cleared.is_empty());
-        assert_eq!(d.observe(s(16), find(&rows), s(15)), None);
+        assert_eq!(d.observe(s(16), find(&rows, &[]), s(15)), None);
         // A blip of balance does not clear it; a lasting one does.
         assert_eq!(d.observe(s(20), Vec::new(), s(15)), None);
-        assert_eq!(d.observe(s(21), find(&rows), s(15)), None);
+        assert_eq!(d.observe(s(21), find(&rows, &[]), s(15)), None);
         assert_eq!(d.observe(s(30), Vec::new(), s(15)), None);
         let c = d.observe(s(45), Vec::new(), s(15)).unwrap();
         assert_eq!((c.found.len(), c.cleared), (0, vec![2]));
         assert!(d.current().is_empty());
+    }
+
+    #[test]
+    fn verdicts_say_a_straggler_and_its_clearing_once_each() {
+        let slow: Vec<RankRow> = [0.4, 0.4, 0.03, 0.4]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        let even: Vec<RankRow> = (0..4).map(|r| row(r, Some(0.4))).collect();
+        let (s, span) = (|t| Duration::from_secs(t), Duration::from_secs(20));
+        let mut v = Verdicts::default();
+        assert!(v.step(s(0), &slow, span).is_empty());
+        let said = v.step(s(5), &slow, span);
+        assert_eq!(said.len(), 1);
+        assert!(
+            said[0].starts_with("toporun: straggler: rank 2 "),
+            "{said:?}"
+        );
+        assert_eq!((v.seq, v.current[0].rank), (1, 2));
+        assert!(v.step(s(6), &slow, span).is_empty());
+        assert!(v.step(s(7), &even, span).is_empty());
+        let said = v.step(s(12), &even, span);
+        assert!(
+            said[0].contains("rank 2 no longer holds the job back"),
+            "{said:?}"
+        );
+        assert!(v.current.is_empty());
+        assert_eq!(v.seq, 2);
+    }
+
+    #[test]
+    fn a_named_rank_stays_named_until_it_is_back_near_the_others() {
+        let rows = |slow: f64| -> Vec<RankRow> {
+            [0.6, 0.6, slow, 0.6]
+                .iter()
+                .enumerate()
+                .map(|(r, w)| row(r as u32, Some(*w)))
+                .collect()
+        };
+        // 0.35 against 0.6: not far enough to be named, close enough to stay named.
+        assert!(find(&rows(0.35), &[]).is_empty());
+        assert_eq!(find(&rows(0.35), &[2])[0].rank, 2);
+        assert!(find(&rows(0.5), &[2]).is_empty());
+        assert_eq!(find(&rows(0.22), &[])[0].rank, 2);
     }
 }

@@ -8,6 +8,8 @@ use crate::job::hang::watch::{self, Decide, HangReport, LiveRanks, NodeSample, S
 use crate::job::run_dir::write_json;
 use crate::job::session::Session;
 use crate::job::spec::{HangWatch, Job, NodePlace};
+use crate::job::straggler;
+use crate::job::straggler::tracker::{Decide as StragglerDecide, NodeSeat, Tracker};
 use crate::paths::Root;
 use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
 use crate::status::JobStatus;
@@ -17,8 +19,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-/// Starts sampling the ranks and, on several nodes with --hang-timeout, the
-/// job-wide decision; the hangs found come on the receiver.
+/// Starts sampling the ranks and, on several nodes, the job-wide hang
+/// (--hang-timeout) and straggler decisions; the hangs found come on the receiver.
 pub fn watch_hangs(
     p: &Job,
     session: &Session,
@@ -27,7 +29,7 @@ pub fn watch_hangs(
     status: &JobStatus,
 ) -> (
     watch::Watcher,
-    Option<tokio::task::JoinHandle<()>>,
+    Vec<tokio::task::JoinHandle<()>>,
     mpsc::UnboundedReceiver<HangReport>,
 ) {
     let counted = status.clone();
@@ -37,20 +39,55 @@ pub fn watch_hangs(
             x.last_hang = Some(r.text.clone());
         })
     });
-    let (decide, task) = match p.hang.zip(session.meeting(node.round, node)) {
+    let mut tasks = Vec::new();
+    let decide = match p.hang.zip(session.meeting(node.round, node)) {
         Some((w, x)) => {
             let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
             let host = p.facts.container.hostname.clone();
-            let task = exchange::start(x, host, w, rx, sink.clone());
-            (Decide::Publish(tx), Some(task))
+            tasks.push(exchange::start(x, host, w, rx, sink.clone()));
+            Decide::Publish(tx)
         }
-        None => (Decide::Here, None),
+        None => Decide::Here,
     };
+    let tracker = p.straggler_window.map(|span| {
+        let (t, task) = straggler_tracker(p, session, node, status, span);
+        tasks.extend(task);
+        t
+    });
     (
-        watch::start(live.clone(), p.hang, decide, sink),
-        task,
+        watch::start(live.clone(), p.hang, decide, sink, tracker),
+        tasks,
         hangs,
     )
+}
+
+/// This node's straggler tracker; on several nodes, with the task exchanging its
+/// rows for the job-wide decision.
+fn straggler_tracker(
+    p: &Job,
+    session: &Session,
+    node: &NodePlace,
+    status: &JobStatus,
+    span: Duration,
+) -> (Tracker, Option<tokio::task::JoinHandle<()>>) {
+    let seat = NodeSeat {
+        node_rank: node.node_rank,
+        host: p.facts.container.hostname.clone(),
+        gpus: (0..p.nproc)
+            .filter_map(|l| Some((l, p.gpu_of(l)?.index)))
+            .collect(),
+    };
+    let (decide, task) = match session.meeting(node.round, node) {
+        Some(x) => {
+            let (tx, rx) = tokio::sync::watch::channel(Vec::new());
+            let task = straggler::exchange::start(x, span, rx, status.clone());
+            (StragglerDecide::Publish(tx), Some(task))
+        }
+        None => (StragglerDecide::Here(Default::default()), None),
+    };
+    let clocks = Box::new(crate::probe::gpu_clocks::NvmlClocks::default());
+    let t = Tracker::new(span, seat, clocks, decide, status.clone());
+    (t, task)
 }
 
 /// What a hang found during the attempt leads to, before any rank is stopped.

@@ -1,9 +1,11 @@
-//! `toporun stacks` from another shell in the container (kubectl exec): the launcher
-//! answers on a Unix socket in its run directory (0700), and leaves an index entry
+//! `toporun stacks` and `toporun top` from another shell in the container (kubectl
+//! exec): the launcher answers on a Unix socket in its run directory (0700), one
+//! request line (a [`Request`]) per connection, and leaves an index entry
 //! (`$TMPDIR/toporun-<uid>/<pid>`, holding the run directory) so a bare
 //! `toporun stacks` finds the job running here, whether toporun is PID 1 or not.
 
 use crate::stacks::{RankPid, Sampler};
+use crate::status::JobStatus;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
@@ -13,6 +15,45 @@ use toporun_shared::stacks::{merge, render_text, RankStack};
 
 /// The socket's name in the run directory.
 pub const SOCKET: &str = "stacks.sock";
+
+/// What a client asks for, as its one request line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    Stacks { json: bool },
+    Top { json: bool },
+}
+
+impl Request {
+    fn line(self) -> &'static str {
+        match self {
+            Request::Stacks { json: false } => "text",
+            Request::Stacks { json: true } => "json",
+            Request::Top { json: false } => "top",
+            Request::Top { json: true } => "top-json",
+        }
+    }
+
+    fn parse(line: &str) -> Request {
+        match line {
+            "json" => Request::Stacks { json: true },
+            "top" => Request::Top { json: false },
+            "top-json" => Request::Top { json: true },
+            _ => Request::Stacks { json: false },
+        }
+    }
+}
+
+/// `toporun top`'s table as the sampler last left it.
+fn top(status: &JobStatus, json: bool) -> String {
+    let t = status.snapshot().top;
+    if json {
+        return serde_json::to_string(&t).unwrap_or_default() + "\n";
+    }
+    if t.window_s == 0 {
+        return "no rank has been sampled yet (or this job runs with --stragglers off)\n".into();
+    }
+    t.text()
+}
 
 /// Where running jobs leave their index entries.
 pub fn index_dir() -> PathBuf {
@@ -51,7 +92,11 @@ impl Drop for Served {
     }
 }
 
-pub fn serve(run_dir: &Path, live: Arc<Mutex<Vec<RankPid>>>) -> std::io::Result<Served> {
+pub fn serve(
+    run_dir: &Path,
+    live: Arc<Mutex<Vec<RankPid>>>,
+    status: JobStatus,
+) -> std::io::Result<Served> {
     let path = run_dir.join(SOCKET);
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path)?;
@@ -67,7 +112,7 @@ pub fn serve(run_dir: &Path, live: Arc<Mutex<Vec<RankPid>>>) -> std::io::Result<
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone();
-            let _ = reply(conn, &ranks);
+            let _ = reply(conn, &ranks, &status);
         }
     });
     Ok(Served {
@@ -76,21 +121,25 @@ pub fn serve(run_dir: &Path, live: Arc<Mutex<Vec<RankPid>>>) -> std::io::Result<
     })
 }
 
-fn reply(conn: UnixStream, ranks: &[RankPid]) -> std::io::Result<()> {
+fn reply(conn: UnixStream, ranks: &[RankPid], status: &JobStatus) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut line = String::new();
     BufReader::new(conn.try_clone()?)
         .take(64)
         .read_line(&mut line)?;
+    let text = match Request::parse(line.trim()) {
+        Request::Stacks { json } => answer(ranks, json),
+        Request::Top { json } => top(status, json),
+    };
     let mut out = conn;
-    out.write_all(answer(ranks, line.trim() == "json").as_bytes())
+    out.write_all(text.as_bytes())
 }
 
 /// Asks the job whose run directory is `run_dir`.
-pub fn ask(run_dir: &Path, json: bool) -> std::io::Result<String> {
+pub fn ask(run_dir: &Path, request: Request) -> std::io::Result<String> {
     let mut s = UnixStream::connect(run_dir.join(SOCKET))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    s.write_all(if json { b"json\n" } else { b"text\n" })?;
+    s.write_all(format!("{}\n", request.line()).as_bytes())?;
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
@@ -133,13 +182,21 @@ mod tests {
             local_rank: 0,
             pid,
         }]));
-        let served = serve(d.path(), live).unwrap();
+        let status = JobStatus::default();
+        let served = serve(d.path(), live, status.clone()).unwrap();
         assert!(running().iter().any(|(_, dir)| dir == d.path()));
-        let text = ask(d.path(), false).unwrap();
+        let text = ask(d.path(), Request::Stacks { json: false }).unwrap();
         assert!(text.starts_with("1 rank(s) on this node"), "{text}");
         assert!(text.contains("rank 0: no stack:"), "{text}");
-        let json: serde_json::Value = serde_json::from_str(&ask(d.path(), true).unwrap()).unwrap();
+        let json = ask(d.path(), Request::Stacks { json: true }).unwrap();
+        let json: serde_json::Value = serde_json::from_str(&json).unwrap();
         assert_eq!(json["ranks"][0]["pid"], pid);
+        let top = ask(d.path(), Request::Top { json: false }).unwrap();
+        assert!(top.starts_with("no rank has been sampled yet"), "{top}");
+        status.update(|x| x.top.window_s = 60);
+        let top = ask(d.path(), Request::Top { json: true }).unwrap();
+        let top: serde_json::Value = serde_json::from_str(&top).unwrap();
+        assert_eq!(top["window_s"], 60);
         drop(served);
         assert!(!running().iter().any(|(_, dir)| dir == d.path()));
         assert!(

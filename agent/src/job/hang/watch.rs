@@ -6,6 +6,7 @@
 //! On its own thread: py-spy's reads are blocking.
 
 use crate::job::spec::HangWatch;
+use crate::job::straggler::tracker::Tracker;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler};
 use std::collections::HashMap;
@@ -278,13 +279,21 @@ impl Judge {
 
 /// Starts sampling `ranks`; with `watch`, a hang is decided as `decide` says, and a
 /// hang found here goes to `sink`.
-pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: Sink) -> Watcher {
+/// Each sample also feeds `tracker` (the straggler windows), which may sample faster.
+pub fn start(
+    ranks: LiveRanks,
+    watch: Option<HangWatch>,
+    decide: Decide,
+    sink: Sink,
+    mut tracker: Option<Tracker>,
+) -> Watcher {
     let done = Arc::new(AtomicBool::new(false));
     let last: LastSamples = Default::default();
     let writes: Writes = Default::default();
     let ports: Ports = Default::default();
     let (stop, keep, files, held) = (done.clone(), last.clone(), writes.clone(), ports.clone());
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
+    let every = tracker.as_ref().map_or(every, |t| every.min(t.interval()));
     let mut judge = watch.map(|watch| Judge {
         watch,
         decide,
@@ -325,6 +334,9 @@ pub fn start(ranks: LiveRanks, watch: Option<HangWatch>, decide: Decide, sink: S
             note_ports(&held, &live);
             if let Some(j) = judge.as_mut() {
                 j.judge(&live, &stacks);
+            }
+            if let Some(t) = tracker.as_mut() {
+                t.observe(&live, &stacks);
             }
         }
     });

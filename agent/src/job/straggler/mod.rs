@@ -1,0 +1,9 @@
+//! Slow, not stopped: which rank the others wait for. At each stack sample every
+//! local rank's activity (in a collective, loading data, checkpointing, computing)
+//! and what its process and GPU use are kept over a window (`tracker`); in
+//! synchronous training the rank that waits least is the one the others wait for.
+//! One node decides alone; on several, each publishes its rows in the workers'
+//! store and the store's host decides for the job (`exchange`).
+
+pub mod exchange;
+pub mod tracker;

@@ -1,0 +1,166 @@
+//! Fed by the sampler thread: one reading per rank per sample, a window per rank,
+//! this node's rows for `toporun top`, `/status` and `/metrics`, and (on one node)
+//! the straggler finding said as it changes.
+
+use crate::paths::Root;
+use crate::probe::gpu_clocks::GpuClocks;
+use crate::probe::rank_usage;
+use crate::stacks::RankPid;
+use crate::status::JobStatus;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use toporun_shared::root_cause::native_crash::where_sampled;
+use toporun_shared::stacks::activity::classify;
+use toporun_shared::stacks::rank_window::{RankWindow, Reading};
+use toporun_shared::stacks::straggler::{RankRow, Verdicts};
+use toporun_shared::stacks::RankStack;
+
+/// Who decides: this node alone, or the store's host from every node's rows.
+pub enum Decide {
+    Here(Verdicts),
+    Publish(watch::Sender<Vec<RankRow>>),
+}
+
+/// Where this node and its ranks are.
+pub struct NodeSeat {
+    pub node_rank: u32,
+    pub host: String,
+    /// The GPU (NVML index) each local rank uses.
+    pub gpus: HashMap<u32, u32>,
+}
+
+pub struct Tracker {
+    span: Duration,
+    start: Instant,
+    seat: NodeSeat,
+    clocks: Box<dyn GpuClocks>,
+    windows: HashMap<u32, RankWindow>,
+    decide: Decide,
+    status: JobStatus,
+    root: Root,
+}
+
+impl Tracker {
+    /// How often ranks are sampled for the window: 60 samples a window, 4 to 1 a
+    /// second.
+    pub fn interval(&self) -> Duration {
+        (self.span / 60).clamp(Duration::from_millis(250), Duration::from_secs(1))
+    }
+
+    pub fn new(
+        span: Duration,
+        seat: NodeSeat,
+        clocks: Box<dyn GpuClocks>,
+        decide: Decide,
+        status: JobStatus,
+    ) -> Tracker {
+        Tracker {
+            span,
+            start: Instant::now(),
+            seat,
+            clocks,
+            windows: HashMap::new(),
+            decide,
+            status,
+            root: Root::live(),
+        }
+    }
+
+    /// One sample of every live rank.
+    pub fn observe(&mut self, live: &[RankPid], stacks: &[RankStack]) {
+        let at = self.start.elapsed();
+        self.windows
+            .retain(|rank, _| live.iter().any(|r| r.rank == *rank));
+        let gpus: Vec<u32> = live
+            .iter()
+            .filter_map(|r| self.seat.gpus.get(&r.local_rank).copied())
+            .collect();
+        let readings = self.clocks.read(&gpus);
+        let mut rows = Vec::with_capacity(live.len());
+        for r in live {
+            let stack = stacks.iter().find(|s| s.pid == r.pid);
+            let gpu = self.seat.gpus.get(&r.local_rank).copied();
+            let gpu_now = gpu.and_then(|g| readings.iter().find(|x| x.index == g).cloned());
+            let reading = self.reading(at, r, stack, gpu_now);
+            let window = self
+                .windows
+                .entry(r.rank)
+                .or_insert_with(|| RankWindow::new(self.span));
+            if let Some(x) = reading {
+                window.push(x);
+            }
+            rows.push(row(&self.seat, r, gpu, window));
+        }
+        self.judge(at, rows);
+    }
+
+    /// A rank's reading, where its stack could be read (a sample the reader missed
+    /// counts for nothing rather than as time spent somewhere).
+    fn reading(
+        &self,
+        at: Duration,
+        r: &RankPid,
+        stack: Option<&RankStack>,
+        gpu: Option<toporun_shared::stacks::rank_window::GpuNow>,
+    ) -> Option<Reading> {
+        let main = stack?.main_thread()?;
+        let usage = rank_usage::read(&self.root, r.pid);
+        Some(Reading {
+            at,
+            activity: classify(main),
+            place: where_sampled(main),
+            cpu: usage.map(|u| u.cpu),
+            rss_bytes: usage.and_then(|u| u.rss_bytes),
+            throttling: rank_usage::throttling(&self.root, r.pid),
+            gpu,
+        })
+    }
+
+    fn judge(&mut self, at: Duration, rows: Vec<RankRow>) {
+        let span = self.span;
+        match &mut self.decide {
+            Decide::Here(v) => {
+                for line in v.step(at, &rows, span) {
+                    crate::console::say!("{line}");
+                }
+                let stragglers = v.current.clone();
+                self.status.update(|x| {
+                    x.top = toporun_shared::stacks::top_table::TopTable {
+                        window_s: span.as_secs(),
+                        job_wide: false,
+                        ranks: rows,
+                        stragglers: stragglers.clone(),
+                    };
+                    x.stragglers = stragglers;
+                });
+            }
+            Decide::Publish(tx) => {
+                self.status.update(|x| {
+                    x.top.window_s = span.as_secs();
+                    if !x.top.job_wide {
+                        x.top.ranks = rows.clone();
+                    }
+                });
+                let _ = tx.send(rows);
+            }
+        }
+    }
+}
+
+fn row(seat: &NodeSeat, r: &RankPid, gpu: Option<u32>, w: &RankWindow) -> RankRow {
+    let last = w.last();
+    RankRow {
+        rank: r.rank,
+        local_rank: r.local_rank,
+        node_rank: seat.node_rank,
+        host: seat.host.clone(),
+        pid: r.pid,
+        gpu,
+        now: last.map(|x| x.activity),
+        cpu_pct: w.cpu_now(),
+        rss_bytes: last.and_then(|x| x.rss_bytes),
+        gpu_now: last.and_then(|x| x.gpu.clone()),
+        window: w.summary(),
+    }
+}

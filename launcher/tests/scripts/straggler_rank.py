@@ -1,0 +1,59 @@
+"""Ranks for the straggler tests (gloo): a training loop of compute (a matmul
+forward/backward of a small model) then an all_reduce of its gradients, for SECS.
+SLOW_RANK does FACTOR times the compute; PAUSE_AT seconds in, every rank saves a
+checkpoint for PAUSE seconds (torch.save in a loop). Each writes its pid to
+OUT/pid<rank> once it is in the loop."""
+import os
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def forward_backward(model, x, times):
+    for _ in range(times):
+        model.zero_grad()
+        model(x).square().mean().backward()
+
+
+def save_checkpoint(model, seconds, path):
+    end = time.time() + seconds
+    while time.time() < end:
+        torch.save(model.state_dict(), path)
+
+
+def main():
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    secs = float(os.environ.get("SECS", "30"))
+    slow = int(os.environ.get("SLOW_RANK", "-1"))
+    factor = int(os.environ.get("FACTOR", "3"))
+    pause_at = float(os.environ.get("PAUSE_AT", "-1"))
+    pause = float(os.environ.get("PAUSE", "10"))
+    out = os.environ["OUT"]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
+    x = torch.randn(64, 256)
+    steps = int(os.environ.get("STEPS", "30"))
+    with open(os.path.join(out, f"pid{rank}"), "w") as f:
+        f.write(str(os.getpid()))
+    start = time.time()
+    paused = False
+    while time.time() - start < secs:
+        forward_backward(model, x, steps * (factor if rank == slow else 1))
+        # One flat bucket, as DDP sends its gradients.
+        flat = torch.cat([p.grad.flatten() for p in model.parameters()])
+        dist.all_reduce(flat)
+        if pause_at >= 0 and not paused and time.time() - start >= pause_at:
+            save_checkpoint(model, pause, os.path.join(out, f"ckpt{rank}.pt"))
+            paused = True
+        # Everyone leaves the loop together.
+        done = torch.tensor([1.0 if time.time() - start >= secs else 0.0])
+        dist.all_reduce(done, op=dist.ReduceOp.MAX)
+        if done.item() > 0:
+            break
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,163 @@
+//! `toporun top`'s table: one row per rank, what it does now and over the window,
+//! its process and GPU, the stragglers marked.
+
+use super::straggler::{RankRow, Straggler};
+use serde::{Deserialize, Serialize};
+
+/// What `toporun top` shows, as the launcher keeps it (and as `--format json`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct TopTable {
+    /// The straggler window, in seconds.
+    pub window_s: u64,
+    /// The rows are the whole job's (the store's host published them), not only
+    /// this node's.
+    pub job_wide: bool,
+    pub ranks: Vec<RankRow>,
+    pub stragglers: Vec<Straggler>,
+}
+
+fn or_dash(v: Option<String>) -> String {
+    v.unwrap_or_else(|| "-".into())
+}
+
+impl TopTable {
+    pub fn text(&self) -> String {
+        if self.ranks.is_empty() {
+            return "no rank is running right now\n".into();
+        }
+        let scope = if self.job_wide {
+            "the job"
+        } else {
+            "this node"
+        };
+        let mut out = format!(
+            "{} rank(s) of {scope}; WAIT is the share of samples in collectives over the last {}s (the straggler, marked *, waits least)\n",
+            self.ranks.len(),
+            self.window_s
+        );
+        out.push_str(&format!(
+            "{:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
+            "",
+            "RANK",
+            "NODE",
+            "HOST",
+            "PID",
+            "NOW",
+            "WAIT",
+            "CPU%",
+            "RSS",
+            "GPU",
+            "UTIL",
+            "SM MHz",
+            "CLOCK LIMITS"
+        ));
+        for r in &self.ranks {
+            out.push_str(&self.line(r));
+        }
+        for s in &self.stragglers {
+            out.push_str(&s.text(std::time::Duration::from_secs(self.window_s)));
+            out.push('\n');
+        }
+        out
+    }
+
+    fn line(&self, r: &RankRow) -> String {
+        let mark = if self.stragglers.iter().any(|s| s.rank == r.rank) {
+            "*"
+        } else {
+            ""
+        };
+        let g = r.gpu_now.as_ref();
+        let sm = g.and_then(|g| Some(format!("{}/{}", g.sm_mhz?, g.sm_max_mhz?)));
+        let limits = g.map(|g| {
+            let l: Vec<String> = g.limits.iter().map(|l| format!("{l:?}")).collect();
+            l.join(",")
+        });
+        format!(
+            "{mark:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
+            r.rank,
+            r.node_rank,
+            truncate(&r.host, 16),
+            r.pid,
+            or_dash(r.now.map(|a| a.short().to_string())),
+            or_dash(r.window.as_ref().map(|w| format!("{:.0}%", w.wait * 100.0))),
+            or_dash(r.cpu_pct.map(|c| format!("{c:.0}"))),
+            or_dash(r.rss_bytes.map(|b| format!("{}M", b >> 20))),
+            or_dash(r.gpu.map(|g| g.to_string())),
+            or_dash(g.and_then(|g| g.util_pct).map(|u| format!("{u}%"))),
+            or_dash(sm),
+            or_dash(limits.filter(|l| !l.is_empty())),
+        )
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    s.chars().take(n).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stacks::activity::Activity;
+    use crate::stacks::rank_window::{ClockLimit, GpuNow};
+
+    fn row(rank: u32) -> RankRow {
+        RankRow {
+            rank,
+            local_rank: rank,
+            node_rank: 0,
+            host: "trainer-0".into(),
+            pid: 100 + rank as i32,
+            gpu: Some(rank),
+            now: Some(Activity::Collective),
+            cpu_pct: Some(12.0),
+            rss_bytes: Some(3 << 30),
+            gpu_now: Some(GpuNow {
+                index: rank,
+                util_pct: Some(97),
+                sm_mhz: Some(1410),
+                sm_max_mhz: Some(1980),
+                limits: vec![ClockLimit::PowerCap],
+                ..Default::default()
+            }),
+            window: None,
+        }
+    }
+
+    #[test]
+    fn every_rank_has_a_row_with_its_gpu_and_the_straggler_is_marked() {
+        let mut t = TopTable {
+            window_s: 60,
+            job_wide: false,
+            ranks: vec![row(0), row(1)],
+            stragglers: Vec::new(),
+        };
+        let text = t.text();
+        assert!(text.starts_with("2 rank(s) of this node"), "{text}");
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(
+            lines[2].contains("collective") && lines[2].contains("1410/1980"),
+            "{text}"
+        );
+        assert!(
+            lines[2].contains("PowerCap") && lines[2].contains("3072M"),
+            "{text}"
+        );
+        t.stragglers.push(crate::stacks::straggler::Straggler {
+            rank: 1,
+            node_rank: 0,
+            host: "trainer-0".into(),
+            gpu: Some(1),
+            wait: 0.02,
+            median: 0.4,
+            others: 1,
+            spends: Some(Activity::Compute),
+            place: None,
+            evidence: Vec::new(),
+        });
+        let text = t.text();
+        assert!(text.lines().nth(3).unwrap().starts_with("*"), "{text}");
+        assert!(text.contains("toporun: straggler: rank 1 "), "{text}");
+    }
+}
