@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 use support::*;
@@ -42,36 +41,6 @@ fn get(client: &reqwest::blocking::Client, port: u16, path: &str) -> Option<(u16
     Some((code, r.text().ok()?))
 }
 
-/// Every sample of an OpenMetrics text, as `name{labels}` -> value, parsed by
-/// prometheus_client.
-fn samples(text: &str) -> BTreeMap<String, f64> {
-    use std::io::Write;
-    let mut py = std::process::Command::new(python())
-        .args([
-            "-c",
-            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\nfor f in parse(sys.stdin.read()):\n    for s in f.samples:\n        labels = ','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))\n        print(f'{s.name}{{{labels}}} {s.value}')",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    py.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = py.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "the Prometheus parser refused the metrics: {}\n{text}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| {
-            let (k, v) = l.rsplit_once(' ')?;
-            Some((k.to_string(), v.parse().ok()?))
-        })
-        .collect()
-}
-
 fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
     let t = Instant::now();
     while !f() {
@@ -93,7 +62,7 @@ fn readiness_liveness_and_metrics_follow_a_real_job() {
     let (code, why) = get(&client, sport, "/readyz").unwrap();
     assert_eq!(code, 503, "{why}");
     assert!(why.contains("rendezvous"), "{why}");
-    let m = samples(&get(&client, sport, "/metrics").unwrap().1);
+    let m = prometheus_samples(&get(&client, sport, "/metrics").unwrap().1);
     assert_eq!(m["toporun_ready{}"], 0.0);
     assert_eq!(m["toporun_nodes_expected{}"], 2.0);
 
@@ -116,7 +85,7 @@ fn readiness_liveness_and_metrics_follow_a_real_job() {
         Duration::from_secs(30),
         || {
             worst = worst.max(get(&client, sport, "/healthz").map_or(599, |(c, _)| c));
-            let m = samples(&get(&client, sport, "/metrics").unwrap().1);
+            let m = prometheus_samples(&get(&client, sport, "/metrics").unwrap().1);
             m.get("toporun_restarts_total{}") == Some(&1.0)
                 && m.get("toporun_rank_exits_total{code=3}") == Some(&1.0)
         },

@@ -29,6 +29,38 @@ fn counter(r: &mut Registry, name: &str, help: &str, v: u64) {
     r.register(name, help, c);
 }
 
+/// This node's ranks' wait shares, and the ranks the job waits for.
+fn stragglers(r: &mut Registry, s: &Snapshot) {
+    let shares: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
+    let mine = |node: u32| !s.top.job_wide || s.node_rank == Some(node);
+    for row in s.top.ranks.iter().filter(|x| mine(x.node_rank)) {
+        if let Some(w) = &row.window {
+            shares
+                .get_or_create(&vec![("rank".into(), row.rank.to_string())])
+                .set(w.wait);
+        }
+    }
+    r.register(
+        "toporun_rank_wait_share",
+        "Share of this node's ranks' stack samples in collectives over the straggler window (the straggler waits least)",
+        shares,
+    );
+    let named: Family<Labels, Gauge> = Family::default();
+    for x in &s.stragglers {
+        named
+            .get_or_create(&vec![
+                ("rank".into(), x.rank.to_string()),
+                ("node".into(), x.node_rank.to_string()),
+            ])
+            .set(1);
+    }
+    r.register(
+        "toporun_straggler",
+        "1 for each rank the job waits for now (its wait share far below the others')",
+        named,
+    );
+}
+
 /// The snapshot as OpenMetrics text.
 pub fn render(s: &Snapshot) -> String {
     let mut r = Registry::default();
@@ -118,6 +150,7 @@ pub fn render(s: &Snapshot) -> String {
         "Operations served by this node's store",
         s.store_operations,
     );
+    stragglers(&mut r, s);
     let findings: Family<Labels, Gauge> = Family::default();
     for sev in ["warning", "error"] {
         findings

@@ -1,7 +1,8 @@
 """Ranks for the straggler tests (gloo): a training loop of compute (a matmul
 forward/backward of a small model) then an all_reduce of its gradients, for SECS.
-SLOW_RANK does FACTOR times the compute; PAUSE_AT seconds in, every rank saves a
-checkpoint for PAUSE seconds (torch.save in a loop). Each writes its pid to
+SLOW_RANK does FACTOR times the compute; PAUSE_AT seconds in (as rank 0 sees it,
+agreed through the loop's all_reduce, as a checkpoint every N steps is), every rank
+saves a checkpoint for PAUSE seconds (torch.save in a loop). Each writes its pid to
 OUT/pid<rank> once it is in the loop."""
 import os
 import time
@@ -44,13 +45,14 @@ def main():
         # One flat bucket, as DDP sends its gradients.
         flat = torch.cat([p.grad.flatten() for p in model.parameters()])
         dist.all_reduce(flat)
-        if pause_at >= 0 and not paused and time.time() - start >= pause_at:
+        # Every rank stops, and pauses, at the same step.
+        now = time.time() - start
+        flags = torch.tensor([float(now >= secs), float(rank == 0 and 0 <= pause_at <= now)])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        if flags[1].item() > 0 and not paused:
             save_checkpoint(model, pause, os.path.join(out, f"ckpt{rank}.pt"))
             paused = True
-        # Everyone leaves the loop together.
-        done = torch.tensor([1.0 if time.time() - start >= secs else 0.0])
-        dist.all_reduce(done, op=dist.ReduceOp.MAX)
-        if done.item() > 0:
+        if flags[0].item() > 0:
             break
     dist.destroy_process_group()
 

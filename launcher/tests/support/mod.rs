@@ -170,3 +170,33 @@ pub fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// Every sample of an OpenMetrics text, as `name{labels}` -> value, parsed by
+/// prometheus_client.
+pub fn prometheus_samples(text: &str) -> std::collections::BTreeMap<String, f64> {
+    use std::io::Write;
+    let mut py = std::process::Command::new(python())
+        .args([
+            "-c",
+            "import sys\nfrom prometheus_client.openmetrics.parser import text_string_to_metric_families as parse\nfor f in parse(sys.stdin.read()):\n    for s in f.samples:\n        labels = ','.join(f'{k}={v}' for k, v in sorted(s.labels.items()))\n        print(f'{s.name}{{{labels}}} {s.value}')",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    py.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = py.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused the metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (k, v) = l.rsplit_once(' ')?;
+            Some((k.to_string(), v.parse().ok()?))
+        })
+        .collect()
+}

@@ -1,0 +1,341 @@
+//! Stragglers named live (real PyTorch, gloo, 4 ranks in a loop of compute plus
+//! all_reduce, a 10 s window): a rank doing three times the compute is named with
+//! "compute" within two windows and shown by `toporun top`, `/status` and `/metrics`;
+//! a rank in a CPU cgroup with a quota is named with the throttling; a balanced job
+//! with an all-ranks checkpoint pause says nothing; on two nodes the store's host
+//! names the other node's rank and both nodes print it.
+//!
+//! The jobs run one at a time: four ranks each on this machine's two cores, two jobs
+//! at once would slow each other's ranks unevenly.
+
+mod support;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+const WINDOW: &str = "--straggler-window=10";
+
+fn job(out: &Path, env: &[(&str, &str)], extra: &[&str]) -> Command {
+    let mut c = toporun();
+    c.args(["--nccl-report=off", WINDOW])
+        .args(extra)
+        .arg("straggler_rank.py")
+        .env("OUT", out)
+        .env("PYTHON_EXEC", python())
+        .envs(env.iter().copied())
+        .current_dir(scripts())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    c
+}
+
+/// A running job whose stderr lines are kept with the time they came.
+struct Running {
+    child: Child,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Running {
+    fn start(mut c: Command) -> Running {
+        let mut child = c.spawn().unwrap();
+        let err = child.stderr.take().unwrap();
+        let lines: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
+        let keep = lines.clone();
+        let reader = std::thread::spawn(move || {
+            for l in BufReader::new(err).lines().map_while(Result::ok) {
+                keep.lock().unwrap().push((Instant::now(), l));
+            }
+        });
+        Running {
+            child,
+            lines,
+            reader: Some(reader),
+        }
+    }
+
+    /// Waits for the end; the exit code and the whole stderr.
+    fn finish(&mut self) -> (i32, String) {
+        let code = self.child.wait().unwrap().code().unwrap_or(-1);
+        if let Some(r) = self.reader.take() {
+            r.join().unwrap();
+        }
+        (code, self.text())
+    }
+
+    fn text(&self) -> String {
+        let l = self.lines.lock().unwrap();
+        l.iter()
+            .map(|(_, s)| s.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// When the first line containing `what` came.
+    fn said_at(&self, what: &str) -> Option<Instant> {
+        let l = self.lines.lock().unwrap();
+        l.iter().find(|(_, s)| s.contains(what)).map(|(t, _)| *t)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// When every rank has written its pid (the training loop starts), and the pids.
+fn loop_started(out: &Path, ranks: u32) -> (Instant, Vec<i32>) {
+    let t = Instant::now();
+    loop {
+        let pids: Vec<i32> = (0..ranks)
+            .filter_map(|r| {
+                std::fs::read_to_string(out.join(format!("pid{r}")))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        if pids.len() == ranks as usize {
+            return (Instant::now(), pids);
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The one run directory under `logs`.
+fn run_dir(logs: &Path) -> PathBuf {
+    let t = Instant::now();
+    loop {
+        if let Some(e) = std::fs::read_dir(logs).ok().and_then(|mut d| d.next()) {
+            return e.unwrap().path();
+        }
+        assert!(t.elapsed() < Duration::from_secs(30), "no run directory");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `toporun top --once --format json`, none once the job has ended.
+fn top_json(dir: &Path) -> Option<serde_json::Value> {
+    let out = toporun()
+        .args(["top", "--once", "--format", "json"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).unwrap())
+}
+
+fn get(port: u16, path: &str) -> String {
+    http()
+        .build()
+        .unwrap()
+        .get(format!("http://127.0.0.1:{port}{path}"))
+        .send()
+        .unwrap()
+        .text()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tempfile::tempdir().unwrap();
+    let logs = d.path().join("logs");
+    let port = free_port();
+    let env = [("SECS", "40"), ("SLOW_RANK", "2"), ("FACTOR", "3")];
+    let log_dir = logs.to_str().unwrap();
+    let status = format!("--status-port={port}");
+    let extra = [
+        "--standalone",
+        "--nproc-per-node=4",
+        "--log-dir",
+        log_dir,
+        &status,
+    ];
+    let mut j = Running::start(job(d.path(), &env, &extra));
+    let (started, _) = loop_started(d.path(), 4);
+    let dir = run_dir(&logs);
+    // Poll the table until it marks the straggler: every rank listed with its share.
+    let t = Instant::now();
+    let top = loop {
+        let top = top_json(&dir).unwrap_or_else(|| panic!("the job ended:\n{}", j.text()));
+        if top["stragglers"].as_array().is_some_and(|s| !s.is_empty()) {
+            break top;
+        }
+        assert!(
+            t.elapsed() < Duration::from_secs(40),
+            "top: {top}\n{}",
+            j.text()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    let ranks = top["ranks"].as_array().unwrap();
+    assert_eq!(ranks.len(), 4, "{top}");
+    assert!(ranks.iter().all(|r| r["window"]["wait"].is_f64()), "{top}");
+    assert_eq!(top["stragglers"][0]["rank"], 2, "{top}");
+    let status: serde_json::Value = serde_json::from_str(&get(port, "/status")).unwrap();
+    assert_eq!(status["stragglers"][0]["rank"], 2, "{status}");
+    let metrics = prometheus_samples(&get(port, "/metrics"));
+    assert_eq!(
+        metrics.get("toporun_straggler{node=0,rank=2}"),
+        Some(&1.0),
+        "{metrics:?}"
+    );
+    let share = |r: u32| metrics[&format!("toporun_rank_wait_share{{rank={r}}}")];
+    assert!(share(2) < share(0) && share(2) < share(1), "{metrics:?}");
+    let text = toporun()
+        .args(["top", "--once"])
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&text.stdout).to_string();
+    let marked: Vec<&str> = text.lines().filter(|l| l.starts_with('*')).collect();
+    assert!(
+        marked.len() == 1 && marked[0].split_whitespace().nth(1) == Some("2"),
+        "{text}"
+    );
+    let (code, err) = j.finish();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("toporun: straggler: rank 2 (node 0 on ")
+            && err.contains("it spends its time in compute: forward_backward (straggler_rank.py:"),
+        "{err}"
+    );
+    let at = j.said_at("toporun: straggler: rank 2 ").unwrap();
+    assert!(
+        at.duration_since(started) <= Duration::from_secs(20),
+        "named {:?} after the loop started: not within two windows\n{err}",
+        at.duration_since(started)
+    );
+    assert_eq!(
+        err.matches("toporun: straggler:").count(),
+        1,
+        "said more than once: {err}"
+    );
+}
+
+/// A v1 cpu cgroup with a 15% quota, where this machine lets the test make one.
+struct QuotaCgroup(PathBuf);
+
+impl QuotaCgroup {
+    fn make() -> Option<QuotaCgroup> {
+        let d = PathBuf::from(format!(
+            "/sys/fs/cgroup/cpu/toporun-e2e-{}",
+            std::process::id()
+        ));
+        let made = std::fs::create_dir(&d).is_ok()
+            && std::fs::write(d.join("cpu.cfs_quota_us"), "15000").is_ok();
+        if !made {
+            eprintln!("skipping: cannot make a cpu cgroup with a quota under /sys/fs/cgroup/cpu (needs cgroup v1 and root)");
+            let _ = std::fs::remove_dir(&d);
+            return None;
+        }
+        Some(QuotaCgroup(d))
+    }
+
+    fn take(&self, pid: i32) {
+        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for QuotaCgroup {
+    fn drop(&mut self) {
+        // Processes left in it go back to the root first.
+        if let Ok(pids) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+            for p in pids.lines() {
+                let _ = std::fs::write("/sys/fs/cgroup/cpu/cgroup.procs", p);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let Some(cg) = QuotaCgroup::make() else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let env = [("SECS", "30")];
+    let mut j = Running::start(job(d.path(), &env, &["--standalone", "--nproc-per-node=4"]));
+    let (_, pids) = loop_started(d.path(), 4);
+    cg.take(pids[2]);
+    let (code, err) = j.finish();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("toporun: straggler: rank 2 (node 0 on "),
+        "{err}"
+    );
+    assert!(
+        err.contains("its CPU cgroup was throttled in ")
+            && err.contains("a pod's CPU limit) is too small for it"),
+        "{err}"
+    );
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_balanced_job_with_an_all_ranks_checkpoint_pause_names_nobody() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tempfile::tempdir().unwrap();
+    let env = [("SECS", "40"), ("PAUSE_AT", "12"), ("PAUSE", "10")];
+    let mut j = Running::start(job(d.path(), &env, &["--standalone", "--nproc-per-node=4"]));
+    let (code, err) = j.finish();
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        (0..4).all(|r| d.path().join(format!("ckpt{r}.pt")).exists()),
+        "no checkpoint pause happened: {err}"
+    );
+    assert!(!err.contains("straggler"), "{err}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn on_two_nodes_the_stores_host_names_the_other_nodes_rank() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port().to_string();
+    let env = [("SECS", "30"), ("SLOW_RANK", "3"), ("FACTOR", "3")];
+    let node = |n: &str| {
+        let rank = format!("--node-rank={n}");
+        let master = format!("--master-port={port}");
+        let args = [
+            "--nnodes=2",
+            rank.as_str(),
+            "--master-addr=127.0.0.1",
+            master.as_str(),
+            "--nproc-per-node=2",
+        ];
+        Running::start(job(d.path(), &env, &args))
+    };
+    let mut n0 = node("0");
+    let mut n1 = node("1");
+    let (c0, e0) = n0.finish();
+    let (c1, e1) = n1.finish();
+    assert_eq!((c0, c1), (0, 0), "node 0:\n{e0}\nnode 1:\n{e1}");
+    for (n, err) in [(0, &e0), (1, &e1)] {
+        assert!(
+            err.contains("toporun: straggler: rank 3 (node 1 on ")
+                && err.contains("it spends its time in compute"),
+            "node {n}:\n{err}"
+        );
+    }
+}
