@@ -257,7 +257,7 @@ pub enum Bench {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
-    /// Starts N Python processes and times reading their stacks: the first capture (attaching), a later one, and the CPU toporun spends sampling them at the hang watcher's interval
+    /// Starts N Python processes and times reading their stacks: the first capture (attaching), a later one, and the CPU toporun spends sampling them at the hang watcher's interval, alone and with the straggler tracker fed at each sample
     Stacks {
         /// the Python to start (a virtualenv's, as the ranks use)
         #[arg(long, default_value = "python3")]

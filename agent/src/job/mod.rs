@@ -19,7 +19,7 @@ mod ranks;
 mod run_dir;
 mod session;
 mod spec;
-mod straggler;
+pub mod straggler;
 mod transitions;
 
 pub use error::JobError;

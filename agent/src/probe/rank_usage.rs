@@ -1,6 +1,6 @@
 //! What a rank's process uses, read at each stack sample for the straggler finding:
-//! its CPU time and resident memory (/proc/<pid>/stat, status) and its CPU cgroup's
-//! throttling counters (cpu.stat, v1 or v2).
+//! its CPU time and resident memory (one read of /proc/<pid>/stat) and its CPU
+//! cgroup's throttling counters (cpu.stat, v1 or v2; the file found once per rank).
 
 use crate::paths::{self, Root};
 use std::path::PathBuf;
@@ -15,50 +15,54 @@ pub struct RankUsage {
     pub rss_bytes: Option<u64>,
 }
 
+/// A sysconf value, read once per process by the caller's static.
+fn sysconf(var: nix::unistd::SysconfVar, fallback: u64) -> u64 {
+    nix::unistd::sysconf(var)
+        .ok()
+        .flatten()
+        .and_then(|v| u64::try_from(v).ok())
+        .filter(|v| *v > 0)
+        .unwrap_or(fallback)
+}
+
 /// Clock ticks per second of /proc's times (USER_HZ: 100 on every Linux toporun
-/// runs on; read once).
+/// runs on).
 fn ticks_per_second() -> u64 {
-    use std::sync::OnceLock;
-    static HZ: OnceLock<u64> = OnceLock::new();
-    *HZ.get_or_init(|| {
-        nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .and_then(|v| u64::try_from(v).ok())
-            .filter(|v| *v > 0)
-            .unwrap_or(100)
-    })
+    static HZ: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *HZ.get_or_init(|| sysconf(nix::unistd::SysconfVar::CLK_TCK, 100))
+}
+
+fn page_size() -> u64 {
+    static PAGE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *PAGE.get_or_init(|| sysconf(nix::unistd::SysconfVar::PAGE_SIZE, 4096))
 }
 
 pub fn read(root: &Root, pid: i32) -> Option<RankUsage> {
-    let dir = PathBuf::from(paths::PROC).join(pid.to_string());
-    let stat = root.read(dir.join("stat"))?;
-    // Fields after the command (which may hold spaces and parentheses).
+    let stat = root.read(
+        PathBuf::from(paths::PROC)
+            .join(pid.to_string())
+            .join("stat"),
+    )?;
+    // Fields after the command (which may hold spaces and parentheses); `rest`
+    // starts at the 3rd field: utime, stime are the 14th, 15th, rss (pages) the 24th.
     let rest = &stat[stat.rfind(')')? + 2..];
     let fields: Vec<&str> = rest.split(' ').collect();
-    // utime and stime are the 14th and 15th fields; `rest` starts at the 3rd.
-    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    let hz = ticks_per_second();
-    let rss_bytes = root.read(dir.join("status")).and_then(|s| {
-        let kb = s.lines().find_map(|l| l.strip_prefix("VmRSS:"))?;
-        Some(
-            kb.trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()?
-                * 1024,
-        )
-    });
+    let field = |n: usize| fields.get(n - 3)?.parse::<u64>().ok();
+    let ticks = field(14)? + field(15)?;
     Some(RankUsage {
-        cpu: Duration::from_micros(ticks * 1_000_000 / hz),
-        rss_bytes,
+        cpu: Duration::from_micros(ticks * 1_000_000 / ticks_per_second()),
+        rss_bytes: field(24).map(|pages| pages * page_size()),
     })
 }
 
-/// The throttling counters of the CPU cgroup `pid` is in: v1's cpu controller
-/// (mounted as `cpu` or `cpu,cpuacct`), or v2's unified tree.
-pub fn throttling(root: &Root, pid: i32) -> Option<Throttling> {
+/// The throttling counters in a `cpu.stat` found by [`cpu_stat_of`].
+pub fn throttling(root: &Root, cpu_stat: &std::path::Path) -> Option<Throttling> {
+    Throttling::parse(&root.read(cpu_stat)?)
+}
+
+/// The `cpu.stat` of the CPU cgroup `pid` is in (relative to the root): v1's cpu
+/// controller (mounted as `cpu` or `cpu,cpuacct`), or v2's unified tree.
+pub fn cpu_stat_of(root: &Root, pid: i32) -> Option<PathBuf> {
     let own = PathBuf::from(paths::PROC)
         .join(pid.to_string())
         .join("cgroup");
@@ -71,7 +75,8 @@ pub fn throttling(root: &Root, pid: i32) -> Option<Throttling> {
     mounts
         .iter()
         .flat_map(|m| [PathBuf::from(m).join(path), PathBuf::from(m)])
-        .find_map(|d| Throttling::parse(&root.read(d.join("cpu.stat"))?))
+        .map(|d| d.join("cpu.stat"))
+        .find(|f| throttling(root, f).is_some())
 }
 
 #[cfg(test)]
@@ -85,21 +90,32 @@ mod tests {
     }
 
     #[test]
-    fn cpu_time_and_rss_come_from_stat_and_status() {
+    fn cpu_time_and_rss_come_from_stat() {
         let d = tempfile::tempdir().unwrap();
         // A command with a space and a parenthesis, as Python threads can have.
-        let stat = "42 (pt main) x) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100";
+        let stat = "42 (pt main) x) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 100 900000 51200 18446744073709551615";
         write(d.path(), "proc/42/stat", stat);
-        write(
-            d.path(),
-            "proc/42/status",
-            "Name:\tpython\nVmRSS:\t  204800 kB\n",
-        );
         let u = read(&Root::at(d.path()), 42).unwrap();
         let hz = ticks_per_second();
         assert_eq!(u.cpu, Duration::from_micros(300 * 1_000_000 / hz));
-        assert_eq!(u.rss_bytes, Some(200 * 1024 * 1024));
+        assert_eq!(u.rss_bytes, Some(51200 * page_size()));
         assert_eq!(read(&Root::at(d.path()), 43), None);
+    }
+
+    #[test]
+    fn this_process_reads_as_the_kernel_counts_it() {
+        let me = i32::try_from(std::process::id()).unwrap();
+        let u = read(&Root::live(), me).unwrap();
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap();
+        // stat's count is the kernel's per-CPU approximation, status's the exact
+        // sum: a few MB apart at most (the neighbouring fields are vsize and rlimit).
+        let rss = u.rss_bytes.unwrap() / 1024;
+        assert!(rss.abs_diff(kb) < 16 * 1024, "stat {rss} kB, status {kb} kB");
     }
 
     #[test]
@@ -115,7 +131,9 @@ mod tests {
             "sys/fs/cgroup/cpu,cpuacct/pod/slow/cpu.stat",
             "nr_periods 50\nnr_throttled 40\nthrottled_time 2000000000\n",
         );
-        let t = throttling(&Root::at(d.path()), 7).unwrap();
+        let root = Root::at(d.path());
+        let at = |pid| throttling(&root, &cpu_stat_of(&root, pid).unwrap()).unwrap();
+        let t = at(7);
         assert_eq!(
             (t.periods, t.throttled, t.throttled_us),
             (50, 40, 2_000_000)
@@ -126,9 +144,7 @@ mod tests {
             "sys/fs/cgroup/job/cpu.stat",
             "nr_periods 5\nnr_throttled 1\nthrottled_usec 700\n",
         );
-        assert_eq!(
-            throttling(&Root::at(d.path()), 8).unwrap().throttled_us,
-            700
-        );
+        assert_eq!(at(8).throttled_us, 700);
+        assert_eq!(cpu_stat_of(&root, 9), None);
     }
 }

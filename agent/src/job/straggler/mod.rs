@@ -7,3 +7,5 @@
 
 pub mod exchange;
 pub mod tracker;
+
+pub use tracker::{Decide as StragglerDecide, NodeSeat, Tracker};

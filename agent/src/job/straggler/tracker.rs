@@ -8,11 +8,12 @@ use crate::probe::rank_usage;
 use crate::stacks::RankPid;
 use crate::status::JobStatus;
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use toporun_shared::root_cause::native_crash::where_sampled;
 use toporun_shared::stacks::activity::classify;
-use toporun_shared::stacks::rank_window::{RankWindow, Reading};
+use toporun_shared::stacks::rank_window::{GpuNow, RankWindow, Reading, Throttling};
 use toporun_shared::stacks::straggler::{RankRow, Verdicts};
 use toporun_shared::stacks::RankStack;
 
@@ -36,6 +37,9 @@ pub struct Tracker {
     seat: NodeSeat,
     clocks: Box<dyn GpuClocks>,
     windows: HashMap<u32, RankWindow>,
+    /// Each rank's cpu.stat (by pid), found once: ranks mostly share one cgroup,
+    /// read once a sample.
+    cpu_stats: HashMap<i32, Option<PathBuf>>,
     decide: Decide,
     status: JobStatus,
     root: Root,
@@ -61,6 +65,7 @@ impl Tracker {
             seat,
             clocks,
             windows: HashMap::new(),
+            cpu_stats: HashMap::new(),
             decide,
             status,
             root: Root::live(),
@@ -72,6 +77,9 @@ impl Tracker {
         let at = self.start.elapsed();
         self.windows
             .retain(|rank, _| live.iter().any(|r| r.rank == *rank));
+        self.cpu_stats
+            .retain(|pid, _| live.iter().any(|r| r.pid == *pid));
+        let throttling = self.throttling(live);
         let gpus: Vec<u32> = live
             .iter()
             .filter_map(|r| self.seat.gpus.get(&r.local_rank).copied())
@@ -82,7 +90,9 @@ impl Tracker {
             let stack = stacks.iter().find(|s| s.pid == r.pid);
             let gpu = self.seat.gpus.get(&r.local_rank).copied();
             let gpu_now = gpu.and_then(|g| readings.iter().find(|x| x.index == g).cloned());
-            let reading = self.reading(at, r, stack, gpu_now);
+            let cgroup = self.cpu_stats.get(&r.pid).cloned().flatten();
+            let throttled = cgroup.and_then(|c| throttling.get(&c).copied());
+            let reading = self.reading(at, r, stack, gpu_now, throttled);
             let window = self
                 .windows
                 .entry(r.rank)
@@ -102,7 +112,8 @@ impl Tracker {
         at: Duration,
         r: &RankPid,
         stack: Option<&RankStack>,
-        gpu: Option<toporun_shared::stacks::rank_window::GpuNow>,
+        gpu: Option<GpuNow>,
+        throttling: Option<Throttling>,
     ) -> Option<Reading> {
         let main = stack?.main_thread()?;
         let usage = rank_usage::read(&self.root, r.pid);
@@ -112,9 +123,27 @@ impl Tracker {
             place: where_sampled(main),
             cpu: usage.map(|u| u.cpu),
             rss_bytes: usage.and_then(|u| u.rss_bytes),
-            throttling: rank_usage::throttling(&self.root, r.pid),
+            throttling,
             gpu,
         })
+    }
+
+    /// Each live rank's CPU cgroup's counters now, each cgroup read once.
+    fn throttling(&mut self, live: &[RankPid]) -> HashMap<PathBuf, Throttling> {
+        let mut read = HashMap::new();
+        for r in live {
+            let root = &self.root;
+            let file = self
+                .cpu_stats
+                .entry(r.pid)
+                .or_insert_with(|| rank_usage::cpu_stat_of(root, r.pid));
+            if let Some(f) = file.as_ref().filter(|f| !read.contains_key(*f)) {
+                if let Some(t) = rank_usage::throttling(root, f) {
+                    read.insert(f.clone(), t);
+                }
+            }
+        }
+        read
     }
 
     fn judge(&mut self, at: Duration, rows: Vec<RankRow>) {
