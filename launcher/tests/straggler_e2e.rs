@@ -2,7 +2,7 @@
 //! all_reduce, a 10 s window): a rank doing three times the compute is named with
 //! "compute" within two windows and shown by `toporun top`, `/status` and `/metrics`;
 //! a rank in a CPU cgroup with a quota is named with the throttling; a balanced job
-//! with an all-ranks checkpoint pause says nothing; on two nodes the store's host
+//! with an all-ranks checkpoint pause and rank 0 logging a while says nothing; on two nodes the store's host
 //! names the other node's rank and both nodes print it.
 //!
 //! The jobs run one at a time: four ranks each on this machine's two cores, two jobs
@@ -293,16 +293,27 @@ fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
 
 #[test]
 #[ignore = "needs PyTorch: run scripts/test.sh"]
-fn a_balanced_job_with_an_all_ranks_checkpoint_pause_names_nobody() {
+fn a_balanced_job_with_a_checkpoint_pause_and_rank_0_logging_names_nobody() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
-    let env = [("SECS", "40"), ("PAUSE_AT", "12"), ("PAUSE", "10")];
+    // Rank 0 logs for 1.5 s of a 10 s window: 9 s of a minute at the default.
+    let env = [
+        ("SECS", "45"),
+        ("PAUSE_AT", "12"),
+        ("PAUSE", "10"),
+        ("LOG_AT", "34"),
+        ("LOG_SECS", "1.5"),
+    ];
     let mut j = Running::start(job(d.path(), &env, &["--standalone", "--nproc-per-node=4"]));
     let (code, err) = j.finish();
     assert_eq!(code, 0, "{err}");
     assert!(
         (0..4).all(|r| d.path().join(format!("ckpt{r}.pt")).exists()),
         "no checkpoint pause happened: {err}"
+    );
+    assert!(
+        d.path().join("logged").exists(),
+        "rank 0 never logged: {err}"
     );
     assert!(!err.contains("straggler"), "{err}");
 }

@@ -2,11 +2,12 @@
 //! (options, facts, plan, interpreter) and hands it to [`run`] with its signal
 //! [`Events`](crate::supervise::Events); rendezvous, attempts, restarts, supervision
 //! and the NCCL report happen here. The core (`spec`, `error`, `entry`, `transitions`,
-//! `lifecycle`, `ranks`, `run_dir`, `nccl_report`, `preemption`) beside three rooms: `session/`
+//! `lifecycle`, `ranks`, `run_dir`, `nccl_report`, `preemption`) beside four rooms: `session/`
 //! (hosting or joining the store, rounds, stops across nodes), `failure/` (why a rank
-//! failed, what it leads to), `hang/` (stacks sampled, hangs decided and answered).
+//! failed, what it leads to), `hang/` (stacks sampled, hangs decided and answered),
+//! `straggler/` (the rank the others wait for, from the same samples).
 //! Submodules depend on each other in one direction (lifecycle -> session, failure,
-//! hang -> spec, error) and never on this file.
+//! hang -> straggler -> spec, error) and never on this file.
 
 mod entry;
 mod error;

@@ -115,7 +115,10 @@ mod tests {
         // stat's count is the kernel's per-CPU approximation, status's the exact
         // sum: a few MB apart at most (the neighbouring fields are vsize and rlimit).
         let rss = u.rss_bytes.unwrap() / 1024;
-        assert!(rss.abs_diff(kb) < 16 * 1024, "stat {rss} kB, status {kb} kB");
+        assert!(
+            rss.abs_diff(kb) < 16 * 1024,
+            "stat {rss} kB, status {kb} kB"
+        );
     }
 
     #[test]

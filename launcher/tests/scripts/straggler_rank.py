@@ -2,7 +2,8 @@
 forward/backward of a small model) then an all_reduce of its gradients, for SECS.
 SLOW_RANK does FACTOR times the compute; PAUSE_AT seconds in (as rank 0 sees it,
 agreed through the loop's all_reduce, as a checkpoint every N steps is), every rank
-saves a checkpoint for PAUSE seconds (torch.save in a loop). Each writes its pid to
+saves a checkpoint for PAUSE seconds (torch.save in a loop); LOG_AT seconds in, rank 0
+alone prints progress lines for LOG_SECS (as a rank 0 logging metrics does). Each writes its pid to
 OUT/pid<rank> once it is in the loop."""
 import os
 import time
@@ -23,6 +24,12 @@ def save_checkpoint(model, seconds, path):
         torch.save(model.state_dict(), path)
 
 
+def log_progress(seconds, step):
+    end = time.time() + seconds
+    while time.time() < end:
+        print(f"step {step}: loss 0.1234, lr 0.001, grad norm 1.0", flush=True)
+
+
 def main():
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -31,6 +38,8 @@ def main():
     factor = int(os.environ.get("FACTOR", "3"))
     pause_at = float(os.environ.get("PAUSE_AT", "-1"))
     pause = float(os.environ.get("PAUSE", "10"))
+    log_at = float(os.environ.get("LOG_AT", "-1"))
+    log_secs = float(os.environ.get("LOG_SECS", "2"))
     out = os.environ["OUT"]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
@@ -39,7 +48,8 @@ def main():
     with open(os.path.join(out, f"pid{rank}"), "w") as f:
         f.write(str(os.getpid()))
     start = time.time()
-    paused = False
+    paused = logged = False
+    step = 0
     while time.time() - start < secs:
         forward_backward(model, x, steps * (factor if rank == slow else 1))
         # One flat bucket, as DDP sends its gradients.
@@ -47,11 +57,20 @@ def main():
         dist.all_reduce(flat)
         # Every rank stops, and pauses, at the same step.
         now = time.time() - start
-        flags = torch.tensor([float(now >= secs), float(rank == 0 and 0 <= pause_at <= now)])
+        lead = rank == 0
+        flags = torch.tensor(
+            [float(now >= secs), float(lead and 0 <= pause_at <= now), float(lead and 0 <= log_at <= now)]
+        )
         dist.all_reduce(flags, op=dist.ReduceOp.MAX)
+        step += 1
         if flags[1].item() > 0 and not paused:
             save_checkpoint(model, pause, os.path.join(out, f"ckpt{rank}.pt"))
             paused = True
+        if flags[2].item() > 0 and not logged:
+            if rank == 0:
+                log_progress(log_secs, step)
+                open(os.path.join(out, "logged"), "w").close()
+            logged = True
         if flags[0].item() > 0:
             break
     dist.destroy_process_group()
