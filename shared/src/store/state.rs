@@ -109,43 +109,51 @@ impl StoreState {
             return fx;
         }
         self.ops += 1;
-        // Checks that refuse the request (and close the connection, as PyTorch's
-        // server does when a handler throws) before anything is built or changed.
-        match &req {
-            Request::Validate(_) => {
-                return Effects::refuse("a second VALIDATE on one connection".into())
-            }
-            Request::Add { key, delta } => {
-                if let Err(why) = self.checked_add(key, *delta) {
-                    return Effects::refuse(why.to_string());
-                }
-            }
+        if let Some(why) = self.refusal(&req) {
+            return Effects::refuse(why);
+        }
+        self.serve(conn, req, &mut fx);
+        fx
+    }
+
+    /// Why a request is refused (the connection closed, as PyTorch's server does
+    /// when a handler throws), before anything is built or changed.
+    fn refusal(&self, req: &Request) -> Option<String> {
+        match req {
+            Request::Validate(_) => Some("a second VALIDATE on one connection".into()),
+            Request::Add { key, delta } => self
+                .checked_add(key, *delta)
+                .err()
+                .map(|why| why.to_string()),
             Request::MultiGet { keys } => {
                 let size: usize = keys
                     .iter()
                     .map(|k| 8 + self.data.get(k).map_or(0, Vec::len))
                     .sum();
-                if size > MAX_REPLY_BYTES {
-                    return Effects::refuse(format!(
+                (size > MAX_REPLY_BYTES).then(|| {
+                    format!(
                         "MULTI_GET of {} keys would build a {size}-byte reply (limit {MAX_REPLY_BYTES})",
                         keys.len()
-                    ));
-                }
+                    )
+                })
             }
             Request::Append { key, value } => {
                 let size = self.data.get(key).map_or(0, Vec::len) + value.len();
-                if size > MAX_REPLY_BYTES {
-                    return Effects::refuse(format!(
-                        "APPEND would grow a value to {size} bytes (limit {MAX_REPLY_BYTES})"
-                    ));
-                }
+                (size > MAX_REPLY_BYTES).then(|| {
+                    format!("APPEND would grow a value to {size} bytes (limit {MAX_REPLY_BYTES})")
+                })
             }
-            _ => {}
+            _ => None,
         }
-        let mut reply = |bytes: Vec<u8>| fx.replies.push((conn, bytes));
+    }
+
+    /// Carries out an accepted request: its reply and the waiters it wakes.
+    fn serve(&mut self, conn: ConnId, req: Request, fx: &mut Effects) {
+        let reply = |fx: &mut Effects, bytes: Vec<u8>| fx.replies.push((conn, bytes));
+        let count = |n: usize| (n as i64).to_le_bytes().to_vec();
         match req {
-            Request::Validate(_) => {} // refused above
-            Request::Ping(nonce) => reply(nonce.to_le_bytes().to_vec()),
+            Request::Validate(_) => {} // refused before
+            Request::Ping(nonce) => reply(fx, nonce.to_le_bytes().to_vec()),
             Request::Set { key, value } => {
                 self.data.insert(key.clone(), value);
                 fx.replies.extend(self.wake_all(&key));
@@ -155,54 +163,27 @@ impl StoreState {
                 expected,
                 desired,
             } => {
-                let current = match self.data.get_mut(&key) {
-                    None if expected.is_empty() => {
-                        self.data.insert(key.clone(), desired.clone());
-                        desired
-                    }
-                    None => expected,
-                    Some(cur) => {
-                        if *cur == expected {
-                            *cur = desired;
-                        }
-                        cur.clone()
-                    }
-                };
-                reply(blob(&current));
+                let current = self.compare_set(&key, expected, desired);
+                reply(fx, blob(&current));
                 fx.replies.extend(self.wake_all(&key));
             }
-            Request::Get { key } => reply(blob(
-                self.data.get(&key).map(Vec::as_slice).unwrap_or_default(),
-            )),
+            Request::Get { key } => reply(fx, blob(self.value(&key))),
             Request::Add { key, delta } => {
                 let v = self.checked_add(&key, delta).unwrap_or_default();
                 self.data.insert(key.clone(), v.to_string().into_bytes());
-                reply(v.to_le_bytes().to_vec());
+                reply(fx, v.to_le_bytes().to_vec());
                 fx.replies.extend(self.wake_all(&key));
             }
-            Request::Check { keys } => reply(vec![if self.all_present(&keys) {
-                CHECK_READY
-            } else {
-                CHECK_NOT_READY
-            }]),
-            Request::Wait { keys } => {
-                if self.all_present(&keys) {
-                    reply(vec![WAIT_STOP_WAITING]);
-                } else {
-                    let mut n = 0;
-                    for k in keys.into_iter().filter(|k| !self.data.contains_key(k)) {
-                        self.waiting.entry(k).or_default().push(conn);
-                        n += 1;
-                    }
-                    self.awaited.insert(conn, n);
-                }
+            Request::Check { keys } => {
+                let ready = self.all_present(&keys);
+                reply(fx, vec![if ready { CHECK_READY } else { CHECK_NOT_READY }])
             }
-            Request::GetNumKeys => reply((self.data.len() as i64).to_le_bytes().to_vec()),
-            Request::DeleteKey { key } => reply(
-                (self.data.remove(&key).is_some() as i64)
-                    .to_le_bytes()
-                    .to_vec(),
-            ),
+            Request::Wait { keys } => self.wait(conn, keys, fx),
+            Request::GetNumKeys => reply(fx, count(self.data.len())),
+            Request::DeleteKey { key } => {
+                let removed = self.data.remove(&key).is_some();
+                reply(fx, count(usize::from(removed)))
+            }
             Request::Append { key, value } => {
                 self.data
                     .entry(key.clone())
@@ -211,13 +192,8 @@ impl StoreState {
                 fx.replies.extend(self.wake_all(&key));
             }
             Request::MultiGet { keys } => {
-                let mut out = Vec::new();
-                for k in &keys {
-                    out.extend(blob(
-                        self.data.get(k).map(Vec::as_slice).unwrap_or_default(),
-                    ));
-                }
-                reply(out);
+                let out = keys.iter().flat_map(|k| blob(self.value(k))).collect();
+                reply(fx, out);
             }
             Request::MultiSet { pairs } => {
                 for (k, v) in pairs {
@@ -227,7 +203,7 @@ impl StoreState {
             }
             Request::CancelWait => {
                 self.forget_waits(conn);
-                reply(vec![WAIT_CANCELED]);
+                reply(fx, vec![WAIT_CANCELED]);
             }
             Request::QueuePush { key, value } => {
                 self.queues.entry(key.clone()).or_default().push_back(value);
@@ -235,19 +211,52 @@ impl StoreState {
             }
             Request::QueuePop { key } => {
                 let q = self.queues.entry(key).or_default();
-                let mut out = (q.len() as i64).to_le_bytes().to_vec();
+                let mut out = count(q.len());
                 if let Some(v) = q.pop_front() {
                     out.extend(blob(&v));
                 }
-                reply(out);
+                reply(fx, out);
             }
-            Request::QueueLen { key } => reply(
-                (self.queues.get(&key).map_or(0, VecDeque::len) as i64)
-                    .to_le_bytes()
-                    .to_vec(),
-            ),
+            Request::QueueLen { key } => {
+                reply(fx, count(self.queues.get(&key).map_or(0, VecDeque::len)))
+            }
         }
-        fx
+    }
+
+    /// A key's value, empty when absent.
+    fn value(&self, key: &[u8]) -> &[u8] {
+        self.data.get(key).map(Vec::as_slice).unwrap_or_default()
+    }
+
+    /// COMPARE_SET as PyTorch's server does it: the value after the call.
+    fn compare_set(&mut self, key: &[u8], expected: Vec<u8>, desired: Vec<u8>) -> Vec<u8> {
+        match self.data.get_mut(key) {
+            None if expected.is_empty() => {
+                self.data.insert(key.to_vec(), desired.clone());
+                desired
+            }
+            None => expected,
+            Some(cur) => {
+                if *cur == expected {
+                    *cur = desired;
+                }
+                cur.clone()
+            }
+        }
+    }
+
+    /// WAIT: answered now when every key is there, else the connection waits.
+    fn wait(&mut self, conn: ConnId, keys: Vec<Vec<u8>>, fx: &mut Effects) {
+        if self.all_present(&keys) {
+            fx.replies.push((conn, vec![WAIT_STOP_WAITING]));
+            return;
+        }
+        let mut n = 0;
+        for k in keys.into_iter().filter(|k| !self.data.contains_key(k)) {
+            self.waiting.entry(k).or_default().push(conn);
+            n += 1;
+        }
+        self.awaited.insert(conn, n);
     }
 
     /// A connection went away: drop its waits.

@@ -188,6 +188,79 @@ const SIGNALS: &[&str] = &[
     "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
 ];
 
+/// What the command line and the environment gave, looked up as torchrun does:
+/// the command line first, then `PET_<DEST>`.
+struct Given<'a> {
+    cli: &'a BTreeMap<String, String>,
+    env: &'a BTreeMap<String, String>,
+}
+
+fn usage(m: String) -> OptionsError {
+    OptionsError::usage(m)
+}
+
+/// What torchrun raises as ValueError/RuntimeError once it runs (exit 1).
+fn value_err(m: String) -> OptionsError {
+    OptionsError::value(m)
+}
+
+impl Given<'_> {
+    fn pet(&self, dest: &str) -> Option<&String> {
+        self.env.get(&format!("PET_{}", dest.to_ascii_uppercase()))
+    }
+
+    fn value(&self, dest: &str) -> Option<String> {
+        self.cli.get(dest).or_else(|| self.pet(dest)).cloned()
+    }
+
+    /// torchrun reads boolean PET_* values with bool(int(value)).
+    fn flag(&self, dest: &str) -> Result<bool, OptionsError> {
+        if self.cli.contains_key(dest) {
+            return Ok(true);
+        }
+        match self.pet(dest) {
+            None => Ok(false),
+            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| value_err(format!("PET_{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", dest.to_ascii_uppercase()))),
+        }
+    }
+
+    fn num(&self, dest: &str, default: u64) -> Result<u64, OptionsError> {
+        self.value(dest).map_or(Ok(default), |v| {
+            v.trim()
+                .parse::<u64>()
+                .ok()
+                .filter(|n| *n <= u64::from(u32::MAX))
+                .ok_or_else(|| {
+                    usage(format!(
+                        "--{}: '{v}' is not an integer from 0 to {}",
+                        dest.replace('_', "-"),
+                        u32::MAX
+                    ))
+                })
+        })
+    }
+
+    /// Notes for options toporun takes but treats differently.
+    fn notes(&self) -> Vec<String> {
+        OPTIONS
+            .iter()
+            .filter(|o| {
+                o.note.is_some() && (self.cli.contains_key(o.dest) || self.pet(o.dest).is_some())
+            })
+            .map(|o| format!("--{}: {}", o.longs[0], o.note.unwrap_or_default()))
+            .collect()
+    }
+}
+
+/// The rendezvous as resolved: backend, endpoint, run id, and whether it is
+/// standalone (asked, or implied by one static node without --master-port).
+struct Rdzv {
+    backend: RdzvBackend,
+    endpoint: String,
+    id: Option<String>,
+    standalone: bool,
+}
+
 /// Resolves options. `cli` holds what the command line set (dest -> value; flags
 /// "true"), `env` the process environment (PET_* and TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
 pub fn resolve(
@@ -196,54 +269,98 @@ pub fn resolve(
     entrypoint: &str,
     args: &[String],
 ) -> Result<LaunchOptions, OptionsError> {
-    let err = |m: String| OptionsError::usage(m);
-    // What torchrun raises as ValueError/RuntimeError once it runs (exit 1).
-    let value_err = |m: String| OptionsError::value(m);
-    let pet = |dest: &str| env.get(&format!("PET_{}", dest.to_ascii_uppercase()));
-    let value = |dest: &str| cli.get(dest).or_else(|| pet(dest)).cloned();
-    // torchrun reads boolean PET_* values with bool(int(value)).
-    let flag = |dest: &str| -> Result<bool, OptionsError> {
-        if cli.contains_key(dest) {
-            return Ok(true);
-        }
-        match pet(dest) {
-            None => Ok(false),
-            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| value_err(format!("PET_{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", dest.to_ascii_uppercase()))),
-        }
-    };
-    let num = |dest: &str, default: u64| -> Result<u64, OptionsError> {
-        value(dest).map_or(Ok(default), |v| {
-            v.trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n <= u64::from(u32::MAX))
-                .ok_or_else(|| {
-                    err(format!(
-                        "--{}: '{v}' is not an integer from 0 to {}",
-                        dest.replace('_', "-"),
-                        u32::MAX
-                    ))
-                })
-        })
-    };
-    let standalone = flag("standalone")?;
-    let standalone_asked = standalone;
-    let (nnodes_min, nnodes_max) = match value("nnodes") {
+    let g = Given { cli, env };
+    let standalone_asked = g.flag("standalone")?;
+    let (nnodes_min, nnodes_max) = match g.value("nnodes") {
         None => (1, 1),
         Some(v) => parse_nnodes(&v)?,
     };
     if standalone_asked && nnodes_max > 1 {
-        return Err(err(format!(
+        return Err(usage(format!(
             "--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}"
         )));
     }
-    let nproc = match value("nproc_per_node").as_deref().map(str::trim) {
+    let nproc = parse_nproc(g.value("nproc_per_node").as_deref())?;
+    let rdzv = rdzv(&g, standalone_asked, nnodes_max)?;
+    let module = g.flag("module")?;
+    let no_python = g.flag("no_python")?;
+    if module && no_python {
+        return Err(value_err(
+            "--no-python and -m/--module cannot be used together".into(),
+        ));
+    }
+    let master_port = g.num("master_port", 29500)?;
+    let master_port = u16::try_from(master_port)
+        .map_err(|_| usage(format!("--master-port {master_port} is not a port number")))?;
+    let node_rank = g.num("node_rank", 0)? as u32; // num() checked the range
+    if rdzv.backend == RdzvBackend::Static && node_rank >= nnodes_max {
+        return Err(usage(format!(
+            "--node-rank {node_rank} is not below --nnodes {nnodes_max}"
+        )));
+    }
+    let std_spec = |dest: &str| {
+        StdSpec::parse(&g.value(dest).unwrap_or_else(|| "0".into()))
+            .map_err(|e| value_err(format!("--{dest} {e}")))
+    };
+    let (redirects, tee) = (std_spec("redirects")?, std_spec("tee")?);
+    if let Some(mi) = g.value("monitor_interval") {
+        seconds("--monitor-interval", &mi)?;
+    }
+    if entrypoint.is_empty() {
+        return Err(usage(
+            "missing the training script (or module, with -m, or program, with --no-python)".into(),
+        ));
+    }
+    Ok(LaunchOptions {
+        nnodes_min,
+        nnodes_max,
+        nproc,
+        rdzv_conf: RdzvConf::parse(&g.value("rdzv_conf").unwrap_or_default())?,
+        rdzv_backend: rdzv.backend,
+        rdzv_endpoint: rdzv.endpoint,
+        rdzv_id: rdzv.id,
+        standalone: rdzv.standalone,
+        max_restarts: g.num("max_restarts", 0)? as u32,
+        role: g.value("role").unwrap_or_else(|| "default".into()),
+        module,
+        no_python,
+        log_dir: g.value("log_dir"),
+        redirects,
+        tee,
+        local_ranks_filter: local_ranks_filter(g.value("local_ranks_filter"))?,
+        node_rank,
+        master_addr: g.value("master_addr").unwrap_or_else(|| "127.0.0.1".into()),
+        master_port,
+        local_addr: g.value("local_addr"),
+        signals_to_handle: signals(g.value("signals_to_handle"))?,
+        numa_binding: numa_binding(g.value("numa_binding").as_deref())?,
+        log_line_prefix_template: g
+            .value("log_line_prefix_template")
+            .filter(|v| !v.is_empty())
+            .or_else(|| env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").cloned()),
+        logs_specs: cli.get("logs_specs").cloned(),
+        virtual_local_rank: g.flag("virtual_local_rank")?,
+        shutdown_timeout: match g
+            .value("shutdown_timeout")
+            .or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned())
+        {
+            None => Duration::from_secs(30),
+            Some(s) => seconds("--shutdown-timeout", &s)?,
+        },
+        entrypoint: entrypoint.to_string(),
+        args: args.to_vec(),
+        notes: g.notes(),
+    })
+}
+
+fn parse_nproc(v: Option<&str>) -> Result<NprocSpec, OptionsError> {
+    Ok(match v.map(str::trim) {
         None => NprocSpec::Count(1),
         Some("gpu") => NprocSpec::Gpu,
         Some("cpu") => NprocSpec::Cpu,
         Some("auto") => NprocSpec::Auto,
         Some("xpu") => {
-            return Err(err(
+            return Err(usage(
                 "--nproc-per-node=xpu: Intel XPUs are not supported by toporun; use a number"
                     .into(),
             ))
@@ -251,7 +368,7 @@ pub fn resolve(
         Some(n) => match n.parse::<u64>() {
             Ok(v) if v > 0 && v <= u64::from(MAX_NPROC) => NprocSpec::Count(v as u32),
             Ok(v) if v > 0 => {
-                return Err(err(format!(
+                return Err(usage(format!(
                     "--nproc-per-node={v}: at most {MAX_NPROC} ranks per node"
                 )))
             }
@@ -261,171 +378,116 @@ pub fn resolve(
             )))
             }
         },
-    };
-    let mut rdzv_backend = match value("rdzv_backend").as_deref().map(str::trim) {
+    })
+}
+
+fn rdzv(g: &Given, standalone_asked: bool, nnodes_max: u32) -> Result<Rdzv, OptionsError> {
+    let backend = match g.value("rdzv_backend").as_deref().map(str::trim) {
         None | Some("static") => RdzvBackend::Static,
         Some("c10d") => RdzvBackend::C10d,
         Some("etcd" | "etcd-v2") => RdzvBackend::Etcd,
         Some(b) => {
-            return Err(err(format!(
+            return Err(usage(format!(
                 "--rdzv-backend={b}: unknown backend (static, c10d or etcd)"
             )))
         }
     };
-    let mut rdzv_endpoint = value("rdzv_endpoint").unwrap_or_default();
-    let mut rdzv_id = value("rdzv_id");
+    let endpoint = g.value("rdzv_endpoint").unwrap_or_default();
     // torch 2.15: one static node with no --master-port runs c10d on localhost:0 (a
     // free port, a fresh run id), as --standalone does.
-    let standalone = standalone
-        || (rdzv_backend == RdzvBackend::Static
-            && rdzv_endpoint.is_empty()
-            && value("master_port").is_none()
+    let standalone = standalone_asked
+        || (backend == RdzvBackend::Static
+            && endpoint.is_empty()
+            && g.value("master_port").is_none()
             && nnodes_max == 1);
     if standalone {
-        rdzv_backend = RdzvBackend::C10d;
-        rdzv_endpoint = "localhost:0".into();
-        rdzv_id = None;
+        return Ok(Rdzv {
+            backend: RdzvBackend::C10d,
+            endpoint: "localhost:0".into(),
+            id: None,
+            standalone,
+        });
     }
-    if rdzv_backend == RdzvBackend::Etcd {
-        // A comma-separated list of etcd client endpoints, with or without a scheme.
-        for ep in rdzv_endpoint.split(',').filter(|e| !e.trim().is_empty()) {
+    check_endpoint(backend, &endpoint)?;
+    Ok(Rdzv {
+        backend,
+        endpoint,
+        id: g.value("rdzv_id"),
+        standalone,
+    })
+}
+
+/// The endpoint a backend needs: etcd's comma-separated client endpoints (with or
+/// without a scheme), or one HOST[:PORT].
+fn check_endpoint(backend: RdzvBackend, endpoint: &str) -> Result<(), OptionsError> {
+    let bad = |e| usage(format!("--rdzv-endpoint {e}"));
+    if backend == RdzvBackend::Etcd {
+        for ep in endpoint.split(',').filter(|e| !e.trim().is_empty()) {
             let bare = ep
                 .trim()
                 .trim_start_matches("http://")
                 .trim_start_matches("https://");
-            endpoint::parse(bare.trim_end_matches('/'))
-                .map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
+            endpoint::parse(bare.trim_end_matches('/')).map_err(bad)?;
         }
+    } else if !endpoint.is_empty() {
+        endpoint::parse(endpoint).map_err(bad)?;
     }
-    if !rdzv_endpoint.is_empty() {
-        if rdzv_backend != RdzvBackend::Etcd {
-            endpoint::parse(&rdzv_endpoint).map_err(|e| err(format!("--rdzv-endpoint {e}")))?;
-        }
-    } else if rdzv_backend != RdzvBackend::Static {
-        return Err(err(format!(
-            "--rdzv-backend={} needs --rdzv-endpoint HOST[:PORT]{}",
-            if rdzv_backend == RdzvBackend::Etcd {
-                "etcd"
-            } else {
-                "c10d"
-            },
-            if rdzv_backend == RdzvBackend::Etcd {
-                " (etcd's client endpoints, comma-separated)"
-            } else {
-                ""
-            }
+    if endpoint.is_empty() && backend != RdzvBackend::Static {
+        let (name, what) = match backend {
+            RdzvBackend::Etcd => ("etcd", " (etcd's client endpoints, comma-separated)"),
+            _ => ("c10d", ""),
+        };
+        return Err(usage(format!(
+            "--rdzv-backend={name} needs --rdzv-endpoint HOST[:PORT]{what}"
         )));
     }
-    let rdzv_conf = RdzvConf::parse(&value("rdzv_conf").unwrap_or_default())?;
-    let module = flag("module")?;
-    let no_python = flag("no_python")?;
-    if module && no_python {
-        return Err(value_err(
-            "--no-python and -m/--module cannot be used together".into(),
-        ));
-    }
-    let master_port = num("master_port", 29500)?;
-    let master_port = u16::try_from(master_port)
-        .map_err(|_| err(format!("--master-port {master_port} is not a port number")))?;
-    let node_rank = num("node_rank", 0)? as u32; // num() checked the range
-    if rdzv_backend == RdzvBackend::Static && node_rank >= nnodes_max {
-        return Err(err(format!(
-            "--node-rank {node_rank} is not below --nnodes {nnodes_max}"
-        )));
-    }
-    let local_ranks_filter = match value("local_ranks_filter").filter(|v| !v.trim().is_empty()) {
-        None => None,
-        Some(v) => Some(
-            v.split(',')
-                .map(|r| {
-                    r.trim().parse::<u32>().map_err(|_| {
-                        value_err(format!(
-                            "--local-ranks-filter '{v}' must be comma-separated integers"
-                        ))
-                    })
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        ),
+    Ok(())
+}
+
+fn local_ranks_filter(v: Option<String>) -> Result<Option<Vec<u32>>, OptionsError> {
+    let Some(v) = v.filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
     };
-    let signals: Vec<String> = value("signals_to_handle")
+    v.split(',')
+        .map(|r| {
+            r.trim().parse::<u32>().map_err(|_| {
+                value_err(format!(
+                    "--local-ranks-filter '{v}' must be comma-separated integers"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
+
+fn signals(v: Option<String>) -> Result<Vec<String>, OptionsError> {
+    let signals: Vec<String> = v
         .unwrap_or_else(|| DEFAULT_SIGNALS.into())
         .split(',')
         .map(|s| s.trim().to_string())
         .filter(|s| !s.is_empty())
         .collect();
     if let Some(bad) = signals.iter().find(|s| !SIGNALS.contains(&s.as_str())) {
-        return Err(err(format!(
+        return Err(usage(format!(
             "--signals-to-handle: {bad} is not one of {}",
             SIGNALS.join(", ")
         )));
     }
-    let numa_binding = match value("numa_binding").as_deref().map(str::trim) {
+    Ok(signals)
+}
+
+fn numa_binding(v: Option<&str>) -> Result<NumaBinding, OptionsError> {
+    Ok(match v.map(str::trim) {
         None | Some("none") => NumaBinding::None,
         Some("node") => NumaBinding::Node,
         Some("socket") => NumaBinding::Socket,
         Some("exclusive") => NumaBinding::Exclusive,
         Some("core-complex") => NumaBinding::CoreComplex,
         Some(o) => {
-            return Err(err(format!(
+            return Err(usage(format!(
                 "--numa-binding={o}: use node, socket, exclusive or core-complex"
             )))
         }
-    };
-    let shutdown =
-        value("shutdown_timeout").or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned());
-    let shutdown_timeout = match shutdown {
-        None => Duration::from_secs(30),
-        Some(s) => seconds("--shutdown-timeout", &s)?,
-    };
-    if let Some(mi) = value("monitor_interval") {
-        seconds("--monitor-interval", &mi)?;
-    }
-    let redirects = StdSpec::parse(&value("redirects").unwrap_or_else(|| "0".into()))
-        .map_err(|e| value_err(format!("--redirects {e}")))?;
-    let tee = StdSpec::parse(&value("tee").unwrap_or_else(|| "0".into()))
-        .map_err(|e| value_err(format!("--tee {e}")))?;
-    if entrypoint.is_empty() {
-        return Err(err(
-            "missing the training script (or module, with -m, or program, with --no-python)".into(),
-        ));
-    }
-    let notes = OPTIONS
-        .iter()
-        .filter(|o| o.note.is_some() && (cli.contains_key(o.dest) || pet(o.dest).is_some()))
-        .map(|o| format!("--{}: {}", o.longs[0], o.note.unwrap_or_default()))
-        .collect();
-    Ok(LaunchOptions {
-        nnodes_min,
-        nnodes_max,
-        nproc,
-        rdzv_backend,
-        rdzv_endpoint,
-        rdzv_id,
-        rdzv_conf,
-        standalone,
-        max_restarts: num("max_restarts", 0)? as u32,
-        role: value("role").unwrap_or_else(|| "default".into()),
-        module,
-        no_python,
-        log_dir: value("log_dir"),
-        redirects,
-        tee,
-        local_ranks_filter,
-        node_rank,
-        master_addr: value("master_addr").unwrap_or_else(|| "127.0.0.1".into()),
-        master_port,
-        local_addr: value("local_addr"),
-        signals_to_handle: signals,
-        numa_binding,
-        log_line_prefix_template: value("log_line_prefix_template")
-            .filter(|v| !v.is_empty())
-            .or_else(|| env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").cloned()),
-        logs_specs: cli.get("logs_specs").cloned(),
-        virtual_local_rank: flag("virtual_local_rank")?,
-        shutdown_timeout,
-        entrypoint: entrypoint.to_string(),
-        args: args.to_vec(),
-        notes,
     })
 }
 
