@@ -56,13 +56,26 @@ fn config() -> py_spy::Config {
     }
 }
 
-fn refused(e: &dyn std::fmt::Display) -> String {
+/// The reader's error, with the fix where the kernel refused it.
+fn with_fix(e: &dyn std::fmt::Display) -> String {
     let text = e.to_string();
     if text.contains("ermission") || text.contains("EPERM") || text.contains("ptrace") {
         format!("{text}: {REFUSED_FIX}")
     } else {
         text
     }
+}
+
+/// Why a rank's stack could not be read.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// py-spy could not attach or read (the kernel refused, the process went away).
+    #[error("{}", with_fix(.0))]
+    Spy(Box<dyn std::error::Error + Send + Sync>),
+    #[error("not read: the {0:?} budget was spent")]
+    OverBudget(Duration),
+    #[error("the stack reader failed on this rank's memory (it changed while read: the rank was exiting?)")]
+    ReaderPanicked,
 }
 
 impl Sampler {
@@ -76,7 +89,7 @@ impl Sampler {
             .iter()
             .map(|r| {
                 if start.elapsed() > budget {
-                    return stack(r, Err(format!("not read: the {budget:?} budget was spent")));
+                    return stack(r, Err(ReadError::OverBudget(budget)));
                 }
                 stack(r, self.read(r.pid))
             })
@@ -85,29 +98,29 @@ impl Sampler {
 
     /// One rank's threads; a panic inside py-spy (memory that changed under it, a
     /// rank exiting) is caught and said, never the launcher's end.
-    fn read(&mut self, pid: i32) -> Result<Vec<ThreadStack>, String> {
+    fn read(&mut self, pid: i32) -> Result<Vec<ThreadStack>, ReadError> {
         IN_READER.with(|f| f.set(true));
         let got =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.read_unguarded(pid)));
         IN_READER.with(|f| f.set(false));
         got.unwrap_or_else(|_| {
             self.spies.remove(&pid);
-            Err("the stack reader failed on this rank's memory (it changed while read: the rank was exiting?)".into())
+            Err(ReadError::ReaderPanicked)
         })
     }
 
-    fn read_unguarded(&mut self, pid: i32) -> Result<Vec<ThreadStack>, String> {
+    fn read_unguarded(&mut self, pid: i32) -> Result<Vec<ThreadStack>, ReadError> {
         let spy = match self.spies.entry(pid) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(py_spy::PythonSpy::new(pid, &config()).map_err(|e| refused(&e))?)
-            }
+            std::collections::hash_map::Entry::Vacant(e) => e.insert(
+                py_spy::PythonSpy::new(pid, &config()).map_err(|e| ReadError::Spy(e.into()))?,
+            ),
         };
         let traces = match spy.get_stack_traces() {
             Ok(t) => t,
             Err(e) => {
                 self.spies.remove(&pid);
-                return Err(refused(&e));
+                return Err(ReadError::Spy(e.into()));
             }
         };
         Ok(traces
@@ -129,10 +142,10 @@ impl Sampler {
     }
 }
 
-fn stack(r: &RankPid, threads: Result<Vec<ThreadStack>, String>) -> RankStack {
+fn stack(r: &RankPid, threads: Result<Vec<ThreadStack>, ReadError>) -> RankStack {
     let (threads, error) = match threads {
         Ok(t) => (t, None),
-        Err(e) => (Vec::new(), Some(e)),
+        Err(e) => (Vec::new(), Some(e.to_string())),
     };
     RankStack {
         rank: r.rank,

@@ -17,7 +17,36 @@ use toporun_shared::root_cause::xid::{info, Verdict, XidEvent};
 /// Where Xid events come from.
 pub trait XidSource: Send {
     /// Waits up to `timeout` for the next event; an error when the source is gone.
-    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String>;
+    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, XidSourceError>;
+}
+
+/// Why Xid events cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum XidSourceError {
+    #[error(transparent)]
+    Nvml(#[from] NvmlError),
+    #[error("GPU {gpu}: {source}")]
+    Register {
+        gpu: u32,
+        #[source]
+        source: NvmlError,
+    },
+    #[error("NVML did not answer within 10 s")]
+    NoAnswer,
+    #[error("the NVML event thread ended")]
+    ThreadEnded,
+    #[error("{path}: {source}")]
+    Replay {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not an Xid event ({source}): {line}")]
+    NotAnEvent {
+        line: String,
+        #[source]
+        source: serde_json::Error,
+    },
 }
 
 /// NVML's critical-error events of every GPU, read on a thread of its own (the event
@@ -29,7 +58,7 @@ pub struct NvmlXids {
 
 impl NvmlXids {
     /// Registers every GPU; an error when NVML or the registration fails.
-    pub fn start() -> Result<NvmlXids, String> {
+    pub fn start() -> Result<NvmlXids, XidSourceError> {
         let (tx, rx) = mpsc::channel();
         let (ready_tx, ready_rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
@@ -37,7 +66,7 @@ impl NvmlXids {
         std::thread::spawn(move || {
             let nvml = match Nvml::init() {
                 Ok(n) => n,
-                Err(e) => return ready_tx.send(Err(e.to_string())).unwrap_or(()),
+                Err(e) => return ready_tx.send(Err(e.into())).unwrap_or(()),
             };
             let set = match register(&nvml) {
                 Ok(s) => s,
@@ -73,19 +102,22 @@ impl NvmlXids {
         });
         ready_rx
             .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| "NVML did not answer within 10 s".to_string())??;
+            .map_err(|_| XidSourceError::NoAnswer)??;
         Ok(NvmlXids { rx, stop })
     }
 }
 
-fn register(nvml: &Nvml) -> Result<nvml_wrapper::event::EventSet<'_>, String> {
-    let mut set = nvml.create_event_set().map_err(|e| e.to_string())?;
-    let count = nvml.device_count().map_err(|e| e.to_string())?;
+fn register(nvml: &Nvml) -> Result<nvml_wrapper::event::EventSet<'_>, XidSourceError> {
+    let mut set = nvml.create_event_set()?;
+    let count = nvml.device_count()?;
     for i in 0..count {
-        let dev = nvml.device_by_index(i).map_err(|e| e.to_string())?;
+        let dev = nvml.device_by_index(i)?;
         set = dev
             .register_events(EventTypes::CRITICAL_XID_ERROR, set)
-            .map_err(|e| format!("GPU {i}: {}", e.error))?;
+            .map_err(|e| XidSourceError::Register {
+                gpu: i,
+                source: e.error,
+            })?;
     }
     Ok(set)
 }
@@ -97,25 +129,30 @@ impl Drop for NvmlXids {
 }
 
 impl XidSource for NvmlXids {
-    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String> {
+    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, XidSourceError> {
         match self.rx.recv_timeout(timeout) {
             Ok(e) => Ok(Some(e)),
             Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
-            Err(mpsc::RecvTimeoutError::Disconnected) => Err("the NVML event thread ended".into()),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Err(XidSourceError::ThreadEnded),
         }
     }
 }
 
 /// Events from a file of JSON lines (one [`XidEvent`] each), followed as it grows.
 pub struct ReplayXids {
+    path: std::path::PathBuf,
     reader: std::io::BufReader<std::fs::File>,
     partial: String,
 }
 
 impl ReplayXids {
-    pub fn open(path: &std::path::Path) -> Result<ReplayXids, String> {
-        let f = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn open(path: &std::path::Path) -> Result<ReplayXids, XidSourceError> {
+        let f = std::fs::File::open(path).map_err(|source| XidSourceError::Replay {
+            path: path.to_path_buf(),
+            source,
+        })?;
         Ok(ReplayXids {
+            path: path.to_path_buf(),
             reader: std::io::BufReader::new(f),
             partial: String::new(),
         })
@@ -123,7 +160,7 @@ impl ReplayXids {
 }
 
 impl XidSource for ReplayXids {
-    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String> {
+    fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, XidSourceError> {
         loop {
             match self.reader.read_line(&mut self.partial) {
                 Ok(0) => {
@@ -136,11 +173,19 @@ impl XidSource for ReplayXids {
                     if line.trim().is_empty() {
                         continue;
                     }
-                    return serde_json::from_str(&line)
-                        .map(Some)
-                        .map_err(|e| format!("not an Xid event ({e}): {}", line.trim()));
+                    return serde_json::from_str(&line).map(Some).map_err(|source| {
+                        XidSourceError::NotAnEvent {
+                            line: line.trim().to_string(),
+                            source,
+                        }
+                    });
                 }
-                Err(e) => return Err(e.to_string()),
+                Err(source) => {
+                    return Err(XidSourceError::Replay {
+                        path: self.path.clone(),
+                        source,
+                    })
+                }
             }
         }
     }
@@ -213,7 +258,7 @@ mod tests {
     struct Fed(mpsc::Receiver<XidEvent>);
 
     impl XidSource for Fed {
-        fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, String> {
+        fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, XidSourceError> {
             Ok(self.0.recv_timeout(timeout).ok())
         }
     }

@@ -36,7 +36,7 @@ pub fn measure(gpus: &GpuFacts) -> LinkBandwidth {
         ..Default::default()
     };
     if let Err(e) = run(gpus, t0, &mut m) {
-        m.error = Some(e);
+        m.error = Some(e.to_string());
     }
     m.seconds = t0.elapsed().as_secs_f64();
     m
@@ -60,11 +60,29 @@ struct Gpu {
 // SAFETY: CUDA handles may be used from any thread once their context is current there.
 unsafe impl Send for Gpu {}
 
-fn cuda(what: &str, e: result::DriverError) -> String {
-    format!("{what}: {e:?}")
+/// Why a measurement stopped.
+#[derive(Debug, thiserror::Error)]
+enum MeasureError {
+    #[error("{call}: {source:?}")]
+    Cuda {
+        call: String,
+        #[source]
+        source: result::DriverError,
+    },
+    #[error("a setup thread panicked")]
+    SetupPanicked,
+    #[error("stopped after {} s: links too slow to measure them all", BUDGET.as_secs())]
+    OverBudget,
 }
 
-fn run(gpus: &GpuFacts, t0: Instant, m: &mut LinkBandwidth) -> Result<(), String> {
+fn cuda(what: &str, source: result::DriverError) -> MeasureError {
+    MeasureError::Cuda {
+        call: what.to_string(),
+        source,
+    }
+}
+
+fn run(gpus: &GpuFacts, t0: Instant, m: &mut LinkBandwidth) -> Result<(), MeasureError> {
     result::init().map_err(|e| cuda("cuInit", e))?;
     let mut version = 0;
     // SAFETY: an out-parameter.
@@ -86,7 +104,7 @@ fn run(gpus: &GpuFacts, t0: Instant, m: &mut LinkBandwidth) -> Result<(), String
         match s.join() {
             Ok(Ok(g)) => all.push(g),
             Ok(Err(e)) => failed = failed.or(Some(e)),
-            Err(_) => failed = failed.or(Some("a setup thread panicked".to_string())),
+            Err(_) => failed = failed.or(Some(MeasureError::SetupPanicked)),
         }
     }
     m.init_seconds = t0.elapsed().as_secs_f64();
@@ -118,7 +136,7 @@ fn identify(gpus: &GpuFacts, ordinal: i32) -> (u32, Vec<u32>) {
     }
 }
 
-fn setup(ordinal: i32, index: u32, cpus: &[u32]) -> Result<Gpu, String> {
+fn setup(ordinal: i32, index: u32, cpus: &[u32]) -> Result<Gpu, MeasureError> {
     if !cpus.is_empty() {
         let mut set = nix::sched::CpuSet::new();
         for c in cpus {
@@ -176,9 +194,9 @@ fn teardown(g: Gpu) {
     }
 }
 
-fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), String> {
+fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), MeasureError> {
     let over = || t0.elapsed() > BUDGET;
-    let peer = |a: &Gpu, b: &Gpu| -> Result<bool, String> {
+    let peer = |a: &Gpu, b: &Gpu| -> Result<bool, MeasureError> {
         let mut can = 0;
         // SAFETY: out-parameter; devices from cuDeviceGet.
         unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.dev, b.dev) }
@@ -204,10 +222,7 @@ fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), St
                 continue;
             }
             if over() {
-                return Err(format!(
-                    "stopped after {} s: links too slow to measure them all",
-                    BUDGET.as_secs()
-                ));
+                return Err(MeasureError::OverBudget);
             }
             let peer_access = peer(a, b)?;
             // The copy runs on the source GPU's stream, as PyTorch's tensor.to() does.
@@ -224,7 +239,7 @@ fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), St
     }
     for g in all {
         if over() {
-            return Err(format!("stopped after {} s", BUDGET.as_secs()));
+            return Err(MeasureError::OverBudget);
         }
         // SAFETY: pinned host buffer and device buffers of BUFFER_BYTES each.
         let h2d = time(g, |s| unsafe {
@@ -252,7 +267,7 @@ fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), St
 fn time(
     g: &Gpu,
     copy: impl Fn(sys::CUstream) -> Result<(), result::DriverError>,
-) -> Result<f64, String> {
+) -> Result<f64, MeasureError> {
     let timed = |reps: usize| -> Result<f64, result::DriverError> {
         // SAFETY: g's context is made current; its events and stream live until teardown.
         unsafe {

@@ -31,57 +31,76 @@ pub struct BenchResult {
     pub store: String,
 }
 
+/// How the simulated nodes reach the rendezvous.
+#[derive(Clone)]
+enum Via {
+    Etcd(Etcd),
+    Store(String, u16),
+}
+
+/// Why the bench could not finish a round.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    #[error("cannot start the in-process store: {0}")]
+    InProcess(#[source] std::io::Error),
+    #[error(transparent)]
+    Etcd(#[from] crate::rendezvous::backend::etcd_client::EtcdError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error("a simulated node could not join: {0}")]
+    Join(#[from] crate::rendezvous::node::JoinError),
+    #[error("the coordinator failed: {0}")]
+    Coordinate(#[from] crate::rendezvous::coordinator::CoordinateError),
+    #[error("a simulated node's task ended: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("{got} distinct node ranks for {nodes} nodes")]
+    Ranks { got: usize, nodes: u32 },
+}
+
 /// Runs one round of `nodes` simulated nodes against `target`.
-pub async fn bench(nodes: u32, target: Target, timeout: Duration) -> Result<BenchResult, String> {
+pub async fn bench(
+    nodes: u32,
+    target: Target,
+    timeout: Duration,
+) -> Result<BenchResult, BenchError> {
     let mut _in_process = None;
-    let (target, store) = match target {
+    let (via, store) = match target {
         Target::InProcess => {
-            let s = StoreServer::bind(0)
-                .map_err(|e| format!("cannot start the in-process store: {e}"))?;
+            let s = StoreServer::bind(0).map_err(BenchError::InProcess)?;
             let port = s.port();
             _in_process = Some(s);
-            (
-                Target::Store("127.0.0.1".into(), port),
-                "toporun's in-process store".to_string(),
-            )
+            let what = "toporun's in-process store".to_string();
+            (Via::Store("127.0.0.1".into(), port), what)
         }
         Target::Store(h, p) => {
             let what = format!("the store at {}", crate::store::client::display(&h, p));
-            (Target::Store(h, p), what)
+            (Via::Store(h, p), what)
         }
         Target::Etcd(eps) => {
             let what = format!("etcd at {}", eps.join(","));
-            (Target::Etcd(eps), what)
+            (
+                Via::Etcd(Etcd::new(eps, &Default::default(), timeout)?),
+                what,
+            )
         }
-    };
-    let etcd = match &target {
-        Target::Etcd(eps) => {
-            Some(Etcd::new(eps.clone(), &Default::default(), timeout).map_err(|e| e.to_string())?)
-        }
-        _ => None,
     };
     // Each simulated node connects from its own loopback address, as real nodes come
     // from their own IPs (from one address, the kernel's search for a free ephemeral
     // port among 16,000 connections costs more than the rendezvous).
-    let loopback = matches!(&target, Target::Store(h, _) if h == "127.0.0.1");
+    let loopback = matches!(&via, Via::Store(h, _) if h == "127.0.0.1");
     let connect = move |node: Option<u32>| {
-        let etcd = etcd.clone();
+        let via = via.clone();
         let source = node.filter(|_| loopback).map(|i| {
             let [_, a, b, c] = i.to_be_bytes();
             std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, a.saturating_add(1), b, c))
         });
-        let store = match &target {
-            Target::Store(h, p) => Some((h.clone(), *p)),
-            _ => None,
-        };
         async move {
-            match (etcd, store) {
-                (Some(e), _) => Ok(Kv::Etcd(EtcdKv::new(e))),
-                (None, Some((h, p))) => StoreClient::connect_from(&h, p, source, timeout)
+            match via {
+                Via::Etcd(e) => Ok(Kv::Etcd(EtcdKv::new(e))),
+                Via::Store(h, p) => StoreClient::connect_from(&h, p, source, timeout)
                     .await
                     .map(|c| Kv::Store(StoreKv(c)))
-                    .map_err(|e| e.to_string()),
-                _ => Err("no target".to_string()),
+                    .map_err(BenchError::from),
             }
         }
     };
@@ -109,7 +128,8 @@ pub async fn bench(nodes: u32, target: Target, timeout: Duration) -> Result<Benc
     for i in 0..nodes {
         let (cfg, conn, gate) = (cfg.clone(), connect(Some(i)), connecting.clone());
         tasks.push(tokio::spawn(async move {
-            let permit = gate.acquire_owned().await.map_err(|e| e.to_string())?;
+            // The semaphore is never closed.
+            let permit = gate.acquire_owned().await.ok();
             let mut c = conn.await?;
             drop(permit);
             let info = NodeInfo {
@@ -119,29 +139,25 @@ pub async fn bench(nodes: u32, target: Target, timeout: Duration) -> Result<Benc
                 gpus: 8,
                 ..Default::default()
             };
-            let place = join(&mut c, &cfg, 0, &info, &mut |_| {})
-                .await
-                .map_err(|e| e.to_string())?;
-            Ok::<_, String>((place, c.ops()))
+            let place = join(&mut c, &cfg, 0, &info, &mut |_| {}).await?;
+            Ok::<_, BenchError>((place, c.ops()))
         }));
     }
     let mut coord = connect(None).await?;
-    coordinate(&mut coord, &cfg, 0, &mut |_| {}, &mut || {})
-        .await
-        .map_err(|e| e.to_string())?;
+    coordinate(&mut coord, &cfg, 0, &mut |_| {}, &mut || {}).await?;
     let mut ops = coord.ops();
     let mut ranks = std::collections::BTreeSet::new();
     for t in tasks {
-        let (place, n) = t.await.map_err(|e| e.to_string())??;
+        let (place, n) = t.await??;
         ranks.insert(place.node_rank);
         ops += n;
     }
     let seconds = start.elapsed().as_secs_f64();
     if ranks.len() != nodes as usize {
-        return Err(format!(
-            "{} distinct node ranks for {nodes} nodes",
-            ranks.len()
-        ));
+        return Err(BenchError::Ranks {
+            got: ranks.len(),
+            nodes,
+        });
     }
     Ok(BenchResult {
         nodes,
