@@ -95,6 +95,21 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
     }))
 }
 
+/// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited for
+/// before the missing ones are named; checked before anything binds a port.
+fn init_grace(env: &BTreeMap<String, String>) -> Result<std::time::Duration> {
+    let Some(v) = env.get("TOPORUN_INIT_WARN_SECS") else {
+        return Ok(std::time::Duration::from_secs(30));
+    };
+    let d = toporun_shared::torchrun::seconds("TOPORUN_INIT_WARN_SECS", v)?;
+    if d.is_zero() {
+        bail!(toporun_shared::torchrun::OptionsError::usage(format!(
+            "TOPORUN_INIT_WARN_SECS={v}: expected a positive number of seconds"
+        )));
+    }
+    Ok(d)
+}
+
 /// The shortest straggler window: 20 samples at 4 a second.
 const MIN_STRAGGLER_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -292,6 +307,11 @@ fn prepare(
     });
     Ok(Job {
         straggler_window: straggler_window(m, &parent_env)?,
+        init_grace: init_grace(&parent_env)?,
+        rdzv_token: parent_env.get("TOPORUN_RDZV_TOKEN").cloned(),
+        xid_replay: parent_env
+            .get(toporun_agent::job::XID_REPLAY_VAR)
+            .map(std::path::PathBuf::from),
         watch_preemption,
         stop_grace,
         stop_signal_group,

@@ -36,20 +36,6 @@ use std::time::Duration;
 use toporun_shared::root_cause::exit_codes::class_of;
 use toporun_shared::root_cause::CauseKind;
 
-/// How long toporun waits for every worker's store handshake before saying which
-/// are missing (`TOPORUN_INIT_WARN_SECS`).
-fn init_grace(p: &Job) -> Result<Duration, JobError> {
-    match p.parent_env.get("TOPORUN_INIT_WARN_SECS") {
-        None => Ok(Duration::from_secs(30)),
-        Some(v) => match toporun_shared::torchrun::seconds("TOPORUN_INIT_WARN_SECS", v)? {
-            d if d.is_zero() => Err(JobError::Usage(format!(
-                "TOPORUN_INIT_WARN_SECS={v}: expected a positive number of seconds"
-            ))),
-            d => Ok(d),
-        },
-    }
-}
-
 /// torch's FileTimerServer when `TORCHELASTIC_ENABLE_FILE_TIMER=1`.
 fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
     if p.parent_env
@@ -140,7 +126,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         .as_ref()
         .map(|t| t.path().display().to_string())
         .or_else(|| p.parent_env.get("TORCHELASTIC_TIMER_FILE").cloned());
-    let grace = init_grace(p)?;
+    let grace = p.init_grace;
     let Some(mut session) = Session::start(p, events).await? else {
         crate::console::say!(
             "toporun: received a signal while connecting to the rendezvous; exiting"

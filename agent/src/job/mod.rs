@@ -24,6 +24,7 @@ pub mod straggler;
 mod transitions;
 
 pub use error::JobError;
+pub use failure::causes::XID_REPLAY_VAR;
 pub use hang::stacks_socket;
 pub use lifecycle::run;
 pub use spec::{HangWatch, Job, NodePlace};

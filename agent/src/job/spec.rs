@@ -55,6 +55,14 @@ pub struct Job {
     /// `--straggler-window`: the window over which each rank's wait share is
     /// judged (None: `--stragglers off`).
     pub straggler_window: Option<std::time::Duration>,
+    /// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited
+    /// for before the missing ones are named.
+    pub init_grace: std::time::Duration,
+    /// `TOPORUN_RDZV_TOKEN`: the secret that moves the rendezvous keys (where
+    /// `--rdzv-conf token=` does not set one).
+    pub rdzv_token: Option<String>,
+    /// `TOPORUN_XID_REPLAY`: a file of Xid events followed instead of NVML's.
+    pub xid_replay: Option<PathBuf>,
 }
 
 /// How hangs are watched for.

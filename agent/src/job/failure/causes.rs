@@ -180,9 +180,9 @@ fn volume_of(paths: &[String]) -> Option<Volume> {
 /// The node's GPU faults for the whole job: a replay file where
 /// `TOPORUN_XID_REPLAY` names one, else NVML's events where there are GPUs.
 pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
-    if let Some(path) = p.parent_env.get(XID_REPLAY_VAR) {
-        let source = ReplayXids::open(std::path::Path::new(path))
-            .map_err(|e| JobError::Usage(format!("{XID_REPLAY_VAR}={path}: {e}")))?;
+    if let Some(path) = &p.xid_replay {
+        let source = ReplayXids::open(path)
+            .map_err(|e| JobError::Usage(format!("{XID_REPLAY_VAR}={}: {e}", path.display())))?;
         return Ok(Some(XidLog::watch(Box::new(source))));
     }
     if p.facts.gpus.devices.is_empty() {

@@ -81,7 +81,7 @@ fn config(p: &Job, run_id: &str) -> Config {
     let token = conf
         .token
         .as_ref()
-        .or_else(|| p.parent_env.get("TOPORUN_RDZV_TOKEN"))
+        .or(p.rdzv_token.as_ref())
         .filter(|t| !t.is_empty());
     Config {
         run_id: run_id.to_string(),
