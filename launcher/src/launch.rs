@@ -156,14 +156,7 @@ fn termination_log(m: &ArgMatches, env: &BTreeMap<String, String>) -> Option<Pat
 
 /// Writes a failure's root cause where Kubernetes shows it, when there is a place.
 fn termination_message(path: Option<PathBuf>, text: &str) {
-    if let Some(path) = path {
-        if let Err(e) = supervise::write_termination_message(&path, text) {
-            crate::console::say!(
-                "toporun: cannot write the termination message {}: {e}",
-                path.display()
-            );
-        }
-    }
+    supervise::leave_termination_message(path.as_deref(), text);
 }
 
 pub fn run(m: &ArgMatches) -> u8 {

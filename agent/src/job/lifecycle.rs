@@ -184,9 +184,8 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 crate::console::say!("toporun: {say}");
                 if let Some(cause) = gpus_released(life.gpus.as_ref()).await {
                     crate::console::say!("{}", cause.line());
-                    if let Some(path) = &p.termination_log {
-                        let _ = supervise::write_termination_message(path, &cause.line());
-                    }
+                    let log = p.termination_log.as_deref();
+                    supervise::leave_termination_message(log, &cause.line());
                     life.status.update(|x| {
                         x.root_cause = Some(cause.kind);
                         x.causes = vec![cause];
@@ -459,13 +458,11 @@ async fn hang_stopped(
         .await;
     let meeting = session.meeting(node.round, node);
     let collective = say_flight_recorder(fr_dir, meeting, attempt_dir, status).await;
-    if let Some(path) = &p.termination_log {
-        let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
-        if let Some(c) = collective {
-            lead.push_str(&format!("toporun: flight recorder: {c}\n"));
-        }
-        let _ = supervise::write_termination_message(path, &(lead + &report.text));
+    let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
+    if let Some(c) = collective {
+        lead.push_str(&format!("toporun: flight recorder: {c}\n"));
     }
+    supervise::leave_termination_message(p.termination_log.as_deref(), &(lead + &report.text));
     AttemptEnd::Hang
 }
 
@@ -608,9 +605,8 @@ fn preempted(p: &Job, reason: &StopReason, ending: &preemption::Ending, status: 
     }
     let text = ending.message(reason);
     crate::console::say!("toporun: {text}");
-    if let Some(path) = &p.termination_log {
-        let _ = supervise::write_termination_message(path, &format!("toporun: {text}"));
-    }
+    let log = p.termination_log.as_deref();
+    supervise::leave_termination_message(log, &format!("toporun: {text}"));
     status.update(|x| {
         x.root_cause = Some(CauseKind::Preempted);
         x.last_failure = Some(reason.to_string());

@@ -13,7 +13,7 @@ pub use events::{Event, Events};
 pub use logs::{drain, line_prefix, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{
-    dump_error_file, failure_summary, first_failure, record_error, write_termination_message,
+    dump_error_file, failure_summary, first_failure, leave_termination_message, record_error,
     Failure, WorkerError, TERMINATION_MESSAGE_MAX,
 };
 pub use tail::Tail;

@@ -286,7 +286,17 @@ pub const TERMINATION_MESSAGE_MAX: usize = 4096;
 /// Writes the root cause where Kubernetes shows it (the container's termination
 /// message): at most 4096 bytes, cut at a character boundary, the end kept when cut
 /// (the root cause block comes last).
-pub fn write_termination_message(path: &Path, text: &str) -> std::io::Result<()> {
+/// The one writer of the termination message: `text` (its last 4096 bytes) where
+/// Kubernetes shows it, when there is a place; a failed write is said, never fatal.
+pub fn leave_termination_message(path: Option<&Path>, text: &str) {
+    let Some(path) = path else { return };
+    if let Err(e) = write_termination_message(path, text) {
+        let path = path.display();
+        crate::console::say!("toporun: warning: cannot write the termination message {path}: {e}");
+    }
+}
+
+fn write_termination_message(path: &Path, text: &str) -> std::io::Result<()> {
     let mut start = text.len().saturating_sub(TERMINATION_MESSAGE_MAX);
     while !text.is_char_boundary(start) {
         start += 1;

@@ -230,12 +230,7 @@ fn write_failure(
     let mut message: String = lead.iter().map(|l| format!("{l}\n")).collect();
     message.push_str(&summary);
     crate::console::say_raw!("{message}");
-    if let Some(path) = &p.termination_log {
-        if let Err(e) = supervise::write_termination_message(path, &message) {
-            let path = path.display();
-            crate::console::say!("toporun: cannot write the termination message {path}: {e}");
-        }
-    }
+    supervise::leave_termination_message(p.termination_log.as_deref(), &message);
     if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
         if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
             crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
