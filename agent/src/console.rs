@@ -22,6 +22,13 @@ macro_rules! say {
     };
 }
 
+/// A warning: `toporun: warning: ` and `args`, as `say!`.
+macro_rules! say_warning {
+    ($($arg:tt)*) => {
+        $crate::console::line(format_args!("toporun: warning: {}", format_args!($($arg)*)))
+    };
+}
+
 /// `eprint!` that never panics.
 macro_rules! say_raw {
     ($($arg:tt)*) => {
@@ -29,4 +36,4 @@ macro_rules! say_raw {
     };
 }
 
-pub(crate) use {say, say_raw};
+pub(crate) use {say, say_raw, say_warning};

@@ -73,7 +73,9 @@ fn status_endpoint(p: &Job) -> JobStatus {
                 "toporun: status endpoint on port {}: /healthz /readyz /metrics /status",
                 addr.port()
             ),
-            Err(e) => crate::console::say!("toporun: warning: no status endpoint: cannot listen on port {port} ({e}); the job runs without it"),
+            Err(e) => crate::console::say_warning!(
+                "no status endpoint: cannot listen on port {port} ({e}); the job runs without it"
+            ),
         }
     }
     status
@@ -473,10 +475,9 @@ fn serve_stacks(life: &mut Life, dir: &Path) {
     }
     match stacks_socket::serve(dir, life.live.clone(), life.status.clone()) {
         Ok(s) => life.stacks_socket = Some(s),
-        Err(e) => crate::console::say!(
-            "toporun: warning: no `toporun stacks` socket in {}: {e}",
-            dir.display()
-        ),
+        Err(e) => {
+            crate::console::say_warning!("no `toporun stacks` socket in {}: {e}", dir.display())
+        }
     }
 }
 

@@ -48,10 +48,7 @@ impl StopFile {
     /// Says "stop at the next step" to every rank of this node.
     pub fn make(&self) {
         if let Err(e) = std::fs::write(&self.0, b"stop\n") {
-            crate::console::say!(
-                "toporun: warning: cannot make the stop file {}: {e}",
-                self.0.display()
-            );
+            crate::console::say_warning!("cannot make the stop file {}: {e}", self.0.display());
         }
     }
 }

@@ -227,9 +227,7 @@ impl XidLog {
                     }
                     Ok(None) => {}
                     Err(e) => {
-                        crate::console::say!(
-                            "toporun: warning: GPU faults are no longer watched: {e}"
-                        );
+                        crate::console::say_warning!("GPU faults are no longer watched: {e}");
                         return;
                     }
                 }

@@ -292,7 +292,7 @@ pub fn leave_termination_message(path: Option<&Path>, text: &str) {
     let Some(path) = path else { return };
     if let Err(e) = write_termination_message(path, text) {
         let path = path.display();
-        crate::console::say!("toporun: warning: cannot write the termination message {path}: {e}");
+        crate::console::say_warning!("cannot write the termination message {path}: {e}");
     }
 }
 

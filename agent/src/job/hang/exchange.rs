@@ -74,7 +74,7 @@ pub async fn print_decided(m: &Meeting) {
 }
 
 fn unavailable(e: &StoreError) {
-    crate::console::say!("toporun: warning: job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
+    crate::console::say_warning!("job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
 }
 
 impl Meeting {

@@ -235,8 +235,8 @@ impl Judge {
         {
             self.unreadable += 1;
             if self.unreadable == UNREADABLE_SAID {
-                crate::console::say!(
-                    "toporun: warning: hang detection paused: cannot read the ranks' stacks ({e})"
+                crate::console::say_warning!(
+                    "hang detection paused: cannot read the ranks' stacks ({e})"
                 );
             }
             return;

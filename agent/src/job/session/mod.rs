@@ -176,7 +176,7 @@ impl Session {
                     return;
                 }
                 if n > 0 {
-                    crate::console::say!("toporun: warning: only {n} of {world} workers have connected to the store after {:.0?}: the others are hung before or in init_process_group (crashed early, wrong MASTER_ADDR/MASTER_PORT, or blocked on a GPU); check their output", waited);
+                    crate::console::say_warning!("only {n} of {world} workers have connected to the store after {:.0?}: the others are hung before or in init_process_group (crashed early, wrong MASTER_ADDR/MASTER_PORT, or blocked on a GPU); check their output", waited);
                 }
             }
         }))

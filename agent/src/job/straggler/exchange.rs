@@ -56,7 +56,7 @@ pub fn start(
 }
 
 fn unavailable(e: &StoreError) {
-    crate::console::say!("toporun: warning: job-wide straggler detection stopped: the workers' store is unreachable ({e}); `toporun top` shows this node's ranks");
+    crate::console::say_warning!("job-wide straggler detection stopped: the workers' store is unreachable ({e}); `toporun top` shows this node's ranks");
 }
 
 /// The job's view in `toporun top`, `/status` and `/metrics`.
