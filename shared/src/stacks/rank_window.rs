@@ -119,6 +119,20 @@ pub struct WindowSummary {
     /// PCIe replays and NVLink errors its GPU counted during the window.
     pub pcie_replays: Option<u64>,
     pub nvlink_errors: Option<u64>,
+    /// Its GPU's clocks over the window, where NVML read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clocks: Option<GpuClocks>,
+}
+
+/// A GPU's SM clock over a window, and what held it down.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuClocks {
+    pub sm_mhz_mean: f64,
+    /// Share of samples with a limit that slows a busy GPU (thermal, power cap,
+    /// hardware slowdown, power brake).
+    pub slowed: f64,
+    /// Those limits, as seen during the window.
+    pub slowed_by: Vec<ClockLimit>,
 }
 
 impl RankWindow {
@@ -185,6 +199,32 @@ impl RankWindow {
                 }),
             pcie_replays: delta(|r| r.gpu.as_ref()?.pcie_replays),
             nvlink_errors: delta(|r| r.gpu.as_ref()?.nvlink_errors),
+            clocks: self.clocks(),
+        })
+    }
+
+    /// The GPU's mean SM clock and slowing limits over the window.
+    fn clocks(&self) -> Option<GpuClocks> {
+        let read: Vec<&GpuNow> = self
+            .readings
+            .iter()
+            .filter_map(|r| r.gpu.as_ref())
+            .collect();
+        let mhz: Vec<u32> = read.iter().filter_map(|g| g.sm_mhz).collect();
+        if mhz.is_empty() {
+            return None;
+        }
+        let slowing = |g: &&&GpuNow| g.limits.iter().any(|l| l.slows());
+        let mut slowed_by: Vec<ClockLimit> = read
+            .iter()
+            .flat_map(|g| g.limits.iter().copied().filter(|l| l.slows()))
+            .collect();
+        slowed_by.sort();
+        slowed_by.dedup();
+        Some(GpuClocks {
+            sm_mhz_mean: mhz.iter().map(|m| f64::from(*m)).sum::<f64>() / mhz.len() as f64,
+            slowed: read.iter().filter(slowing).count() as f64 / read.len() as f64,
+            slowed_by,
         })
     }
 
@@ -281,5 +321,33 @@ mod tests {
         assert_eq!(s.wait, 0.0, "the collective samples are older than 10 s");
         assert_eq!(s.samples, 41);
         assert_eq!(w.cpu_now(), Some(0.0));
+    }
+
+    #[test]
+    fn a_gpus_clock_and_its_slowing_limits_are_kept_over_the_window() {
+        let mut w = RankWindow::new(Duration::from_secs(10));
+        for i in 0..=40u64 {
+            let mut r = reading(i * 250, Activity::Compute, "step (t.py:1)", 0);
+            let hot = i % 2 == 0;
+            r.gpu = Some(GpuNow {
+                index: 3,
+                sm_mhz: Some(if hot { 1200 } else { 1800 }),
+                limits: if hot {
+                    vec![ClockLimit::HwThermal, ClockLimit::Idle]
+                } else {
+                    vec![ClockLimit::Idle]
+                },
+                ..Default::default()
+            });
+            w.push(r);
+        }
+        let c = w.summary().unwrap().clocks.unwrap();
+        assert!((c.sm_mhz_mean - (21.0 * 1200.0 + 20.0 * 1800.0) / 41.0).abs() < 1e-9);
+        assert!((c.slowed - 21.0 / 41.0).abs() < 1e-9, "{}", c.slowed);
+        assert_eq!(
+            c.slowed_by,
+            vec![ClockLimit::HwThermal],
+            "idling does not slow"
+        );
     }
 }

@@ -13,7 +13,7 @@
 //! nothing.
 
 use super::activity::Activity;
-use super::rank_window::{GpuNow, WindowSummary};
+use super::rank_window::{ClockLimit, GpuNow, WindowSummary};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -28,6 +28,11 @@ pub const MIN_GAP: f64 = 0.20;
 pub const HOLD_RATIO: f64 = 0.75;
 /// ...and at least this much less.
 pub const HOLD_GAP: f64 = 0.10;
+/// A GPU straggler's mean SM clock is at most this fraction of the others' median...
+pub const MAX_CLOCK_RATIO: f64 = 0.85;
+/// ...with a slowing limit (thermal, power, hardware slowdown) in at least this share
+/// of its samples.
+pub const MIN_SLOWED: f64 = 0.5;
 
 /// One rank as a node sees it now.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -62,6 +67,22 @@ pub struct Straggler {
     pub spends: Option<Activity>,
     pub place: Option<String>,
     pub evidence: Vec<String>,
+    pub basis: Basis,
+}
+
+/// What the finding rests on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "by", rename_all = "kebab-case")]
+pub enum Basis {
+    /// It waits far less than the others in collectives.
+    WaitShare,
+    /// Its GPU runs far slower than the others', held down by a limit: with NCCL the
+    /// CPU does not wait in the collective, so the wait shares cannot tell.
+    GpuClock {
+        mhz: f64,
+        median_mhz: f64,
+        limits: Vec<ClockLimit>,
+    },
 }
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
@@ -77,42 +98,74 @@ fn median(mut v: Vec<f64>) -> Option<f64> {
     })
 }
 
-/// The ranks whose whole-window wait share is far below the others' median; those
-/// in `held` (named already) by the looser hold rule.
+/// The ranks whose whole-window wait share is far below the others' median, or whose
+/// GPU runs far slower than the others' held down by a limit; those in `held`
+/// (named already) by the looser hold rules.
 pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
-    let shares: Vec<(&RankRow, &WindowSummary)> = rows
+    let full: Vec<(&RankRow, &WindowSummary)> = rows
         .iter()
         .filter_map(|r| Some((r, r.window.as_ref()?)))
         .collect();
-    shares
-        .iter()
+    full.iter()
         .filter_map(|(row, w)| {
-            let others: Vec<f64> = shares
-                .iter()
-                .filter(|(o, _)| o.rank != row.rank)
-                .map(|(_, s)| s.wait)
-                .collect();
-            let m = median(others.clone())?;
-            let (ratio, gap) = if held.contains(&row.rank) {
-                (HOLD_RATIO, HOLD_GAP)
-            } else {
-                (MAX_RATIO, MIN_GAP)
+            let others = |f: &dyn Fn(&WindowSummary) -> Option<f64>| -> Vec<f64> {
+                full.iter()
+                    .filter(|(o, _)| o.rank != row.rank)
+                    .filter_map(|(_, s)| f(s))
+                    .collect()
             };
-            let far = m >= MIN_MEDIAN && w.wait <= m * ratio && m - w.wait >= gap;
-            far.then(|| Straggler {
+            let waits = others(&|s| Some(s.wait));
+            let m = median(waits.clone())?;
+            let held = held.contains(&row.rank);
+            let basis = if far_in_waits(w.wait, m, held) {
+                Basis::WaitShare
+            } else {
+                slow_gpu(
+                    w,
+                    median(others(&|s| Some(s.clocks.as_ref()?.sm_mhz_mean)))?,
+                    held,
+                )?
+            };
+            Some(Straggler {
                 rank: row.rank,
                 node_rank: row.node_rank,
                 host: row.host.clone(),
                 gpu: row.gpu,
                 wait: w.wait,
                 median: m,
-                others: others.len() as u32,
+                others: waits.len() as u32,
                 spends: w.spends,
                 place: w.place.clone(),
                 evidence: evidence(row, w),
+                basis,
             })
         })
         .collect()
+}
+
+fn far_in_waits(wait: f64, median: f64, held: bool) -> bool {
+    let (ratio, gap) = if held {
+        (HOLD_RATIO, HOLD_GAP)
+    } else {
+        (MAX_RATIO, MIN_GAP)
+    };
+    median >= MIN_MEDIAN && wait <= median * ratio && median - wait >= gap
+}
+
+/// The GPU rule: its mean SM clock far below the others' median while a slowing
+/// limit held it (named ranks stay named until within 8% of the median).
+fn slow_gpu(w: &WindowSummary, median_mhz: f64, held: bool) -> Option<Basis> {
+    let c = w.clocks.as_ref()?;
+    let (ratio, slowed) = if held {
+        (0.92, MIN_SLOWED / 2.0)
+    } else {
+        (MAX_CLOCK_RATIO, MIN_SLOWED)
+    };
+    (c.sm_mhz_mean <= median_mhz * ratio && c.slowed >= slowed).then(|| Basis::GpuClock {
+        mhz: c.sm_mhz_mean,
+        median_mhz,
+        limits: c.slowed_by.clone(),
+    })
 }
 
 /// What toporun read beside the stacks that may explain the rank's slowness.
@@ -164,16 +217,25 @@ impl Straggler {
     /// The finding's line and its evidence, as printed.
     pub fn text(&self, span: Duration) -> String {
         let gpu = self.gpu.map(|g| format!(", GPU {g}")).unwrap_or_default();
-        let mut s = format!(
-            "toporun: straggler: rank {} (node {} on {}{gpu}) waits {:.0}% of the time against a median of {:.0}% for the other {} over {}s: the others wait for it",
-            self.rank,
-            self.node_rank,
-            self.host,
-            self.wait * 100.0,
-            self.median * 100.0,
-            self.others,
-            span.as_secs()
+        let who = format!(
+            "rank {} (node {} on {}{gpu})",
+            self.rank, self.node_rank, self.host
         );
+        let (others, secs) = (self.others, span.as_secs());
+        let mut s = match &self.basis {
+            Basis::WaitShare => format!(
+                "toporun: straggler: {who} waits {:.0}% of the time against a median of {:.0}% for the other {others} over {secs}s: the others wait for it",
+                self.wait * 100.0,
+                self.median * 100.0,
+            ),
+            Basis::GpuClock { mhz, median_mhz, limits } => {
+                let why: Vec<String> = limits.iter().map(|l| format!("{l:?}")).collect();
+                format!(
+                    "toporun: straggler: {who}: its GPU's SM clock averaged {mhz:.0} MHz against a median of {median_mhz:.0} MHz for the other {others} over {secs}s, held down by {}: every rank waits for its kernels",
+                    why.join(", ")
+                )
+            }
+        };
         if let Some(a) = self.spends {
             s.push_str(&format!("; it spends its time in {}", a.describe()));
             if let Some(p) = &self.place {
@@ -305,6 +367,7 @@ mod tests {
                 throttled: None,
                 pcie_replays: None,
                 nvlink_errors: None,
+                clocks: None,
             }),
         }
     }
@@ -427,5 +490,44 @@ mod tests {
         assert_eq!(find(&rows(0.35), &[2])[0].rank, 2);
         assert!(find(&rows(0.5), &[2]).is_empty());
         assert_eq!(find(&rows(0.22), &[])[0].rank, 2);
+    }
+
+    #[test]
+    fn a_gpu_held_down_by_a_limit_is_named_where_the_wait_shares_are_even() {
+        use crate::stacks::rank_window::GpuClocks;
+        // NCCL: every CPU waits in its own synchronisation, the shares are even.
+        let clocks = |mhz: f64, slowed: f64, by: Vec<ClockLimit>| GpuClocks {
+            sm_mhz_mean: mhz,
+            slowed,
+            slowed_by: by,
+        };
+        let rows = |two: GpuClocks| -> Vec<RankRow> {
+            (0..4)
+                .map(|r| {
+                    let mut x = row(r, Some(0.05));
+                    x.window.as_mut().unwrap().clocks = Some(if r == 2 {
+                        two.clone()
+                    } else {
+                        clocks(1980.0, 0.0, vec![])
+                    });
+                    x
+                })
+                .collect()
+        };
+        let hot = clocks(1250.0, 0.9, vec![ClockLimit::HwThermal]);
+        let found = find(&rows(hot.clone()), &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        let text = found[0].text(Duration::from_secs(60));
+        assert!(
+            text.starts_with("toporun: straggler: rank 2 (node 1 on trainer-1, GPU 0): its GPU's SM clock averaged 1250 MHz against a median of 1980 MHz for the other 3 over 60s, held down by HwThermal: every rank waits for its kernels"),
+            "{text}"
+        );
+        // Slower without a limit (a smaller part, an idle GPU): not named.
+        assert!(find(&rows(clocks(1250.0, 0.0, vec![])), &[]).is_empty());
+        // Within 15%: not named; once named, it stays until within 8%.
+        let warm = clocks(1750.0, 0.6, vec![ClockLimit::PowerCap]);
+        assert!(find(&rows(warm.clone()), &[]).is_empty());
+        assert_eq!(find(&rows(warm), &[2]).len(), 1);
+        assert!(find(&rows(clocks(1900.0, 0.6, vec![ClockLimit::PowerCap])), &[2]).is_empty());
     }
 }

@@ -155,6 +155,7 @@ mod tests {
             spends: Some(Activity::Compute),
             place: None,
             evidence: Vec::new(),
+            basis: crate::stacks::straggler::Basis::WaitShare,
         });
         let text = t.text();
         assert!(text.lines().nth(3).unwrap().starts_with("*"), "{text}");
