@@ -106,3 +106,12 @@ pub fn random_id() -> String {
         .read(PROC_RANDOM_UUID)
         .unwrap_or_else(|| format!("{:x}", std::process::id()))
 }
+
+/// Writes `text` at `rel` under a test tree, making its folders.
+#[cfg(test)]
+pub fn write_under(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().expect("a relative path under the root"))
+        .expect("a writable test tree");
+    std::fs::write(p, text).expect("a writable test tree");
+}

@@ -29,29 +29,6 @@ fn alive(pid: i32) -> bool {
     })
 }
 
-fn pids(out: &Path, n: usize, timeout: Duration) -> Vec<i32> {
-    let start = Instant::now();
-    loop {
-        let got: Vec<i32> = (0..n)
-            .filter_map(|r| {
-                std::fs::read_to_string(out.join(format!("pid{r}")))
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .collect();
-        if got.len() == n {
-            return got;
-        }
-        assert!(
-            start.elapsed() < timeout,
-            "ranks did not start within {timeout:?}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn wait_exit(child: &mut Child, timeout: Duration) -> (i32, Duration) {
     let start = Instant::now();
     loop {
@@ -99,7 +76,7 @@ fn a_failing_rank_stops_the_others_within_a_second() {
         );
     }
     assert!(took < Duration::from_secs(15), "took {took:?}");
-    for pid in pids(d.path(), 3, Duration::ZERO) {
+    for pid in rank_pids(d.path(), 3, Duration::ZERO) {
         assert!(!alive(pid), "pid {pid} left behind");
     }
 }
@@ -113,7 +90,7 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_shutdown_timeout() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let ps = pids(d.path(), 3, Duration::from_secs(30));
+    let ps = rank_pids(d.path(), 3, Duration::from_secs(30));
     // Rank 0 keeps running too: stop the job with SIGTERM to toporun.
     sigterm(&child);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(10));
@@ -137,7 +114,7 @@ fn sigterm_to_toporun_reaches_every_rank() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let ps = pids(d.path(), 3, Duration::from_secs(30));
+    let ps = rank_pids(d.path(), 3, Duration::from_secs(30));
     sigterm(&child);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
     assert_eq!(code, 1);
@@ -159,7 +136,7 @@ fn sigkill_to_toporun_leaves_no_rank_alive() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let ps = pids(d.path(), 3, Duration::from_secs(30));
+    let ps = rank_pids(d.path(), 3, Duration::from_secs(30));
     child.kill().unwrap();
     child.wait().unwrap();
     std::thread::sleep(Duration::from_secs(1));
@@ -232,7 +209,7 @@ fn grandchildren_of_a_failed_rank_are_killed() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    pids(d.path(), 3, Duration::from_secs(30));
+    rank_pids(d.path(), 3, Duration::from_secs(30));
     let start = Instant::now();
     let gc = loop {
         if let Some(p) = std::fs::read_to_string(d.path().join("grandchild"))

@@ -93,27 +93,9 @@ impl Drop for Running {
 }
 
 /// When every rank has written its pid (the training loop starts), and the pids.
-fn loop_started(out: &Path, ranks: u32) -> (Instant, Vec<i32>) {
-    let t = Instant::now();
-    loop {
-        let pids: Vec<i32> = (0..ranks)
-            .filter_map(|r| {
-                std::fs::read_to_string(out.join(format!("pid{r}")))
-                    .ok()?
-                    .trim()
-                    .parse()
-                    .ok()
-            })
-            .collect();
-        if pids.len() == ranks as usize {
-            return (Instant::now(), pids);
-        }
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the ranks never started"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+fn loop_started(out: &Path, ranks: usize) -> (Instant, Vec<i32>) {
+    let pids = rank_pids(out, ranks, Duration::from_secs(60));
+    (Instant::now(), pids)
 }
 
 /// The one run directory under `logs`.

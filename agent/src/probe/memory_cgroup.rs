@@ -56,11 +56,7 @@ impl MemoryCgroup {
 mod tests {
     use super::*;
 
-    fn write(root: &std::path::Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    use crate::paths::write_under as write;
 
     #[test]
     fn a_v1_cgroup_is_found_under_the_hierarchy_and_read() {

@@ -83,11 +83,7 @@ pub fn cpu_stat_of(root: &Root, pid: i32) -> Option<PathBuf> {
 mod tests {
     use super::*;
 
-    fn write(root: &std::path::Path, rel: &str, text: &str) {
-        let p = root.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
+    use crate::paths::write_under as write;
 
     #[test]
     fn cpu_time_and_rss_come_from_stat() {

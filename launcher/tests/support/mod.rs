@@ -200,3 +200,27 @@ pub fn prometheus_samples(text: &str) -> std::collections::BTreeMap<String, f64>
         })
         .collect()
 }
+
+/// The pids ranks wrote to `out`/pid<rank>, once all `n` have (within `timeout`).
+pub fn rank_pids(out: &Path, n: usize, timeout: std::time::Duration) -> Vec<i32> {
+    let start = std::time::Instant::now();
+    loop {
+        let got: Vec<i32> = (0..n)
+            .filter_map(|r| {
+                std::fs::read_to_string(out.join(format!("pid{r}")))
+                    .ok()?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .collect();
+        if got.len() == n {
+            return got;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "ranks did not start within {timeout:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
