@@ -16,7 +16,8 @@
 //! - `coordinator` (etcd: the node that closes the round), `master` (etcd: the
 //!   workers' store of the round), `nccl/` (the NCCL digests), `stacks/<node>` and
 //!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),
-//!   `ranks/<node>` and `stragglers` (the job-wide straggler decision).
+//!   `ranks/<node>`, `stragglers` and `stragglers/view` (the job-wide straggler decision
+//!   and the job's rows for `toporun top`).
 
 /// The run's keys outside any round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,9 +164,14 @@ impl RoundKeys {
         self.key(&format!("ranks/{node_rank}"))
     }
 
-    /// The job-wide straggler view the deciding node wrote.
+    /// The job-wide straggler decision the deciding node wrote.
     pub fn stragglers(&self) -> String {
         self.key("stragglers")
+    }
+
+    /// The job's rows for `toporun top`, bounded, as the deciding node wrote them.
+    pub fn straggler_view(&self) -> String {
+        self.key("stragglers/view")
     }
 }
 

@@ -14,6 +14,23 @@ pub struct TopTable {
     pub job_wide: bool,
     pub ranks: Vec<RankRow>,
     pub stragglers: Vec<Straggler>,
+    /// Ranks of the job left out of a bounded job view.
+    #[serde(default)]
+    pub hidden: u32,
+}
+
+/// Rows a node's job view carries at most.
+pub const JOB_VIEW_ROWS: usize = 64;
+
+/// The job's rows bounded to `max`: the stragglers, then those that wait least (the
+/// likeliest next ones), in rank order.
+pub fn job_view(mut ranks: Vec<RankRow>, stragglers: &[Straggler], max: usize) -> Vec<RankRow> {
+    let named = |r: &RankRow| stragglers.iter().any(|s| s.rank == r.rank);
+    let wait = |r: &RankRow| r.window.as_ref().map_or(f64::MAX, |w| w.wait);
+    ranks.sort_by(|a, b| named(b).cmp(&named(a)).then(wait(a).total_cmp(&wait(b))));
+    ranks.truncate(max);
+    ranks.sort_by_key(|r| r.rank);
+    ranks
 }
 
 fn or_dash(v: Option<String>) -> String {
@@ -131,6 +148,7 @@ mod tests {
             job_wide: false,
             ranks: vec![row(0), row(1)],
             stragglers: Vec::new(),
+            hidden: 0,
         };
         let text = t.text();
         assert!(text.starts_with("2 rank(s) of this node"), "{text}");
@@ -160,5 +178,43 @@ mod tests {
         let text = t.text();
         assert!(text.lines().nth(3).unwrap().starts_with("*"), "{text}");
         assert!(text.contains("toporun: straggler: rank 1 "), "{text}");
+    }
+
+    #[test]
+    fn a_job_view_keeps_the_stragglers_and_those_that_wait_least() {
+        use crate::stacks::rank_window::WindowSummary;
+        let ranks: Vec<RankRow> = (0..100)
+            .map(|r| {
+                let mut x = row(r);
+                x.window = Some(WindowSummary {
+                    wait: f64::from(r) / 100.0,
+                    samples: 60,
+                    spends: None,
+                    place: None,
+                    cpu_pct: None,
+                    throttled: None,
+                    pcie_replays: None,
+                    nvlink_errors: None,
+                    clocks: None,
+                });
+                x
+            })
+            .collect();
+        let named = crate::stacks::straggler::Straggler {
+            rank: 90,
+            node_rank: 0,
+            host: "h".into(),
+            gpu: None,
+            wait: 0.9,
+            median: 0.5,
+            others: 99,
+            spends: None,
+            place: None,
+            evidence: Vec::new(),
+            basis: crate::stacks::straggler::Basis::WaitShare,
+        };
+        let view = job_view(ranks, &[named], 5);
+        let kept: Vec<u32> = view.iter().map(|r| r.rank).collect();
+        assert_eq!(kept, vec![0, 1, 2, 3, 90]);
     }
 }

@@ -1,8 +1,10 @@
 //! The job-wide straggler decision on several nodes. Each node writes its rank rows
 //! under `ranks/<node>` at every sample; the node hosting the workers' store reads
-//! every node's, decides, prints each change, and writes the job's view (rows,
-//! stragglers, the lines said with a count) under `stragglers`, where the other
-//! nodes read it, print each change once, and show it in `toporun top`.
+//! every node's, decides, prints each change, and writes a small notice (the
+//! stragglers, the lines said with a count) under `stragglers` at every sample and,
+//! every few seconds, the job's view for `toporun top` under `stragglers/view`:
+//! bounded to the ranks that wait least. The other nodes read the notice at every
+//! sample (printing each change once) and the view as often as it is written.
 
 use crate::job::session::meeting::Meeting;
 use crate::status::JobStatus;
@@ -11,17 +13,26 @@ use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use toporun_shared::stacks::straggler::{RankRow, Straggler, Verdicts};
-use toporun_shared::stacks::top_table::TopTable;
+use toporun_shared::stacks::top_table::{job_view, JOB_VIEW_ROWS};
 
-/// The job's view, as the deciding node writes it.
+/// The decision, as the deciding node writes it at every sample.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Notice {
     /// Counts the changes said, so each node prints each once.
     seq: u32,
     said: Vec<String>,
     stragglers: Vec<Straggler>,
-    ranks: Vec<RankRow>,
 }
+
+/// The job's rows for `toporun top`: at most [`JOB_VIEW_ROWS`], and how many there are.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct View {
+    ranks: Vec<RankRow>,
+    total: u32,
+}
+
+/// How often the job's view is written and read.
+const VIEW_EVERY: Duration = Duration::from_secs(5);
 
 /// Starts exchanging this node's rows (sent at each sample).
 pub fn start(
@@ -37,18 +48,22 @@ pub fn start(
         };
         let mut verdicts = Verdicts::default();
         let start = Instant::now();
-        let mut seen = 0;
+        let (mut seen, mut view_at) = (0, None::<Instant>);
         while rows.changed().await.is_ok() {
             let mine = rows.borrow_and_update().clone();
+            let view_due = view_at.is_none_or(|t| t.elapsed() >= VIEW_EVERY);
             let step = if x.decides {
-                x.judge_rows(&mut c, &mine, &mut verdicts, start.elapsed(), span)
+                let now = start.elapsed();
+                x.judge_rows(&mut c, &mine, &mut verdicts, now, span, view_due)
                     .await
             } else {
-                x.follow_view(&mut c, &mine, &mut seen).await
+                x.follow_view(&mut c, &mine, &mut seen, view_due).await
             };
             match step {
-                Ok(Some(n)) => show(&status, span, n),
-                Ok(None) => {}
+                Ok((notice, view)) => {
+                    view_at = view.is_some().then(Instant::now).or(view_at);
+                    show(&status, span, &mine, notice, view);
+                }
                 Err(e) => return unavailable(&e),
             }
         }
@@ -59,21 +74,31 @@ fn unavailable(e: &StoreError) {
     crate::console::say_warning!("job-wide straggler detection stopped: the workers' store is unreachable ({e}); `toporun top` shows this node's ranks");
 }
 
-/// The job's view in `toporun top`, `/status` and `/metrics`.
-fn show(status: &JobStatus, span: Duration, n: Notice) {
+/// The job's decision and view in `toporun top`, `/status` and `/metrics`; this
+/// node's own rows always in the table.
+fn show(status: &JobStatus, span: Duration, mine: &[RankRow], n: Option<Notice>, v: Option<View>) {
     status.update(|x| {
-        x.top = TopTable {
-            window_s: span.as_secs(),
-            job_wide: true,
-            ranks: n.ranks,
-            stragglers: n.stragglers.clone(),
-        };
-        x.stragglers = n.stragglers;
+        let t = &mut x.top;
+        t.window_s = span.as_secs();
+        if let Some(v) = v {
+            t.job_wide = true;
+            t.hidden = v.total.saturating_sub(v.ranks.len() as u32);
+            t.ranks = v.ranks;
+        }
+        // This node's rows are fresher than the view's.
+        t.ranks.retain(|r| !mine.iter().any(|m| m.rank == r.rank));
+        t.ranks.extend(mine.iter().cloned());
+        t.ranks.sort_by_key(|r| r.rank);
+        if let Some(n) = n {
+            t.stragglers = n.stragglers.clone();
+            x.stragglers = n.stragglers;
+        }
     });
 }
 
 impl Meeting {
-    /// Publishes this node's rows, reads every node's, judges and writes the view.
+    /// Publishes this node's rows, reads every node's, judges and writes the
+    /// notice (and the view when due).
     async fn judge_rows(
         &self,
         c: &mut StoreClient,
@@ -81,7 +106,8 @@ impl Meeting {
         verdicts: &mut Verdicts,
         now: Duration,
         span: Duration,
-    ) -> Result<Option<Notice>, StoreError> {
+        view_due: bool,
+    ) -> Result<(Option<Notice>, Option<View>), StoreError> {
         self.publish_rows(c, mine).await?;
         let keys: Vec<String> = (0..self.nnodes).map(|n| self.keys.rank_rows(n)).collect();
         let mut present = Vec::new();
@@ -90,14 +116,13 @@ impl Meeting {
                 present.push(k.as_str());
             }
         }
-        let mut ranks: Vec<RankRow> = c
+        let ranks: Vec<RankRow> = c
             .multi_get_now(&present)
             .await?
             .iter()
             .filter_map(|raw| serde_json::from_slice::<Vec<RankRow>>(raw).ok())
             .flatten()
             .collect();
-        ranks.sort_by_key(|r| r.rank);
         let said = verdicts.step(now, &ranks, span);
         for line in &said {
             crate::console::say!("{line}");
@@ -106,44 +131,61 @@ impl Meeting {
             seq: verdicts.seq,
             said,
             stragglers: verdicts.current.clone(),
-            ranks,
         };
         c.set(
             &self.keys.stragglers(),
             &serde_json::to_vec(&n).unwrap_or_default(),
         )
         .await?;
-        Ok(Some(n))
+        let view = view_due.then(|| View {
+            total: ranks.len() as u32,
+            ranks: job_view(ranks, &n.stragglers, JOB_VIEW_ROWS),
+        });
+        if let Some(v) = &view {
+            let bytes = serde_json::to_vec(v).unwrap_or_default();
+            c.set(&self.keys.straggler_view(), &bytes).await?;
+        }
+        Ok((Some(n), view))
     }
 
-    /// Publishes this node's rows and reads the deciding node's view, printing a
-    /// change not printed yet.
+    /// Publishes this node's rows and reads the deciding node's notice (printing a
+    /// change not printed yet) and, when due, its view.
     async fn follow_view(
         &self,
         c: &mut StoreClient,
         mine: &[RankRow],
         seen: &mut u32,
-    ) -> Result<Option<Notice>, StoreError> {
+        view_due: bool,
+    ) -> Result<(Option<Notice>, Option<View>), StoreError> {
         self.publish_rows(c, mine).await?;
-        let key = self.keys.stragglers();
-        if !c.check(&[key.as_str()]).await? {
-            return Ok(None);
-        }
-        let raw = c.get(&key, Duration::from_secs(5)).await?;
-        let Ok(n) = serde_json::from_slice::<Notice>(&raw) else {
-            return Ok(None);
-        };
-        if n.seq > *seen {
+        let n: Option<Notice> = read(c, &self.keys.stragglers()).await?;
+        if let Some(n) = n.as_ref().filter(|n| n.seq > *seen) {
             for line in &n.said {
                 crate::console::say!("{line}");
             }
             *seen = n.seq;
         }
-        Ok(Some(n))
+        let view = match view_due {
+            true => read(c, &self.keys.straggler_view()).await?,
+            false => None,
+        };
+        Ok((n, view))
     }
 
     async fn publish_rows(&self, c: &mut StoreClient, mine: &[RankRow]) -> Result<(), StoreError> {
         let bytes = serde_json::to_vec(mine).unwrap_or_default();
         c.set(&self.keys.rank_rows(self.node_rank), &bytes).await
     }
+}
+
+/// A JSON value under `key`, none when absent or unreadable.
+async fn read<T: serde::de::DeserializeOwned>(
+    c: &mut StoreClient,
+    key: &str,
+) -> Result<Option<T>, StoreError> {
+    if !c.check(&[key]).await? {
+        return Ok(None);
+    }
+    let raw = c.get(key, Duration::from_secs(5)).await?;
+    Ok(serde_json::from_slice(&raw).ok())
 }

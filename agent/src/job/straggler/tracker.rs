@@ -160,6 +160,7 @@ impl Tracker {
                         job_wide: false,
                         ranks: rows,
                         stragglers: stragglers.clone(),
+                        hidden: 0,
                     };
                     x.stragglers = stragglers;
                 });
