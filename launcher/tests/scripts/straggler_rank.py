@@ -50,7 +50,9 @@ def main():
     start = time.time()
     paused = logged = False
     step = 0
-    while time.time() - start < secs:
+    # Only the agreed flag ends the loop: a rank reading its own clock would leave
+    # the others in their next all_reduce.
+    while True:
         forward_backward(model, x, steps * (factor if rank == slow else 1))
         # One flat bucket, as DDP sends its gradients.
         flat = torch.cat([p.grad.flatten() for p in model.parameters()])

@@ -317,6 +317,9 @@ pub struct Verdicts {
     decider: Decider,
     pub seq: u32,
     pub current: Vec<Straggler>,
+    /// The lines of the last change, kept until the next (a node that reads the
+    /// decision later still prints them).
+    pub last_said: Vec<String>,
 }
 
 impl Verdicts {
@@ -338,6 +341,7 @@ impl Verdicts {
         lines.extend(c.cleared.iter().map(|r| {
             format!("toporun: straggler: rank {r} no longer holds the job back (its wait share is back near the others')")
         }));
+        self.last_said = lines.clone();
         lines
     }
 }
@@ -466,6 +470,7 @@ mod tests {
         );
         assert_eq!((v.seq, v.current[0].rank), (1, 2));
         assert!(v.step(s(6), &slow, span).is_empty());
+        assert_eq!(v.last_said, said, "kept for a node that reads it later");
         assert!(v.step(s(7), &even, span).is_empty());
         let said = v.step(s(12), &even, span);
         assert!(

@@ -20,6 +20,7 @@ use toporun_shared::stacks::top_table::{job_view, JOB_VIEW_ROWS};
 struct Notice {
     /// Counts the changes said, so each node prints each once.
     seq: u32,
+    /// The last change's lines (kept until the next change).
     said: Vec<String>,
     stragglers: Vec<Straggler>,
 }
@@ -129,7 +130,7 @@ impl Meeting {
         }
         let n = Notice {
             seq: verdicts.seq,
-            said,
+            said: verdicts.last_said.clone(),
             stragglers: verdicts.current.clone(),
         };
         c.set(

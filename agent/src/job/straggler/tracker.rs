@@ -37,13 +37,17 @@ pub struct Tracker {
     seat: NodeSeat,
     clocks: Box<dyn GpuClocks>,
     windows: HashMap<u32, RankWindow>,
-    /// Each rank's cpu.stat (by pid), found once: ranks mostly share one cgroup,
-    /// read once a sample.
-    cpu_stats: HashMap<i32, Option<PathBuf>>,
+    /// Each rank's cpu.stat (by pid) and when it was found: found again every
+    /// [`CGROUP_RECHECK`] (a rank moved to another cgroup), read once a sample per
+    /// cgroup (ranks mostly share one).
+    cpu_stats: HashMap<i32, (Option<PathBuf>, Instant)>,
     decide: Decide,
     status: JobStatus,
     root: Root,
 }
+
+/// How often a rank's CPU cgroup is found again.
+const CGROUP_RECHECK: Duration = Duration::from_secs(10);
 
 impl Tracker {
     /// How often ranks are sampled for the window: 60 samples a window, 4 to 1 a
@@ -90,7 +94,7 @@ impl Tracker {
             let stack = stacks.iter().find(|s| s.pid == r.pid);
             let gpu = self.seat.gpus.get(&r.local_rank).copied();
             let gpu_now = gpu.and_then(|g| readings.iter().find(|x| x.index == g).cloned());
-            let cgroup = self.cpu_stats.get(&r.pid).cloned().flatten();
+            let cgroup = self.cpu_stats.get(&r.pid).and_then(|(f, _)| f.clone());
             let throttled = cgroup.and_then(|c| throttling.get(&c).copied());
             let reading = self.reading(at, r, stack, gpu_now, throttled);
             let window = self
@@ -133,11 +137,16 @@ impl Tracker {
         let mut read = HashMap::new();
         for r in live {
             let root = &self.root;
-            let file = self
+            let found = self
                 .cpu_stats
                 .entry(r.pid)
-                .or_insert_with(|| rank_usage::cpu_stat_of(root, r.pid));
-            if let Some(f) = file.as_ref().filter(|f| !read.contains_key(*f)) {
+                .and_modify(|(f, at)| {
+                    if at.elapsed() >= CGROUP_RECHECK {
+                        (*f, *at) = (rank_usage::cpu_stat_of(root, r.pid), Instant::now());
+                    }
+                })
+                .or_insert_with(|| (rank_usage::cpu_stat_of(root, r.pid), Instant::now()));
+            if let Some(f) = found.0.as_ref().filter(|f| !read.contains_key(*f)) {
                 if let Some(t) = rank_usage::throttling(root, f) {
                     read.insert(f.clone(), t);
                 }
