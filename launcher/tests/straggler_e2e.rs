@@ -212,39 +212,54 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     );
 }
 
-/// A v1 cpu cgroup with a 15% quota, where this machine lets the test make one.
-struct QuotaCgroup(PathBuf);
+/// A cpu cgroup with a 15% quota, where this machine lets the test make one: cgroup
+/// v1's cpu controller (`cpu.cfs_quota_us`, as here) or v2's `cpu.max` where the
+/// unified tree is mounted with the cpu controller.
+struct QuotaCgroup {
+    dir: PathBuf,
+    /// Where a process left in it goes back to.
+    parent: PathBuf,
+}
 
 impl QuotaCgroup {
     fn make() -> Option<QuotaCgroup> {
-        let d = PathBuf::from(format!(
-            "/sys/fs/cgroup/cpu/toporun-e2e-{}",
-            std::process::id()
-        ));
-        let made = std::fs::create_dir(&d).is_ok()
-            && std::fs::write(d.join("cpu.cfs_quota_us"), "15000").is_ok();
+        let name = format!("toporun-e2e-{}", std::process::id());
+        let v2 = Path::new("/sys/fs/cgroup/cgroup.controllers");
+        let (parent, quota, value) = if v2.exists() {
+            // The parent must hand the cpu controller down to its children.
+            let _ = std::fs::write("/sys/fs/cgroup/cgroup.subtree_control", "+cpu");
+            ("/sys/fs/cgroup", "cpu.max", "15000 100000")
+        } else {
+            ("/sys/fs/cgroup/cpu", "cpu.cfs_quota_us", "15000")
+        };
+        let dir = Path::new(parent).join(name);
+        let made =
+            std::fs::create_dir(&dir).is_ok() && std::fs::write(dir.join(quota), value).is_ok();
         if !made {
-            eprintln!("skipping: cannot make a cpu cgroup with a quota under /sys/fs/cgroup/cpu (needs cgroup v1 and root)");
-            let _ = std::fs::remove_dir(&d);
+            eprintln!("skipping: cannot make a cpu cgroup with a quota under {parent} (needs root and the cpu controller)");
+            let _ = std::fs::remove_dir(&dir);
             return None;
         }
-        Some(QuotaCgroup(d))
+        Some(QuotaCgroup {
+            dir,
+            parent: parent.into(),
+        })
     }
 
     fn take(&self, pid: i32) {
-        std::fs::write(self.0.join("cgroup.procs"), pid.to_string()).unwrap();
+        std::fs::write(self.dir.join("cgroup.procs"), pid.to_string()).unwrap();
     }
 }
 
 impl Drop for QuotaCgroup {
     fn drop(&mut self) {
-        // Processes left in it go back to the root first.
-        if let Ok(pids) = std::fs::read_to_string(self.0.join("cgroup.procs")) {
+        // Processes left in it go back to the parent first.
+        if let Ok(pids) = std::fs::read_to_string(self.dir.join("cgroup.procs")) {
             for p in pids.lines() {
-                let _ = std::fs::write("/sys/fs/cgroup/cpu/cgroup.procs", p);
+                let _ = std::fs::write(self.parent.join("cgroup.procs"), p);
             }
         }
-        let _ = std::fs::remove_dir(&self.0);
+        let _ = std::fs::remove_dir(&self.dir);
     }
 }
 
