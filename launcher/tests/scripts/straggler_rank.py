@@ -3,7 +3,9 @@ forward/backward of a small model) then an all_reduce of its gradients, for SECS
 SLOW_RANK does FACTOR times the compute; PAUSE_AT seconds in (as rank 0 sees it,
 agreed through the loop's all_reduce, as a checkpoint every N steps is), every rank
 saves a checkpoint for PAUSE seconds (torch.save in a loop); LOG_AT seconds in, rank 0
-alone prints progress lines for LOG_SECS (as a rank 0 logging metrics does). Each writes its pid to
+alone prints progress lines for LOG_SECS (as a rank 0 logging metrics does). With
+DEVICE=cuda the model runs on the GPU (ranks may share one) and the gradients go
+through gloo on the CPU. Each writes its pid to
 OUT/pid<rank> once it is in the loop."""
 import os
 import time
@@ -42,8 +44,12 @@ def main():
     log_secs = float(os.environ.get("LOG_SECS", "2"))
     out = os.environ["OUT"]
     torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256))
-    x = torch.randn(64, 256)
+    device = os.environ.get("DEVICE", "cpu")
+    width = 4096 if device == "cuda" else 256
+    model = torch.nn.Sequential(
+        torch.nn.Linear(width, width), torch.nn.ReLU(), torch.nn.Linear(width, width)
+    ).to(device)
+    x = torch.randn(64 * (16 if device == "cuda" else 1), width, device=device)
     steps = int(os.environ.get("STEPS", "30"))
     with open(os.path.join(out, f"pid{rank}"), "w") as f:
         f.write(str(os.getpid()))
@@ -55,7 +61,7 @@ def main():
     while True:
         forward_backward(model, x, steps * (factor if rank == slow else 1))
         # One flat bucket, as DDP sends its gradients.
-        flat = torch.cat([p.grad.flatten() for p in model.parameters()])
+        flat = torch.cat([p.grad.flatten() for p in model.parameters()]).cpu()
         dist.all_reduce(flat)
         # Every rank stops, and pauses, at the same step.
         now = time.time() - start
