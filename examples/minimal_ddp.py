@@ -24,6 +24,9 @@ def main():
         opt.step()
     if dist.get_rank() == 0:
         print(f"done: 20 steps on {dist.get_world_size()} rank(s), loss {loss.item():.4f}", flush=True)
+    # Every rank done before any tears its process group down: gloo can abort a rank
+    # whose peer closes the connections under its worker threads.
+    dist.barrier()
     dist.destroy_process_group()
 
 if __name__ == "__main__":
