@@ -1,12 +1,15 @@
 //! Stragglers named live (real PyTorch, gloo, 4 ranks in a loop of compute plus
-//! all_reduce, a 10 s window): a rank doing three times the compute is named with
+//! all_reduce, a 20 s window): a rank doing three times the compute is named with
 //! "compute" within two windows and shown by `toporun top`, `/status` and `/metrics`;
 //! a rank in a CPU cgroup with a quota is named with the throttling; a balanced job
 //! with an all-ranks checkpoint pause and rank 0 logging a while says nothing; on two nodes the store's host
 //! names the other node's rank and both nodes print it.
 //!
 //! The jobs run one at a time: four ranks each on this machine's two cores, two jobs
-//! at once would slow each other's ranks unevenly.
+//! at once would slow each other's ranks unevenly. The window is 20 s, not less: on
+//! two shared cores the scheduler alone can hold one of four ranks back for a few
+//! seconds (a 10 s window once named rank 0 of a balanced job in CI, at 9% against
+//! 30%); a longer window dilutes that, a real straggler persists.
 
 mod support;
 use std::io::{BufRead, BufReader};
@@ -18,7 +21,7 @@ use support::*;
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-const WINDOW: &str = "--straggler-window=10";
+const WINDOW: &str = "--straggler-window=20";
 
 fn job(out: &Path, env: &[(&str, &str)], extra: &[&str]) -> Command {
     let mut c = toporun();
@@ -140,7 +143,7 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     let d = tempfile::tempdir().unwrap();
     let logs = d.path().join("logs");
     let port = free_port();
-    let env = [("SECS", "40"), ("SLOW_RANK", "2"), ("FACTOR", "3")];
+    let env = [("SECS", "55"), ("SLOW_RANK", "2"), ("FACTOR", "3")];
     let log_dir = logs.to_str().unwrap();
     let status = format!("--status-port={port}");
     let extra = [
@@ -161,7 +164,7 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
             break top;
         }
         assert!(
-            t.elapsed() < Duration::from_secs(40),
+            t.elapsed() < Duration::from_secs(55),
             "top: {top}\n{}",
             j.text()
         );
@@ -201,7 +204,7 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     );
     let at = j.said_at("toporun: straggler: rank 2 ").unwrap();
     assert!(
-        at.duration_since(started) <= Duration::from_secs(20),
+        at.duration_since(started) <= Duration::from_secs(40),
         "named {:?} after the loop started: not within two windows\n{err}",
         at.duration_since(started)
     );
@@ -271,7 +274,7 @@ fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
         return;
     };
     let d = tempfile::tempdir().unwrap();
-    let env = [("SECS", "30")];
+    let env = [("SECS", "45")];
     let mut j = Running::start(job(d.path(), &env, &["--standalone", "--nproc-per-node=4"]));
     let (_, pids) = loop_started(d.path(), 4);
     cg.take(pids[2]);
@@ -293,13 +296,13 @@ fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
 fn a_balanced_job_with_a_checkpoint_pause_and_rank_0_logging_names_nobody() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
-    // Rank 0 logs for 1.5 s of a 10 s window: 9 s of a minute at the default.
+    // Rank 0 logs for 3 s of a 20 s window: 9 s of a minute at the default.
     let env = [
-        ("SECS", "45"),
-        ("PAUSE_AT", "12"),
+        ("SECS", "65"),
+        ("PAUSE_AT", "22"),
         ("PAUSE", "10"),
-        ("LOG_AT", "34"),
-        ("LOG_SECS", "1.5"),
+        ("LOG_AT", "48"),
+        ("LOG_SECS", "3"),
     ];
     let mut j = Running::start(job(d.path(), &env, &["--standalone", "--nproc-per-node=4"]));
     let (code, err) = j.finish();
@@ -321,7 +324,7 @@ fn on_two_nodes_the_stores_host_names_the_other_nodes_rank() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
     let port = free_port().to_string();
-    let env = [("SECS", "30"), ("SLOW_RANK", "3"), ("FACTOR", "3")];
+    let env = [("SECS", "45"), ("SLOW_RANK", "3"), ("FACTOR", "3")];
     let node = |n: &str| {
         let rank = format!("--node-rank={n}");
         let master = format!("--master-port={port}");
