@@ -85,17 +85,39 @@ pub enum Basis {
     },
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
+/// Values sorted once, so that each rank's "median of the others" costs a binary
+/// search, not a sort (the store's host judges every rank of the job each sample).
+struct Sorted(Vec<f64>);
+
+impl Sorted {
+    fn of(values: impl Iterator<Item = f64>) -> Sorted {
+        let mut v: Vec<f64> = values.collect();
+        v.sort_by(f64::total_cmp);
+        Sorted(v)
     }
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
+
+    /// The median of the values without one occurrence of `own` (all of them when
+    /// `own` is none or not among them).
+    fn median_without(&self, own: Option<f64>) -> Option<f64> {
+        let v = &self.0;
+        let skip = own.and_then(|x| {
+            let i = v.partition_point(|y| y.total_cmp(&x).is_lt());
+            (i < v.len() && v[i] == x).then_some(i)
+        });
+        let m = v.len() - usize::from(skip.is_some());
+        if m == 0 {
+            return None;
+        }
+        let at = |k: usize| match skip {
+            Some(i) if k >= i => v[k + 1],
+            _ => v[k],
+        };
+        Some(if m % 2 == 1 {
+            at(m / 2)
+        } else {
+            (at(m / 2 - 1) + at(m / 2)) / 2.0
+        })
+    }
 }
 
 /// The ranks whose whole-window wait share is far below the others' median, or whose
@@ -106,25 +128,20 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
         .iter()
         .filter_map(|r| Some((r, r.window.as_ref()?)))
         .collect();
+    let waits = Sorted::of(full.iter().map(|(_, w)| w.wait));
+    let clocks = Sorted::of(
+        full.iter()
+            .filter_map(|(_, w)| Some(w.clocks.as_ref()?.sm_mhz_mean)),
+    );
     full.iter()
         .filter_map(|(row, w)| {
-            let others = |f: &dyn Fn(&WindowSummary) -> Option<f64>| -> Vec<f64> {
-                full.iter()
-                    .filter(|(o, _)| o.rank != row.rank)
-                    .filter_map(|(_, s)| f(s))
-                    .collect()
-            };
-            let waits = others(&|s| Some(s.wait));
-            let m = median(waits.clone())?;
+            let m = waits.median_without(Some(w.wait))?;
             let held = held.contains(&row.rank);
             let basis = if far_in_waits(w.wait, m, held) {
                 Basis::WaitShare
             } else {
-                slow_gpu(
-                    w,
-                    median(others(&|s| Some(s.clocks.as_ref()?.sm_mhz_mean)))?,
-                    held,
-                )?
+                let own = w.clocks.as_ref().map(|c| c.sm_mhz_mean);
+                slow_gpu(w, clocks.median_without(own)?, held)?
             };
             Some(Straggler {
                 rank: row.rank,
@@ -133,7 +150,7 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
                 gpu: row.gpu,
                 wait: w.wait,
                 median: m,
-                others: waits.len() as u32,
+                others: full.len() as u32 - 1,
                 spends: w.spends,
                 place: w.place.clone(),
                 evidence: evidence(row, w),
@@ -534,5 +551,45 @@ mod tests {
         assert!(find(&rows(warm.clone()), &[]).is_empty());
         assert_eq!(find(&rows(warm), &[2]).len(), 1);
         assert!(find(&rows(clocks(1900.0, 0.6, vec![ClockLimit::PowerCap])), &[2]).is_empty());
+    }
+
+    #[test]
+    fn the_median_of_the_others_is_the_median_without_ones_own_value() {
+        let naive = |v: &[f64], skip: usize| -> Option<f64> {
+            let mut o: Vec<f64> = (0..v.len()).filter(|i| *i != skip).map(|i| v[i]).collect();
+            o.sort_by(f64::total_cmp);
+            let n = o.len();
+            (n > 0).then(|| {
+                if n % 2 == 1 {
+                    o[n / 2]
+                } else {
+                    (o[n / 2 - 1] + o[n / 2]) / 2.0
+                }
+            })
+        };
+        for v in [
+            vec![0.4],
+            vec![0.4, 0.1],
+            vec![0.3, 0.3, 0.1, 0.5],
+            vec![0.2, 0.9, 0.2, 0.4, 0.7],
+        ] {
+            let sorted = Sorted::of(v.iter().copied());
+            for (i, x) in v.iter().enumerate() {
+                assert_eq!(
+                    sorted.median_without(Some(*x)),
+                    naive(&v, i),
+                    "{v:?} without {x}"
+                );
+            }
+        }
+        // A rank without a value (no GPU clock read): the median of all.
+        assert_eq!(
+            Sorted::of([1.0, 3.0].into_iter()).median_without(None),
+            Some(2.0)
+        );
+        assert_eq!(
+            Sorted::of(std::iter::empty()).median_without(Some(1.0)),
+            None
+        );
     }
 }

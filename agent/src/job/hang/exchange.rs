@@ -162,13 +162,7 @@ impl Meeting {
         c: &mut StoreClient,
         seen: u32,
     ) -> Result<Option<Notice>, StoreError> {
-        let key = self.keys.hang();
-        if !c.check(&[key.as_str()]).await? {
-            return Ok(None);
-        }
-        let raw = c.get(&key, Duration::from_secs(5)).await?;
-        Ok(serde_json::from_slice::<Notice>(&raw)
-            .ok()
-            .filter(|n| n.seq > seen))
+        let notice: Option<Notice> = self.read_json(c, &self.keys.hang()).await?;
+        Ok(notice.filter(|n| n.seq > seen))
     }
 }

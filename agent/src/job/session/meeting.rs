@@ -46,4 +46,18 @@ impl Meeting {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+
+    /// The JSON value under `key`, none when absent or not of that type (read now,
+    /// never waited for).
+    pub async fn read_json<T: serde::de::DeserializeOwned>(
+        &self,
+        c: &mut StoreClient,
+        key: &str,
+    ) -> Result<Option<T>, StoreError> {
+        if !c.check(&[key]).await? {
+            return Ok(None);
+        }
+        let raw = c.get(key, Duration::from_secs(5)).await?;
+        Ok(serde_json::from_slice(&raw).ok())
+    }
 }

@@ -110,15 +110,9 @@ impl Meeting {
         view_due: bool,
     ) -> Result<(Option<Notice>, Option<View>), StoreError> {
         self.publish_rows(c, mine).await?;
-        let keys: Vec<String> = (0..self.nnodes).map(|n| self.keys.rank_rows(n)).collect();
-        let mut present = Vec::new();
-        for k in &keys {
-            if c.check(&[k.as_str()]).await? {
-                present.push(k.as_str());
-            }
-        }
-        let ranks: Vec<RankRow> = c
-            .multi_get_now(&present)
+        // Every node's rows now: a node not published yet is left out.
+        let ranks: Vec<RankRow> = self
+            .gather(c, |n| self.keys.rank_rows(n), Duration::ZERO)
             .await?
             .iter()
             .filter_map(|raw| serde_json::from_slice::<Vec<RankRow>>(raw).ok())
@@ -159,7 +153,7 @@ impl Meeting {
         view_due: bool,
     ) -> Result<(Option<Notice>, Option<View>), StoreError> {
         self.publish_rows(c, mine).await?;
-        let n: Option<Notice> = read(c, &self.keys.stragglers()).await?;
+        let n: Option<Notice> = self.read_json(c, &self.keys.stragglers()).await?;
         if let Some(n) = n.as_ref().filter(|n| n.seq > *seen) {
             for line in &n.said {
                 crate::console::say!("{line}");
@@ -167,7 +161,7 @@ impl Meeting {
             *seen = n.seq;
         }
         let view = match view_due {
-            true => read(c, &self.keys.straggler_view()).await?,
+            true => self.read_json(c, &self.keys.straggler_view()).await?,
             false => None,
         };
         Ok((n, view))
@@ -177,16 +171,4 @@ impl Meeting {
         let bytes = serde_json::to_vec(mine).unwrap_or_default();
         c.set(&self.keys.rank_rows(self.node_rank), &bytes).await
     }
-}
-
-/// A JSON value under `key`, none when absent or unreadable.
-async fn read<T: serde::de::DeserializeOwned>(
-    c: &mut StoreClient,
-    key: &str,
-) -> Result<Option<T>, StoreError> {
-    if !c.check(&[key]).await? {
-        return Ok(None);
-    }
-    let raw = c.get(key, Duration::from_secs(5)).await?;
-    Ok(serde_json::from_slice(&raw).ok())
 }
