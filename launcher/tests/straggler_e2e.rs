@@ -125,6 +125,15 @@ fn top_json(dir: &Path) -> Option<serde_json::Value> {
         .then(|| serde_json::from_slice(&out.stdout).unwrap())
 }
 
+/// Each rank's window wait share in a `top` document, and the stragglers marked.
+fn shares(top: &serde_json::Value) -> String {
+    let ranks = top["ranks"].as_array().into_iter().flatten();
+    let waits: Vec<String> = ranks
+        .map(|r| format!("{}={}", r["rank"], r["window"]["wait"]))
+        .collect();
+    format!("{} stragglers {}", waits.join(" "), top["stragglers"])
+}
+
 fn get(port: u16, path: &str) -> String {
     http()
         .build()
@@ -157,9 +166,16 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     let (started, _) = loop_started(d.path(), 4);
     let dir = run_dir(&logs);
     // Poll the table until it marks the straggler: every rank listed with its share.
+    // What each poll saw, for a failure to show how the shares went.
+    let mut seen = Vec::new();
     let t = Instant::now();
     let top = loop {
         let top = top_json(&dir).unwrap_or_else(|| panic!("the job ended:\n{}", j.text()));
+        seen.push(format!(
+            "{:.1}s: {}",
+            started.elapsed().as_secs_f64(),
+            shares(&top)
+        ));
         if top["stragglers"].as_array().is_some_and(|s| !s.is_empty()) {
             break top;
         }
@@ -205,8 +221,10 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     let at = j.said_at("toporun: straggler: rank 2 ").unwrap();
     assert!(
         at.duration_since(started) <= Duration::from_secs(40),
-        "named {:?} after the loop started: not within two windows\n{err}",
-        at.duration_since(started)
+        "named {:?} after the loop started: not within two windows\nshares as top saw them:\n{}\nload: {}\n{err}",
+        at.duration_since(started),
+        seen.join("\n"),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default()
     );
     assert_eq!(
         err.matches("toporun: straggler:").count(),

@@ -46,8 +46,9 @@ impl Activity {
     }
 }
 
-/// Communication entry points of torch.distributed, DDP and FSDP (function names,
-/// matched in files under `torch/distributed/` or `torch/nn/parallel/`).
+/// Where torch.distributed, DDP and FSDP communicate: a sample is in a collective when
+/// its innermost PyTorch frame is in one of these (DDP's `forward` is there too, but
+/// the model's own frames lie inside it).
 const COLLECTIVE_FILES: &[&str] = &["torch/distributed/", "torch/nn/parallel/"];
 const DATA_FILES: &[&str] = &["torch/utils/data/"];
 const CHECKPOINT_FILES: &[&str] = &["torch/distributed/checkpoint/", "torch/serialization.py"];
@@ -56,15 +57,42 @@ fn in_any(f: &Frame, files: &[&str]) -> bool {
     files.iter().any(|d| f.file.contains(d))
 }
 
-/// What the thread was doing: the first class any of its frames belongs to, data
-/// and checkpoints before collectives (a checkpoint's own collectives are its cost).
-pub fn classify(t: &ThreadStack) -> Activity {
+fn in_torch(f: &Frame) -> bool {
+    f.file.starts_with("torch/") || f.file.contains("/torch/")
+}
+
+/// Where a rank's autograd backward runs: on the calling thread for CPU tensors, so a
+/// caller idle inside `backward()` waits on DDP's gradient all-reduce (its reducer
+/// waits in C++, under no torch.distributed frame); on the device's own thread with
+/// CUDA, where the caller idles through every backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backward {
+    OnCaller,
+    OnDevice,
+}
+
+const AUTOGRAD_FILES: &[&str] = &["torch/autograd/"];
+
+/// The innermost PyTorch frame is communication (frames go innermost first).
+fn communicating(t: &ThreadStack, backward: Backward) -> bool {
+    let Some(f) = t.frames.iter().find(|f| in_torch(f)) else {
+        return false;
+    };
+    in_any(f, COLLECTIVE_FILES)
+        || (backward == Backward::OnCaller && t.idle && in_any(f, AUTOGRAD_FILES))
+}
+
+/// What the thread was doing: data and checkpoints when any frame is theirs (a
+/// checkpoint's own collectives are its cost), a collective when the innermost
+/// PyTorch frame communicates (not a model's forward under DDP's `forward`), or
+/// when the rank idles in a backward it runs itself (DDP's reducer waiting).
+pub fn classify(t: &ThreadStack, backward: Backward) -> Activity {
     let any = |files: &[&str]| t.frames.iter().any(|f| in_any(f, files));
     if any(DATA_FILES) {
         Activity::Data
     } else if any(CHECKPOINT_FILES) {
         Activity::Checkpoint
-    } else if any(COLLECTIVE_FILES) {
+    } else if communicating(t, backward) {
         Activity::Collective
     } else if t.idle {
         Activity::Blocked
@@ -106,10 +134,67 @@ mod tests {
                 ("step", "/app/train.py"),
             ],
         );
-        assert_eq!(classify(&t), Activity::Collective);
+        assert_eq!(classify(&t, Backward::OnDevice), Activity::Collective);
         let ddp = format!("{SITE}torch/nn/parallel/distributed.py");
         let sync = thread(false, &[("_sync_buffers", &ddp), ("step", "/app/train.py")]);
-        assert_eq!(classify(&sync), Activity::Collective);
+        assert_eq!(classify(&sync, Backward::OnDevice), Activity::Collective);
+    }
+
+    #[test]
+    fn a_models_forward_under_ddp_is_compute_and_its_buffer_sync_a_collective() {
+        let ddp = format!("{SITE}torch/nn/parallel/distributed.py");
+        let linear = format!("{SITE}torch/nn/modules/linear.py");
+        let module = format!("{SITE}torch/nn/modules/module.py");
+        let forward = thread(
+            false,
+            &[
+                ("forward", &linear),
+                ("_call_impl", &module),
+                ("forward", "/app/model.py"),
+                ("_run_ddp_forward", &ddp),
+                ("forward", &ddp),
+                ("step", "/app/train.py"),
+            ],
+        );
+        assert_eq!(classify(&forward, Backward::OnDevice), Activity::Compute);
+        // nn.Sequential straight under DDP: no user frame between them.
+        let sequential = thread(
+            false,
+            &[
+                ("forward", &linear),
+                ("_call_impl", &module),
+                ("forward", &ddp),
+            ],
+        );
+        assert_eq!(classify(&sequential, Backward::OnDevice), Activity::Compute);
+        let c10d = format!("{SITE}torch/distributed/distributed_c10d.py");
+        let sync = thread(
+            true,
+            &[
+                ("broadcast", &c10d),
+                ("_sync_buffers", &ddp),
+                ("forward", &ddp),
+            ],
+        );
+        assert_eq!(classify(&sync, Backward::OnDevice), Activity::Collective);
+    }
+
+    #[test]
+    fn idle_in_a_backward_the_rank_runs_itself_is_ddp_waiting_for_gradients() {
+        let graph = format!("{SITE}torch/autograd/graph.py");
+        let tensor = format!("{SITE}torch/_tensor.py");
+        let frames = [
+            ("_engine_run_backward", graph.as_str()),
+            ("backward", &tensor),
+            ("step", "/app/train.py"),
+        ];
+        let waiting = thread(true, &frames);
+        assert_eq!(classify(&waiting, Backward::OnCaller), Activity::Collective);
+        // With CUDA the caller idles through every backward: not a wait on peers.
+        assert_eq!(classify(&waiting, Backward::OnDevice), Activity::Blocked);
+        // A CPU backward computing on the caller is compute.
+        let computing = thread(false, &frames);
+        assert_eq!(classify(&computing, Backward::OnCaller), Activity::Compute);
     }
 
     #[test]
@@ -123,14 +208,14 @@ mod tests {
                 ("__next__", &loader),
             ],
         );
-        assert_eq!(classify(&get), Activity::Data);
+        assert_eq!(classify(&get, Backward::OnDevice), Activity::Data);
         let dcp = format!("{SITE}torch/distributed/checkpoint/state_dict_saver.py");
         let c10d = format!("{SITE}torch/distributed/distributed_c10d.py");
         let save = thread(true, &[("all_gather_object", &c10d), ("save", &dcp)]);
-        assert_eq!(classify(&save), Activity::Checkpoint);
+        assert_eq!(classify(&save, Backward::OnDevice), Activity::Checkpoint);
         let torch_save = format!("{SITE}torch/serialization.py");
         assert_eq!(
-            classify(&thread(false, &[("save", &torch_save)])),
+            classify(&thread(false, &[("save", &torch_save)]), Backward::OnDevice),
             Activity::Checkpoint
         );
     }
@@ -139,13 +224,19 @@ mod tests {
     fn elsewhere_it_computes_when_on_a_cpu_and_is_blocked_when_not() {
         let nn = format!("{SITE}torch/nn/modules/module.py");
         let fwd = thread(false, &[("forward", "/app/model.py"), ("_call_impl", &nn)]);
-        assert_eq!(classify(&fwd), Activity::Compute);
+        assert_eq!(classify(&fwd, Backward::OnDevice), Activity::Compute);
         assert_eq!(
-            classify(&thread(false, &[("compute", "/app/train.py")])),
+            classify(
+                &thread(false, &[("compute", "/app/train.py")]),
+                Backward::OnDevice
+            ),
             Activity::Compute
         );
         assert_eq!(
-            classify(&thread(true, &[("log", "/app/train.py")])),
+            classify(
+                &thread(true, &[("log", "/app/train.py")]),
+                Backward::OnDevice
+            ),
             Activity::Blocked
         );
     }

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use toporun_shared::root_cause::native_crash::where_sampled;
-use toporun_shared::stacks::activity::classify;
+use toporun_shared::stacks::activity::{classify, Backward};
 use toporun_shared::stacks::rank_window::{GpuNow, RankWindow, Reading, Throttling};
 use toporun_shared::stacks::straggler::{RankRow, Verdicts};
 use toporun_shared::stacks::RankStack;
@@ -96,7 +96,12 @@ impl Tracker {
             let gpu_now = gpu.and_then(|g| readings.iter().find(|x| x.index == g).cloned());
             let cgroup = self.cpu_stats.get(&r.pid).and_then(|(f, _)| f.clone());
             let throttled = cgroup.and_then(|c| throttling.get(&c).copied());
-            let reading = self.reading(at, r, stack, gpu_now, throttled);
+            // Without a GPU the rank runs its own backward (DDP waits inside it).
+            let backward = match gpu {
+                None => Backward::OnCaller,
+                Some(_) => Backward::OnDevice,
+            };
+            let reading = self.reading(at, r, stack, backward, gpu_now, throttled);
             let window = self
                 .windows
                 .entry(r.rank)
@@ -116,6 +121,7 @@ impl Tracker {
         at: Duration,
         r: &RankPid,
         stack: Option<&RankStack>,
+        backward: Backward,
         gpu: Option<GpuNow>,
         throttling: Option<Throttling>,
     ) -> Option<Reading> {
@@ -123,7 +129,7 @@ impl Tracker {
         let usage = rank_usage::read(&self.root, r.pid);
         Some(Reading {
             at,
-            activity: classify(main),
+            activity: classify(main, backward),
             place: where_sampled(main),
             cpu: usage.map(|u| u.cpu),
             rss_bytes: usage.and_then(|u| u.rss_bytes),
