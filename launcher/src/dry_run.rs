@@ -110,7 +110,7 @@ fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
         report
     };
     let mut env = p.plan.env();
-    env.extend(p.parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    env.extend(p.inherited_env.iter().map(|(k, v)| (k.clone(), v.clone())));
     let gpus: Vec<usize> = (0..p.nproc)
         .filter_map(|l| {
             p.cuda_gpus

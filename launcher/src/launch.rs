@@ -13,7 +13,7 @@ use clap::ValueEnum;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use toporun_agent::job::{self, HangWatch, Job};
+use toporun_agent::job::{self, FileTimerSetting, HangWatch, Job};
 use toporun_agent::supervise::{self, Events};
 use toporun_shared::colocation;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
@@ -305,6 +305,14 @@ fn prepare(
         xid_replay: parent_env
             .get(toporun_agent::job::XID_REPLAY_VAR)
             .map(std::path::PathBuf::from),
+        user_stop_file: parent_env.get(job::STOP_FILE_VAR).map(PathBuf::from),
+        error_file: parent_env.get("TORCHELASTIC_ERROR_FILE").map(PathBuf::from),
+        file_timer: FileTimerSetting {
+            serve: parent_env
+                .get("TORCHELASTIC_ENABLE_FILE_TIMER")
+                .is_some_and(|v| v == "1"),
+            path: parent_env.get("TORCHELASTIC_TIMER_FILE").map(PathBuf::from),
+        },
         watch_preemption,
         stop_grace,
         stop_signal_group,
@@ -323,7 +331,7 @@ fn prepare(
         facts,
         nproc,
         plan,
-        parent_env,
+        inherited_env: parent_env,
         python,
         python_why: interpreter.why,
         cuda_gpus,
@@ -345,7 +353,7 @@ fn entrypoint_findings(p: &Job, dry_run: bool) -> Vec<toporun_shared::finding::F
         o.no_python,
         &p.python,
         &cwd,
-        &p.parent_env,
+        &p.inherited_env,
     )
     .map(|e| toporun_shared::preflight::entrypoint::check(&e, &p.python, dry_run))
     .unwrap_or_default()
@@ -396,9 +404,9 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         termination_message(p.termination_log.clone(), &why);
         return Ok(crate::exit::FAILED);
     }
-    let mode = preflight_mode(m, &p.parent_env)?;
+    let mode = preflight_mode(m, &p.inherited_env)?;
     let mut p = p;
-    if mode != PreflightMode::Off && wants_measure(m, &p.parent_env) {
+    if mode != PreflightMode::Off && wants_measure(m, &p.inherited_env) {
         if m.get_one::<String>("facts").is_some() {
             crate::console::say!(
                 "toporun: --preflight-measure: not measured, the facts come from --facts"
@@ -453,7 +461,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         return Ok(crate::exit::UNFIT);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
-    if p.nproc > 1 && !p.parent_env.contains_key("OMP_NUM_THREADS") {
+    if p.nproc > 1 && !p.inherited_env.contains_key("OMP_NUM_THREADS") {
         crate::console::say!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
     }
     job::run(&p, &mut events).await.map_err(anyhow::Error::new)

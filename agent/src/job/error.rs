@@ -28,9 +28,13 @@ pub enum JobError {
         source: std::io::Error,
     },
     /// The rendezvous, the store or the supervision failed: what toporun was doing,
-    /// and why.
-    #[error("{doing}: {cause}")]
-    Step { doing: String, cause: String },
+    /// and the error that stopped it (its own sources kept: `{:#}` prints the chain).
+    #[error("{doing}")]
+    Step {
+        doing: String,
+        #[source]
+        source: BoxedError,
+    },
     /// A failure whose message already says what was done and what to do.
     #[error("{0}")]
     Failed(String),
@@ -45,12 +49,15 @@ fn bind_text(port: u16, option: &str, holder: Option<&str>, e: &std::io::Error) 
     }
 }
 
+/// Any error a step can fail with, kept with its own chain of sources.
+pub type BoxedError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 impl JobError {
-    /// A failure with what it was doing and why.
-    pub fn failed(doing: impl std::fmt::Display, cause: impl std::fmt::Display) -> JobError {
+    /// A failure with what it was doing and the error that stopped it.
+    pub fn failed(doing: impl std::fmt::Display, source: impl Into<BoxedError>) -> JobError {
         JobError::Step {
             doing: doing.to_string(),
-            cause: cause.to_string(),
+            source: source.into(),
         }
     }
 
@@ -93,6 +100,35 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("choose another --master-port"), "{text}");
+        assert_eq!(e.exit_code(), 1);
+    }
+
+    /// What `{:#}` of anyhow prints: each error of the chain, joined by ": ".
+    fn chain(e: &dyn std::error::Error) -> String {
+        let mut text = e.to_string();
+        let mut next = e.source();
+        while let Some(s) = next {
+            text.push_str(&format!(": {s}"));
+            next = s.source();
+        }
+        text
+    }
+
+    #[test]
+    fn a_failed_step_keeps_the_source_of_its_cause() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let store = crate::store::StoreError::Connect {
+            addr: "trainer-0:29400".into(),
+            waited: std::time::Duration::from_secs(5),
+            source: refused,
+        };
+        let e = JobError::failed("connecting to the rendezvous store", store);
+        let text = chain(&e);
+        assert!(
+            text.starts_with("connecting to the rendezvous store: could not connect to the store at trainer-0:29400 within 5.0s: "),
+            "{text}"
+        );
+        assert!(text.to_lowercase().contains("refused"), "{text}");
         assert_eq!(e.exit_code(), 1);
     }
 

@@ -38,18 +38,13 @@ use toporun_shared::root_cause::CauseKind;
 
 /// torch's FileTimerServer when `TORCHELASTIC_ENABLE_FILE_TIMER=1`.
 fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
-    if p.parent_env
-        .get("TORCHELASTIC_ENABLE_FILE_TIMER")
-        .map(String::as_str)
-        != Some("1")
-    {
+    if !p.file_timer.serve {
         return Ok(None);
     }
-    let path = p
-        .parent_env
-        .get("TORCHELASTIC_TIMER_FILE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join(format!("watchdog_timer_{}", random_id())));
+    let path =
+        p.file_timer.path.clone().unwrap_or_else(|| {
+            std::env::temp_dir().join(format!("watchdog_timer_{}", random_id()))
+        });
     FileTimer::create(&path)
         .map(Some)
         .map_err(|e| JobError::failed("TORCHELASTIC_ENABLE_FILE_TIMER=1", e))
@@ -127,7 +122,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     let timer_file: Option<String> = timer
         .as_ref()
         .map(|t| t.path().display().to_string())
-        .or_else(|| p.parent_env.get("TORCHELASTIC_TIMER_FILE").cloned());
+        .or_else(|| Some(p.file_timer.path.as_ref()?.display().to_string()));
     let grace = p.init_grace;
     let Some(mut session) = Session::start(p, events).await? else {
         crate::console::say!(

@@ -27,4 +27,5 @@ pub use error::JobError;
 pub use failure::causes::XID_REPLAY_VAR;
 pub use hang::stacks_socket;
 pub use lifecycle::run;
-pub use spec::{HangWatch, Job, NodePlace};
+pub use preemption::STOP_FILE_VAR;
+pub use spec::{FileTimerSetting, HangWatch, Job, NodePlace};

@@ -35,7 +35,7 @@ pub fn capture(p: &Job, attempt_dir: &Path) -> Capture {
     if !enabled(p) {
         return Capture::Off("--nccl-report off".into());
     }
-    let user = |k: &str| p.parent_env.get(k).filter(|v| !v.is_empty());
+    let user = |k: &str| p.inherited_env.get(k).filter(|v| !v.is_empty());
     if let Some(pattern) = user("NCCL_DEBUG_FILE") {
         let path = Path::new(pattern);
         let name = path

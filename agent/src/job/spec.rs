@@ -18,7 +18,10 @@ pub struct Job {
     pub facts: HostFacts,
     pub nproc: u32,
     pub plan: Plan,
-    pub parent_env: BTreeMap<String, String>,
+    /// The environment the ranks inherit, as torchrun's workers inherit its own.
+    /// toporun's own settings in it (`TOPORUN_*`, `TORCHELASTIC_*`) are read by the
+    /// launcher into the typed fields below; here it is only what the ranks will see.
+    pub inherited_env: BTreeMap<String, String>,
     pub python: String,
     /// Why that interpreter (printed at start and in the dry run).
     pub python_why: String,
@@ -63,6 +66,21 @@ pub struct Job {
     pub rdzv_token: Option<String>,
     /// `TOPORUN_XID_REPLAY`: a file of Xid events followed instead of NVML's.
     pub xid_replay: Option<PathBuf>,
+    /// `TOPORUN_STOP_FILE`: the user's stop file, where set.
+    pub user_stop_file: Option<PathBuf>,
+    /// `TORCHELASTIC_ERROR_FILE`: where torchrun's `@record` would write the failure.
+    pub error_file: Option<PathBuf>,
+    /// `TORCHELASTIC_ENABLE_FILE_TIMER` and `TORCHELASTIC_TIMER_FILE`.
+    pub file_timer: FileTimerSetting,
+}
+
+/// torch's file timer as the environment asks for it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FileTimerSetting {
+    /// `TORCHELASTIC_ENABLE_FILE_TIMER=1`: toporun serves the timer file.
+    pub serve: bool,
+    /// `TORCHELASTIC_TIMER_FILE`: its path (passed on to the ranks either way).
+    pub path: Option<PathBuf>,
 }
 
 /// How hangs are watched for.
@@ -90,7 +108,7 @@ pub struct NodePlace {
 impl Job {
     /// The value the ranks will see for an NCCL variable: the user's, else the plan's.
     pub fn rank_value(&self, name: &str) -> Option<String> {
-        self.parent_env.get(name).cloned().or_else(|| {
+        self.inherited_env.get(name).cloned().or_else(|| {
             self.plan
                 .variables
                 .iter()
@@ -115,9 +133,8 @@ impl Job {
     /// The stop file every rank is told of (`TOPORUN_STOP_FILE`): the user's, else
     /// `stop-requested` in the run directory.
     pub fn stop_file(&self, run_dir: &Path) -> PathBuf {
-        self.parent_env
-            .get("TOPORUN_STOP_FILE")
-            .map(PathBuf::from)
+        self.user_stop_file
+            .clone()
             .unwrap_or_else(|| run_dir.join("stop-requested"))
     }
 
@@ -196,11 +213,11 @@ impl Job {
     ) -> BTreeMap<String, String> {
         let mut env = self.plan.planned();
         for (k, v) in additions.iter().flat_map(|m| m.iter()) {
-            if !self.parent_env.contains_key(k) {
+            if !self.inherited_env.contains_key(k) {
                 env.insert(k.clone(), v.clone());
             }
         }
-        env.extend(worker::worker_env(place, job, &self.parent_env));
+        env.extend(worker::worker_env(place, job, &self.inherited_env));
         env
     }
 }

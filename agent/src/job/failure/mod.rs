@@ -231,8 +231,9 @@ fn write_failure(
     message.push_str(&summary);
     crate::console::say_raw!("{message}");
     supervise::leave_termination_message(p.termination_log.as_deref(), &message);
-    if let Some(dest) = p.parent_env.get("TORCHELASTIC_ERROR_FILE") {
-        if let Err(e) = supervise::dump_error_file(Path::new(dest), f, &summary) {
+    if let Some(dest) = &p.error_file {
+        if let Err(e) = supervise::dump_error_file(dest, f, &summary) {
+            let dest = dest.display();
             crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
         }
     }

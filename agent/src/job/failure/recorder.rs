@@ -27,7 +27,7 @@ pub fn flight_recorder_env(
     env: &mut BTreeMap<String, String>,
     say: bool,
 ) -> Option<PathBuf> {
-    let user = |k: &str| p.parent_env.get(k);
+    let user = |k: &str| p.inherited_env.get(k);
     if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
         return Path::new(prefix).parent().map(Path::to_path_buf);
     }
@@ -45,16 +45,16 @@ pub fn flight_recorder_env(
         }
     }
     let cache_root = p
-        .parent_env
+        .inherited_env
         .get("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| {
-            p.parent_env
+            p.inherited_env
                 .get("HOME")
                 .map(|h| Path::new(h).join(".cache"))
         });
     let writable = cache_root.is_some_and(|c| std::fs::create_dir_all(c.join("torch")).is_ok());
-    if !writable && !p.parent_env.contains_key("XDG_CACHE_HOME") {
+    if !writable && !p.inherited_env.contains_key("XDG_CACHE_HOME") {
         let cache = run_dir.join("cache");
         if say {
             crate::console::say!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
@@ -140,7 +140,7 @@ async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, Sto
 /// Whether stock ProcessGroupNCCL's monitor looks for `exception_dump`: not when the
 /// user turned its store polling off.
 pub fn monitor_polls(p: &Job) -> bool {
-    p.parent_env
+    p.inherited_env
         .get(DUMP_ON_TIMEOUT_VAR)
         .and_then(|v| toporun_shared::flags::torch_bool(v))
         != Some(false)
