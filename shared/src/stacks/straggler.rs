@@ -15,7 +15,6 @@
 use super::activity::Activity;
 use super::rank_window::{ClockLimit, GpuNow, WindowSummary};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// The others must wait at least this share of their time.
@@ -267,13 +266,11 @@ impl Straggler {
     }
 }
 
-/// Says a change in who straggles once it has held for `confirm`, rank by rank: one
-/// rank coming and going among sixteen does not hold back another's confirmation.
+/// Says a change in who straggles once it has held for `confirm`.
 #[derive(Debug, Default)]
 pub struct Decider {
     said: Vec<u32>,
-    /// Ranks found now but not said, or said but not found now, since when.
-    changing: BTreeMap<u32, Duration>,
+    pending: Option<(Vec<u32>, Duration)>,
 }
 
 /// What changed, to be said.
@@ -291,39 +288,35 @@ impl Decider {
         found: Vec<Straggler>,
         confirm: Duration,
     ) -> Option<Change> {
-        let is_found = |r: &u32| found.iter().any(|s| s.rank == *r);
-        let differ: Vec<u32> = found
-            .iter()
-            .map(|s| s.rank)
-            .filter(|r| !self.said.contains(r))
-            .chain(self.said.iter().copied().filter(|r| !is_found(r)))
-            .collect();
-        self.changing.retain(|r, _| differ.contains(r));
-        for r in &differ {
-            self.changing.entry(*r).or_insert(now);
-        }
-        let ripe: Vec<u32> = self
-            .changing
-            .iter()
-            .filter(|(_, since)| now.saturating_sub(**since) >= confirm)
-            .map(|(r, _)| *r)
-            .collect();
-        if ripe.is_empty() {
+        let ranks: Vec<u32> = found.iter().map(|s| s.rank).collect();
+        if ranks == self.said {
+            self.pending = None;
             return None;
         }
-        for r in &ripe {
-            self.changing.remove(r);
+        let since = match &self.pending {
+            Some((p, since)) if *p == ranks => *since,
+            _ => {
+                self.pending = Some((ranks.clone(), now));
+                now
+            }
+        };
+        if now.saturating_sub(since) < confirm {
+            return None;
         }
-        let (cleared, new): (Vec<u32>, Vec<u32>) =
-            ripe.into_iter().partition(|r| self.said.contains(r));
-        self.said.retain(|r| !cleared.contains(r));
-        self.said.extend(&new);
-        self.said.sort_unstable();
+        let cleared = self
+            .said
+            .iter()
+            .filter(|r| !ranks.contains(r))
+            .copied()
+            .collect();
+        let new: Vec<Straggler> = found
+            .into_iter()
+            .filter(|s| !self.said.contains(&s.rank))
+            .collect();
+        self.said = ranks;
+        self.pending = None;
         Some(Change {
-            found: found
-                .into_iter()
-                .filter(|s| new.contains(&s.rank))
-                .collect(),
+            found: new,
             cleared,
         })
     }
@@ -473,28 +466,6 @@ mod tests {
         let c = d.observe(s(45), Vec::new(), s(15)).unwrap();
         assert_eq!((c.found.len(), c.cleared), (0, vec![2]));
         assert!(d.current().is_empty());
-    }
-
-    #[test]
-    fn one_rank_coming_and_going_does_not_hold_back_anothers_confirmation() {
-        let rows = |waits: [f64; 4]| -> Vec<RankRow> {
-            waits
-                .iter()
-                .enumerate()
-                .map(|(r, w)| row(r as u32, Some(*w)))
-                .collect()
-        };
-        let s = |t| Duration::from_secs(t);
-        let mut d = Decider::default();
-        // Rank 2 found throughout; rank 3 found at every other sample.
-        let both = rows([0.6, 0.6, 0.05, 0.1]);
-        let one = rows([0.6, 0.6, 0.05, 0.6]);
-        assert_eq!(d.observe(s(0), find(&both, &[]), s(5)), None);
-        assert_eq!(d.observe(s(2), find(&one, &[]), s(5)), None);
-        assert_eq!(d.observe(s(4), find(&both, &[]), s(5)), None);
-        let c = d.observe(s(6), find(&one, &[]), s(5)).unwrap();
-        assert_eq!(c.found.iter().map(|x| x.rank).collect::<Vec<_>>(), [2]);
-        assert_eq!(d.current(), [2]);
     }
 
     #[test]
