@@ -2,7 +2,7 @@
 """Measures what the straggler rule sees: runs 4-rank gloo jobs of
 launcher/tests/scripts/straggler_rank.py under toporun (balanced, one rank with 3x
 compute, an all-ranks checkpoint pause, one rank in a CPU cgroup with a quota) and
-prints every rank's wait share from `toporun top --once --format json` each 2 s,
+prints every rank's wait share (and in each third of the window) from `toporun top --once --format json` each 2 s,
 and the straggler lines toporun said.
 
   scripts/straggler_shares.py [--window 10] [--secs 40] [SCENARIO...]
@@ -22,6 +22,11 @@ SCENARIOS = {
     "balanced": {},
     "slow-compute": {"SLOW_RANK": "2", "FACTOR": "3"},
     "pause": {"PAUSE_AT": "12", "PAUSE": "10"},
+    # straggler_e2e's balanced job: a checkpoint pause, then rank 0 logging for 3 s.
+    "log": {"PAUSE_AT": "22", "PAUSE": "10", "LOG_AT": "48", "LOG_SECS": "3"},
+    # The same with each step sleeping 0-80 ms as if on a GPU: the ranks leave CPU free.
+    "log-gpu": {"PAUSE_AT": "22", "PAUSE": "10", "LOG_AT": "48", "LOG_SECS": "3",
+                "GPU_MS": "40"},
     "cgroup": {"CGROUP_RANK": "2"},
 }
 
@@ -34,12 +39,21 @@ def cgroup_quota(pid, name):
     return d
 
 
+def share(w):
+    """A rank's wait share over the window (in its thirds, oldest first)."""
+    if w is None:
+        return "  -             "
+    t = "/".join(f"{x * 100:2.0f}" for x in w.get("thirds", [0, 0, 0]))
+    return f"{w['wait'] * 100:3.0f}% ({t}) cpu {w.get('cpu_pct') or 0:3.0f}"
+
+
 def run(name, env_extra, window, secs, toporun, python):
     out = tempfile.mkdtemp()
     env = dict(os.environ, SECS=str(secs), OUT=out, PYTHON_EXEC=python, **env_extra)
     cmd = [toporun, "--standalone", "--nproc-per-node=4", "--nccl-report=off",
            f"--straggler-window={window}", "--log-dir", out + "/logs", "straggler_rank.py"]
-    p = subprocess.Popen(cmd, cwd=SCRIPTS, env=env, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(cmd, cwd=SCRIPTS, env=env, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True)
     cg = None
     start = time.time()
     rows = []
@@ -58,10 +72,9 @@ def run(name, env_extra, window, secs, toporun, python):
             t = json.loads(r.stdout)
         except json.JSONDecodeError:
             continue
-        shares = {x["rank"]: (x.get("window") or {}).get("wait") for x in t["ranks"]}
-        if any(v is not None for v in shares.values()):
-            line = " ".join(f"{k}:{v * 100:3.0f}%" if v is not None else f"{k}:  -"
-                            for k, v in sorted(shares.items()))
+        windows = {x["rank"]: x.get("window") for x in t["ranks"]}
+        if any(v is not None for v in windows.values()):
+            line = " ".join(f"{k}:" + share(v) for k, v in sorted(windows.items()))
             rows.append(f"  t={time.time() - start:5.1f}s {line}")
     err = p.stderr.read()
     if cg is not None:

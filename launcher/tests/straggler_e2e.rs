@@ -314,15 +314,36 @@ fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
 fn a_balanced_job_with_a_checkpoint_pause_and_rank_0_logging_names_nobody() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
+    let logs = d.path().join("logs");
+    // Each step waits 0-80 ms as if on a GPU: the ranks wait for each other at
+    // random, and four of them leave part of the two cores free. Four ranks that
+    // fill two cores are not balanced: whichever falls behind stays behind for tens
+    // of seconds, the others' waits taking its CPU (docs/stragglers.md).
     // Rank 0 logs for 3 s of a 20 s window: 9 s of a minute at the default.
     let env = [
         ("SECS", "65"),
+        ("GPU_MS", "40"),
         ("PAUSE_AT", "22"),
         ("PAUSE", "10"),
         ("LOG_AT", "48"),
         ("LOG_SECS", "3"),
     ];
-    let mut j = Running::start(job(d.path(), &env, &["--standalone", "--nproc-per-node=4"]));
+    let extra = [
+        "--standalone",
+        "--nproc-per-node=4",
+        "--log-dir",
+        logs.to_str().unwrap(),
+    ];
+    let mut j = Running::start(job(d.path(), &env, &extra));
+    loop_started(d.path(), 4);
+    let dir = run_dir(&logs);
+    // The rule must have had something to judge: the others waiting at least
+    // MIN_MEDIAN (20%) of their time in some of the windows.
+    let mut seen = Vec::new();
+    while let Some(top) = top_json(&dir) {
+        seen.push(median_wait(&top));
+        std::thread::sleep(Duration::from_secs(2));
+    }
     let (code, err) = j.finish();
     assert_eq!(code, 0, "{err}");
     assert!(
@@ -333,7 +354,24 @@ fn a_balanced_job_with_a_checkpoint_pause_and_rank_0_logging_names_nobody() {
         d.path().join("logged").exists(),
         "rank 0 never logged: {err}"
     );
+    let waiting = seen.iter().flatten().filter(|m| **m >= 0.2).count();
+    assert!(
+        waiting >= 3,
+        "the ranks hardly waited, so the rule judged nothing: medians {seen:?}"
+    );
     assert!(!err.contains("straggler"), "{err}");
+}
+
+/// The median of the ranks' window wait shares in a `top` document, where every
+/// rank has a whole window.
+fn median_wait(top: &serde_json::Value) -> Option<f64> {
+    let ranks = top["ranks"].as_array()?;
+    let mut w: Vec<f64> = ranks
+        .iter()
+        .map(|r| r["window"]["wait"].as_f64())
+        .collect::<Option<_>>()?;
+    w.sort_by(f64::total_cmp);
+    (!w.is_empty()).then(|| (w[(w.len() - 1) / 2] + w[w.len() / 2]) / 2.0)
 }
 
 #[test]

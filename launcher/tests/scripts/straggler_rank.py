@@ -3,11 +3,16 @@ forward/backward of a small model) then an all_reduce of its gradients, for SECS
 SLOW_RANK does FACTOR times the compute; PAUSE_AT seconds in (as rank 0 sees it,
 agreed through the loop's all_reduce, as a checkpoint every N steps is), every rank
 saves a checkpoint for PAUSE seconds (torch.save in a loop); LOG_AT seconds in, rank 0
-alone prints progress lines for LOG_SECS (as a rank 0 logging metrics does). With
+alone prints progress lines for LOG_SECS (as a rank 0 logging metrics does). Each step
+sleeps a random 0 to 2*GPU_MS ms after its compute, as a rank's CPU waits for its GPU
+with some jitter: the ranks wait for each other at random, none more than another,
+and they leave CPU free, so four ranks do not fill two cores (a saturated CPU keeps
+whichever rank fell behind behind for tens of seconds: a real straggler). With
 DEVICE=cuda the model runs on the GPU (ranks may share one) and the gradients go
 through gloo on the CPU. Each writes its pid to
 OUT/pid<rank> once it is in the loop."""
 import os
+import random
 import time
 
 import torch
@@ -42,6 +47,8 @@ def main():
     pause = float(os.environ.get("PAUSE", "10"))
     log_at = float(os.environ.get("LOG_AT", "-1"))
     log_secs = float(os.environ.get("LOG_SECS", "2"))
+    gpu_secs = float(os.environ.get("GPU_MS", "0")) / 1000
+    jitter = random.Random(rank)
     out = os.environ["OUT"]
     torch.manual_seed(0)
     device = os.environ.get("DEVICE", "cpu")
@@ -60,6 +67,8 @@ def main():
     # the others in their next all_reduce.
     while True:
         forward_backward(model, x, steps * (factor if rank == slow else 1))
+        if gpu_secs > 0:
+            time.sleep(jitter.uniform(0, 2 * gpu_secs))
         # One flat bucket, as DDP sends its gradients.
         flat = torch.cat([p.grad.flatten() for p in model.parameters()]).cpu()
         dist.all_reduce(flat)

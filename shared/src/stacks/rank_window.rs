@@ -108,6 +108,10 @@ pub const MIN_SAMPLES: usize = 20;
 pub struct WindowSummary {
     /// Share of samples in collectives (0..=1).
     pub wait: f64,
+    /// The wait share in each third of the window, oldest first: a slowdown shorter
+    /// than a third of the window leaves at least one third untouched.
+    #[serde(default)]
+    pub thirds: [f64; 3],
     pub samples: u32,
     /// What it does most when not in a collective, and where.
     pub spends: Option<Activity>,
@@ -185,6 +189,7 @@ impl RankWindow {
         let delta = |f: fn(&Reading) -> Option<u64>| Some(f(last)?.saturating_sub(f(first)?));
         Some(WindowSummary {
             wait: count(Activity::Collective) as f64 / n as f64,
+            thirds: self.thirds(last.at),
             samples: n as u32,
             spends,
             place: spends.and_then(|a| self.commonest_place(a)),
@@ -201,6 +206,19 @@ impl RankWindow {
             nvlink_errors: delta(|r| r.gpu.as_ref()?.nvlink_errors),
             clocks: self.clocks(),
         })
+    }
+
+    /// The wait share in each third of the window ending at `end`.
+    fn thirds(&self, end: Duration) -> [f64; 3] {
+        let third = self.span / 3;
+        let mut counts = [(0usize, 0usize); 3];
+        for r in &self.readings {
+            let back = end.saturating_sub(r.at);
+            let k = 2 - (back.as_nanos() / third.as_nanos().max(1)).min(2) as usize;
+            counts[k].0 += 1;
+            counts[k].1 += usize::from(r.activity == Activity::Collective);
+        }
+        counts.map(|(n, waits)| if n == 0 { 0.0 } else { waits as f64 / n as f64 })
     }
 
     /// The GPU's mean SM clock and slowing limits over the window.
@@ -306,6 +324,25 @@ mod tests {
         assert_eq!(s.place.as_deref(), Some("step (train.py:9)"));
         assert!((s.cpu_pct.unwrap() - 50.0).abs() < 1e-9);
         assert_eq!(s.throttled.unwrap().throttled, 50);
+    }
+
+    #[test]
+    fn each_third_of_the_window_has_its_own_share() {
+        let mut w = RankWindow::new(Duration::from_secs(12));
+        // Samples at 0..=12 s, every 250 ms: waits in the oldest third only, half the
+        // time in the middle one, never in the newest.
+        for i in 0..=48u64 {
+            let a = match i {
+                0..=16 => Activity::Collective,
+                17..=32 if i % 2 == 0 => Activity::Collective,
+                _ => Activity::Compute,
+            };
+            w.push(reading(i * 250, a, "step (t.py:1)", 0));
+        }
+        let s = w.summary().unwrap();
+        // By age: [8, 12] s ago holds 0..=16, [4, 8) holds 17..=32, [0, 4) the rest.
+        assert_eq!(s.thirds, [1.0, 0.5, 0.0], "{:?}", s.thirds);
+        assert!((s.wait - 25.0 / 49.0).abs() < 1e-9, "{}", s.wait);
     }
 
     #[test]

@@ -188,6 +188,7 @@ mod tests {
                 let mut x = row(r);
                 x.window = Some(WindowSummary {
                     wait: f64::from(r) / 100.0,
+                    thirds: [f64::from(r) / 100.0; 3],
                     samples: 60,
                     spends: None,
                     place: None,
