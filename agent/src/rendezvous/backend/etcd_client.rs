@@ -3,8 +3,12 @@
 //! move to the next when it is unreachable, so losing a member while the cluster
 //! keeps quorum changes nothing for the caller.
 
+use super::etcd_wire::{
+    KeepAliveResponse, LeaseGrantResponse, PutResponse, RangeResponse, TxnResponse,
+};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine;
+use serde::de::DeserializeOwned;
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 use toporun_shared::untrusted::printable;
@@ -116,15 +120,6 @@ fn prefix_end(prefix: &str) -> String {
     b64(&[0])
 }
 
-/// The gateway writes 64-bit numbers as strings and leaves zero values out.
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::String(s) => s.parse().unwrap_or(0),
-        Value::Number(n) => n.as_i64().unwrap_or(0),
-        _ => 0,
-    }
-}
-
 impl Etcd {
     pub fn new(endpoints: Vec<String>, tls: &Tls, deadline: Duration) -> Result<Etcd, EtcdError> {
         // Every request indexes the list: an empty one is refused here, not a panic later.
@@ -228,6 +223,16 @@ impl Etcd {
         }
     }
 
+    /// A call whose answer must have the shape `R`; any other is not etcd's.
+    async fn call_as<R: DeserializeOwned>(
+        &mut self,
+        path: &str,
+        body: Value,
+    ) -> Result<R, EtcdError> {
+        let v = self.call(path, body).await?;
+        serde_json::from_value(v).map_err(|e| self.not_etcd(path, &e.to_string()))
+    }
+
     /// Any answer from the cluster (used to wait for it at start).
     pub async fn ping(&mut self) -> Result<(), EtcdError> {
         self.call("/v3/kv/range", json!({"key": b64(b"toporun/ping")}))
@@ -246,8 +251,8 @@ impl Etcd {
         if let Some(l) = lease {
             body["lease"] = json!(l.to_string());
         }
-        let v = self.call("/v3/kv/put", body).await?;
-        Ok(int(&v["header"]["revision"]))
+        let v: PutResponse = self.call_as("/v3/kv/put", body).await?;
+        Ok(v.header.revision)
     }
 
     /// Keys under a prefix, oldest first (by creation), at most `limit` (0: all).
@@ -257,8 +262,8 @@ impl Etcd {
         keys_only: bool,
         limit: i64,
     ) -> Result<Vec<KeyValue>, EtcdError> {
-        let v = self
-            .call(
+        let v: RangeResponse = self
+            .call_as(
                 "/v3/kv/range",
                 json!({
                     "key": b64(prefix.as_bytes()),
@@ -270,18 +275,18 @@ impl Etcd {
                 }),
             )
             .await?;
-        self.kvs(&v)
+        self.kvs(v)
     }
 
     /// How many keys lie under a prefix.
     pub async fn count(&mut self, prefix: &str) -> Result<i64, EtcdError> {
-        let v = self
-            .call(
+        let v: RangeResponse = self
+            .call_as(
                 "/v3/kv/range",
                 json!({"key": b64(prefix.as_bytes()), "range_end": prefix_end(prefix), "count_only": true}),
             )
             .await?;
-        Ok(int(&v["count"]))
+        Ok(v.count)
     }
 
     /// TCPStore's compare_set in one transaction: `desired` is written when the key
@@ -298,8 +303,8 @@ impl Etcd {
         } else {
             json!({"key": k, "target": "VALUE", "result": "EQUAL", "value": b64(expected)})
         };
-        let v = self
-            .call(
+        let v: TxnResponse = self
+            .call_as(
                 "/v3/kv/txn",
                 json!({
                     "compare": [compare],
@@ -308,12 +313,12 @@ impl Etcd {
                 }),
             )
             .await?;
-        if v["succeeded"].as_bool().unwrap_or(false) {
+        if v.succeeded {
             return Ok(desired.to_vec());
         }
-        let range = &v["responses"][0]["response_range"];
+        let range = v.responses.into_iter().next().unwrap_or_default();
         Ok(self
-            .kvs(range)?
+            .kvs(range.response_range)?
             .into_iter()
             .next()
             .map(|kv| kv.value)
@@ -340,13 +345,10 @@ impl Etcd {
                 .iter()
                 .map(|k| json!({"request_range": {"key": b64(k.as_bytes())}}))
                 .collect();
-            let v = self.call("/v3/kv/txn", json!({"success": ops})).await?;
-            let responses = v["responses"].as_array().cloned().unwrap_or_default();
-            for i in 0..chunk.len() {
-                let r = responses
-                    .get(i)
-                    .map(|r| &r["response_range"])
-                    .unwrap_or(&Value::Null);
+            let v: TxnResponse = self.call_as("/v3/kv/txn", json!({"success": ops})).await?;
+            let mut responses = v.responses.into_iter();
+            for _ in chunk {
+                let r = responses.next().unwrap_or_default().response_range;
                 out.push(self.kvs(r)?.into_iter().next().map(|kv| kv.value));
             }
         }
@@ -355,10 +357,10 @@ impl Etcd {
 
     /// A lease of `ttl` seconds (etcd may raise it to its minimum).
     pub async fn grant(&mut self, ttl: i64) -> Result<i64, EtcdError> {
-        let v = self
-            .call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))
+        let v: LeaseGrantResponse = self
+            .call_as("/v3/lease/grant", json!({"TTL": ttl.to_string()}))
             .await?;
-        match int(&v["ID"]) {
+        match v.id {
             0 => Err(self.not_etcd("/v3/lease/grant", "no lease ID")),
             id => Ok(id),
         }
@@ -366,10 +368,10 @@ impl Etcd {
 
     /// Refreshes a lease; false when it has expired already.
     pub async fn keep_alive(&mut self, id: i64) -> Result<bool, EtcdError> {
-        let v = self
-            .call("/v3/lease/keepalive", json!({"ID": id.to_string()}))
+        let v: KeepAliveResponse = self
+            .call_as("/v3/lease/keepalive", json!({"ID": id.to_string()}))
             .await?;
-        Ok(int(&v["result"]["TTL"]) > 0)
+        Ok(v.result.ttl > 0)
     }
 
     fn not_etcd(&self, what: &str, detail: &str) -> EtcdError {
@@ -380,23 +382,19 @@ impl Etcd {
         }
     }
 
-    fn kvs(&self, range: &Value) -> Result<Vec<KeyValue>, EtcdError> {
-        let Some(list) = range.get("kvs") else {
-            return Ok(Vec::new());
+    fn kvs(&self, range: RangeResponse) -> Result<Vec<KeyValue>, EtcdError> {
+        let decode = |field: &str, text: &str| {
+            B64.decode(text)
+                .map_err(|_| self.not_etcd("a range", &format!("{field} is not base64")))
         };
-        let list = list
-            .as_array()
-            .ok_or_else(|| self.not_etcd("a range", "kvs is not a list"))?;
-        list.iter()
+        range
+            .kvs
+            .into_iter()
             .map(|kv| {
-                let decode = |field: &str| {
-                    B64.decode(kv[field].as_str().unwrap_or_default())
-                        .map_err(|_| self.not_etcd("a range", &format!("{field} is not base64")))
-                };
                 Ok(KeyValue {
-                    key: String::from_utf8_lossy(&decode("key")?).into_owned(),
-                    value: decode("value")?,
-                    create_revision: int(&kv["create_revision"]),
+                    key: String::from_utf8_lossy(&decode("key", &kv.key)?).into_owned(),
+                    value: decode("value", &kv.value)?,
+                    create_revision: kv.create_revision,
                 })
             })
             .collect()
@@ -488,12 +486,5 @@ mod tests {
     fn prefix_end_increments_the_last_byte() {
         assert_eq!(B64.decode(prefix_end("a/")).unwrap(), b"a0");
         assert_eq!(B64.decode(prefix_end("a\u{7f}")).unwrap(), b"a\x80");
-    }
-
-    #[test]
-    fn gateway_numbers_are_strings_or_absent() {
-        assert_eq!(int(&json!("42")), 42);
-        assert_eq!(int(&json!(7)), 7);
-        assert_eq!(int(&Value::Null), 0);
     }
 }

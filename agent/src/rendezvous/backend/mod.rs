@@ -4,6 +4,7 @@
 mod api;
 mod etcd;
 pub mod etcd_client;
+mod etcd_wire;
 mod kv;
 mod store;
 
