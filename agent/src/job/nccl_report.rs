@@ -74,11 +74,11 @@ pub fn capture(p: &Job, attempt_dir: &Path) -> Capture {
     }
 }
 
-/// Where the node digests meet: keys under the round's prefix of the store.
+/// Where the node digests meet: the round's `nccl/<node>` keys in the workers' store.
 pub struct ReportStore {
     pub host: String,
     pub port: u16,
-    pub prefix: String,
+    pub keys: crate::rendezvous::RoundKeys,
     pub node_rank: u32,
     pub nnodes: u32,
     pub is_host: bool,
@@ -294,14 +294,13 @@ async fn publish_and_gather(
     ended: &AtomicBool,
 ) -> Result<(), crate::store::StoreError> {
     let mut c = StoreClient::connect(&s.host, s.port, Duration::from_secs(30)).await?;
-    let bytes = serde_json::to_vec(d).unwrap_or_default();
-    c.set(&format!("{}{}", s.prefix, s.node_rank), &bytes)
-        .await?;
+    let mine = s.keys.nccl(s.node_rank);
+    c.set(mine.name(), &mine.encode(d)).await?;
     if !s.is_host {
         return Ok(());
     }
-    let keys: Vec<String> = (0..s.nnodes).map(|i| format!("{}{i}", s.prefix)).collect();
-    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let keys: Vec<_> = (0..s.nnodes).map(|i| s.keys.nccl(i)).collect();
+    let refs: Vec<&str> = keys.iter().map(|k| k.name()).collect();
     // Every node reports once its ranks' communicators are up; a node whose ranks
     // never get there leaves the job report unsaid rather than wrong.
     let wait = if ended.load(Ordering::Relaxed) {
@@ -310,9 +309,10 @@ async fn publish_and_gather(
         600
     };
     let raw = c.multi_get(&refs, Duration::from_secs(wait)).await?;
-    let all: Vec<Digest> = raw
+    let all: Vec<Digest> = keys
         .iter()
-        .filter_map(|b| serde_json::from_slice(b).ok())
+        .zip(&raw)
+        .filter_map(|(k, b)| k.decode_or_warn(b))
         .collect();
     job_report(
         Digest::merge(&all),

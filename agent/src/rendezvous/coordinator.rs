@@ -161,7 +161,7 @@ async fn refuse(c: &mut Kv, cfg: &Config, keys: &RoundKeys, e: &CoordinateError)
     let joined = match cfg.shape {
         Shape::Static { .. } => c.tally_count(&keys.join()).await.ok(),
         Shape::Elastic { .. } => c
-            .enrolled_count(&keys.join(), &keys.nodes())
+            .enrolled_count(&keys.join(), keys.nodes().name())
             .await
             .ok()
             .map(u64::from),
@@ -188,8 +188,10 @@ async fn close(
     let enrolled = read_enrolled(c, cfg, keys, count).await?;
     let infos: Vec<NodeInfo> = (0u32..)
         .zip(&enrolled)
-        .map(|(i, (_, b))| {
-            serde_json::from_slice(b).map_err(|e| CoordinateError::BadNode(i, e.to_string()))
+        .map(|(i, (ticket, b))| {
+            let key = keys.node(ticket);
+            key.decode(b)
+                .map_err(|e| CoordinateError::BadNode(i, e.to_string()))
         })
         .collect::<Result<_, _>>()?;
     let total: u64 = infos.iter().map(|i| u64::from(i.nproc)).sum();
@@ -233,7 +235,7 @@ async fn wait_for_nodes(
             Shape::Static { .. } => {
                 u32::try_from(c.tally_count(&keys.join()).await?).unwrap_or(u32::MAX)
             }
-            Shape::Elastic { .. } => c.enrolled_count(&keys.join(), &keys.nodes()).await?,
+            Shape::Elastic { .. } => c.enrolled_count(&keys.join(), keys.nodes().name()).await?,
         };
         let elapsed = start.elapsed();
         let (expected, done) = match cfg.shape {
@@ -319,8 +321,8 @@ async fn read_enrolled(
     let enrolled = match cfg.shape {
         Shape::Static { .. } => {
             let tickets: Vec<String> = (0..count).map(|i| i.to_string()).collect();
-            let node_keys: Vec<String> = tickets.iter().map(|t| keys.node(t)).collect();
-            let refs: Vec<&str> = node_keys.iter().map(String::as_str).collect();
+            let node_keys: Vec<_> = tickets.iter().map(|t| keys.node(t)).collect();
+            let refs: Vec<&str> = node_keys.iter().map(|k| k.name()).collect();
             if !c.check(&refs).await? {
                 let missing = missing_static(c, cfg, keys).await?;
                 return Err(CoordinateError::Duplicate { missing });
@@ -328,7 +330,10 @@ async fn read_enrolled(
             let values = c.multi_get(&refs, cfg.join_timeout).await?;
             tickets.into_iter().zip(values).collect()
         }
-        Shape::Elastic { .. } => c.enrolled(&keys.nodes(), count, cfg.join_timeout).await?,
+        Shape::Elastic { .. } => {
+            c.enrolled(keys.nodes().name(), count, cfg.join_timeout)
+                .await?
+        }
     };
     let read = u32::try_from(enrolled.len()).unwrap_or(u32::MAX);
     if read != count {
@@ -365,10 +370,8 @@ fn layout(
             nnodes,
         };
         out.push((keys.layout(ticket), place.encode()));
-        out.push((
-            keys.env(ticket),
-            serde_json::to_vec(&coloc.env[i]).unwrap_or_default(),
-        ));
+        let env = keys.env(ticket);
+        out.push((env.name().to_string(), env.encode(&coloc.env[i])));
         // Who node i is, for the nodes that name it when it is lost.
         out.push((
             keys.name(node_rank),
@@ -377,7 +380,8 @@ fn layout(
         offset += info.nproc;
     }
     let peers: Vec<_> = infos.iter().map(NodeInfo::addrs).collect();
-    out.push((keys.peers(), serde_json::to_vec(&peers).unwrap_or_default()));
+    let peers_key = keys.peers();
+    out.push((peers_key.name().to_string(), peers_key.encode(&peers)));
     out
 }
 
@@ -388,7 +392,7 @@ async fn missing_static(c: &mut Kv, cfg: &Config, keys: &RoundKeys) -> Result<Ve
     };
     let mut missing = Vec::new();
     for r in 0..nnodes {
-        if !c.check(&[&keys.node(&r.to_string())]).await? {
+        if !c.check(&[keys.node(&r.to_string()).name()]).await? {
             missing.push(r);
         }
     }

@@ -14,10 +14,24 @@
 //! - `alive/<rank>`, `waiting`, `done`, `done_seen`, `refused_seen`, `stop_seen`:
 //!   liveness, spares, the exit barrier and stops seen.
 //! - `coordinator` (etcd: the node that closes the round), `master` (etcd: the
-//!   workers' store of the round), `nccl/` (the NCCL digests), `stacks/<node>` and
+//!   workers' store of the round), `nccl/<node>` (the NCCL digests), `stacks/<node>` and
 //!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),
 //!   `ranks/<node>`, `stragglers` and `stragglers/view` (the job-wide straggler decision
 //!   and the job's rows for `toporun top`).
+//!
+//! A key whose value is JSON is a [`Key<T>`](super::typed_key::Key): the builder
+//! names the value's type, and reading it gives that type or `Unreadable`.
+
+use super::typed_key::Key;
+use super::NodeInfo;
+use toporun_shared::colocation::NodeEnv;
+use toporun_shared::flight_recorder::Dump;
+use toporun_shared::nccl_log::Digest;
+use toporun_shared::root_cause::peer::NodeAddrs;
+use toporun_shared::stacks::hang_report::HangNotice;
+use toporun_shared::stacks::job_view::NodeStacks;
+use toporun_shared::stacks::straggler::{RankRow, StragglerNotice};
+use toporun_shared::stacks::top_table::JobView;
 
 /// The run's keys outside any round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,21 +85,26 @@ impl RoundKeys {
         self.key(&format!("claim/{node_rank}"))
     }
 
-    /// Where node descriptions lie (`node/<ticket>`); a prefix ending in '/'.
-    pub fn nodes(&self) -> String {
-        self.key("node/")
+    /// Where node descriptions lie (`node/<ticket>`): a prefix ending in '/', each
+    /// value under it a node description.
+    pub fn nodes(&self) -> Key<NodeInfo> {
+        Key::new(self.key("node/"), "a node description")
     }
 
-    pub fn node(&self, ticket: &str) -> String {
-        format!("{}{ticket}", self.nodes())
+    pub fn node(&self, ticket: &str) -> Key<NodeInfo> {
+        Key::new(
+            format!("{}{ticket}", self.nodes().name()),
+            "a node description",
+        )
     }
 
     pub fn layout(&self, ticket: &str) -> String {
         self.key(&format!("layout/{ticket}"))
     }
 
-    pub fn env(&self, ticket: &str) -> String {
-        self.key(&format!("env/{ticket}"))
+    pub fn env(&self, ticket: &str) -> Key<NodeEnv> {
+        let name = self.key(&format!("env/{ticket}"));
+        Key::new(name, "co-location variables")
     }
 
     pub fn name(&self, node_rank: u32) -> String {
@@ -93,8 +112,8 @@ impl RoundKeys {
     }
 
     /// Every node of the round and its addresses, for a peer's address to name one.
-    pub fn peers(&self) -> String {
-        self.key("peers")
+    pub fn peers(&self) -> Key<Vec<NodeAddrs>> {
+        Key::new(self.key("peers"), "the round's table of nodes")
     }
 
     pub fn closed(&self) -> String {
@@ -139,39 +158,41 @@ impl RoundKeys {
         self.key("master")
     }
 
-    /// The nodes' NCCL digests; a prefix ending in '/'.
-    pub fn nccl(&self) -> String {
-        self.key("nccl/")
+    /// A node's NCCL digest (`nccl/<node>`).
+    pub fn nccl(&self, node_rank: u32) -> Key<Digest> {
+        Key::new(self.key(&format!("nccl/{node_rank}")), "an NCCL digest")
     }
 
     /// Each node's stall and stacks, for the job-wide hang decision.
-    pub fn stacks(&self, node_rank: u32) -> String {
-        self.key(&format!("stacks/{node_rank}"))
+    pub fn stacks(&self, node_rank: u32) -> Key<NodeStacks> {
+        let name = self.key(&format!("stacks/{node_rank}"));
+        Key::new(name, "a node's stacks")
     }
 
     /// A node's flight-recorder dumps after a failure or hang.
-    pub fn flight_recorder(&self, node_rank: u32) -> String {
-        self.key(&format!("fr/{node_rank}"))
+    pub fn flight_recorder(&self, node_rank: u32) -> Key<Vec<Dump>> {
+        let name = self.key(&format!("fr/{node_rank}"));
+        Key::new(name, "flight-recorder dumps")
     }
 
     /// The job-wide hang report the deciding node wrote.
-    pub fn hang(&self) -> String {
-        self.key("hang")
+    pub fn hang(&self) -> Key<HangNotice> {
+        Key::new(self.key("hang"), "a hang notice")
     }
 
     /// Each node's rank rows (wait shares, usage), for the straggler decision.
-    pub fn rank_rows(&self, node_rank: u32) -> String {
-        self.key(&format!("ranks/{node_rank}"))
+    pub fn rank_rows(&self, node_rank: u32) -> Key<Vec<RankRow>> {
+        Key::new(self.key(&format!("ranks/{node_rank}")), "rank rows")
     }
 
     /// The job-wide straggler decision the deciding node wrote.
-    pub fn stragglers(&self) -> String {
-        self.key("stragglers")
+    pub fn stragglers(&self) -> Key<StragglerNotice> {
+        Key::new(self.key("stragglers"), "a straggler notice")
     }
 
     /// The job's rows for `toporun top`, bounded, as the deciding node wrote them.
-    pub fn straggler_view(&self) -> String {
-        self.key("stragglers/view")
+    pub fn straggler_view(&self) -> Key<JobView> {
+        Key::new(self.key("stragglers/view"), "the job's rank rows")
     }
 }
 
@@ -186,7 +207,8 @@ mod tests {
         let r = run.round(3);
         assert_eq!(r.closed(), "toporun/job/r3/closed");
         assert_eq!(r.layout("7"), "toporun/job/r3/layout/7");
-        assert_eq!(r.node("7"), format!("{}7", r.nodes()));
+        assert_eq!(r.node("7").name(), format!("{}7", r.nodes().name()));
+        assert_eq!(r.env("7").name(), "toporun/job/r3/env/7");
         assert_eq!(r.alive(), "toporun/job/r3/alive/");
     }
 

@@ -15,6 +15,7 @@ mod coordinator;
 mod keys;
 mod node;
 mod protocol;
+mod typed_key;
 
 pub use backend::{etcd_client, Backend, EtcdKv, Kv, KvError, StoreKv};
 pub use config::{key_space, Config, NodeInfo, Shape};
@@ -24,7 +25,8 @@ pub use node::{
     advance_round, barrier, current_round, join, request_stop, round_closed, wait_for_next_round,
     BarrierNode, JoinError, NextRound, Place, StopWatch,
 };
-pub use protocol::{Closed, Layout, StopKind, StopReason};
+pub use protocol::{Closed, Layout, StopKind, StopReason, Unreadable};
+pub use typed_key::Key;
 
 #[cfg(test)]
 mod tests {

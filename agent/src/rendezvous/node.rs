@@ -5,6 +5,7 @@ use super::backend::{Backend, Kv, KvError};
 use super::config::{Config, NodeInfo, Shape};
 use super::keys::RoundKeys;
 use super::protocol::{Closed, Expect, Layout, StopKind, StopReason, Unreadable};
+use super::typed_key::Key;
 use std::time::{Duration, Instant};
 use toporun_shared::colocation::NodeEnv;
 use toporun_shared::root_cause::CauseKind;
@@ -76,7 +77,7 @@ pub async fn join(
     // reads empty and `closed` says why).
     let sure = expect_rank.is_some_and(|r| r < cfg.min_nodes()) && c.tickets_are_join_order();
     let mut got = if sure {
-        c.read(&[&closed, &layout_key, &env_key]).await?
+        c.read(&[&closed, &layout_key, env_key.name()]).await?
     } else {
         c.read(&[&closed]).await?
     };
@@ -97,7 +98,7 @@ pub async fn join(
         if !placed {
             return Err(JoinError::Surplus { round, nnodes });
         }
-        got = c.read(&[&closed, &layout_key, &env_key]).await?;
+        got = c.read(&[&closed, &layout_key, env_key.name()]).await?;
     }
     let expect = Expect {
         node_rank: expect_rank,
@@ -105,7 +106,7 @@ pub async fn join(
         nproc: info.nproc,
     };
     let layout = Layout::decode(&layout_key, &got[1], expect)?;
-    let env = node_env(&got[2])?;
+    let env = node_env(&env_key, &got[2])?;
     Ok(Place {
         round,
         node_rank: layout.node_rank,
@@ -124,7 +125,6 @@ async fn enter(
     keys: &RoundKeys,
     info: &NodeInfo,
 ) -> Result<(String, Option<u32>), JoinError> {
-    let body = serde_json::to_vec(info).unwrap_or_default();
     match (cfg.shape, info.node_rank) {
         (Shape::Static { .. }, Some(r)) => {
             // One node per rank: the first to claim it keeps it, a second is told
@@ -138,12 +138,16 @@ async fn enter(
                     me: printable(&me),
                 });
             }
-            c.set(&keys.node(&r.to_string()), &body).await?;
+            let key = keys.node(&r.to_string());
+            c.set(key.name(), &key.encode(info)).await?;
             c.tally(&keys.join()).await?;
             Ok((r.to_string(), Some(r)))
         }
         _ => {
-            let ticket = c.enroll(&keys.join(), &keys.nodes(), &body).await?;
+            // The backend picks the ticket and writes the description under it.
+            let nodes = keys.nodes();
+            let body = nodes.encode(info);
+            let ticket = c.enroll(&keys.join(), nodes.name(), &body).await?;
             // Where tickets follow the join order, the ticket is the node rank.
             let rank = if c.tickets_are_join_order() {
                 ticket.parse().ok()
@@ -156,10 +160,10 @@ async fn enter(
 }
 
 /// The co-location variables the coordinator gave this node: NCCL's only.
-fn node_env(raw: &[u8]) -> Result<NodeEnv, JoinError> {
-    serde_json::from_slice(raw)
+fn node_env(key: &Key<NodeEnv>, raw: &[u8]) -> Result<NodeEnv, JoinError> {
+    key.decode(raw)
         .ok()
-        .filter(|e: &NodeEnv| {
+        .filter(|e| {
             e.vars
                 .iter()
                 .all(|(k, v)| k.starts_with("NCCL_") && valid_env(k, v))

@@ -18,7 +18,7 @@ pub struct Unreadable {
     pub expected: &'static str,
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(
+pub(super) fn decode<T: for<'de> Deserialize<'de>>(
     key: &str,
     raw: &[u8],
     expected: &'static str,
@@ -36,7 +36,7 @@ fn shown(raw: &[u8]) -> String {
     format!("{:?}", printable(&cut))
 }
 
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+pub(super) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     // Plain structs and enums of strings and integers: serializing cannot fail.
     serde_json::to_vec(value).unwrap_or_default()
 }

@@ -9,6 +9,16 @@ use std::time::Duration;
 /// Most frames a group's line shows.
 const FRAMES_SHOWN: usize = 6;
 
+/// The decided hang, as the node that decides for the job writes it for the others.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct HangNotice {
+    /// Counts the job's hangs, so a node prints each once.
+    pub seq: u32,
+    pub decider: u32,
+    pub hang: Hang,
+    pub text: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Hang {
     pub stalled_secs: f64,

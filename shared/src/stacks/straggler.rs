@@ -278,6 +278,16 @@ impl Straggler {
     }
 }
 
+/// The job's straggler decision, as the node that decides writes it at every sample.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StragglerNotice {
+    /// Counts the changes said, so each node prints each once.
+    pub seq: u32,
+    /// The last change's lines (kept until the next change).
+    pub said: Vec<String>,
+    pub stragglers: Vec<Straggler>,
+}
+
 /// Says a change in who straggles once it has held for `confirm`.
 #[derive(Debug, Default)]
 pub struct Decider {

@@ -22,6 +22,13 @@ pub struct TopTable {
 /// Rows a node's job view carries at most.
 pub const JOB_VIEW_ROWS: usize = 64;
 
+/// The job's rows for `toporun top`: at most [`JOB_VIEW_ROWS`], and how many there are.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct JobView {
+    pub ranks: Vec<RankRow>,
+    pub total: u32,
+}
+
 /// The job's rows bounded to `max`: the stragglers, then those that wait least (the
 /// likeliest next ones), in rank order.
 pub fn job_view(mut ranks: Vec<RankRow>, stragglers: &[Straggler], max: usize) -> Vec<RankRow> {

@@ -119,17 +119,15 @@ pub async fn say_flight_recorder(
 async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, StoreError> {
     let mut c = m.connect().await?;
     let sent: Vec<Dump> = local.iter().map(|d| d.recent(ENTRIES_SENT)).collect();
-    let bytes = serde_json::to_vec(&sent).unwrap_or_default();
-    c.set(&m.keys.flight_recorder(m.node_rank), &bytes).await?;
+    m.write(&mut c, &m.keys.flight_recorder(m.node_rank), &sent)
+        .await?;
     if !m.decides {
         return Ok(None);
     }
-    let raw = m
+    let mut all: Vec<Dump> = m
         .gather(&mut c, |n| m.keys.flight_recorder(n), GATHER_WAIT)
-        .await?;
-    let mut all: Vec<Dump> = raw
-        .iter()
-        .filter_map(|b| serde_json::from_slice::<Vec<Dump>>(b).ok())
+        .await?
+        .into_iter()
         .flatten()
         .collect();
     all.sort_by_key(|d| d.rank);

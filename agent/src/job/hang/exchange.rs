@@ -9,21 +9,10 @@ use crate::job::hang::watch::{HangReport, NodeSample, Sink};
 use crate::job::session::meeting::Meeting;
 use crate::job::spec::HangWatch;
 use crate::store::{StoreClient, StoreError};
-use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use tokio::sync::watch;
-use toporun_shared::stacks::hang_report::Hang;
+use toporun_shared::stacks::hang_report::{Hang, HangNotice as Notice};
 use toporun_shared::stacks::job_view::{flatten, job_hung, NodeStacks};
-
-/// The decided hang, as the deciding node writes it under `hang`.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Notice {
-    /// Counts the job's hangs, so a node prints each once.
-    seq: u32,
-    decider: u32,
-    hang: Hang,
-    text: String,
-}
 
 struct State {
     reported: bool,
@@ -94,8 +83,9 @@ impl Meeting {
             &[]
         };
         let mine = NodeStacks::new(self.node_rank, hostname, s.stalled, shown);
-        c.set(&self.keys.stacks(self.node_rank), &mine.encode())
-            .await?;
+        // Its own encoding: frames cut until it fits the store's bound.
+        let key = self.keys.stacks(self.node_rank);
+        c.set(key.name(), &mine.encode()).await?;
         if s.stalled < watch.timeout {
             state.reported = false;
             return Ok(());
@@ -129,17 +119,12 @@ impl Meeting {
         timeout: Duration,
         seq: u32,
     ) -> Result<Option<Notice>, StoreError> {
-        let keys: Vec<String> = (0..self.nnodes).map(|n| self.keys.stacks(n)).collect();
-        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
-        if !c.check(&refs).await? {
+        let nodes: Vec<NodeStacks> = self
+            .gather(c, |n| self.keys.stacks(n), Duration::ZERO)
+            .await?;
+        if nodes.len() < self.nnodes as usize {
             return Ok(None);
         }
-        let nodes: Vec<NodeStacks> = c
-            .multi_get_now(&refs)
-            .await?
-            .iter()
-            .filter_map(|raw| NodeStacks::decode(raw))
-            .collect();
         let Some(stalled) = job_hung(&nodes, self.nnodes, timeout) else {
             return Ok(None);
         };
@@ -151,8 +136,7 @@ impl Meeting {
             text: hang.text(&places),
             hang,
         };
-        let bytes = serde_json::to_vec(&notice).unwrap_or_default();
-        c.set(&self.keys.hang(), &bytes).await?;
+        self.write(c, &self.keys.hang(), &notice).await?;
         Ok(Some(notice))
     }
 
@@ -162,7 +146,7 @@ impl Meeting {
         c: &mut StoreClient,
         seen: u32,
     ) -> Result<Option<Notice>, StoreError> {
-        let notice: Option<Notice> = self.read_json(c, &self.keys.hang()).await?;
+        let notice = self.read(c, &self.keys.hang()).await?;
         Ok(notice.filter(|n| n.seq > seen))
     }
 }

@@ -3,7 +3,7 @@
 //! where the node hosting it decides for the job (the hang decision, the
 //! flight-recorder dumps matched across nodes).
 
-use crate::rendezvous::RoundKeys;
+use crate::rendezvous::{Key, RoundKeys};
 use crate::store::{StoreClient, StoreError};
 use std::time::{Duration, Instant};
 
@@ -24,40 +24,54 @@ impl Meeting {
     }
 
     /// Every node's value under `key_of(node)`, waiting at most `wait` for all of
-    /// them; those that came (a node gone leaves its value out).
-    pub async fn gather(
+    /// them; those that came (a node gone leaves its value out, and so does a value
+    /// that is not a `T`, with a warning).
+    pub async fn gather<T: serde::de::DeserializeOwned>(
         &self,
         c: &mut StoreClient,
-        key_of: impl Fn(u32) -> String,
+        key_of: impl Fn(u32) -> Key<T>,
         wait: Duration,
-    ) -> Result<Vec<Vec<u8>>, StoreError> {
-        let keys: Vec<String> = (0..self.nnodes).map(key_of).collect();
+    ) -> Result<Vec<T>, StoreError> {
+        let keys: Vec<Key<T>> = (0..self.nnodes).map(key_of).collect();
         let start = Instant::now();
         loop {
             let mut present = Vec::new();
             for k in &keys {
-                if c.check(&[k.as_str()]).await? {
-                    present.push(k.as_str());
+                if c.check(&[k.name()]).await? {
+                    present.push(k);
                 }
             }
             if present.len() == keys.len() || start.elapsed() >= wait {
-                return c.multi_get_now(&present).await;
+                let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
+                let raw = c.multi_get_now(&names).await?;
+                let values = present.iter().zip(&raw);
+                return Ok(values.filter_map(|(k, r)| k.decode_or_warn(r)).collect());
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
 
-    /// The JSON value under `key`, none when absent or not of that type (read now,
-    /// never waited for).
-    pub async fn read_json<T: serde::de::DeserializeOwned>(
+    /// The value under `key`, none when absent or, with a warning, not a `T` (read
+    /// now, never waited for).
+    pub async fn read<T: serde::de::DeserializeOwned>(
         &self,
         c: &mut StoreClient,
-        key: &str,
+        key: &Key<T>,
     ) -> Result<Option<T>, StoreError> {
-        if !c.check(&[key]).await? {
+        if !c.check(&[key.name()]).await? {
             return Ok(None);
         }
-        let raw = c.get(key, Duration::from_secs(5)).await?;
-        Ok(serde_json::from_slice(&raw).ok())
+        let raw = c.get(key.name(), Duration::from_secs(5)).await?;
+        Ok(key.decode_or_warn(&raw))
+    }
+
+    /// Writes `value` under `key`.
+    pub async fn write<T: serde::Serialize>(
+        &self,
+        c: &mut StoreClient,
+        key: &Key<T>,
+        value: &T,
+    ) -> Result<(), StoreError> {
+        c.set(key.name(), &key.encode(value)).await
     }
 }

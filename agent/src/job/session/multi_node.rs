@@ -289,7 +289,7 @@ impl MultiNode {
         ReportStore {
             host: node.master_addr.clone(),
             port: node.master_port,
-            prefix: self.cfg.round_keys(round).nccl(),
+            keys: self.cfg.round_keys(round),
             node_rank: node.node_rank,
             nnodes: node.nnodes,
             is_host: if self.etcd.is_some() {
@@ -401,11 +401,11 @@ impl MultiNode {
         let key = self.cfg.round_keys(round).peers();
         let read = async {
             let mut c = self.connect(&self.store_host).await.ok()?;
-            if !c.check(&[&key]).await.ok()? {
+            if !c.check(&[key.name()]).await.ok()? {
                 return None;
             }
-            let raw = c.read(&[&key]).await.ok()?.pop()?;
-            serde_json::from_slice::<Vec<NodeAddrs>>(&raw).ok()
+            let raw = c.read(&[key.name()]).await.ok()?.pop()?;
+            key.decode_or_warn(&raw)
         };
         let table = tokio::time::timeout(PEERS_WAIT, read).await.ok().flatten();
         table.unwrap_or_default()

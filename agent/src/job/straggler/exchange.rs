@@ -9,28 +9,10 @@
 use crate::job::session::meeting::Meeting;
 use crate::status::JobStatus;
 use crate::store::{StoreClient, StoreError};
-use serde::{Deserialize, Serialize};
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use toporun_shared::stacks::straggler::{RankRow, Straggler, Verdicts};
-use toporun_shared::stacks::top_table::{job_view, JOB_VIEW_ROWS};
-
-/// The decision, as the deciding node writes it at every sample.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Notice {
-    /// Counts the changes said, so each node prints each once.
-    seq: u32,
-    /// The last change's lines (kept until the next change).
-    said: Vec<String>,
-    stragglers: Vec<Straggler>,
-}
-
-/// The job's rows for `toporun top`: at most [`JOB_VIEW_ROWS`], and how many there are.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct View {
-    ranks: Vec<RankRow>,
-    total: u32,
-}
+use toporun_shared::stacks::straggler::{RankRow, StragglerNotice as Notice, Verdicts};
+use toporun_shared::stacks::top_table::{job_view, JobView as View, JOB_VIEW_ROWS};
 
 /// How often the job's view is written and read.
 const VIEW_EVERY: Duration = Duration::from_secs(5);
@@ -114,8 +96,7 @@ impl Meeting {
         let ranks: Vec<RankRow> = self
             .gather(c, |n| self.keys.rank_rows(n), Duration::ZERO)
             .await?
-            .iter()
-            .filter_map(|raw| serde_json::from_slice::<Vec<RankRow>>(raw).ok())
+            .into_iter()
             .flatten()
             .collect();
         let said = verdicts.step(now, &ranks, span);
@@ -127,18 +108,13 @@ impl Meeting {
             said: verdicts.last_said.clone(),
             stragglers: verdicts.current.clone(),
         };
-        c.set(
-            &self.keys.stragglers(),
-            &serde_json::to_vec(&n).unwrap_or_default(),
-        )
-        .await?;
+        self.write(c, &self.keys.stragglers(), &n).await?;
         let view = view_due.then(|| View {
             total: ranks.len() as u32,
             ranks: job_view(ranks, &n.stragglers, JOB_VIEW_ROWS),
         });
         if let Some(v) = &view {
-            let bytes = serde_json::to_vec(v).unwrap_or_default();
-            c.set(&self.keys.straggler_view(), &bytes).await?;
+            self.write(c, &self.keys.straggler_view(), v).await?;
         }
         Ok((Some(n), view))
     }
@@ -153,7 +129,7 @@ impl Meeting {
         view_due: bool,
     ) -> Result<(Option<Notice>, Option<View>), StoreError> {
         self.publish_rows(c, mine).await?;
-        let n: Option<Notice> = self.read_json(c, &self.keys.stragglers()).await?;
+        let n = self.read(c, &self.keys.stragglers()).await?;
         if let Some(n) = n.as_ref().filter(|n| n.seq > *seen) {
             for line in &n.said {
                 crate::console::say!("{line}");
@@ -161,14 +137,14 @@ impl Meeting {
             *seen = n.seq;
         }
         let view = match view_due {
-            true => self.read_json(c, &self.keys.straggler_view()).await?,
+            true => self.read(c, &self.keys.straggler_view()).await?,
             false => None,
         };
         Ok((n, view))
     }
 
     async fn publish_rows(&self, c: &mut StoreClient, mine: &[RankRow]) -> Result<(), StoreError> {
-        let bytes = serde_json::to_vec(mine).unwrap_or_default();
-        c.set(&self.keys.rank_rows(self.node_rank), &bytes).await
+        self.write(c, &self.keys.rank_rows(self.node_rank), &mine.to_vec())
+            .await
     }
 }
