@@ -175,7 +175,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
             return Ok(1);
         }
         let end = attempt(p, &mut life, &mut session, &node, restarts, events).await?;
-        match transitions::next(&end, restarts) {
+        match transitions::next(&end, restarts, p.classified) {
             Next::Round { counted, say } => {
                 restarts.used += u32::from(counted);
                 crate::console::say!("toporun: {say}");
@@ -195,11 +195,6 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
                 }
             }
             Next::Exit { code, say, .. } => {
-                let code = if p.classified {
-                    transitions::classified(code, &end)
-                } else {
-                    code
-                };
                 if let Some(say) = say {
                     crate::console::say!("toporun: {say}");
                 }

@@ -91,7 +91,21 @@ fn exit(code: u8, say: Option<String>) -> Next {
     }
 }
 
-pub fn next(end: &AttemptEnd, restarts: Restarts) -> Next {
+/// Where the job goes after `end`; an exit's code is its class under
+/// `--exit-codes classified` (`classified`), from the cause that travelled with the
+/// stop.
+pub fn next(end: &AttemptEnd, restarts: Restarts, classified: bool) -> Next {
+    match decide(end, restarts) {
+        Next::Exit { code, say, summary } if classified => Next::Exit {
+            code: class_code(code, end),
+            say,
+            summary,
+        },
+        n => n,
+    }
+}
+
+fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
     match end {
         AttemptEnd::Succeeded { barrier: None } => exit(0, None),
         AttemptEnd::Succeeded {
@@ -133,7 +147,7 @@ pub fn next(end: &AttemptEnd, restarts: Restarts) -> Next {
 
 /// The exit code under `--exit-codes classified`: a failure's is its leading
 /// cause's class (that cause travels with the stop to every node); the others stay.
-pub fn classified(code: u8, end: &AttemptEnd) -> u8 {
+fn class_code(code: u8, end: &AttemptEnd) -> u8 {
     if code != 1 {
         return code;
     }
@@ -166,7 +180,7 @@ mod tests {
 
     #[test]
     fn success_everywhere_exits_0() {
-        let n = next(&AttemptEnd::Succeeded { barrier: None }, NONE_LEFT);
+        let n = next(&AttemptEnd::Succeeded { barrier: None }, NONE_LEFT, false);
         assert_eq!(n, exit(0, None));
     }
 
@@ -178,7 +192,7 @@ mod tests {
             ours: ours.clone(),
             won: ours,
         };
-        let n = next(&end, ONE_LEFT);
+        let n = next(&end, ONE_LEFT, false);
         assert_eq!(counted(&n), Some(true));
         let Next::Round { say, .. } = n else {
             unreachable!()
@@ -192,7 +206,7 @@ mod tests {
             won: ours,
         };
         assert!(matches!(
-            next(&end, spent),
+            next(&end, spent, false),
             Next::Exit {
                 code: 1,
                 summary: true,
@@ -208,17 +222,29 @@ mod tests {
             ours: failure_stop(NONE_LEFT, "rank failed"),
             won: stop(StopKind::Membership),
         };
-        assert_eq!(counted(&next(&end, NONE_LEFT)), Some(false));
+        assert_eq!(counted(&next(&end, NONE_LEFT, false)), Some(false));
     }
 
     #[test]
     fn a_stop_from_another_node_follows_its_kind() {
-        let n = next(&AttemptEnd::Stopped(stop(StopKind::Membership)), NONE_LEFT);
+        let n = next(
+            &AttemptEnd::Stopped(stop(StopKind::Membership)),
+            NONE_LEFT,
+            false,
+        );
         assert_eq!(counted(&n), Some(false));
-        let n = next(&AttemptEnd::Stopped(stop(StopKind::Restart)), ONE_LEFT);
+        let n = next(
+            &AttemptEnd::Stopped(stop(StopKind::Restart)),
+            ONE_LEFT,
+            false,
+        );
         assert_eq!(counted(&n), Some(true));
         // A restart asked for when this node has none left ends the job here too.
-        let n = next(&AttemptEnd::Stopped(stop(StopKind::Restart)), NONE_LEFT);
+        let n = next(
+            &AttemptEnd::Stopped(stop(StopKind::Restart)),
+            NONE_LEFT,
+            false,
+        );
         assert!(
             matches!(
                 n,
@@ -230,7 +256,7 @@ mod tests {
             ),
             "{n:?}"
         );
-        let n = next(&AttemptEnd::Stopped(stop(StopKind::Fail)), ONE_LEFT);
+        let n = next(&AttemptEnd::Stopped(stop(StopKind::Fail)), ONE_LEFT, false);
         let Next::Exit { say: Some(say), .. } = n else {
             panic!("{n:?}")
         };
@@ -242,12 +268,12 @@ mod tests {
         let end = AttemptEnd::Succeeded {
             barrier: Some(stop(StopKind::Restart)),
         };
-        assert_eq!(counted(&next(&end, ONE_LEFT)), Some(true));
+        assert_eq!(counted(&next(&end, ONE_LEFT, false)), Some(true));
         let Next::Exit {
             code: 1,
             say: Some(say),
             ..
-        } = next(&end, NONE_LEFT)
+        } = next(&end, NONE_LEFT, false)
         else {
             panic!()
         };
@@ -259,7 +285,7 @@ mod tests {
         // Here, or on another node that stopped every node for it.
         let elsewhere = AttemptEnd::Stopped(StopReason::new(StopKind::Hang, "no progress"));
         for end in [AttemptEnd::Hang, elsewhere] {
-            let n = next(&end, ONE_LEFT);
+            let n = next(&end, ONE_LEFT, false);
             assert!(
                 matches!(
                     n,
@@ -279,10 +305,11 @@ mod tests {
         use nix::sys::signal::Signal;
         let r = crate::job::preemption::reason(Signal::SIGTERM, 1, "trainer-1", 0);
         let end = AttemptEnd::Stopped(r);
-        let n = next(&end, ONE_LEFT);
+        let n = next(&end, ONE_LEFT, false);
         assert!(matches!(n, Next::Exit { code: 1, .. }), "{n:?}");
-        assert_eq!(classified(1, &end), 85);
-        let n = next(&AttemptEnd::FileTimer { signal: 9 }, ONE_LEFT);
+        let n = next(&end, ONE_LEFT, true);
+        assert!(matches!(n, Next::Exit { code: 85, .. }), "{n:?}");
+        let n = next(&AttemptEnd::FileTimer { signal: 9 }, ONE_LEFT, false);
         assert_eq!(n, exit(137, None));
     }
 
@@ -290,18 +317,24 @@ mod tests {
     fn classified_codes_follow_the_cause_that_travelled_with_the_stop() {
         use toporun_shared::root_cause::CauseKind;
         let lost = StopReason::fail("node 2 lost").caused_by(Some(CauseKind::Peer));
-        assert_eq!(classified(1, &AttemptEnd::Stopped(lost)), 82);
+        assert_eq!(class_code(1, &AttemptEnd::Stopped(lost.clone())), 82);
+        // A stop that moves on to another round is no exit: no class.
+        let restart = StopReason::new(StopKind::Restart, "rank 1").caused_by(Some(CauseKind::Oom));
+        let n = next(&AttemptEnd::Stopped(restart), ONE_LEFT, true);
+        assert_eq!(counted(&n), Some(true));
+        let n = next(&AttemptEnd::Stopped(lost), ONE_LEFT, true);
+        assert!(matches!(n, Next::Exit { code: 82, .. }), "{n:?}");
         let oom = StopReason::fail("rank 1").caused_by(Some(CauseKind::Oom));
         let end = AttemptEnd::RankFailed {
             ours: oom.clone(),
             won: oom,
         };
-        assert_eq!(classified(1, &end), 81);
+        assert_eq!(class_code(1, &end), 81);
         // Unknown cause, a hang, a signal: as they are.
         assert_eq!(
-            classified(1, &AttemptEnd::Stopped(StopReason::fail("x"))),
+            class_code(1, &AttemptEnd::Stopped(StopReason::fail("x"))),
             1
         );
-        assert_eq!(classified(HANG_EXIT, &AttemptEnd::Hang), HANG_EXIT);
+        assert_eq!(class_code(HANG_EXIT, &AttemptEnd::Hang), HANG_EXIT);
     }
 }

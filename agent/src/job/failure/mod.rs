@@ -143,7 +143,7 @@ pub async fn rank_failed(
         x.causes = found.clone();
     });
     let end = AttemptEnd::RankFailed { ours, won };
-    if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts) {
+    if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts, p.classified) {
         write_failure(p, f, failures, &lead);
     }
     end
