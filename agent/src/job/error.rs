@@ -10,6 +10,14 @@ pub enum JobError {
     /// The options or environment cannot describe a job (exit 2, like argparse).
     #[error("{0}")]
     Usage(String),
+    /// An option or variable names something toporun cannot use (exit 2): which,
+    /// and the error that said why.
+    #[error("{what}")]
+    BadInput {
+        what: String,
+        #[source]
+        source: BoxedError,
+    },
     /// The store's port is taken or cannot be bound.
     #[error("{}", bind_text(*.port, .option, .holder.as_deref(), .source))]
     Bind {
@@ -53,6 +61,14 @@ fn bind_text(port: u16, option: &str, holder: Option<&str>, e: &std::io::Error) 
 pub type BoxedError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 impl JobError {
+    /// Bad input: the option or variable, and the error that said why.
+    pub fn bad_input(what: impl std::fmt::Display, source: impl Into<BoxedError>) -> JobError {
+        JobError::BadInput {
+            what: what.to_string(),
+            source: source.into(),
+        }
+    }
+
     /// A failure with what it was doing and the error that stopped it.
     pub fn failed(doing: impl std::fmt::Display, source: impl Into<BoxedError>) -> JobError {
         JobError::Step {
@@ -63,7 +79,7 @@ impl JobError {
 
     pub fn exit_code(&self) -> u8 {
         match self {
-            JobError::Usage(_) => 2,
+            JobError::Usage(_) | JobError::BadInput { .. } => 2,
             JobError::Bind { .. }
             | JobError::Path { .. }
             | JobError::Step { .. }
@@ -135,6 +151,15 @@ mod tests {
     #[test]
     fn usage_exits_2_and_the_rest_1() {
         assert_eq!(JobError::Usage("x".into()).exit_code(), 2);
+        let bad = JobError::bad_input(
+            "--rdzv-endpoint",
+            crate::rendezvous::etcd_client::EtcdError::NoEndpoints,
+        );
+        assert_eq!(bad.exit_code(), 2);
+        assert_eq!(
+            chain(&bad),
+            "--rdzv-endpoint: no etcd endpoint: --rdzv-endpoint names none"
+        );
         let path = JobError::Path {
             what: "--log-dir",
             path: "/ro/logs".into(),

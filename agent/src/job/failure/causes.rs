@@ -182,7 +182,7 @@ fn volume_of(paths: &[String]) -> Option<Volume> {
 pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
     if let Some(path) = &p.xid_replay {
         let source = ReplayXids::open(path)
-            .map_err(|e| JobError::Usage(format!("{XID_REPLAY_VAR}={}: {e}", path.display())))?;
+            .map_err(|e| JobError::bad_input(format!("{XID_REPLAY_VAR}={}", path.display()), e))?;
         return Ok(Some(XidLog::watch(Box::new(source))));
     }
     if p.facts.gpus.devices.is_empty() {

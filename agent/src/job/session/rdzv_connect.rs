@@ -58,13 +58,14 @@ fn etcd_client(p: &Job) -> Result<Etcd> {
     let conf = &p.opts.rdzv_conf;
     let https = conf.protocol == EtcdProtocol::Https;
     let endpoints = etcd_client::parse_endpoints(&p.opts.rdzv_endpoint, https)
-        .map_err(|e| JobError::Usage(e.to_string()))?;
+        .map_err(|e| JobError::bad_input("--rdzv-endpoint", e))?;
     let tls = etcd_client::Tls {
         cacert: conf.cacert.clone(),
         cert: conf.cert.clone(),
         key: conf.key.clone(),
     };
-    Etcd::new(endpoints, &tls, Duration::from_secs(5)).map_err(|e| JobError::Usage(e.to_string()))
+    Etcd::new(endpoints, &tls, Duration::from_secs(5))
+        .map_err(|e| JobError::bad_input("--rdzv-endpoint and --rdzv-conf", e))
 }
 
 /// Reaches the etcd cluster (any member). None when a handled signal arrived.
