@@ -3,9 +3,10 @@
 
 use super::backend::etcd_client::Etcd;
 use super::backend::{Backend, EtcdKv, Kv, StoreKv};
-use super::config::{Config, NodeInfo, Shape};
+use super::config::{Config, Shape};
 use super::coordinator::coordinate;
 use super::node::join;
+use super::node_info::NodeInfo;
 use crate::store::{StoreClient, StoreServer};
 use std::time::{Duration, Instant};
 

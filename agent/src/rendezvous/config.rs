@@ -1,72 +1,8 @@
-//! What a rendezvous is configured with (its shape and timeouts) and what each node
-//! tells the others.
+//! What a rendezvous is configured with: its shape and timeouts.
 
 use super::keys::{RoundKeys, RunKeys};
-use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
 use std::time::Duration;
 use toporun_shared::colocation;
-use toporun_shared::root_cause::peer::{names_a_node, NodeAddrs, MAX_ADDRS};
-use toporun_shared::untrusted::printable;
-
-/// What each node tells the others.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NodeInfo {
-    /// Static rendezvous: the node rank it was given; c10d: None.
-    pub node_rank: Option<u32>,
-    pub hostname: String,
-    pub addr: String,
-    pub nproc: u32,
-    pub gpus: usize,
-    pub boot_id: Option<String>,
-    pub ipc_ns: Option<u64>,
-    pub net_ns: Option<u64>,
-    /// Device number of its /dev/shm (equal when nodes share one).
-    #[serde(default)]
-    pub shm_dev: Option<u64>,
-    /// The co-location variables (NCCL_HOSTID, NCCL_CUMEM_ENABLE...) its ranks see.
-    #[serde(default)]
-    pub nccl: BTreeMap<String, String>,
-    /// Its GPU device nodes (/dev/nvidiaN).
-    #[serde(default)]
-    pub gpu_nodes: Vec<String>,
-    /// The --nnodes it was started with (min, max), to catch nodes that disagree.
-    #[serde(default)]
-    pub nnodes: Option<(u32, u32)>,
-    /// Its interfaces' addresses (no loopback or link-local): a peer's address in a
-    /// rank's error names the node even where it advertised a host name.
-    #[serde(default)]
-    pub ips: Vec<String>,
-}
-
-impl NodeInfo {
-    /// The node as a peer's address names it (the addresses bounded: a forged
-    /// description may list any number).
-    pub fn addrs(&self) -> NodeAddrs {
-        let addrs = std::iter::once(&self.addr)
-            .chain(self.ips.iter().filter(|a| names_a_node(a)))
-            .take(MAX_ADDRS)
-            .map(|a| printable(a))
-            .collect();
-        NodeAddrs {
-            name: format!("{}, {}", printable(&self.hostname), printable(&self.addr)),
-            addrs,
-        }
-    }
-
-    /// What the co-location decision needs of this node.
-    pub fn colocation(&self) -> colocation::Node {
-        colocation::Node {
-            hostname: self.hostname.clone(),
-            boot_id: self.boot_id.clone(),
-            net_ns: self.net_ns,
-            ipc_ns: self.ipc_ns,
-            shm_dev: self.shm_dev,
-            gpu_nodes: self.gpu_nodes.clone(),
-            env: self.nccl.clone(),
-        }
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {

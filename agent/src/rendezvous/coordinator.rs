@@ -3,8 +3,9 @@
 //! publishes every node's place, and says where it stands while it waits.
 
 use super::backend::{Backend, Kv, KvError};
-use super::config::{Config, NodeInfo, Shape};
+use super::config::{Config, Shape};
 use super::keys::RoundKeys;
+use super::node_info::NodeInfo;
 use super::protocol::{Closed, Layout, StopReason};
 use std::time::{Duration, Instant};
 use toporun_shared::torchrun::MAX_NPROC;

@@ -22,8 +22,8 @@
 //! A key whose value is JSON is a [`Key<T>`](super::typed_key::Key): the builder
 //! names the value's type, and reading it gives that type or `Unreadable`.
 
+use super::node_info::NodeInfo;
 use super::typed_key::Key;
-use super::NodeInfo;
 use toporun_shared::colocation::NodeEnv;
 use toporun_shared::flight_recorder::Dump;
 use toporun_shared::nccl_log::Digest;

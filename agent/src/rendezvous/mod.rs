@@ -14,17 +14,19 @@ mod config;
 mod coordinator;
 mod keys;
 mod node;
+mod node_info;
 mod protocol;
 mod typed_key;
 
 pub use backend::{etcd_client, Backend, EtcdKv, Kv, KvError, StoreKv};
-pub use config::{key_space, Config, NodeInfo, Shape};
+pub use config::{key_space, Config, Shape};
 pub use coordinator::{coordinate, CoordinateError, Waiting};
 pub use keys::{RoundKeys, RunKeys};
 pub use node::{
     advance_round, barrier, current_round, join, request_stop, round_closed, wait_for_next_round,
     BarrierNode, JoinError, NextRound, Place, StopWatch,
 };
+pub use node_info::NodeInfo;
 pub use protocol::{Closed, Layout, StopKind, StopReason, Unreadable};
 pub use typed_key::Key;
 

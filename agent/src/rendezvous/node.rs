@@ -2,8 +2,9 @@
 //! wait at the exit barrier.
 
 use super::backend::{Backend, Kv, KvError};
-use super::config::{Config, NodeInfo, Shape};
+use super::config::{Config, Shape};
 use super::keys::RoundKeys;
+use super::node_info::NodeInfo;
 use super::protocol::{Closed, Expect, Layout, StopKind, StopReason, Unreadable};
 use super::typed_key::Key;
 use std::time::{Duration, Instant};
