@@ -385,11 +385,55 @@ fn print_completion(cmd: &mut Command, shell: &str) -> Result<(), clap::Error> {
     Ok(())
 }
 
-/// `[globals] launch ARGS` (argv after the program name) as `launch [globals] ARGS`.
-pub fn launch_form(args: &[String]) -> Option<Vec<String>> {
+/// What a command line asks for, parsed: every form reaches one of these two.
+pub enum Invocation {
+    /// `torchrun ...`, `toporun [globals] SCRIPT ...` or `toporun [globals] launch ...`,
+    /// parsed as torchrun's argparse parses (abbreviations, a dash-led entrypoint).
+    Launch(ArgMatches),
+    /// One of toporun's own subcommands.
+    Subcommand(Cli),
+}
+
+/// Routes and parses argv (the program name first): the one way in.
+pub fn route(argv: &[String]) -> Result<Invocation, clap::Error> {
+    let program = argv.first().map(String::as_str).unwrap_or("toporun");
+    let as_torchrun = std::path::Path::new(program)
+        .file_name()
+        .is_some_and(|n| n == "torchrun");
+    let rest = argv.get(1..).unwrap_or_default();
+    let at = globals_end(rest);
+    let first = rest.get(at).map(String::as_str);
+    let launch = |name, argv: &[String]| parse_launch(launch_command(name), argv);
+    if as_torchrun {
+        return launch("torchrun", argv).map(Invocation::Launch);
+    }
+    match first {
+        // `[globals] launch ARGS` as `launch [globals] ARGS`.
+        Some("launch") => {
+            let argv: Vec<String> = std::iter::once("launch".to_string())
+                .chain(rest[..at].iter().cloned())
+                .chain(rest[at + 1..].iter().cloned())
+                .collect();
+            launch("launch", &argv).map(Invocation::Launch)
+        }
+        Some(a)
+            if !SUBCOMMANDS.contains(&a) && !matches!(a, "-h" | "--help" | "-V" | "--version") =>
+        {
+            launch("toporun", argv).map(Invocation::Launch)
+        }
+        _ => {
+            use clap::FromArgMatches;
+            let m = toporun_command().try_get_matches_from(argv)?;
+            Cli::from_arg_matches(&m).map(Invocation::Subcommand)
+        }
+    }
+}
+
+/// Where the leading global options (`--facts FILE`, `--nvidia-smi-topo FILE`, or
+/// their `=` forms) of argv after the program name end.
+fn globals_end(args: &[String]) -> usize {
     let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
+    while let Some(a) = args.get(i).map(String::as_str) {
         if a == "--facts" || a == "--nvidia-smi-topo" {
             i += 2;
         } else if a.starts_with("--facts=") || a.starts_with("--nvidia-smi-topo=") {
@@ -398,30 +442,7 @@ pub fn launch_form(args: &[String]) -> Option<Vec<String>> {
             break;
         }
     }
-    (args.get(i).map(String::as_str) == Some("launch")).then(|| {
-        std::iter::once("launch".to_string())
-            .chain(args[..i].iter().cloned())
-            .chain(args[i + 1..].iter().cloned())
-            .collect()
-    })
-}
-
-/// Whether argv (after the program name) is the torchrun form rather than a subcommand.
-pub fn is_torchrun_form(args: &[String]) -> bool {
-    let mut i = 0;
-    while i < args.len() {
-        let a = args[i].as_str();
-        if a == "--facts" || a == "--nvidia-smi-topo" {
-            i += 2;
-            continue;
-        }
-        if a.starts_with("--facts=") || a.starts_with("--nvidia-smi-topo=") {
-            i += 1;
-            continue;
-        }
-        return !(SUBCOMMANDS.contains(&a) || matches!(a, "-h" | "--help" | "-V" | "--version"));
-    }
-    false
+    i.min(args.len())
 }
 
 #[cfg(test)]
@@ -544,11 +565,57 @@ mod tests {
     }
 
     #[test]
-    fn subcommand_or_torchrun_form() {
+    fn every_form_takes_one_route() {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(!is_torchrun_form(&v(&["--facts", "f.json", "preflight"])));
-        assert!(is_torchrun_form(&v(&["--nproc-per-node=2", "train.py"])));
-        assert!(is_torchrun_form(&v(&["train.py"])));
-        assert!(!is_torchrun_form(&v(&["--help"])));
+        let launched = |a: &[&str]| match route(&v(a)) {
+            Ok(Invocation::Launch(m)) => {
+                let script = m.get_many::<String>("command").unwrap().next().unwrap();
+                Some((
+                    script.clone(),
+                    m.get_one::<String>("nproc_per_node").cloned(),
+                ))
+            }
+            Ok(Invocation::Subcommand(_)) => None,
+            Err(e) => panic!("{a:?}: {e}"),
+        };
+        let t = |n: &str| Some(("train.py".to_string(), Some(n.to_string())));
+        assert_eq!(
+            launched(&["toporun", "--nproc-per-node=2", "train.py"]),
+            t("2")
+        );
+        assert_eq!(
+            launched(&["/usr/bin/torchrun", "--nproc_per", "3", "train.py"]),
+            t("3")
+        );
+        // Globals before `launch` move after it.
+        let l = [
+            "toporun",
+            "--facts",
+            "f.json",
+            "launch",
+            "--nproc-per-node",
+            "4",
+            "train.py",
+        ];
+        assert_eq!(launched(&l), t("4"));
+        assert_eq!(launched(&["toporun", "--facts=f.json", "preflight"]), None);
+        assert_eq!(launched(&["toporun", "topo"]), None);
+        // A torchrun with a subcommand's name as its script still launches it.
+        let probe = route(&v(&["torchrun", "probe"])).unwrap();
+        assert!(matches!(probe, Invocation::Launch(_)));
+        for usage in [
+            &["toporun", "--bogus"][..],
+            &["toporun", "--facts"],
+            &["toporun", "launch"],
+        ] {
+            let e = route(&v(usage))
+                .err()
+                .unwrap_or_else(|| panic!("{usage:?}"));
+            assert_eq!(e.exit_code(), 2, "{usage:?}: {e}");
+        }
+        assert_eq!(
+            globals_end(&v(&["--facts", "f", "--nvidia-smi-topo=t", "x"])),
+            3
+        );
     }
 }

@@ -13,20 +13,6 @@ use toporun_shared::finding::{worst, Severity};
 use toporun_shared::preflight::{self, PreflightOptions, Requirement};
 use toporun_shared::units::parse_size;
 
-/// `toporun [globals] launch ...` that reached the subcommand parser: parsed again as
-/// argparse would (abbreviations, a dash-led entrypoint) and launched.
-pub fn launch(m: &clap::ArgMatches) -> u8 {
-    let argv: Vec<String> = std::env::args().collect();
-    let at = argv.iter().position(|a| a == "launch").unwrap_or(0);
-    let Some(("launch", sub)) = m.subcommand() else {
-        return 2;
-    };
-    match crate::cli::parse_launch(crate::cli::launch_command("launch"), &argv[at..]) {
-        Ok(_) => crate::launch::run(sub),
-        Err(e) => crate::exit::usage(e),
-    }
-}
-
 pub fn dispatch(cli: Cli) -> u8 {
     crate::exit::quiet_on_closed_pipe();
     let g = &cli.globals;

@@ -34,36 +34,10 @@ fn main() -> ExitCode {
         }
     }));
     let argv: Vec<String> = std::env::args().collect();
-    let invoked_as = std::path::Path::new(argv.first().map(String::as_str).unwrap_or("toporun"))
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let rest = argv.get(1..).unwrap_or_default();
-    let code = if invoked_as == "torchrun" || cli::is_torchrun_form(rest) {
-        let name = if invoked_as == "torchrun" {
-            "torchrun"
-        } else {
-            "toporun"
-        };
-        match cli::parse_launch(cli::launch_command(name), &argv) {
-            Ok(m) => launch::run(&m),
-            Err(e) => exit::usage(e),
-        }
-    } else if let Some(launch_argv) = cli::launch_form(rest) {
-        // `toporun [globals] launch ...`: parsed as torchrun parses (abbreviations).
-        match cli::parse_launch(cli::launch_command("launch"), &launch_argv) {
-            Ok(m) => launch::run(&m),
-            Err(e) => exit::usage(e),
-        }
-    } else {
-        match cli::toporun_command().try_get_matches_from(&argv) {
-            Ok(m) if m.subcommand_name() == Some("launch") => commands::launch(&m),
-            Ok(m) => match <subcommands::Cli as clap::FromArgMatches>::from_arg_matches(&m) {
-                Ok(parsed) => commands::dispatch(parsed),
-                Err(e) => exit::usage(e),
-            },
-            Err(e) => exit::usage(e),
-        }
+    let code = match cli::route(&argv) {
+        Ok(cli::Invocation::Launch(m)) => launch::run(&m),
+        Ok(cli::Invocation::Subcommand(c)) => commands::dispatch(c),
+        Err(e) => exit::usage(e),
     };
     ExitCode::from(code)
 }
