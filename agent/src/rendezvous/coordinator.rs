@@ -371,8 +371,7 @@ fn layout(
             nnodes,
         };
         out.push((keys.layout(ticket), place.encode()));
-        let env = keys.env(ticket);
-        out.push((env.name().to_string(), env.encode(&coloc.env[i])));
+        out.push(keys.env(ticket).entry(&coloc.env[i]));
         // Who node i is, for the nodes that name it when it is lost.
         out.push((
             keys.name(node_rank),
@@ -381,8 +380,7 @@ fn layout(
         offset += info.nproc;
     }
     let peers: Vec<_> = infos.iter().map(NodeInfo::addrs).collect();
-    let peers_key = keys.peers();
-    out.push((peers_key.name().to_string(), peers_key.encode(&peers)));
+    out.push(keys.peers().entry(&peers));
     out
 }
 

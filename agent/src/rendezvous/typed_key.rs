@@ -49,6 +49,18 @@ impl<T: Serialize> Key<T> {
     pub fn encode(&self, value: &T) -> Vec<u8> {
         super::protocol::encode(value)
     }
+
+    /// The key's name and `value` encoded, for a batch of writes.
+    pub fn entry(&self, value: &T) -> (String, Vec<u8>) {
+        (self.name.clone(), self.encode(value))
+    }
+}
+
+impl<T: Serialize> Key<Vec<T>> {
+    /// A list's value from a slice, as a `Vec<T>` encodes (no copy into one).
+    pub fn encode_slice(&self, values: &[T]) -> Vec<u8> {
+        super::protocol::encode(&values)
+    }
 }
 
 impl<T: DeserializeOwned> Key<T> {
@@ -91,6 +103,8 @@ mod tests {
         let k: Key<Vec<Row>> = Key::new("toporun/j/r0/ranks/1".into(), "rank rows");
         let raw = k.encode(&vec![Row { rank: 3 }]);
         assert_eq!(k.decode(&raw).unwrap(), vec![Row { rank: 3 }]);
+        assert_eq!(k.encode_slice(&[Row { rank: 3 }]), raw);
+        assert_eq!(k.entry(&vec![]), (k.name().to_string(), b"[]".to_vec()));
         let e = k.decode(b"{\"rank\": 3}").unwrap_err();
         assert_eq!(e.key, "toporun/j/r0/ranks/1");
         assert_eq!(e.expected, "rank rows");

@@ -33,14 +33,21 @@ impl Meeting {
         wait: Duration,
     ) -> Result<Vec<T>, StoreError> {
         let keys: Vec<Key<T>> = (0..self.nnodes).map(key_of).collect();
+        let names: Vec<&str> = keys.iter().map(|k| k.name()).collect();
         let start = Instant::now();
         loop {
-            let mut present = Vec::new();
-            for k in &keys {
-                if c.check(&[k.name()]).await? {
-                    present.push(k);
+            // One round trip when every node has written (each sample, usually).
+            let present: Vec<&Key<T>> = if c.check(&names).await? {
+                keys.iter().collect()
+            } else {
+                let mut some = Vec::new();
+                for k in &keys {
+                    if c.check(&[k.name()]).await? {
+                        some.push(k);
+                    }
                 }
-            }
+                some
+            };
             if present.len() == keys.len() || start.elapsed() >= wait {
                 let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
                 let raw = c.multi_get_now(&names).await?;

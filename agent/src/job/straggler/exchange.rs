@@ -144,7 +144,7 @@ impl Meeting {
     }
 
     async fn publish_rows(&self, c: &mut StoreClient, mine: &[RankRow]) -> Result<(), StoreError> {
-        self.write(c, &self.keys.rank_rows(self.node_rank), &mine.to_vec())
-            .await
+        let key = self.keys.rank_rows(self.node_rank);
+        c.set(key.name(), &key.encode_slice(mine)).await
     }
 }
