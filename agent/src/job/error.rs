@@ -160,6 +160,13 @@ mod tests {
             chain(&bad),
             "--rdzv-endpoint: no etcd endpoint: --rdzv-endpoint names none"
         );
+        // An error whose message carries its cause says it once.
+        let missing = std::path::Path::new("/nonexistent/xids.jsonl");
+        let e = crate::probe::gpu_events::ReplayXids::open(missing)
+            .err()
+            .unwrap();
+        let text = chain(&JobError::bad_input("TOPORUN_XID_REPLAY=x", e));
+        assert_eq!(text.matches("No such file").count(), 1, "{text}");
         let path = JobError::Path {
             what: "--log-dir",
             path: "/ro/logs".into(),

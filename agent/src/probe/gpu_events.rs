@@ -25,27 +25,23 @@ pub trait XidSource: Send {
 pub enum XidSourceError {
     #[error(transparent)]
     Nvml(#[from] NvmlError),
-    #[error("GPU {gpu}: {source}")]
-    Register {
-        gpu: u32,
-        #[source]
-        source: NvmlError,
-    },
+    // The cause is in the message, not a `#[source]`: printed as a chain it would
+    // appear twice.
+    #[error("GPU {gpu}: {cause}")]
+    Register { gpu: u32, cause: NvmlError },
     #[error("NVML did not answer within 10 s")]
     NoAnswer,
     #[error("the NVML event thread ended")]
     ThreadEnded,
-    #[error("{path}: {source}")]
+    #[error("{}: {cause}", .path.display())]
     Replay {
         path: std::path::PathBuf,
-        #[source]
-        source: std::io::Error,
+        cause: std::io::Error,
     },
-    #[error("not an Xid event ({source}): {line}")]
+    #[error("not an Xid event ({cause}): {line}")]
     NotAnEvent {
         line: String,
-        #[source]
-        source: serde_json::Error,
+        cause: serde_json::Error,
     },
 }
 
@@ -116,7 +112,7 @@ fn register(nvml: &Nvml) -> Result<nvml_wrapper::event::EventSet<'_>, XidSourceE
             .register_events(EventTypes::CRITICAL_XID_ERROR, set)
             .map_err(|e| XidSourceError::Register {
                 gpu: i,
-                source: e.error,
+                cause: e.error,
             })?;
     }
     Ok(set)
@@ -147,9 +143,9 @@ pub struct ReplayXids {
 
 impl ReplayXids {
     pub fn open(path: &std::path::Path) -> Result<ReplayXids, XidSourceError> {
-        let f = std::fs::File::open(path).map_err(|source| XidSourceError::Replay {
+        let f = std::fs::File::open(path).map_err(|cause| XidSourceError::Replay {
             path: path.to_path_buf(),
-            source,
+            cause,
         })?;
         Ok(ReplayXids {
             path: path.to_path_buf(),
@@ -173,17 +169,17 @@ impl XidSource for ReplayXids {
                     if line.trim().is_empty() {
                         continue;
                     }
-                    return serde_json::from_str(&line).map(Some).map_err(|source| {
+                    return serde_json::from_str(&line).map(Some).map_err(|cause| {
                         XidSourceError::NotAnEvent {
                             line: line.trim().to_string(),
-                            source,
+                            cause,
                         }
                     });
                 }
-                Err(source) => {
+                Err(cause) => {
                     return Err(XidSourceError::Replay {
                         path: self.path.clone(),
-                        source,
+                        cause,
                     })
                 }
             }
