@@ -14,11 +14,11 @@ use crate::job::hang::watch::{self, HangReport, LiveRanks};
 use crate::job::nccl_report::{self, Capture, Reporter};
 use crate::job::preemption;
 use crate::job::ranks::rank_commands;
+use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
-// A rank-event callback that panicked leaves these lists whole: poison is cleared.
-use crate::job::transitions::{self, AttemptEnd, Next, Restarts};
+use crate::job::transitions::{AttemptEnd, Exit, Machine, Restarts};
 use crate::paths::random_id;
 use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
@@ -33,8 +33,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::time::Duration;
-use toporun_shared::root_cause::exit_codes::class_of;
-use toporun_shared::root_cause::CauseKind;
+use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// torch's FileTimerServer when `TORCHELASTIC_ENABLE_FILE_TIMER=1`.
 fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
@@ -123,8 +122,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         .as_ref()
         .map(|t| t.path().display().to_string())
         .or_else(|| Some(p.file_timer.path.as_ref()?.display().to_string()));
-    let grace = p.init_grace;
-    let Some(mut session) = Session::start(p, events).await? else {
+    let Some(session) = Session::start(p, events).await? else {
         crate::console::say!(
             "toporun: received a signal while connecting to the rendezvous; exiting"
         );
@@ -137,11 +135,11 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         let now = ranks.lock().unwrap_or_else(PoisonError::into_inner).clone();
         stacks_socket::answer(&now, json)
     }));
-    let mut life = Life {
+    let life = Life {
         status,
         timer,
         timer_file,
-        grace,
+        grace: p.init_grace,
         run_dir: None,
         live,
         stacks_socket: None,
@@ -149,66 +147,74 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         xids: causes::watch_xids(p)?,
         gpus: (!p.facts.gpus.devices.is_empty()).then_some(NvmlProbe),
     };
-    let mut restarts = Restarts {
-        used: 0,
-        max: p.opts.max_restarts,
+    let machine = Machine::new(p.opts.max_restarts, p.classified, life.gpus.is_some());
+    let mut node = LiveNode {
+        p,
+        life,
+        session,
+        events,
     };
-    let mut next_round: u32 = 0;
-    loop {
-        life.status.round(next_round, restarts.used);
-        let node = match session.join(p, next_round, events).await? {
-            Entered::Placed(node) => node,
-            Entered::Signal => {
-                crate::console::say!("toporun: received a signal during the rendezvous; exiting");
-                return Ok(1);
-            }
-            Entered::JobFinished => {
-                crate::console::say!(
-                    "toporun: the job finished while this node waited as a spare; nothing to do"
-                );
-                return Ok(0);
-            }
-        };
-        next_round = node.round + 1;
-        if let Some(sig) = events.pending_signal() {
-            crate::console::say!("toporun: received {sig} before the ranks started; exiting");
-            return Ok(1);
+    round_loop::drive(&mut node, machine).await
+}
+
+/// This node as the round loop's host: the rendezvous, the ranks, the GPUs.
+struct LiveNode<'a> {
+    p: &'a Job,
+    life: Life,
+    session: Session,
+    events: &'a mut Events,
+}
+
+impl Host for LiveNode<'_> {
+    fn round_begins(&mut self, min_round: u32, restarts: Restarts) {
+        self.life.status.round(min_round, restarts.used);
+    }
+
+    async fn join(&mut self, min_round: u32) -> Result<Entered, JobError> {
+        self.session.join(self.p, min_round, self.events).await
+    }
+
+    fn pending_signal(&mut self) -> Option<Signal> {
+        self.events.pending_signal()
+    }
+
+    async fn attempt(
+        &mut self,
+        node: &NodePlace,
+        restarts: Restarts,
+    ) -> Result<Attempted, JobError> {
+        let (p, events) = (self.p, &mut *self.events);
+        attempt(p, &mut self.life, &mut self.session, node, restarts, events).await
+    }
+
+    async fn gpus_released(&mut self) -> Option<Cause> {
+        gpus_released(self.life.gpus.as_ref()).await
+    }
+
+    fn say(&mut self, line: &str) {
+        crate::console::say!("toporun: {line}");
+    }
+
+    async fn exit(&mut self, node: &NodePlace, exit: &Exit, attempted: &Attempted) {
+        if let Some(say) = &exit.say {
+            crate::console::say!("toporun: {say}");
         }
-        let end = attempt(p, &mut life, &mut session, &node, restarts, events).await?;
-        match transitions::next(&end, restarts, p.classified) {
-            Next::Round { counted, say } => {
-                restarts.used += u32::from(counted);
-                crate::console::say!("toporun: {say}");
-                if let Some(cause) = gpus_released(life.gpus.as_ref()).await {
-                    crate::console::say!("{}", cause.line());
-                    let log = p.termination_log.as_deref();
-                    supervise::leave_termination_message(log, &cause.line());
-                    life.status.update(|x| {
-                        x.root_cause = Some(cause.kind);
-                        x.causes = vec![cause];
-                    });
-                    return Ok(if p.classified {
-                        class_of(CauseKind::Hardware).code
-                    } else {
-                        1
-                    });
-                }
-            }
-            Next::Exit { code, say, .. } => {
-                if let Some(say) = say {
-                    crate::console::say!("toporun: {say}");
-                }
-                // The others still alive hear why, whichever node asked for the stop
-                // (the store's host itself, when its keep-alive watch lost a node).
-                if code != 0 {
-                    let lost = match &end {
-                        AttemptEnd::Stopped(r) => r.lost.len(),
-                        _ => 0,
-                    };
-                    session.linger(&node, lost).await;
-                }
-                return Ok(code);
-            }
+        if let (true, Some(report)) = (exit.summary, &attempted.report) {
+            report.write(self.p);
+        }
+        if let Some(cause) = &exit.cause {
+            crate::console::say!("{}", cause.line());
+            let log = self.p.termination_log.as_deref();
+            supervise::leave_termination_message(log, &cause.line());
+            self.life.status.update(|x| {
+                x.root_cause = Some(cause.kind);
+                x.causes = vec![cause.clone()];
+            });
+        }
+        // The others still alive hear why, whichever node asked for the stop (the
+        // store's host itself, when its keep-alive watch lost a node).
+        if let Some(lost) = exit.linger {
+            self.session.linger(node, lost).await;
         }
     }
 }
@@ -293,7 +299,7 @@ async fn attempt(
     node: &NodePlace,
     restarts: Restarts,
     events: &mut Events,
-) -> Result<AttemptEnd, JobError> {
+) -> Result<Attempted, JobError> {
     let (round, status) = (node.round, life.status.clone());
     report_place(&status, node);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
@@ -356,12 +362,13 @@ async fn attempt(
         w.abort();
     }
     if let Some(e) = life.timer.as_mut().and_then(|t| t.fired.take()) {
-        return Ok(file_timer_fired(session, node, &outcome, e).await);
+        let end = file_timer_fired(session, node, &outcome, e).await;
+        return Ok(Attempted { end, report: None });
     }
     if let Some(r) = reporter.as_mut() {
         r.finish().await;
     }
-    Ok(match outcome {
+    let end = match outcome {
         Outcome::Succeeded => AttemptEnd::Succeeded {
             barrier: session.finish(round, node).await?,
         },
@@ -386,7 +393,9 @@ async fn attempt(
                 gpus: life.gpus.as_ref(),
             };
             let reporter = reporter.as_ref();
-            rank_failed(p, session, node, restarts, reporter, failed, &life.status).await
+            let (end, report) =
+                rank_failed(p, session, node, restarts, reporter, failed, &life.status).await;
+            return Ok(Attempted { end, report });
         }
         Outcome::Stopped(AttemptStop::Rendezvous(reason)) => {
             // Stopped for a hang before this node read the view: it prints it too.
@@ -400,7 +409,8 @@ async fn attempt(
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
             hang_stopped(p, session, node, &report, place, &status).await
         }
-    })
+    };
+    Ok(Attempted { end, report: None })
 }
 
 /// The status says which round this node runs, and where (a spare reports the round

@@ -92,6 +92,7 @@ pub struct HangWatch {
 }
 
 /// This node's place once the rendezvous closed.
+#[derive(Default)]
 pub struct NodePlace {
     pub run_id: String,
     /// The rendezvous round it was placed in.

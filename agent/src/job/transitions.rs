@@ -1,10 +1,13 @@
-//! What the job does after an attempt, as a pure function: the lifecycle loop does
-//! the I/O (rendezvous, ranks, messages) and asks [`next`] where to go. Rank failures
-//! count against --max-restarts (TORCHELASTIC_RESTART_COUNT); a membership change (a
-//! node lost or admitted) moves to the next round only.
+//! What the job does after an attempt, as a state machine: the round loop does the
+//! I/O (rendezvous, ranks, messages), tells the [`Machine`] how each attempt ended,
+//! once, and carries out the [`Step`] it returns. Rank failures count against
+//! --max-restarts (TORCHELASTIC_RESTART_COUNT); a membership change (a node lost or
+//! admitted) moves to the next round only; a GPU fault, or GPU memory the last
+//! attempt never released, ends the job.
 
 use crate::rendezvous::{StopKind, StopReason};
 use toporun_shared::root_cause::exit_codes::class_of;
+use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// --max-restarts and how many were used.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,8 +28,9 @@ pub enum AttemptEnd {
     /// Every local rank succeeded; `barrier` is why the job did not, if another node
     /// stopped it while this one waited at the exit barrier.
     Succeeded { barrier: Option<StopReason> },
-    /// A local rank failed: `ours` is the stop this node asked for, `won` the one
-    /// every node acts on (another node may have asked first).
+    /// A local rank failed: `ours` is the stop this node asked for (from
+    /// [`failure_stop`]), `won` the one every node acts on (another node may have
+    /// asked first).
     RankFailed { ours: StopReason, won: StopReason },
     /// Another node, the keep-alive check or the file timer stopped the round.
     Stopped(StopReason),
@@ -39,9 +43,111 @@ pub enum AttemptEnd {
 /// The exit code of `--on-hang stop` (timeout(1)'s "timed out").
 pub const HANG_EXIT: u8 = 124;
 
-/// Where the job goes next.
+/// What the round loop does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Next {
+pub enum Step {
+    /// Say `say`, then run the next round; first, when `release_gpus`, wait until the
+    /// last attempt's GPU memory is released and tell [`Machine::memory_held`] if not.
+    Round { say: String, release_gpus: bool },
+    /// End the job.
+    Exit(Exit),
+}
+
+/// How the job ends on this node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub code: u8,
+    pub say: Option<String>,
+    /// Write torchrun's failure summary (this node's rank failed, no restart left).
+    pub summary: bool,
+    /// Stay until the other nodes heard the stop; the nodes it declared lost, who
+    /// never will.
+    pub linger: Option<usize>,
+    /// A cause found after the attempt (memory never released): said, left in the
+    /// termination message and in `/status`.
+    pub cause: Option<Cause>,
+}
+
+/// The job's state between attempts: the restarts used, and how exits are coded.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    restarts: Restarts,
+    /// `--exit-codes classified`.
+    classified: bool,
+    /// This node has GPUs: a round first waits for their memory.
+    gpus: bool,
+}
+
+impl Machine {
+    pub fn new(max_restarts: u32, classified: bool, gpus: bool) -> Machine {
+        let restarts = Restarts {
+            used: 0,
+            max: max_restarts,
+        };
+        Machine {
+            restarts,
+            classified,
+            gpus,
+        }
+    }
+
+    pub fn restarts(&self) -> Restarts {
+        self.restarts
+    }
+
+    /// Where the job goes after `end`, told once per attempt.
+    pub fn ended(&mut self, end: &AttemptEnd) -> Step {
+        match decide(end, self.restarts) {
+            Next::Round { counted, say } => {
+                self.restarts.used += u32::from(counted);
+                Step::Round {
+                    say,
+                    release_gpus: self.gpus,
+                }
+            }
+            Next::Exit { code, say, summary } => {
+                // The others still alive hear why, whichever node asked for the stop.
+                let linger = (code != 0).then_some(match end {
+                    AttemptEnd::Stopped(r) => r.lost.len(),
+                    _ => 0,
+                });
+                let code = if self.classified {
+                    class_code(code, end)
+                } else {
+                    code
+                };
+                Step::Exit(Exit {
+                    code,
+                    say,
+                    summary,
+                    linger,
+                    cause: None,
+                })
+            }
+        }
+    }
+
+    /// A round's GPU memory was still held after the wait: a restart would fail with
+    /// CUDA out of memory, so the job ends with that cause (a hardware class).
+    pub fn memory_held(&self, cause: Cause) -> Exit {
+        let code = if self.classified {
+            class_of(CauseKind::Hardware).code
+        } else {
+            1
+        };
+        Exit {
+            code,
+            say: None,
+            summary: false,
+            linger: None,
+            cause: Some(cause),
+        }
+    }
+}
+
+/// What [`decide`] makes of an attempt's end, before the machine codes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Next {
     /// Run the next round; `counted` when it uses one of --max-restarts.
     Round { counted: bool, say: String },
     /// End with this exit code; `summary`: print the failure summary first.
@@ -52,14 +158,18 @@ pub enum Next {
     },
 }
 
-/// The stop this node asks for when one of its ranks failed.
-pub fn failure_stop(restarts: Restarts, what: &str) -> StopReason {
-    let kind = if restarts.left() {
-        StopKind::Restart
+/// The stop this node asks for when one of its ranks failed, for the leading cause
+/// found: a restart while restarts are left, except after a GPU fault (a GPU that
+/// fell off the bus does not come back by restarting Python).
+pub fn failure_stop(restarts: Restarts, what: &str, cause: Option<CauseKind>) -> StopReason {
+    let reason = if cause == Some(CauseKind::Hardware) {
+        StopReason::fail(format!("{what}; no restart on this node after a GPU fault"))
+    } else if restarts.left() {
+        StopReason::new(StopKind::Restart, what)
     } else {
-        StopKind::Fail
+        StopReason::fail(what)
     };
-    StopReason::new(kind, what)
+    reason.caused_by(cause)
 }
 
 /// Whether a stop moves the job to another round, and what to say.
@@ -88,20 +198,6 @@ fn exit(code: u8, say: Option<String>) -> Next {
         code,
         say,
         summary: false,
-    }
-}
-
-/// Where the job goes after `end`; an exit's code is its class under
-/// `--exit-codes classified` (`classified`), from the cause that travelled with the
-/// stop.
-pub fn next(end: &AttemptEnd, restarts: Restarts, classified: bool) -> Next {
-    match decide(end, restarts) {
-        Next::Exit { code, say, summary } if classified => Next::Exit {
-            code: class_code(code, end),
-            say,
-            summary,
-        },
-        n => n,
     }
 }
 
@@ -171,96 +267,167 @@ mod tests {
         StopReason::new(kind, "node 1 local rank 0 (rank 2) failed with exit code 1")
     }
 
-    fn counted(n: &Next) -> Option<bool> {
-        match n {
-            Next::Round { counted, .. } => Some(*counted),
-            Next::Exit { .. } => None,
+    fn machine(restarts: Restarts, classified: bool) -> Machine {
+        Machine {
+            restarts,
+            classified,
+            gpus: false,
+        }
+    }
+
+    /// The step after `end`, and whether it used a restart.
+    fn after(end: &AttemptEnd, restarts: Restarts, classified: bool) -> (Step, bool) {
+        let mut m = machine(restarts, classified);
+        let step = m.ended(end);
+        (step, m.restarts().used > restarts.used)
+    }
+
+    fn exit_of(step: Step) -> Exit {
+        match step {
+            Step::Exit(e) => e,
+            other => panic!("not an exit: {other:?}"),
+        }
+    }
+
+    fn failed(ours: StopReason) -> AttemptEnd {
+        AttemptEnd::RankFailed {
+            ours: ours.clone(),
+            won: ours,
         }
     }
 
     #[test]
-    fn success_everywhere_exits_0() {
-        let n = next(&AttemptEnd::Succeeded { barrier: None }, NONE_LEFT, false);
-        assert_eq!(n, exit(0, None));
+    fn success_everywhere_exits_0_without_lingering() {
+        let (step, _) = after(&AttemptEnd::Succeeded { barrier: None }, NONE_LEFT, false);
+        let e = exit_of(step);
+        assert_eq!((e.code, e.linger, e.summary), (0, None, false));
     }
 
     #[test]
     fn a_rank_failure_restarts_while_restarts_are_left_then_ends_with_a_summary() {
-        let ours = failure_stop(ONE_LEFT, "rank failed");
+        let ours = failure_stop(ONE_LEFT, "rank failed", None);
         assert_eq!(ours.kind, StopKind::Restart);
-        let end = AttemptEnd::RankFailed {
-            ours: ours.clone(),
-            won: ours,
-        };
-        let n = next(&end, ONE_LEFT, false);
-        assert_eq!(counted(&n), Some(true));
-        let Next::Round { say, .. } = n else {
-            unreachable!()
+        let (step, counted) = after(&failed(ours), ONE_LEFT, false);
+        assert!(counted);
+        let Step::Round { say, .. } = step else {
+            panic!("{step:?}")
         };
         assert!(say.contains("(restart 1 of 1)"), "{say}");
         let spent = Restarts { used: 1, max: 1 };
-        let ours = failure_stop(spent, "rank failed");
+        let ours = failure_stop(spent, "rank failed", None);
         assert_eq!(ours.kind, StopKind::Fail);
-        let end = AttemptEnd::RankFailed {
-            ours: ours.clone(),
-            won: ours,
-        };
-        assert!(matches!(
-            next(&end, spent, false),
-            Next::Exit {
-                code: 1,
-                summary: true,
-                ..
-            }
-        ));
+        let e = exit_of(after(&failed(ours), spent, false).0);
+        assert_eq!((e.code, e.summary, e.linger), (1, true, Some(0)));
+    }
+
+    #[test]
+    fn a_gpu_fault_stops_without_a_restart_even_with_restarts_left() {
+        let ours = failure_stop(ONE_LEFT, "rank 0 failed", Some(CauseKind::Hardware));
+        assert_eq!(ours.kind, StopKind::Fail);
+        assert!(ours
+            .detail
+            .ends_with("no restart on this node after a GPU fault"));
+        assert_eq!(ours.cause, Some(CauseKind::Hardware));
+        let e = exit_of(after(&failed(ours.clone()), ONE_LEFT, false).0);
+        assert_eq!((e.code, e.summary), (1, true));
+        let hardware = class_of(CauseKind::Hardware).code;
+        assert_eq!(
+            exit_of(after(&failed(ours), ONE_LEFT, true).0).code,
+            hardware
+        );
+        // Any other cause restarts, and travels with the stop.
+        let oom = failure_stop(ONE_LEFT, "rank 0 failed", Some(CauseKind::Oom));
+        assert_eq!(
+            (oom.kind, oom.cause),
+            (StopKind::Restart, Some(CauseKind::Oom))
+        );
+    }
+
+    #[test]
+    fn a_round_waits_for_gpu_memory_where_there_are_gpus_and_ends_when_it_stays_held() {
+        let mut m = Machine::new(1, true, true);
+        let step = m.ended(&failed(failure_stop(ONE_LEFT, "rank failed", None)));
+        assert!(
+            matches!(
+                step,
+                Step::Round {
+                    release_gpus: true,
+                    ..
+                }
+            ),
+            "{step:?}"
+        );
+        let cause = Cause::new(CauseKind::Hardware, None, "GPU memory still held");
+        let e = m.memory_held(cause.clone());
+        let hardware = class_of(CauseKind::Hardware).code;
+        assert_eq!((e.code, e.summary, e.linger), (hardware, false, None));
+        assert_eq!(e.cause, Some(cause));
+        assert_eq!(
+            Machine::new(1, false, true)
+                .memory_held(e.cause.unwrap())
+                .code,
+            1
+        );
+        let mut m = Machine::new(1, false, false);
+        let step = m.ended(&AttemptEnd::Stopped(stop(StopKind::Membership)));
+        assert!(
+            matches!(
+                step,
+                Step::Round {
+                    release_gpus: false,
+                    ..
+                }
+            ),
+            "{step:?}"
+        );
     }
 
     #[test]
     fn a_rank_failure_after_a_membership_change_is_not_counted() {
         // Another node was lost first: the ranks here failed because of it.
         let end = AttemptEnd::RankFailed {
-            ours: failure_stop(NONE_LEFT, "rank failed"),
+            ours: failure_stop(NONE_LEFT, "rank failed", None),
             won: stop(StopKind::Membership),
         };
-        assert_eq!(counted(&next(&end, NONE_LEFT, false)), Some(false));
+        let (step, counted) = after(&end, NONE_LEFT, false);
+        assert!(matches!(step, Step::Round { .. }) && !counted, "{step:?}");
     }
 
     #[test]
     fn a_stop_from_another_node_follows_its_kind() {
-        let n = next(
+        let (step, counted) = after(
             &AttemptEnd::Stopped(stop(StopKind::Membership)),
             NONE_LEFT,
             false,
         );
-        assert_eq!(counted(&n), Some(false));
-        let n = next(
+        assert!(matches!(step, Step::Round { .. }) && !counted);
+        let (step, counted) = after(
             &AttemptEnd::Stopped(stop(StopKind::Restart)),
             ONE_LEFT,
             false,
         );
-        assert_eq!(counted(&n), Some(true));
+        assert!(matches!(step, Step::Round { .. }) && counted);
         // A restart asked for when this node has none left ends the job here too.
-        let n = next(
-            &AttemptEnd::Stopped(stop(StopKind::Restart)),
-            NONE_LEFT,
-            false,
+        let e = exit_of(
+            after(
+                &AttemptEnd::Stopped(stop(StopKind::Restart)),
+                NONE_LEFT,
+                false,
+            )
+            .0,
         );
-        assert!(
-            matches!(
-                n,
-                Next::Exit {
-                    code: 1,
-                    summary: false,
-                    ..
-                }
-            ),
-            "{n:?}"
-        );
-        let n = next(&AttemptEnd::Stopped(stop(StopKind::Fail)), ONE_LEFT, false);
-        let Next::Exit { say: Some(say), .. } = n else {
-            panic!("{n:?}")
-        };
+        assert_eq!((e.code, e.summary), (1, false));
+        let e = exit_of(after(&AttemptEnd::Stopped(stop(StopKind::Fail)), ONE_LEFT, false).0);
+        let say = e.say.unwrap_or_default();
         assert!(say.starts_with("the job stopped: fail: "), "{say}");
+    }
+
+    #[test]
+    fn a_stop_that_declares_nodes_lost_lingers_without_waiting_for_them() {
+        let mut lost = StopReason::fail("nodes 2 and 3 lost").caused_by(Some(CauseKind::Peer));
+        lost.lost = vec![2, 3];
+        let e = exit_of(after(&AttemptEnd::Stopped(lost), ONE_LEFT, false).0);
+        assert_eq!((e.code, e.linger), (1, Some(2)));
     }
 
     #[test]
@@ -268,15 +435,10 @@ mod tests {
         let end = AttemptEnd::Succeeded {
             barrier: Some(stop(StopKind::Restart)),
         };
-        assert_eq!(counted(&next(&end, ONE_LEFT, false)), Some(true));
-        let Next::Exit {
-            code: 1,
-            say: Some(say),
-            ..
-        } = next(&end, NONE_LEFT, false)
-        else {
-            panic!()
-        };
+        assert!(after(&end, ONE_LEFT, false).1);
+        let e = exit_of(after(&end, NONE_LEFT, false).0);
+        assert_eq!(e.code, 1);
+        let say = e.say.unwrap_or_default();
         assert!(say.contains("succeeded, but the job did not"), "{say}");
     }
 
@@ -285,18 +447,8 @@ mod tests {
         // Here, or on another node that stopped every node for it.
         let elsewhere = AttemptEnd::Stopped(StopReason::new(StopKind::Hang, "no progress"));
         for end in [AttemptEnd::Hang, elsewhere] {
-            let n = next(&end, ONE_LEFT, false);
-            assert!(
-                matches!(
-                    n,
-                    Next::Exit {
-                        code: HANG_EXIT,
-                        summary: false,
-                        ..
-                    }
-                ),
-                "{n:?}"
-            );
+            let e = exit_of(after(&end, ONE_LEFT, false).0);
+            assert_eq!((e.code, e.summary), (HANG_EXIT, false), "{end:?}");
         }
     }
 
@@ -305,31 +457,25 @@ mod tests {
         use nix::sys::signal::Signal;
         let r = crate::job::preemption::reason(Signal::SIGTERM, 1, "trainer-1", 0);
         let end = AttemptEnd::Stopped(r);
-        let n = next(&end, ONE_LEFT, false);
-        assert!(matches!(n, Next::Exit { code: 1, .. }), "{n:?}");
-        let n = next(&end, ONE_LEFT, true);
-        assert!(matches!(n, Next::Exit { code: 85, .. }), "{n:?}");
-        let n = next(&AttemptEnd::FileTimer { signal: 9 }, ONE_LEFT, false);
-        assert_eq!(n, exit(137, None));
+        assert_eq!(exit_of(after(&end, ONE_LEFT, false).0).code, 1);
+        assert_eq!(exit_of(after(&end, ONE_LEFT, true).0).code, 85);
+        let e = exit_of(after(&AttemptEnd::FileTimer { signal: 9 }, ONE_LEFT, true).0);
+        assert_eq!((e.code, e.say), (137, None));
     }
 
     #[test]
     fn classified_codes_follow_the_cause_that_travelled_with_the_stop() {
-        use toporun_shared::root_cause::CauseKind;
         let lost = StopReason::fail("node 2 lost").caused_by(Some(CauseKind::Peer));
         assert_eq!(class_code(1, &AttemptEnd::Stopped(lost.clone())), 82);
         // A stop that moves on to another round is no exit: no class.
         let restart = StopReason::new(StopKind::Restart, "rank 1").caused_by(Some(CauseKind::Oom));
-        let n = next(&AttemptEnd::Stopped(restart), ONE_LEFT, true);
-        assert_eq!(counted(&n), Some(true));
-        let n = next(&AttemptEnd::Stopped(lost), ONE_LEFT, true);
-        assert!(matches!(n, Next::Exit { code: 82, .. }), "{n:?}");
+        assert!(after(&AttemptEnd::Stopped(restart), ONE_LEFT, true).1);
+        assert_eq!(
+            exit_of(after(&AttemptEnd::Stopped(lost), ONE_LEFT, true).0).code,
+            82
+        );
         let oom = StopReason::fail("rank 1").caused_by(Some(CauseKind::Oom));
-        let end = AttemptEnd::RankFailed {
-            ours: oom.clone(),
-            won: oom,
-        };
-        assert_eq!(class_code(1, &end), 81);
+        assert_eq!(class_code(1, &failed(oom)), 81);
         // Unknown cause, a hang, a signal: as they are.
         assert_eq!(
             class_code(1, &AttemptEnd::Stopped(StopReason::fail("x"))),

@@ -12,7 +12,7 @@ use crate::job::failure::recorder::say_flight_recorder;
 use crate::job::nccl_report::Reporter;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
-use crate::job::transitions::{self, AttemptEnd, Next, Restarts};
+use crate::job::transitions::{self, AttemptEnd, Restarts};
 use crate::probe::gpu_events::XidLog;
 use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
@@ -64,8 +64,19 @@ pub struct Failed<'a> {
     pub gpus: Option<&'a NvmlProbe>,
 }
 
-/// A local rank failed: every node is told, and when the job ends here the failure
-/// summary, termination message and error file are written, the causes first.
+/// torchrun's failure summary with toporun's causes first, written when the job
+/// ends on this rank failure (the state machine says whether it does).
+#[derive(Debug, Clone)]
+pub struct FailureReport {
+    /// The rank that failed first.
+    first: supervise::Failure,
+    failures: Vec<supervise::Failure>,
+    /// toporun's cause lines, the leading one first.
+    lead: Vec<String>,
+}
+
+/// A local rank failed: every node is told; the end of the attempt, and the failure
+/// report to write if the job ends with it.
 pub async fn rank_failed(
     p: &Job,
     session: &mut Session,
@@ -74,7 +85,7 @@ pub async fn rank_failed(
     reporter: Option<&Reporter>,
     failed: Failed<'_>,
     status: &JobStatus,
-) -> AttemptEnd {
+) -> (AttemptEnd, Option<FailureReport>) {
     for cause in reporter.map(|r| r.failures()).unwrap_or_default() {
         let fix = cause.remedy.as_deref().unwrap_or("");
         crate::console::say!(
@@ -90,7 +101,7 @@ pub async fn rank_failed(
             format!(" ({waited:.1}s after the rank failed); the rank's failure is its consequence");
         let place = (failed.fr_dir, failed.attempt_dir);
         heard_stop(session, node, &reason, &after, place, status).await;
-        return AttemptEnd::Stopped(reason);
+        return (AttemptEnd::Stopped(reason), None);
     }
     let xids = failed.xids.map(XidLog::events).unwrap_or_default();
     let gpus = failed.gpus.map(|g| g as &dyn crate::probe::GpuProbe);
@@ -101,7 +112,6 @@ pub async fn rank_failed(
         ports: failed.ports,
     };
     let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
-    let hardware = found.first().is_some_and(|c| c.kind == CauseKind::Hardware);
     // The rank that failed first, not one toporun stopped after it.
     let f = supervise::first_failure(failures).unwrap_or(&failures[0]);
     let what = f
@@ -116,13 +126,7 @@ pub async fn rank_failed(
     if let Some(c) = found.first() {
         what = format!("{what}: {}", c.summary);
     }
-    // A GPU that fell off the bus does not come back by restarting Python.
-    let ours = if hardware {
-        StopReason::fail(format!("{what}; no restart on this node after a GPU fault"))
-    } else {
-        transitions::failure_stop(restarts, &what)
-    }
-    .caused_by(found.first().map(|c| c.kind));
+    let ours = transitions::failure_stop(restarts, &what, found.first().map(|c| c.kind));
     // Another node may have stopped the round first (a lost node): its reason decides.
     let won = session.stop_all(node.round, ours.clone()).await;
     // Read once every node was told: the others' dumps join this node's.
@@ -142,11 +146,12 @@ pub async fn rank_failed(
         x.root_cause = found.first().map(|c| c.kind);
         x.causes = found.clone();
     });
-    let end = AttemptEnd::RankFailed { ours, won };
-    if let Next::Exit { summary: true, .. } = transitions::next(&end, restarts, p.classified) {
-        write_failure(p, f, failures, &lead);
-    }
-    end
+    let report = FailureReport {
+        first: f.clone(),
+        failures: failures.to_vec(),
+        lead,
+    };
+    (AttemptEnd::RankFailed { ours, won }, Some(report))
 }
 
 /// A rank that failed as a peer went away (its own output says so) may be no
@@ -215,26 +220,23 @@ pub async fn heard_stop(
     session.stop_seen(node.round).await;
 }
 
-/// torchrun's failure summary, on stderr, in the termination message and in
-/// TORCHELASTIC_ERROR_FILE; on stderr and in the termination message toporun's
-/// causes come first, the leading one at the top.
-fn write_failure(
-    p: &Job,
-    f: &supervise::Failure,
-    failures: &[supervise::Failure],
-    lead: &[String],
-) {
-    // torch prints socket.getfqdn() there.
-    let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
-    let summary = failure_summary(&p.opts.entrypoint, &host, failures);
-    let mut message: String = lead.iter().map(|l| format!("{l}\n")).collect();
-    message.push_str(&summary);
-    crate::console::say_raw!("{message}");
-    supervise::leave_termination_message(p.termination_log.as_deref(), &message);
-    if let Some(dest) = &p.error_file {
-        if let Err(e) = supervise::dump_error_file(dest, f, &summary) {
-            let dest = dest.display();
-            crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
+impl FailureReport {
+    /// torchrun's failure summary, on stderr, in the termination message and in
+    /// TORCHELASTIC_ERROR_FILE; on stderr and in the termination message toporun's
+    /// causes come first, the leading one at the top.
+    pub fn write(&self, p: &Job) {
+        // torch prints socket.getfqdn() there.
+        let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
+        let summary = failure_summary(&p.opts.entrypoint, &host, &self.failures);
+        let mut message: String = self.lead.iter().map(|l| format!("{l}\n")).collect();
+        message.push_str(&summary);
+        crate::console::say_raw!("{message}");
+        supervise::leave_termination_message(p.termination_log.as_deref(), &message);
+        if let Some(dest) = &p.error_file {
+            if let Err(e) = supervise::dump_error_file(dest, &self.first, &summary) {
+                let dest = dest.display();
+                crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
+            }
         }
     }
 }
