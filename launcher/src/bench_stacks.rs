@@ -4,6 +4,7 @@
 //! sampling them at an interval for a while (the hang watcher's load), alone and with
 //! the straggler tracker fed at each sample, in alternating periods of the same run.
 
+use crate::exit::ExitStatus;
 use anyhow::{Context, Result};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -50,7 +51,7 @@ fn start(python: &str, n: u32) -> Result<Vec<Child>> {
         .collect()
 }
 
-pub fn run(python: &str, n: u32, seconds: u64, interval_ms: u64) -> Result<u8> {
+pub fn run(python: &str, n: u32, seconds: u64, interval_ms: u64) -> Result<ExitStatus> {
     let mut children = start(python, n)?;
     let ranks: Vec<RankPid> = (0u32..)
         .zip(&children)
@@ -108,5 +109,5 @@ pub fn run(python: &str, n: u32, seconds: u64, interval_ms: u64) -> Result<u8> {
             "stragglers_added_cpu_percent_per_rank": (with_tracker - share) * 100.0 / f64::from(n.max(1)),
         })
     );
-    Ok(crate::exit::SUCCESS)
+    Ok(ExitStatus::Success)
 }

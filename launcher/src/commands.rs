@@ -2,7 +2,8 @@
 //! dispatch to `nccl-log`), on typed arguments.
 
 use crate::documents;
-use crate::facts_source::{self, CannotRun};
+use crate::exit::{CannotRun, ExitStatus};
+use crate::facts_source;
 use crate::output::{self, Style};
 use crate::subcommands::{
     Bench, BenchBackend, Cli, Globals, Metadata, PreflightArgs, PreflightFormat, ReportFormat, Sub,
@@ -13,7 +14,7 @@ use toporun_shared::finding::{worst, Severity};
 use toporun_shared::preflight::{self, PreflightOptions, Requirement};
 use toporun_shared::units::parse_size;
 
-pub fn dispatch(cli: Cli) -> u8 {
+pub fn dispatch(cli: Cli) -> ExitStatus {
     crate::exit::quiet_on_closed_pipe();
     let g = &cli.globals;
     let result = match cli.command {
@@ -74,7 +75,7 @@ fn facts_and_cloud(g: &Globals, metadata: &Metadata) -> Result<toporun_shared::f
     Ok(f)
 }
 
-fn probe(g: &Globals, format: ReportFormat, metadata: &Metadata) -> Result<u8> {
+fn probe(g: &Globals, format: ReportFormat, metadata: &Metadata) -> Result<ExitStatus> {
     let f = facts_and_cloud(g, metadata)?;
     match format {
         ReportFormat::Json => println!("{}", f.to_json()),
@@ -88,17 +89,17 @@ fn probe(g: &Globals, format: ReportFormat, metadata: &Metadata) -> Result<u8> {
             }
         ),
     }
-    Ok(crate::exit::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
-fn topo(g: &Globals, format: ReportFormat) -> Result<u8> {
+fn topo(g: &Globals, format: ReportFormat) -> Result<ExitStatus> {
     let f = facts(g)?;
     if format == ReportFormat::Json {
         println!(
             "{}",
             serde_json::to_string_pretty(&documents::Topo::of(&f))?
         );
-        return Ok(crate::exit::SUCCESS);
+        return Ok(ExitStatus::Success);
     }
     if f.gpus.count() == 0 {
         println!(
@@ -166,10 +167,10 @@ fn topo(g: &Globals, format: ReportFormat) -> Result<u8> {
                 .join(", ")
         }
     );
-    Ok(crate::exit::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
-fn preflight(g: &Globals, args: &PreflightArgs) -> Result<u8> {
+fn preflight(g: &Globals, args: &PreflightArgs) -> Result<ExitStatus> {
     let min_shm = args.min_shm.as_deref().unwrap_or("1Gi");
     let min_shm_bytes = parse_size(min_shm).ok_or_else(|| {
         CannotRun(format!(
@@ -218,8 +219,8 @@ fn preflight(g: &Globals, args: &PreflightArgs) -> Result<u8> {
         }
     }
     Ok(match worst(&findings) {
-        Severity::Error => crate::exit::FAILED,
-        _ => crate::exit::SUCCESS,
+        Severity::Error => ExitStatus::Failed,
+        _ => ExitStatus::Success,
     })
 }
 
@@ -247,7 +248,7 @@ fn bench_rendezvous(
     endpoint: Option<&str>,
     timeout: u64,
     format: ReportFormat,
-) -> Result<u8> {
+) -> Result<ExitStatus> {
     use toporun_agent::rendezvous::bench::Target;
     let timeout = std::time::Duration::from_secs(timeout);
     // One connection per simulated node.
@@ -303,7 +304,7 @@ fn bench_rendezvous(
             r.nodes, r.seconds, r.store, r.ops, r.ops_per_second
         ),
     }
-    Ok(crate::exit::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
 /// The run directory of the job running here: `run_dir`, or the one job registered.
@@ -345,19 +346,19 @@ fn ask_job(dir: &std::path::Path, request: Request) -> Result<String> {
 }
 
 /// `toporun stacks [RUN_DIR]`: asks the running launcher over its socket.
-fn stacks(run_dir: Option<&str>, format: ReportFormat) -> Result<u8> {
+fn stacks(run_dir: Option<&str>, format: ReportFormat) -> Result<ExitStatus> {
     let json = format == ReportFormat::Json;
     print!("{}", ask_job(&job_dir(run_dir)?, Request::Stacks { json })?);
-    Ok(crate::exit::SUCCESS)
+    Ok(ExitStatus::Success)
 }
 
 /// `toporun top [RUN_DIR]`: the table each second until the job ends (or once).
-fn top(run_dir: Option<&str>, format: ReportFormat, once: bool) -> Result<u8> {
+fn top(run_dir: Option<&str>, format: ReportFormat, once: bool) -> Result<ExitStatus> {
     let dir = job_dir(run_dir)?;
     let json = format == ReportFormat::Json;
     if once || json {
         print!("{}", ask_job(&dir, Request::Top { json })?);
-        return Ok(crate::exit::SUCCESS);
+        return Ok(ExitStatus::Success);
     }
     let clear = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut text = ask_job(&dir, Request::Top { json: false })?;
@@ -373,7 +374,7 @@ fn top(run_dir: Option<&str>, format: ReportFormat, once: bool) -> Result<u8> {
         std::thread::sleep(std::time::Duration::from_secs(1));
         let Ok(next) = ask_job(&dir, Request::Top { json: false }) else {
             println!("toporun: the job ended");
-            return Ok(crate::exit::SUCCESS);
+            return Ok(ExitStatus::Success);
         };
         text = next;
     }
@@ -401,7 +402,7 @@ fn stop_store_server(child: &mut std::process::Child) {
     let _ = child.wait();
 }
 
-fn bench_store_server() -> Result<u8> {
+fn bench_store_server() -> Result<ExitStatus> {
     toporun_agent::supervise::open_files::raise();
     let server =
         toporun_agent::store::StoreServer::bind_on(0, toporun_agent::store::Reach::Loopback)?;
@@ -409,5 +410,5 @@ fn bench_store_server() -> Result<u8> {
     // Serves until the bench closes our stdin.
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
-    Ok(crate::exit::SUCCESS)
+    Ok(ExitStatus::Success)
 }

@@ -1,24 +1,13 @@
 //! Where facts come from: a facts file, a live probe, and optionally GPU links from a
 //! `nvidia-smi topo -m` capture.
 
+use crate::exit::CannotRun;
 use anyhow::Result;
 use std::path::Path;
 use toporun_agent::paths::Root;
 use toporun_agent::probe::{probe_host, NvmlProbe};
 use toporun_shared::facts::{Gpu, HostFacts};
 use toporun_shared::smi_topo;
-
-/// A failure to obtain facts: exit 2 ("could not run"), not 1.
-#[derive(Debug)]
-pub struct CannotRun(pub String);
-
-impl std::fmt::Display for CannotRun {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for CannotRun {}
 
 /// Reads a user-given file up to `MAX_FACTS_BYTES` (`/dev/zero` or a log passed by
 /// mistake must not exhaust memory).

@@ -2,13 +2,14 @@
 //! offline (as `nccl-log` reads NCCL's logs). Exit 0 when the ranks agree, 1 when a
 //! rank is named, 2 when nothing is readable; garbage never panics.
 
-use crate::facts_source::CannotRun;
+use crate::exit::CannotRun;
+use crate::exit::ExitStatus;
 use crate::subcommands::ReportFormat;
 use anyhow::Result;
 use toporun_agent::flight_recorder::read;
 use toporun_shared::flight_recorder::{analyze, render_text};
 
-pub fn run(paths: &[String], format: ReportFormat) -> Result<u8> {
+pub fn run(paths: &[String], format: ReportFormat) -> Result<ExitStatus> {
     let (dumps, unreadable) = read(paths);
     for u in &unreadable {
         crate::console::say!("toporun: fr-trace: cannot read {u}");
@@ -26,8 +27,8 @@ pub fn run(paths: &[String], format: ReportFormat) -> Result<u8> {
         ReportFormat::Text => print!("{}", render_text(&report)),
     }
     Ok(if report.issues.is_empty() {
-        crate::exit::SUCCESS
+        ExitStatus::Success
     } else {
-        crate::exit::FAILED
+        ExitStatus::Failed
     })
 }

@@ -3,6 +3,7 @@
 
 use crate::cli;
 use crate::dry_run;
+use crate::exit::ExitStatus;
 use crate::facts_source;
 use crate::subcommands::{
     ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice, StopSignalTo,
@@ -159,7 +160,7 @@ fn termination_message(path: Option<PathBuf>, text: &str) {
     supervise::leave_termination_message(path.as_deref(), text);
 }
 
-pub fn run(m: &ArgMatches) -> u8 {
+pub fn run(m: &ArgMatches) -> ExitStatus {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -167,7 +168,7 @@ pub fn run(m: &ArgMatches) -> u8 {
         Ok(rt) => rt,
         Err(e) => {
             crate::console::say!("toporun: error: cannot start the async runtime: {e}");
-            return 1;
+            return ExitStatus::Failed;
         }
     };
     rt.block_on(async {
@@ -359,7 +360,7 @@ fn entrypoint_findings(p: &Job, dry_run: bool) -> Vec<toporun_shared::finding::F
     .unwrap_or_default()
 }
 
-async fn launch(m: &ArgMatches) -> Result<u8> {
+async fn launch(m: &ArgMatches) -> Result<ExitStatus> {
     let parent_env: BTreeMap<String, String> = std::env::vars().collect();
     let opts = options(m, &parent_env)?;
     // Handlers before probing, so a SIGTERM during probing or rendezvous is never lost.
@@ -384,7 +385,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
             .copied()
             .unwrap_or(DryRunFormat::Text);
         print!("{}", dry_run::render(&p, &entry, format)?);
-        return Ok(crate::exit::SUCCESS);
+        return Ok(ExitStatus::Success);
     }
     if !p.opts.no_python {
         crate::console::say!("toporun: python: {} ({})", p.python, p.python_why);
@@ -402,7 +403,7 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         }
         crate::console::say_raw!("{why}");
         termination_message(p.termination_log.clone(), &why);
-        return Ok(crate::exit::FAILED);
+        return Ok(ExitStatus::Failed);
     }
     let mode = preflight_mode(m, &p.inherited_env)?;
     let mut p = p;
@@ -458,11 +459,12 @@ async fn launch(m: &ArgMatches) -> Result<u8> {
         }
         crate::console::say_raw!("{why}");
         termination_message(p.termination_log.clone(), &why);
-        return Ok(crate::exit::UNFIT);
+        return Ok(ExitStatus::Unfit);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.
     if p.nproc > 1 && !p.inherited_env.contains_key("OMP_NUM_THREADS") {
         crate::console::say!("*****************************************\n{}\n*****************************************", worker::OMP_WARNING);
     }
-    job::run(&p, &mut events).await.map_err(anyhow::Error::new)
+    let code = job::run(&p, &mut events).await?;
+    Ok(ExitStatus::Job(code))
 }

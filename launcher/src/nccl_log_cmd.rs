@@ -1,6 +1,8 @@
 //! `toporun nccl-log FILE...`: NCCL logs pasted into tickets, read and judged.
 
-use crate::facts_source::{self, CannotRun};
+use crate::exit::CannotRun;
+use crate::exit::ExitStatus;
+use crate::facts_source;
 use crate::subcommands::{Globals, ReportFormat};
 use anyhow::Result;
 use std::io::Read;
@@ -21,7 +23,7 @@ fn read_capped(path: &str) -> Result<Vec<u8>> {
     Ok(buf)
 }
 
-pub fn run(g: &Globals, files: &[String], format: ReportFormat) -> Result<u8> {
+pub fn run(g: &Globals, files: &[String], format: ReportFormat) -> Result<ExitStatus> {
     let facts = facts_source::load_given(g.facts.as_ref(), g.nvidia_smi_topo.as_ref())?;
     let mut a = Analyzer::new();
     for f in files {
@@ -47,7 +49,7 @@ pub fn run(g: &Globals, files: &[String], format: ReportFormat) -> Result<u8> {
         ),
         ReportFormat::Text => print!("{}", text(&report, &findings, facts.is_some())),
     }
-    Ok(u8::from(!findings.is_empty()))
+    Ok(ExitStatus::failed_if(!findings.is_empty()))
 }
 
 fn text(r: &LogReport, findings: &[Finding], judged: bool) -> String {
