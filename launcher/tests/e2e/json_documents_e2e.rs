@@ -1,7 +1,7 @@
 //! The JSON documents' field names, as scripts read them: each command's output on a
 //! fixture host carries exactly these top-level (and per-item) fields.
 
-mod support;
+use crate::support;
 use serde_json::Value;
 use support::*;
 

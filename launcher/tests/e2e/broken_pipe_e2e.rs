@@ -1,7 +1,7 @@
 //! Printing commands whose reader went away (`toporun topo | head`) end quietly, as
 //! coreutils do: no "failed printing to stdout" panic, no SIGABRT and core file.
 
-mod support;
+use crate::support;
 use std::os::unix::process::ExitStatusExt;
 use std::process::Stdio;
 use support::*;

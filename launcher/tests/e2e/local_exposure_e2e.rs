@@ -2,7 +2,7 @@
 //! its run directory and logs are the job's user's alone, and the ranks get the
 //! open-file limit they would have had under torchrun (toporun raises only its own).
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;

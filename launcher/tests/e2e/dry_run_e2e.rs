@@ -1,7 +1,7 @@
 //! `launch --dry-run` on every fixture host and capture: golden plans (reviewed by
 //! hand; UPDATE_GOLDEN=1 rewrites them), formats, and speed.
 
-mod support;
+use crate::support;
 use std::time::{Duration, Instant};
 use support::*;
 

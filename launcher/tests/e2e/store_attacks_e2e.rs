@@ -4,7 +4,7 @@
 //! job stays up, the launcher's memory stays bounded, and a legitimate client is
 //! answered within 100 ms. Loopback only.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;

@@ -1,7 +1,7 @@
 //! The ranks' Python, chosen like torchrun's: toporun linked as `<venv>/bin/torchrun`
 //! runs `<venv>/bin/python3` even when PATH's python3 has no torch.
 
-mod support;
+use crate::support;
 use support::*;
 
 #[test]

@@ -3,7 +3,7 @@
 //! command line in them parses with toporun's own parser (a misspelled flag fails).
 //! TrainJobs are checked with the Kubeflow Trainer's API models (kubeflow-trainer-api).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

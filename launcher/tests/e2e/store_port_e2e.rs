@@ -2,7 +2,7 @@
 //! process, and a c10d node whose endpoint names this machine says why it joins
 //! instead of hosting (so a store that never comes explains itself).
 
-mod support;
+use crate::support;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, Instant};

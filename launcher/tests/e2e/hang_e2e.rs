@@ -3,7 +3,7 @@
 //! hangs; `--on-hang stop` ends the job with 124 and leaves no process; a failing
 //! rank's summary carries where the others stood.
 
-mod support;
+use crate::support;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! their NCCL_DEBUG_FILE as NCCL does, and toporun's report must say what those logs
 //! say (same-host P2P, other-hostname NET/Socket, a failure signature).
 
-mod support;
+use crate::support;
 use std::process::{Command, Stdio};
 use support::*;
 

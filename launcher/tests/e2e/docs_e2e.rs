@@ -3,7 +3,7 @@
 //! resolves, and every `toporun`/`torchrun` command line in a shell block parses with
 //! toporun's own parser (as the manifests' command lines do).
 
-mod support;
+use crate::support;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use support::*;

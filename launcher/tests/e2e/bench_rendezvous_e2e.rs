@@ -1,7 +1,7 @@
 //! `toporun bench rendezvous`: 1024 simulated nodes in under 2 s here, and the same
 //! load against PyTorch's own TCPStore server is not faster than against toporun's.
 
-mod support;
+use crate::support;
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use support::*;

@@ -3,7 +3,7 @@
 //! consequence), a native crash, an exit without a traceback; and blames nobody when
 //! ranks merely finish at different times.
 
-mod support;
+use crate::support;
 use std::process::Command;
 use support::*;
 

@@ -4,7 +4,7 @@
 //! nodes that disagree on --nnodes, and a host with net.ipv6.bindv6only=1. Loopback
 //! only; ranks are shell commands.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

@@ -3,7 +3,7 @@
 //! waits on its pipe, as under torchrun), and once the console drains again every
 //! line reaches both the console and the log file.
 
-mod support;
+use crate::support;
 
 use std::io::Read;
 use std::process::Stdio;

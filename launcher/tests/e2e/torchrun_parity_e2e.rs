@@ -1,7 +1,7 @@
 //! Usage errors, choices and defaults of torch 2.15's torchrun, side by side with the
 //! installed torchrun: same exit codes, same words.
 
-mod support;
+use crate::support;
 use std::process::Command;
 use support::*;
 

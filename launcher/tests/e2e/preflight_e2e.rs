@@ -1,6 +1,6 @@
 //! `toporun preflight` and `topo` on fixture hosts and captures, through the binary.
 
-mod support;
+use crate::support;
 use support::*;
 
 fn findings(host_name: &str, extra: &[&str]) -> (i32, serde_json::Value) {

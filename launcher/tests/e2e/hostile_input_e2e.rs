@@ -1,7 +1,7 @@
 //! Bad numbers, files and variables end in a clear message and exit 2: never a panic,
 //! a hang, a silent wrap, or output that can add a line or run a command when sourced.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -3,7 +3,7 @@
 //! IMDSv2 token step, GCP's and Azure's headers, a slow server (the 300 ms bound
 //! holds), a refused connection and garbage (no delay, no finding).
 
-mod support;
+use crate::support;
 use std::io::BufRead;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! - A node is killed: a node that did not coordinate the round names it from the
 //!   address in its rank's error, through the table the coordinator published.
 
-mod support;
+use crate::support;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -5,7 +5,7 @@
 //! (`TOPORUN_XID_REPLAY`); a peer's own failure, on the node that lost it; and the
 //! codes of `--exit-codes`.
 
-mod support;
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};

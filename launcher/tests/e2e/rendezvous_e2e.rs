@@ -1,7 +1,7 @@
 //! Several toporun nodes on loopback with real PyTorch workers: static and c10d
 //! rendezvous, heterogeneous nodes, timeouts, restarts across nodes, lost nodes.
 
-mod support;
+use crate::support;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Stdio};

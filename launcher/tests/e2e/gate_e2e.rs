@@ -3,7 +3,7 @@
 //! written), `warn` starts the ranks as torchrun would, and a rank failure leaves its
 //! root cause in the termination message Kubernetes shows.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use support::*;

@@ -1,7 +1,7 @@
 //! The real launch against the real torchrun: the same worker environment and argv,
 //! a real gloo job through toporun's store, and PyTorch's TCPStore client.
 
-mod support;
+use crate::support;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! `toporun nccl-log` on every captured NCCL log: communicators, sizes, and the
 //! transport of every link, as NCCL logged them.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::{host, nccl_log, run, toporun};

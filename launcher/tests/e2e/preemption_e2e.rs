@@ -4,7 +4,7 @@
 //! takes part in, and the preempted exit code on every node. Two c10d nodes on
 //! loopback, 2 gloo ranks each, a DataLoader with 2 workers per rank.
 
-mod support;
+use crate::support;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! scale-up, etcd unreachable, garbage under the run's keys. Each test prints its
 //! measured times (`--nocapture`), which README's failure table quotes.
 
-mod support;
+use crate::support;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -1,6 +1,6 @@
 //! Supervision under faults: fail fast, shutdown timeout, signals, no orphans.
 
-mod support;
+use crate::support;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

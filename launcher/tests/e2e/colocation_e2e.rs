@@ -4,7 +4,7 @@
 //! NCCL_HOSTID (and NCCL_CUMEM_ENABLE=0 across network namespaces); with `warn` only
 //! the finding. Needs root for the namespaces; says so and skips otherwise.
 
-mod support;
+use crate::support;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;

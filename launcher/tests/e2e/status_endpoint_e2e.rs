@@ -4,7 +4,7 @@
 //! liveness stays 200 through a restart, metrics follow exits and restarts; a port
 //! already taken is said and the job runs without the endpoint.
 
-mod support;
+use crate::support;
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
