@@ -8,7 +8,7 @@ use crate::subcommands::{
 use clap::builder::EnumValueParser;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
-use toporun_shared::torchrun::OPTIONS;
+use toporun_shared::torchrun::{Opt, OPTIONS};
 
 pub const SUBCOMMANDS: &[&str] = &[
     "probe",
@@ -23,16 +23,106 @@ pub const SUBCOMMANDS: &[&str] = &[
     "help",
 ];
 
+/// toporun's own launch options, beside torchrun's [`Opt`]: the parser and the
+/// launch look them up by this type, so a misspelt option does not compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extra {
+    Facts,
+    NvidiaSmiTopo,
+    Format,
+    DryRun,
+    NcclEnv,
+    NcclReport,
+    Colocated,
+    Preflight,
+    PreflightMeasure,
+    FlightRecorder,
+    StopGrace,
+    StopSignalTo,
+    WatchPreemption,
+    Faulthandler,
+    ReadStderr,
+    ExitCodes,
+    HangTimeout,
+    Stragglers,
+    StragglerWindow,
+    OnHang,
+    StatusPort,
+    TerminationLog,
+    Command,
+}
+
+impl Extra {
+    /// Its clap id.
+    pub const fn id(self) -> &'static str {
+        match self {
+            Extra::Facts => "facts",
+            Extra::NvidiaSmiTopo => "nvidia_smi_topo",
+            Extra::Format => "format",
+            Extra::DryRun => "dry_run",
+            Extra::NcclEnv => "nccl_env",
+            Extra::NcclReport => "nccl_report",
+            Extra::Colocated => "colocated",
+            Extra::Preflight => "preflight",
+            Extra::PreflightMeasure => "preflight_measure",
+            Extra::FlightRecorder => "flight_recorder",
+            Extra::StopGrace => "stop_grace",
+            Extra::StopSignalTo => "stop_signal_to",
+            Extra::WatchPreemption => "watch_preemption",
+            Extra::Faulthandler => "faulthandler",
+            Extra::ReadStderr => "read_stderr",
+            Extra::ExitCodes => "exit_codes",
+            Extra::HangTimeout => "hang_timeout",
+            Extra::Stragglers => "stragglers",
+            Extra::StragglerWindow => "straggler_window",
+            Extra::OnHang => "on_hang",
+            Extra::StatusPort => "status_port",
+            Extra::TerminationLog => "termination_log",
+            Extra::Command => "command",
+        }
+    }
+
+    /// The variable a manifest sets it with, where it has one (spelt out: the docs
+    /// test finds every TOPORUN_ variable in the sources).
+    pub const fn var(self) -> Option<&'static str> {
+        match self {
+            Extra::NcclReport => Some("TOPORUN_NCCL_REPORT"),
+            Extra::Colocated => Some("TOPORUN_COLOCATED"),
+            Extra::Preflight => Some("TOPORUN_PREFLIGHT"),
+            Extra::PreflightMeasure => Some("TOPORUN_PREFLIGHT_MEASURE"),
+            Extra::FlightRecorder => Some("TOPORUN_FLIGHT_RECORDER"),
+            Extra::StopGrace => Some("TOPORUN_STOP_GRACE"),
+            Extra::StopSignalTo => Some("TOPORUN_STOP_SIGNAL_TO"),
+            Extra::WatchPreemption => Some("TOPORUN_WATCH_PREEMPTION"),
+            Extra::Faulthandler => Some("TOPORUN_FAULTHANDLER"),
+            Extra::ReadStderr => Some("TOPORUN_READ_STDERR"),
+            Extra::ExitCodes => Some("TOPORUN_EXIT_CODES"),
+            Extra::HangTimeout => Some("TOPORUN_HANG_TIMEOUT"),
+            Extra::Stragglers => Some("TOPORUN_STRAGGLERS"),
+            Extra::StragglerWindow => Some("TOPORUN_STRAGGLER_WINDOW"),
+            Extra::OnHang => Some("TOPORUN_ON_HANG"),
+            Extra::TerminationLog => Some("TOPORUN_TERMINATION_LOG"),
+            Extra::Facts
+            | Extra::NvidiaSmiTopo
+            | Extra::Format
+            | Extra::DryRun
+            | Extra::NcclEnv
+            | Extra::StatusPort
+            | Extra::Command => None,
+        }
+    }
+}
+
 fn global_args(cmd: Command) -> Command {
     cmd.arg(
-        Arg::new("facts")
+        Arg::new(Extra::Facts.id())
             .long("facts")
             .global(true)
             .value_name("FILE")
             .help("use a captured facts file (toporun probe --format json) instead of probing"),
     )
     .arg(
-        Arg::new("nvidia_smi_topo")
+        Arg::new(Extra::NvidiaSmiTopo.id())
             .long("nvidia-smi-topo")
             .global(true)
             .value_name("FILE")
@@ -42,7 +132,7 @@ fn global_args(cmd: Command) -> Command {
 
 /// `--dry-run --format`, typed.
 fn dry_run_format_arg() -> Arg {
-    Arg::new("format")
+    Arg::new(Extra::Format.id())
         .long("format")
         .value_parser(EnumValueParser::<DryRunFormat>::new())
         .default_value("text")
@@ -58,7 +148,7 @@ pub fn launch_command(name: &'static str) -> Command {
             if name == "launch" { "toporun launch" } else { name }
         ));
     for o in OPTIONS {
-        let mut arg = Arg::new(o.dest).long(o.longs[0]).help(o.help);
+        let mut arg = Arg::new(o.opt.dest()).long(o.longs[0]).help(o.help);
         for alias in &o.longs[1..] {
             arg = arg.alias(*alias);
         }
@@ -77,134 +167,134 @@ pub fn launch_command(name: &'static str) -> Command {
     }
     cmd = cmd
         .arg(
-            Arg::new("dry_run")
+            Arg::new(Extra::DryRun.id())
                 .long("dry-run")
                 .action(ArgAction::SetTrue)
                 .help("print the plan and every rank's environment and command; start nothing"),
         )
         .arg(dry_run_format_arg())
         .arg(
-            Arg::new("nccl_env")
+            Arg::new(Extra::NcclEnv.id())
                 .long("nccl-env")
                 .value_parser(["on", "off"])
                 .default_value("on")
                 .help("off: plan no NCCL variable, keep the environment as is"),
         )
         .arg(
-            Arg::new("nccl_report")
+            Arg::new(Extra::NcclReport.id())
                 .long("nccl-report")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour"),
         )
         .arg(
-            Arg::new("colocated")
+            Arg::new(Extra::Colocated.id())
                 .long("colocated")
                 .value_parser(EnumValueParser::<ColocatedChoice>::new())
                 .default_value("join")
                 .help("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn [env: TOPORUN_COLOCATED]"),
         )
         .arg(
-            Arg::new("preflight")
+            Arg::new(Extra::Preflight.id())
                 .long("preflight")
                 .value_parser(EnumValueParser::<PreflightChoice>::new())
                 .default_value("warn")
                 .help("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing [env: TOPORUN_PREFLIGHT]"),
         )
         .arg(
-            Arg::new("preflight_measure")
+            Arg::new(Extra::PreflightMeasure.id())
                 .long("preflight-measure")
                 .action(ArgAction::SetTrue)
                 .help("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings [env TOPORUN_PREFLIGHT_MEASURE=1]"),
         )
         .arg(
-            Arg::new("flight_recorder")
+            Arg::new(Extra::FlightRecorder.id())
                 .long("flight-recorder")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
         )
         .arg(
-            Arg::new("stop_grace")
+            Arg::new(Extra::StopGrace.id())
                 .long("stop-grace")
                 .value_name("SECONDS")
                 .help("on a preemption (a handled signal on any node), how long the ranks get after the stop file (TOPORUN_STOP_FILE) appears before the signal is forwarded; the shutdown deadline still bounds it (default 0: at once, as torchrun) [env: TOPORUN_STOP_GRACE]"),
         )
         .arg(
-            Arg::new("stop_signal_to")
+            Arg::new(Extra::StopSignalTo.id())
                 .long("stop-signal-to")
                 .value_parser(EnumValueParser::<StopSignalTo>::new())
                 .default_value("rank")
                 .help("rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it [env: TOPORUN_STOP_SIGNAL_TO]"),
         )
         .arg(
-            Arg::new("watch_preemption")
+            Arg::new(Extra::WatchPreemption.id())
                 .long("watch-preemption")
                 .action(ArgAction::SetTrue)
                 .help("poll the cloud's instance metadata every 2 s for a preemption notice (AWS spot instance-action, GCP instance/preempted, Azure Scheduled Events Preempt) and stop the job as on a SIGTERM when one comes [env TOPORUN_WATCH_PREEMPTION=1]"),
         )
         .arg(
-            Arg::new("faulthandler")
+            Arg::new(Extra::Faulthandler.id())
                 .long("faulthandler")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: the ranks get PYTHONFAULTHANDLER=1 (unless set), so a native crash (SIGSEGV, SIGABRT...) prints every thread's Python stack and toporun names the function it struck in; off: torchrun's environment [env: TOPORUN_FAULTHANDLER]"),
         )
         .arg(
-            Arg::new("read_stderr")
+            Arg::new(Extra::ReadStderr.id())
                 .long("read-stderr")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: where toporun's own stderr is no terminal (a pod), the ranks' stderr passes through toporun byte for byte, so a failure names the rank's last Python exception and a full /dev/shm; off: inherited, as torchrun [env: TOPORUN_READ_STDERR]"),
         )
         .arg(
-            Arg::new("exit_codes")
+            Arg::new(Extra::ExitCodes.id())
                 .long("exit-codes")
                 .value_parser(EnumValueParser::<ExitCodesChoice>::new())
                 .default_value("torchrun")
                 .help("torchrun: torchrun's exit codes; classified: one per cause of a failure (1 the code, 80 a GPU or the node, 81 memory: the OOM killer or /dev/shm, 82 a lost peer, 124 a hang, 3 the gate), for a podFailurePolicy [env: TOPORUN_EXIT_CODES]"),
         )
         .arg(
-            Arg::new("hang_timeout")
+            Arg::new(Extra::HangTimeout.id())
                 .long("hang-timeout")
                 .value_name("SECONDS")
                 .help("report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write [default: off; env: TOPORUN_HANG_TIMEOUT]"),
         )
         .arg(
-            Arg::new("stragglers")
+            Arg::new(Extra::Stragglers.id())
                 .long("stragglers")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: from the stack samples, each rank's share of time waiting in collectives over a window; the rank that waits far less than the others (the one they wait for) is named with what it spends its time on, and shown by `toporun top` [env: TOPORUN_STRAGGLERS]"),
         )
         .arg(
-            Arg::new("straggler_window")
+            Arg::new(Extra::StragglerWindow.id())
                 .long("straggler-window")
                 .value_name("SECONDS")
                 .help("the window over which wait shares are compared, at least 5 (default 60) [env: TOPORUN_STRAGGLER_WINDOW]"),
         )
         .arg(
-            Arg::new("on_hang")
+            Arg::new(Extra::OnHang.id())
                 .long("on-hang")
                 .value_parser(EnumValueParser::<OnHang>::new())
                 .default_value("report")
                 .help("after a hang report: report keeps the job running; stop ends it (exit 124) [env: TOPORUN_ON_HANG]"),
         )
         .arg(
-            Arg::new("status_port")
+            Arg::new(Extra::StatusPort.id())
                 .long("status-port")
                 .value_name("PORT")
                 .value_parser(clap::value_parser!(u16))
                 .help("serve /healthz, /readyz, /metrics (Prometheus) and /status (JSON) on this port [env TORCHELASTIC_HEALTH_CHECK_PORT]"),
         )
         .arg(
-            Arg::new("termination_log")
+            Arg::new(Extra::TerminationLog.id())
                 .long("termination-log")
                 .value_name("PATH")
                 .help("where the root cause of a failure goes, at most 4096 bytes, for Kubernetes to show [default: /dev/termination-log when present; env TOPORUN_TERMINATION_LOG]"),
         )
         .arg(
-            Arg::new("command")
+            Arg::new(Extra::Command.id())
                 .value_name("ENTRYPOINT [ARGS]")
                 .num_args(1..)
                 .trailing_var_arg(true)
@@ -220,19 +310,20 @@ pub fn toporun_command() -> Command {
     Cli::command().subcommand(launch_command("launch"))
 }
 
-/// The options the command line set (dest -> value), for PET_* precedence.
-pub fn set_on_command_line(m: &ArgMatches) -> BTreeMap<String, String> {
+/// The options the command line set, for PET_* precedence.
+pub fn set_on_command_line(m: &ArgMatches) -> BTreeMap<Opt, String> {
     let mut out = BTreeMap::new();
     for o in OPTIONS {
-        if m.value_source(o.dest) != Some(clap::parser::ValueSource::CommandLine) {
+        let id = o.opt.dest();
+        if m.value_source(id) != Some(clap::parser::ValueSource::CommandLine) {
             continue;
         }
         let v = if o.flag {
             "true".to_string()
         } else {
-            m.get_one::<String>(o.dest).cloned().unwrap_or_default()
+            m.get_one::<String>(id).cloned().unwrap_or_default()
         };
-        out.insert(o.dest.to_string(), v);
+        out.insert(o.opt, v);
     }
     out
 }
@@ -251,7 +342,10 @@ pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::E
         std::process::exit(0);
     }
     let m = cmd.try_get_matches_from_mut(argv)?;
-    if let Some(first) = m.get_many::<String>("command").and_then(|mut v| v.next()) {
+    if let Some(first) = m
+        .get_many::<String>(Extra::Command.id())
+        .and_then(|mut v| v.next())
+    {
         let after_dashdash = argv
             .iter()
             .position(|a| a == "--")
@@ -471,10 +565,10 @@ mod tests {
         ])
         .unwrap();
         let set = set_on_command_line(&m);
-        assert_eq!(set["nproc_per_node"], "2");
-        assert_eq!(set["redirects"], "3");
-        assert_eq!(set["nnodes"], "1");
-        let cmd: Vec<&String> = m.get_many::<String>("command").unwrap().collect();
+        assert_eq!(set[&Opt::NprocPerNode], "2");
+        assert_eq!(set[&Opt::Redirects], "3");
+        assert_eq!(set[&Opt::Nnodes], "1");
+        let cmd: Vec<&String> = m.get_many::<String>(Extra::Command.id()).unwrap().collect();
         assert_eq!(cmd, ["train.py", "--lr", "0.1", "--nnodes=9"]);
     }
 
@@ -482,8 +576,8 @@ mod tests {
     fn module_flag_and_short_forms() {
         let m = parse(&["-m", "-t", "3", "pkg.train", "-x"]).unwrap();
         let set = set_on_command_line(&m);
-        assert_eq!(set["module"], "true");
-        assert_eq!(set["tee"], "3");
+        assert_eq!(set[&Opt::Module], "true");
+        assert_eq!(set[&Opt::Tee], "3");
     }
 
     /// The installed torchrun's parser, option by option: a new torch release that
@@ -541,8 +635,8 @@ mod tests {
     #[test]
     fn abbreviations_like_argparse() {
         let set = |args: &[&str]| set_on_command_line(&parse(args).unwrap());
-        assert_eq!(set(&["--nnod", "2", "t.py"])["nnodes"], "2");
-        assert_eq!(set(&["--max-r=3", "t.py"])["max_restarts"], "3");
+        assert_eq!(set(&["--nnod", "2", "t.py"])[&Opt::Nnodes], "2");
+        assert_eq!(set(&["--max-r=3", "t.py"])[&Opt::MaxRestarts], "3");
         let e = parse(&["--nproc", "2", "t.py"]).unwrap_err();
         assert_eq!(e.exit_code(), 2);
         let msg = e.to_string();
@@ -554,7 +648,7 @@ mod tests {
         );
         // Options after the entrypoint belong to the script.
         let m = parse(&["t.py", "--nproc", "x"]).unwrap();
-        let cmd: Vec<&String> = m.get_many::<String>("command").unwrap().collect();
+        let cmd: Vec<&String> = m.get_many::<String>(Extra::Command.id()).unwrap().collect();
         assert_eq!(cmd, ["t.py", "--nproc", "x"]);
     }
 
@@ -569,10 +663,14 @@ mod tests {
         let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let launched = |a: &[&str]| match route(&v(a)) {
             Ok(Invocation::Launch(m)) => {
-                let script = m.get_many::<String>("command").unwrap().next().unwrap();
+                let script = m
+                    .get_many::<String>(Extra::Command.id())
+                    .unwrap()
+                    .next()
+                    .unwrap();
                 Some((
                     script.clone(),
-                    m.get_one::<String>("nproc_per_node").cloned(),
+                    m.get_one::<String>(Opt::NprocPerNode.dest()).cloned(),
                 ))
             }
             Ok(Invocation::Subcommand(_)) => None,
@@ -617,5 +715,49 @@ mod tests {
             globals_end(&v(&["--facts", "f", "--nvidia-smi-topo=t", "x"])),
             3
         );
+    }
+
+    /// Every toporun option (a new one is added here too).
+    const EXTRAS: &[Extra] = &[
+        Extra::Facts,
+        Extra::NvidiaSmiTopo,
+        Extra::Format,
+        Extra::DryRun,
+        Extra::NcclEnv,
+        Extra::NcclReport,
+        Extra::Colocated,
+        Extra::Preflight,
+        Extra::PreflightMeasure,
+        Extra::FlightRecorder,
+        Extra::StopGrace,
+        Extra::StopSignalTo,
+        Extra::WatchPreemption,
+        Extra::Faulthandler,
+        Extra::ReadStderr,
+        Extra::ExitCodes,
+        Extra::HangTimeout,
+        Extra::Stragglers,
+        Extra::StragglerWindow,
+        Extra::OnHang,
+        Extra::StatusPort,
+        Extra::TerminationLog,
+        Extra::Command,
+    ];
+
+    #[test]
+    fn every_option_name_is_an_argument_of_the_launch_command() {
+        let cmd = launch_command("torchrun");
+        let ids: Vec<&str> = cmd.get_arguments().map(|a| a.get_id().as_str()).collect();
+        for e in EXTRAS {
+            assert!(ids.contains(&e.id()), "{e:?} is no argument");
+        }
+        for o in OPTIONS {
+            assert!(ids.contains(&o.opt.dest()), "{:?} is no argument", o.opt);
+        }
+        for e in EXTRAS {
+            if let Some(var) = e.var() {
+                assert_eq!(var, format!("TOPORUN_{}", e.id().to_ascii_uppercase()));
+            }
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! `toporun [launch] [--dry-run] [torchrun options] ENTRYPOINT ARGS`: plan, rendezvous,
 //! start and supervise the local ranks.
 
-use crate::cli;
+use crate::cli::{self, Extra};
 use crate::dry_run;
 use crate::exit::ExitStatus;
 use crate::facts_source;
@@ -33,26 +33,22 @@ enum PreflightMode {
 
 /// A toporun option from the command line, else its environment variable (so a
 /// manifest can set it without touching the job's command).
-fn option_or_env(
-    m: &ArgMatches,
-    id: &str,
-    var: &str,
-    env: &BTreeMap<String, String>,
-) -> Option<String> {
-    m.get_one::<String>(id)
+fn option_or_env(m: &ArgMatches, o: Extra, env: &BTreeMap<String, String>) -> Option<String> {
+    m.get_one::<String>(o.id())
         .cloned()
-        .or_else(|| env.get(var).cloned())
+        .or_else(|| env.get(o.var()?).cloned())
 }
 
 /// A typed toporun option: the command line, else its variable (a bad value named
 /// with the variable, exit 2), else the option's default.
 fn typed_choice<T: ValueEnum + Clone + Send + Sync + 'static>(
     m: &ArgMatches,
-    id: &str,
-    var: &str,
+    o: Extra,
     env: &BTreeMap<String, String>,
 ) -> Result<T> {
+    let id = o.id();
     let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    let var = o.var().unwrap_or_default();
     if let (false, Some(v)) = (given, env.get(var)) {
         return T::from_str(v, false).map_err(|_| {
             let names: Vec<String> = T::value_variants()
@@ -69,18 +65,16 @@ fn typed_choice<T: ValueEnum + Clone + Send + Sync + 'static>(
 }
 
 fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<PreflightMode> {
-    Ok(
-        match typed_choice(m, "preflight", "TOPORUN_PREFLIGHT", env)? {
-            PreflightChoice::Off => PreflightMode::Off,
-            PreflightChoice::Gate => PreflightMode::Gate,
-            PreflightChoice::Warn => PreflightMode::Warn,
-        },
-    )
+    Ok(match typed_choice(m, Extra::Preflight, env)? {
+        PreflightChoice::Off => PreflightMode::Off,
+        PreflightChoice::Gate => PreflightMode::Gate,
+        PreflightChoice::Warn => PreflightMode::Warn,
+    })
 }
 
 /// `--hang-timeout` (TOPORUN_HANG_TIMEOUT) and `--on-hang` (TOPORUN_ON_HANG).
 fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<HangWatch>> {
-    let Some(v) = option_or_env(m, "hang_timeout", "TOPORUN_HANG_TIMEOUT", env) else {
+    let Some(v) = option_or_env(m, Extra::HangTimeout, env) else {
         return Ok(None);
     };
     let timeout = toporun_shared::torchrun::seconds("--hang-timeout", &v)?;
@@ -89,7 +83,7 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
             "--hang-timeout {v}: expected a positive number of seconds"
         )));
     }
-    let on_hang = typed_choice::<OnHang>(m, "on_hang", "TOPORUN_ON_HANG", env)?;
+    let on_hang = typed_choice::<OnHang>(m, Extra::OnHang, env)?;
     Ok(Some(HangWatch {
         timeout,
         stop: on_hang == OnHang::Stop,
@@ -120,10 +114,10 @@ fn straggler_window(
     m: &ArgMatches,
     env: &BTreeMap<String, String>,
 ) -> Result<Option<std::time::Duration>> {
-    if typed_choice::<OnOff>(m, "stragglers", "TOPORUN_STRAGGLERS", env)? == OnOff::Off {
+    if typed_choice::<OnOff>(m, Extra::Stragglers, env)? == OnOff::Off {
         return Ok(None);
     }
-    let Some(v) = option_or_env(m, "straggler_window", "TOPORUN_STRAGGLER_WINDOW", env) else {
+    let Some(v) = option_or_env(m, Extra::StragglerWindow, env) else {
         return Ok(Some(std::time::Duration::from_secs(60)));
     };
     let w = toporun_shared::torchrun::seconds("--straggler-window", &v)?;
@@ -138,16 +132,16 @@ fn straggler_window(
 
 /// `--preflight-measure`, or TOPORUN_PREFLIGHT_MEASURE=1/true.
 fn wants_measure(m: &ArgMatches, env: &BTreeMap<String, String>) -> bool {
-    m.get_flag("preflight_measure")
+    m.get_flag(Extra::PreflightMeasure.id())
         || env
-            .get("TOPORUN_PREFLIGHT_MEASURE")
+            .get(Extra::PreflightMeasure.var().unwrap_or_default())
             .is_some_and(|v| toporun_shared::flags::torch_bool(v) == Some(true))
 }
 
 /// Where the root cause of a failure goes: `--termination-log`, else
 /// TOPORUN_TERMINATION_LOG, else the kubelet's file when it mounted one.
 fn termination_log(m: &ArgMatches, env: &BTreeMap<String, String>) -> Option<PathBuf> {
-    option_or_env(m, "termination_log", "TOPORUN_TERMINATION_LOG", env)
+    option_or_env(m, Extra::TerminationLog, env)
         .map(PathBuf::from)
         .or_else(|| {
             let k8s = Path::new(TERMINATION_LOG);
@@ -191,7 +185,7 @@ pub fn run(m: &ArgMatches) -> ExitStatus {
 /// before the signal handlers that depend on it and before any probing.
 fn options(m: &ArgMatches, parent_env: &BTreeMap<String, String>) -> Result<LaunchOptions> {
     let command: Vec<String> = m
-        .get_many::<String>("command")
+        .get_many::<String>(Extra::Command.id())
         .map(|v| v.cloned().collect())
         .unwrap_or_default();
     Ok(resolve(
@@ -208,8 +202,8 @@ fn prepare(
     parent_env: BTreeMap<String, String>,
 ) -> Result<Job> {
     let facts = facts_source::load(
-        m.get_one::<String>("facts"),
-        m.get_one::<String>("nvidia_smi_topo"),
+        m.get_one::<String>(Extra::Facts.id()),
+        m.get_one::<String>(Extra::NvidiaSmiTopo.id()),
     )?;
     // Like torch.cuda.device_count(): the GPUs left visible by CUDA_VISIBLE_DEVICES.
     let cvd = parent_env
@@ -227,7 +221,7 @@ fn prepare(
         nproc_per_node: nproc,
         master_addr: Some(&master),
     };
-    let mode = if m.get_one::<String>("nccl_env").map(String::as_str) == Some("off") {
+    let mode = if m.get_one::<String>(Extra::NcclEnv.id()).map(String::as_str) == Some("off") {
         PlanMode::Off
     } else {
         PlanMode::On
@@ -258,14 +252,13 @@ fn prepare(
         }
         crate::console::say!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
     }
-    let colocated = match typed_choice(m, "colocated", "TOPORUN_COLOCATED", &parent_env)? {
+    let colocated = match typed_choice(m, Extra::Colocated, &parent_env)? {
         ColocatedChoice::Warn => colocation::Mode::Warn,
         ColocatedChoice::Join => colocation::Mode::Join,
     };
-    let nccl_report =
-        typed_choice::<OnOff>(m, "nccl_report", "TOPORUN_NCCL_REPORT", &parent_env)? == OnOff::On;
+    let nccl_report = typed_choice::<OnOff>(m, Extra::NcclReport, &parent_env)? == OnOff::On;
     let termination_log = termination_log(m, &parent_env);
-    let status_port = match m.get_one::<u16>("status_port") {
+    let status_port = match m.get_one::<u16>(Extra::StatusPort.id()) {
         Some(p) => Some(*p),
         None => match parent_env.get("TORCHELASTIC_HEALTH_CHECK_PORT") {
             None => None,
@@ -278,23 +271,19 @@ fn prepare(
     };
     let hang = hang_watch(m, &parent_env)?;
     let flight_recorder =
-        typed_choice::<OnOff>(m, "flight_recorder", "TOPORUN_FLIGHT_RECORDER", &parent_env)?
-            == OnOff::On;
-    let classified =
-        typed_choice::<ExitCodesChoice>(m, "exit_codes", "TOPORUN_EXIT_CODES", &parent_env)?
-            == ExitCodesChoice::Classified;
-    let stop_grace = match option_or_env(m, "stop_grace", "TOPORUN_STOP_GRACE", &parent_env) {
+        typed_choice::<OnOff>(m, Extra::FlightRecorder, &parent_env)? == OnOff::On;
+    let classified = typed_choice::<ExitCodesChoice>(m, Extra::ExitCodes, &parent_env)?
+        == ExitCodesChoice::Classified;
+    let stop_grace = match option_or_env(m, Extra::StopGrace, &parent_env) {
         Some(v) => toporun_shared::torchrun::seconds("--stop-grace", &v)?,
         None => std::time::Duration::ZERO,
     };
     let stop_signal_group =
-        typed_choice::<StopSignalTo>(m, "stop_signal_to", "TOPORUN_STOP_SIGNAL_TO", &parent_env)?
-            == StopSignalTo::Group;
-    let faulthandler =
-        typed_choice::<OnOff>(m, "faulthandler", "TOPORUN_FAULTHANDLER", &parent_env)? == OnOff::On;
-    let watch_preemption = (m.get_flag("watch_preemption")
+        typed_choice::<StopSignalTo>(m, Extra::StopSignalTo, &parent_env)? == StopSignalTo::Group;
+    let faulthandler = typed_choice::<OnOff>(m, Extra::Faulthandler, &parent_env)? == OnOff::On;
+    let watch_preemption = (m.get_flag(Extra::WatchPreemption.id())
         || parent_env
-            .get("TOPORUN_WATCH_PREEMPTION")
+            .get(Extra::WatchPreemption.var().unwrap_or_default())
             .is_some_and(|v| toporun_shared::flags::torch_bool(v) == Some(true)))
     .then(|| {
         toporun_agent::probe::cloud_metadata::Endpoints::from_env(|k| parent_env.get(k).cloned())
@@ -322,8 +311,7 @@ fn prepare(
         classified,
         // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
         // progress bars) and toporun does not read their exceptions.
-        watch_stderr: typed_choice::<OnOff>(m, "read_stderr", "TOPORUN_READ_STDERR", &parent_env)?
-            == OnOff::On
+        watch_stderr: typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? == OnOff::On
             && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
         hang,
         status_port,
@@ -376,12 +364,12 @@ async fn launch(m: &ArgMatches) -> Result<ExitStatus> {
     for note in &p.opts.notes {
         crate::console::say!("toporun: note: {note}");
     }
-    let dry = m.get_flag("dry_run");
+    let dry = m.get_flag(Extra::DryRun.id());
     let entry = entrypoint_findings(&p, dry);
     if dry {
         crate::exit::quiet_on_closed_pipe();
         let format = m
-            .get_one::<DryRunFormat>("format")
+            .get_one::<DryRunFormat>(Extra::Format.id())
             .copied()
             .unwrap_or(DryRunFormat::Text);
         print!("{}", dry_run::render(&p, &entry, format)?);
@@ -408,7 +396,7 @@ async fn launch(m: &ArgMatches) -> Result<ExitStatus> {
     let mode = preflight_mode(m, &p.inherited_env)?;
     let mut p = p;
     if mode != PreflightMode::Off && wants_measure(m, &p.inherited_env) {
-        if m.get_one::<String>("facts").is_some() {
+        if m.get_one::<String>(Extra::Facts.id()).is_some() {
             crate::console::say!(
                 "toporun: --preflight-measure: not measured, the facts come from --facts"
             );

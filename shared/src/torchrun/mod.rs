@@ -10,7 +10,7 @@ pub mod values;
 pub mod worker;
 
 pub use options::{
-    resolve, seconds, LaunchOptions, NprocSpec, OptionDef, OptionsError, RdzvBackend, MAX_NODES,
-    MAX_NPROC, MAX_WORLD, OPTIONS,
+    resolve, seconds, LaunchOptions, NprocSpec, Opt, OptionDef, OptionsError, RdzvBackend,
+    MAX_NODES, MAX_NPROC, MAX_WORLD, OPTIONS,
 };
 pub use rdzv_conf::{EtcdProtocol, RdzvConf};

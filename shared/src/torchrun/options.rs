@@ -7,10 +7,79 @@ use super::std_spec::StdSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-/// One option: dest name (PET_<DEST>), long spellings, short letter, flag or value.
+/// torchrun's options by name: the parser, the resolution and PET_<DEST> look
+/// them up by this type, so a misspelt option does not compile.
+macro_rules! option_names {
+    ($($name:ident = $dest:literal),* $(,)?) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Opt {
+            $($name),*
+        }
+
+        impl Opt {
+            pub const ALL: &'static [Opt] = &[$(Opt::$name),*];
+
+            /// argparse's dest: clap's id, and PET_<DEST> upper-cased.
+            pub const fn dest(self) -> &'static str {
+                match self {
+                    $(Opt::$name => $dest),*
+                }
+            }
+        }
+    };
+}
+
+option_names! {
+    Nnodes = "nnodes",
+    NprocPerNode = "nproc_per_node",
+    RdzvBackend = "rdzv_backend",
+    RdzvEndpoint = "rdzv_endpoint",
+    RdzvId = "rdzv_id",
+    RdzvConf = "rdzv_conf",
+    Standalone = "standalone",
+    MaxRestarts = "max_restarts",
+    MonitorInterval = "monitor_interval",
+    StartMethod = "start_method",
+    Role = "role",
+    Module = "module",
+    NoPython = "no_python",
+    RunPath = "run_path",
+    LogDir = "log_dir",
+    Redirects = "redirects",
+    Tee = "tee",
+    LogLinePrefixTemplate = "log_line_prefix_template",
+    LocalRanksFilter = "local_ranks_filter",
+    NodeRank = "node_rank",
+    MasterAddr = "master_addr",
+    MasterPort = "master_port",
+    LocalAddr = "local_addr",
+    SignalsToHandle = "signals_to_handle",
+    NumaBinding = "numa_binding",
+    ShutdownTimeout = "shutdown_timeout",
+    LogsSpecs = "logs_specs",
+    EventLogHandler = "event_log_handler",
+    VirtualLocalRank = "virtual_local_rank",
+    DuplicateStdoutFilters = "duplicate_stdout_filters",
+    DuplicateStderrFilters = "duplicate_stderr_filters",
+    PrintCompletion = "print_completion",
+}
+
+impl Opt {
+    /// The option whose dest is `dest`.
+    pub fn from_dest(dest: &str) -> Option<Opt> {
+        Opt::ALL.iter().copied().find(|o| o.dest() == dest)
+    }
+
+    /// Its PET_<DEST> variable.
+    pub fn pet(self) -> String {
+        format!("PET_{}", self.dest().to_ascii_uppercase())
+    }
+}
+
+/// One option: its name (PET_<DEST>), long spellings, short letter, flag or value.
 #[derive(Debug, Clone, Copy)]
 pub struct OptionDef {
-    pub dest: &'static str,
+    pub opt: Opt,
     pub longs: &'static [&'static str],
     pub short: Option<char>,
     pub flag: bool,
@@ -21,9 +90,9 @@ pub struct OptionDef {
     pub choices: &'static [&'static str],
 }
 
-const fn opt(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
+const fn opt(opt: Opt, longs: &'static [&'static str], help: &'static str) -> OptionDef {
     OptionDef {
-        dest,
+        opt,
         longs,
         short: None,
         flag: false,
@@ -33,9 +102,9 @@ const fn opt(dest: &'static str, longs: &'static [&'static str], help: &'static 
     }
 }
 
-const fn flag(dest: &'static str, longs: &'static [&'static str], help: &'static str) -> OptionDef {
+const fn flag(opt: Opt, longs: &'static [&'static str], help: &'static str) -> OptionDef {
     OptionDef {
-        dest,
+        opt,
         longs,
         short: None,
         flag: true,
@@ -48,38 +117,38 @@ const fn flag(dest: &'static str, longs: &'static [&'static str], help: &'static
 const PYTHON_ONLY: &str = "toporun starts workers as separate processes; this torchrun option only affects Python's multiprocessing and is ignored";
 
 pub const OPTIONS: &[OptionDef] = &[
-    opt("nnodes", &["nnodes"], "number of nodes, N or MIN:MAX"),
-    opt("nproc_per_node", &["nproc-per-node", "nproc_per_node"], "ranks per node: a number, gpu, cpu or auto"),
-    opt("rdzv_backend", &["rdzv-backend", "rdzv_backend"], "rendezvous backend: static or c10d"),
-    opt("rdzv_endpoint", &["rdzv-endpoint", "rdzv_endpoint"], "rendezvous endpoint HOST[:PORT]"),
-    opt("rdzv_id", &["rdzv-id", "rdzv_id"], "job id shared by all nodes"),
-    opt("rdzv_conf", &["rdzv-conf", "rdzv_conf"], "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, close_timeout, read_timeout, is_host)"),
-    flag("standalone", &["standalone"], "single node: rendezvous on localhost with a free port and a random id"),
-    opt("max_restarts", &["max-restarts", "max_restarts"], "restarts of all ranks after a failure"),
-    opt("monitor_interval", &["monitor-interval", "monitor_interval"], "seconds between worker checks (toporun reacts to exits at once)"),
-    OptionDef { note: Some(PYTHON_ONLY), choices: &["spawn", "fork", "forkserver"], ..opt("start_method", &["start-method", "start_method"], "spawn, fork or forkserver") },
-    opt("role", &["role"], "worker role name"),
-    OptionDef { short: Some('m'), ..flag("module", &["module"], "run the entrypoint as python -m") },
-    flag("no_python", &["no-python", "no_python"], "run the entrypoint directly, not through python"),
-    OptionDef { note: Some("toporun runs the entrypoint as `python -u script` (the same as --run-path does for a script path)"), ..flag("run_path", &["run-path", "run_path"], "run the entrypoint with runpy.run_path inside the agent") },
-    opt("log_dir", &["log-dir", "log_dir"], "directory for per-rank logs and error files"),
-    OptionDef { short: Some('r'), ..opt("redirects", &["redirects"], "send output to log files: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2") },
-    OptionDef { short: Some('t'), ..opt("tee", &["tee"], "copy output to log files and the console, same values as --redirects") },
-    opt("log_line_prefix_template", &["log-line-prefix-template", "log_line_prefix_template"], "console prefix of each rank's lines: ${role_name}, ${rank}, ${local_rank} (default [${role_name}${local_rank}]:; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"),
-    opt("local_ranks_filter", &["local-ranks-filter", "local_ranks_filter"], "show only these local ranks' output on the console (0,3)"),
-    opt("node_rank", &["node-rank", "node_rank"], "this node's rank (static rendezvous)"),
-    opt("master_addr", &["master-addr", "master_addr"], "address of node 0 (static rendezvous)"),
-    opt("master_port", &["master-port", "master_port"], "port of node 0's store (static rendezvous)"),
-    opt("local_addr", &["local-addr", "local_addr"], "address this node advertises"),
-    opt("signals_to_handle", &["signals-to-handle", "signals_to_handle"], "signals forwarded to the ranks"),
-    OptionDef { choices: &["node", "socket", "exclusive", "core-complex"], ..opt("numa_binding", &["numa-binding", "numa_binding"], "bind ranks' CPUs to their GPU: node, socket, exclusive, core-complex (one L3 cache domain)") },
-    opt("shutdown_timeout", &["shutdown-timeout", "shutdown_timeout"], "seconds between the stop signal and SIGKILL"),
-    opt("logs_specs", &["logs-specs", "logs_specs"], "a torchrun.logs_specs entry point name (the default layout is toporun's own)"),
-    OptionDef { note: Some(PYTHON_ONLY), ..opt("event_log_handler", &["event-log-handler", "event_log_handler"], "a Python event handler") },
-    flag("virtual_local_rank", &["virtual-local-rank", "virtual_local_rank"], "every rank sees only its own GPU: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its device"),
-    OptionDef { note: Some(PYTHON_ONLY), ..opt("duplicate_stdout_filters", &["duplicate-stdout-filters", "duplicate_stdout_filters"], "Python log filters") },
-    OptionDef { note: Some(PYTHON_ONLY), ..opt("duplicate_stderr_filters", &["duplicate-stderr-filters", "duplicate_stderr_filters"], "Python log filters") },
-    OptionDef { choices: &["bash", "zsh", "tcsh"], ..opt("print_completion", &["print-completion", "print_completion"], "print a completion script for this shell and exit") },
+    opt(Opt::Nnodes, &["nnodes"], "number of nodes, N or MIN:MAX"),
+    opt(Opt::NprocPerNode, &["nproc-per-node", "nproc_per_node"], "ranks per node: a number, gpu, cpu or auto"),
+    opt(Opt::RdzvBackend, &["rdzv-backend", "rdzv_backend"], "rendezvous backend: static or c10d"),
+    opt(Opt::RdzvEndpoint, &["rdzv-endpoint", "rdzv_endpoint"], "rendezvous endpoint HOST[:PORT]"),
+    opt(Opt::RdzvId, &["rdzv-id", "rdzv_id"], "job id shared by all nodes"),
+    opt(Opt::RdzvConf, &["rdzv-conf", "rdzv_conf"], "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, close_timeout, read_timeout, is_host)"),
+    flag(Opt::Standalone, &["standalone"], "single node: rendezvous on localhost with a free port and a random id"),
+    opt(Opt::MaxRestarts, &["max-restarts", "max_restarts"], "restarts of all ranks after a failure"),
+    opt(Opt::MonitorInterval, &["monitor-interval", "monitor_interval"], "seconds between worker checks (toporun reacts to exits at once)"),
+    OptionDef { note: Some(PYTHON_ONLY), choices: &["spawn", "fork", "forkserver"], ..opt(Opt::StartMethod, &["start-method", "start_method"], "spawn, fork or forkserver") },
+    opt(Opt::Role, &["role"], "worker role name"),
+    OptionDef { short: Some('m'), ..flag(Opt::Module, &["module"], "run the entrypoint as python -m") },
+    flag(Opt::NoPython, &["no-python", "no_python"], "run the entrypoint directly, not through python"),
+    OptionDef { note: Some("toporun runs the entrypoint as `python -u script` (the same as --run-path does for a script path)"), ..flag(Opt::RunPath, &["run-path", "run_path"], "run the entrypoint with runpy.run_path inside the agent") },
+    opt(Opt::LogDir, &["log-dir", "log_dir"], "directory for per-rank logs and error files"),
+    OptionDef { short: Some('r'), ..opt(Opt::Redirects, &["redirects"], "send output to log files: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2") },
+    OptionDef { short: Some('t'), ..opt(Opt::Tee, &["tee"], "copy output to log files and the console, same values as --redirects") },
+    opt(Opt::LogLinePrefixTemplate, &["log-line-prefix-template", "log_line_prefix_template"], "console prefix of each rank's lines: ${role_name}, ${rank}, ${local_rank} (default [${role_name}${local_rank}]:; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"),
+    opt(Opt::LocalRanksFilter, &["local-ranks-filter", "local_ranks_filter"], "show only these local ranks' output on the console (0,3)"),
+    opt(Opt::NodeRank, &["node-rank", "node_rank"], "this node's rank (static rendezvous)"),
+    opt(Opt::MasterAddr, &["master-addr", "master_addr"], "address of node 0 (static rendezvous)"),
+    opt(Opt::MasterPort, &["master-port", "master_port"], "port of node 0's store (static rendezvous)"),
+    opt(Opt::LocalAddr, &["local-addr", "local_addr"], "address this node advertises"),
+    opt(Opt::SignalsToHandle, &["signals-to-handle", "signals_to_handle"], "signals forwarded to the ranks"),
+    OptionDef { choices: &["node", "socket", "exclusive", "core-complex"], ..opt(Opt::NumaBinding, &["numa-binding", "numa_binding"], "bind ranks' CPUs to their GPU: node, socket, exclusive, core-complex (one L3 cache domain)") },
+    opt(Opt::ShutdownTimeout, &["shutdown-timeout", "shutdown_timeout"], "seconds between the stop signal and SIGKILL"),
+    opt(Opt::LogsSpecs, &["logs-specs", "logs_specs"], "a torchrun.logs_specs entry point name (the default layout is toporun's own)"),
+    OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::EventLogHandler, &["event-log-handler", "event_log_handler"], "a Python event handler") },
+    flag(Opt::VirtualLocalRank, &["virtual-local-rank", "virtual_local_rank"], "every rank sees only its own GPU: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its device"),
+    OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::DuplicateStdoutFilters, &["duplicate-stdout-filters", "duplicate_stdout_filters"], "Python log filters") },
+    OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::DuplicateStderrFilters, &["duplicate-stderr-filters", "duplicate_stderr_filters"], "Python log filters") },
+    OptionDef { choices: &["bash", "zsh", "tcsh"], ..opt(Opt::PrintCompletion, &["print-completion", "print_completion"], "print a completion script for this shell and exit") },
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +260,7 @@ const SIGNALS: &[&str] = &[
 /// What the command line and the environment gave, looked up as torchrun does:
 /// the command line first, then `PET_<DEST>`.
 struct Given<'a> {
-    cli: &'a BTreeMap<String, String>,
+    cli: &'a BTreeMap<Opt, String>,
     env: &'a BTreeMap<String, String>,
 }
 
@@ -205,27 +274,27 @@ fn value_err(m: String) -> OptionsError {
 }
 
 impl Given<'_> {
-    fn pet(&self, dest: &str) -> Option<&String> {
-        self.env.get(&format!("PET_{}", dest.to_ascii_uppercase()))
+    fn pet(&self, o: Opt) -> Option<&String> {
+        self.env.get(&o.pet())
     }
 
-    fn value(&self, dest: &str) -> Option<String> {
-        self.cli.get(dest).or_else(|| self.pet(dest)).cloned()
+    fn value(&self, o: Opt) -> Option<String> {
+        self.cli.get(&o).or_else(|| self.pet(o)).cloned()
     }
 
     /// torchrun reads boolean PET_* values with bool(int(value)).
-    fn flag(&self, dest: &str) -> Result<bool, OptionsError> {
-        if self.cli.contains_key(dest) {
+    fn flag(&self, o: Opt) -> Result<bool, OptionsError> {
+        if self.cli.contains_key(&o) {
             return Ok(true);
         }
-        match self.pet(dest) {
+        match self.pet(o) {
             None => Ok(false),
-            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| value_err(format!("PET_{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", dest.to_ascii_uppercase()))),
+            Some(v) => v.trim().parse::<i64>().map(|n| n != 0).map_err(|_| value_err(format!("{}={v:?}: boolean options from the environment must be integers (1 or 0), as torchrun reads them with bool(int(value))", o.pet()))),
         }
     }
 
-    fn num(&self, dest: &str, default: u64) -> Result<u64, OptionsError> {
-        self.value(dest).map_or(Ok(default), |v| {
+    fn num(&self, o: Opt, default: u64) -> Result<u64, OptionsError> {
+        self.value(o).map_or(Ok(default), |v| {
             v.trim()
                 .parse::<u64>()
                 .ok()
@@ -233,7 +302,7 @@ impl Given<'_> {
                 .ok_or_else(|| {
                     usage(format!(
                         "--{}: '{v}' is not an integer from 0 to {}",
-                        dest.replace('_', "-"),
+                        o.dest().replace('_', "-"),
                         u32::MAX
                     ))
                 })
@@ -245,7 +314,7 @@ impl Given<'_> {
         OPTIONS
             .iter()
             .filter(|o| {
-                o.note.is_some() && (self.cli.contains_key(o.dest) || self.pet(o.dest).is_some())
+                o.note.is_some() && (self.cli.contains_key(&o.opt) || self.pet(o.opt).is_some())
             })
             .map(|o| format!("--{}: {}", o.longs[0], o.note.unwrap_or_default()))
             .collect()
@@ -261,17 +330,17 @@ struct Rdzv {
     standalone: bool,
 }
 
-/// Resolves options. `cli` holds what the command line set (dest -> value; flags
-/// "true"), `env` the process environment (PET_* and TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
+/// Resolves options. `cli` holds what the command line set (option -> value;
+/// flags "true"), `env` the process environment (PET_* and TORCH_ELASTIC_SHUTDOWN_TIMEOUT).
 pub fn resolve(
-    cli: &BTreeMap<String, String>,
+    cli: &BTreeMap<Opt, String>,
     env: &BTreeMap<String, String>,
     entrypoint: &str,
     args: &[String],
 ) -> Result<LaunchOptions, OptionsError> {
     let g = Given { cli, env };
-    let standalone_asked = g.flag("standalone")?;
-    let (nnodes_min, nnodes_max) = match g.value("nnodes") {
+    let standalone_asked = g.flag(Opt::Standalone)?;
+    let (nnodes_min, nnodes_max) = match g.value(Opt::Nnodes) {
         None => (1, 1),
         Some(v) => parse_nnodes(&v)?,
     };
@@ -280,30 +349,30 @@ pub fn resolve(
             "--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}"
         )));
     }
-    let nproc = parse_nproc(g.value("nproc_per_node").as_deref())?;
+    let nproc = parse_nproc(g.value(Opt::NprocPerNode).as_deref())?;
     let rdzv = rdzv(&g, standalone_asked, nnodes_max)?;
-    let module = g.flag("module")?;
-    let no_python = g.flag("no_python")?;
+    let module = g.flag(Opt::Module)?;
+    let no_python = g.flag(Opt::NoPython)?;
     if module && no_python {
         return Err(value_err(
             "--no-python and -m/--module cannot be used together".into(),
         ));
     }
-    let master_port = g.num("master_port", 29500)?;
+    let master_port = g.num(Opt::MasterPort, 29500)?;
     let master_port = u16::try_from(master_port)
         .map_err(|_| usage(format!("--master-port {master_port} is not a port number")))?;
-    let node_rank = g.num("node_rank", 0)? as u32; // num() checked the range
+    let node_rank = g.num(Opt::NodeRank, 0)? as u32; // num() checked the range
     if rdzv.backend == RdzvBackend::Static && node_rank >= nnodes_max {
         return Err(usage(format!(
             "--node-rank {node_rank} is not below --nnodes {nnodes_max}"
         )));
     }
-    let std_spec = |dest: &str| {
-        StdSpec::parse(&g.value(dest).unwrap_or_else(|| "0".into()))
-            .map_err(|e| value_err(format!("--{dest} {e}")))
+    let std_spec = |o: Opt| {
+        StdSpec::parse(&g.value(o).unwrap_or_else(|| "0".into()))
+            .map_err(|e| value_err(format!("--{} {e}", o.dest())))
     };
-    let (redirects, tee) = (std_spec("redirects")?, std_spec("tee")?);
-    if let Some(mi) = g.value("monitor_interval") {
+    let (redirects, tee) = (std_spec(Opt::Redirects)?, std_spec(Opt::Tee)?);
+    if let Some(mi) = g.value(Opt::MonitorInterval) {
         seconds("--monitor-interval", &mi)?;
     }
     if entrypoint.is_empty() {
@@ -315,33 +384,35 @@ pub fn resolve(
         nnodes_min,
         nnodes_max,
         nproc,
-        rdzv_conf: RdzvConf::parse(&g.value("rdzv_conf").unwrap_or_default())?,
+        rdzv_conf: RdzvConf::parse(&g.value(Opt::RdzvConf).unwrap_or_default())?,
         rdzv_backend: rdzv.backend,
         rdzv_endpoint: rdzv.endpoint,
         rdzv_id: rdzv.id,
         standalone: rdzv.standalone,
-        max_restarts: g.num("max_restarts", 0)? as u32,
-        role: g.value("role").unwrap_or_else(|| "default".into()),
+        max_restarts: g.num(Opt::MaxRestarts, 0)? as u32,
+        role: g.value(Opt::Role).unwrap_or_else(|| "default".into()),
         module,
         no_python,
-        log_dir: g.value("log_dir"),
+        log_dir: g.value(Opt::LogDir),
         redirects,
         tee,
-        local_ranks_filter: local_ranks_filter(g.value("local_ranks_filter"))?,
+        local_ranks_filter: local_ranks_filter(g.value(Opt::LocalRanksFilter))?,
         node_rank,
-        master_addr: g.value("master_addr").unwrap_or_else(|| "127.0.0.1".into()),
+        master_addr: g
+            .value(Opt::MasterAddr)
+            .unwrap_or_else(|| "127.0.0.1".into()),
         master_port,
-        local_addr: g.value("local_addr"),
-        signals_to_handle: signals(g.value("signals_to_handle"))?,
-        numa_binding: numa_binding(g.value("numa_binding").as_deref())?,
+        local_addr: g.value(Opt::LocalAddr),
+        signals_to_handle: signals(g.value(Opt::SignalsToHandle))?,
+        numa_binding: numa_binding(g.value(Opt::NumaBinding).as_deref())?,
         log_line_prefix_template: g
-            .value("log_line_prefix_template")
+            .value(Opt::LogLinePrefixTemplate)
             .filter(|v| !v.is_empty())
             .or_else(|| env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").cloned()),
-        logs_specs: cli.get("logs_specs").cloned(),
-        virtual_local_rank: g.flag("virtual_local_rank")?,
+        logs_specs: cli.get(&Opt::LogsSpecs).cloned(),
+        virtual_local_rank: g.flag(Opt::VirtualLocalRank)?,
         shutdown_timeout: match g
-            .value("shutdown_timeout")
+            .value(Opt::ShutdownTimeout)
             .or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned())
         {
             None => Duration::from_secs(30),
@@ -382,7 +453,7 @@ fn parse_nproc(v: Option<&str>) -> Result<NprocSpec, OptionsError> {
 }
 
 fn rdzv(g: &Given, standalone_asked: bool, nnodes_max: u32) -> Result<Rdzv, OptionsError> {
-    let backend = match g.value("rdzv_backend").as_deref().map(str::trim) {
+    let backend = match g.value(Opt::RdzvBackend).as_deref().map(str::trim) {
         None | Some("static") => RdzvBackend::Static,
         Some("c10d") => RdzvBackend::C10d,
         Some("etcd" | "etcd-v2") => RdzvBackend::Etcd,
@@ -392,13 +463,13 @@ fn rdzv(g: &Given, standalone_asked: bool, nnodes_max: u32) -> Result<Rdzv, Opti
             )))
         }
     };
-    let endpoint = g.value("rdzv_endpoint").unwrap_or_default();
+    let endpoint = g.value(Opt::RdzvEndpoint).unwrap_or_default();
     // torch 2.15: one static node with no --master-port runs c10d on localhost:0 (a
     // free port, a fresh run id), as --standalone does.
     let standalone = standalone_asked
         || (backend == RdzvBackend::Static
             && endpoint.is_empty()
-            && g.value("master_port").is_none()
+            && g.value(Opt::MasterPort).is_none()
             && nnodes_max == 1);
     if standalone {
         return Ok(Rdzv {
@@ -412,7 +483,7 @@ fn rdzv(g: &Given, standalone_asked: bool, nnodes_max: u32) -> Result<Rdzv, Opti
     Ok(Rdzv {
         backend,
         endpoint,
-        id: g.value("rdzv_id"),
+        id: g.value(Opt::RdzvId),
         standalone,
     })
 }
@@ -564,6 +635,26 @@ mod tests {
             .collect()
     }
 
+    /// What a command line set, by dest.
+    fn given(pairs: &[(&str, &str)]) -> BTreeMap<Opt, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (Opt::from_dest(k).expect("an option's dest"), v.to_string()))
+            .collect()
+    }
+
+    #[test]
+    fn every_option_name_has_one_row_and_its_dest_round_trips() {
+        let rows: Vec<Opt> = OPTIONS.iter().map(|o| o.opt).collect();
+        assert_eq!(rows, Opt::ALL, "one row per option, in the enum's order");
+        for o in Opt::ALL {
+            assert_eq!(Opt::from_dest(o.dest()), Some(*o));
+            assert!(o.pet().starts_with("PET_") && !o.pet().contains('-'));
+        }
+        assert_eq!(Opt::NprocPerNode.pet(), "PET_NPROC_PER_NODE");
+        assert_eq!(Opt::from_dest("nproc-per-node"), None);
+    }
+
     #[test]
     fn command_line_beats_pet_beats_default() {
         let env = map(&[
@@ -571,7 +662,7 @@ mod tests {
             ("PET_NNODES", "2"),
             ("PET_NODE_RANK", "1"),
         ]);
-        let o = resolve(&map(&[("nproc_per_node", "2")]), &env, "train.py", &[]).unwrap();
+        let o = resolve(&given(&[("nproc_per_node", "2")]), &env, "train.py", &[]).unwrap();
         assert_eq!(o.nproc, NprocSpec::Count(2));
         assert_eq!((o.nnodes_min, o.nnodes_max, o.node_rank), (2, 2, 1));
         assert_eq!(o.master_port, 29500);
@@ -580,27 +671,30 @@ mod tests {
 
     #[test]
     fn pet_booleans_are_ints() {
-        let o = resolve(&map(&[]), &map(&[("PET_STANDALONE", "1")]), "t.py", &[]).unwrap();
+        let o = resolve(&given(&[]), &map(&[("PET_STANDALONE", "1")]), "t.py", &[]).unwrap();
         assert!(o.standalone);
         assert_eq!(o.rdzv_backend, RdzvBackend::C10d);
         let static_env = map(&[("PET_STANDALONE", "0"), ("PET_MASTER_PORT", "29500")]);
         assert!(
-            !resolve(&map(&[]), &static_env, "t.py", &[])
+            !resolve(&given(&[]), &static_env, "t.py", &[])
                 .unwrap()
                 .standalone
         );
-        assert!(
-            resolve(&map(&[]), &map(&[("PET_STANDALONE", "true")]), "t.py", &[])
-                .unwrap_err()
-                .message
-                .contains("bool(int")
-        );
+        assert!(resolve(
+            &given(&[]),
+            &map(&[("PET_STANDALONE", "true")]),
+            "t.py",
+            &[]
+        )
+        .unwrap_err()
+        .message
+        .contains("bool(int"));
     }
 
     #[test]
     fn bad_values_say_what_is_wrong() {
         let e = |cli: &[(&str, &str)]| {
-            resolve(&map(cli), &map(&[]), "t.py", &[])
+            resolve(&given(cli), &map(&[]), "t.py", &[])
                 .unwrap_err()
                 .message
         };
@@ -623,7 +717,7 @@ mod tests {
     #[test]
     fn shutdown_timeout_from_torch_env() {
         let o = resolve(
-            &map(&[("master_port", "29500")]),
+            &given(&[("master_port", "29500")]),
             &map(&[("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "5")]),
             "t.py",
             &[],
@@ -635,7 +729,7 @@ mod tests {
 
     #[test]
     fn one_node_without_master_port_takes_a_free_port_like_torch_2_15() {
-        let o = resolve(&map(&[]), &map(&[]), "t.py", &[]).unwrap();
+        let o = resolve(&given(&[]), &map(&[]), "t.py", &[]).unwrap();
         assert!(o.standalone);
         assert_eq!(o.rdzv_backend, RdzvBackend::C10d);
         assert_eq!(o.run_id("uuid"), "uuid");
@@ -646,7 +740,7 @@ mod tests {
             &[("rdzv_endpoint", "h:1")],
         ] {
             assert!(
-                !resolve(&map(cli), &map(&[]), "t.py", &[])
+                !resolve(&given(cli), &map(&[]), "t.py", &[])
                     .unwrap()
                     .standalone,
                 "{cli:?}"
@@ -658,7 +752,7 @@ mod tests {
     fn store_address_per_backend() {
         let e = map(&[]);
         let st = resolve(
-            &map(&[("master_addr", "n0"), ("master_port", "1234")]),
+            &given(&[("master_addr", "n0"), ("master_port", "1234")]),
             &e,
             "t.py",
             &[],
@@ -666,20 +760,20 @@ mod tests {
         .unwrap();
         assert_eq!(st.store_address(), ("n0".into(), 1234));
         let c = resolve(
-            &map(&[("rdzv_backend", "c10d"), ("rdzv_endpoint", "[::1]")]),
+            &given(&[("rdzv_backend", "c10d"), ("rdzv_endpoint", "[::1]")]),
             &e,
             "t.py",
             &[],
         )
         .unwrap();
         assert_eq!(c.store_address(), ("::1".into(), C10D_PORT));
-        let sa = resolve(&map(&[("standalone", "true")]), &e, "t.py", &[]).unwrap();
+        let sa = resolve(&given(&[("standalone", "true")]), &e, "t.py", &[]).unwrap();
         assert_eq!(sa.store_address(), ("localhost".into(), 0));
     }
 
     #[test]
     fn python_only_options_get_a_note() {
-        let o = resolve(&map(&[("start_method", "fork")]), &map(&[]), "t.py", &[]).unwrap();
+        let o = resolve(&given(&[("start_method", "fork")]), &map(&[]), "t.py", &[]).unwrap();
         assert!(o.notes[0].contains("--start-method"));
     }
 }

@@ -227,7 +227,7 @@ mod tests {
             "$$HOME".into(),
             "${other}".into(),
         ];
-        let mut o = resolve(&empty, &empty, "train.py", &args).unwrap();
+        let mut o = resolve(&BTreeMap::new(), &empty, "train.py", &args).unwrap();
         assert_eq!(
             worker_argv(&o, "python3", 2),
             vec![
