@@ -7,9 +7,10 @@ use toporun_shared::torchrun::OptionsError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JobError {
-    /// The options or environment cannot describe a job (exit 2, like argparse).
-    #[error("{0}")]
-    Usage(String),
+    /// The options or environment cannot describe a job: exit 2 where argparse would
+    /// refuse them, else 1 (torchrun's ValueError), as the error says.
+    #[error(transparent)]
+    Options(#[from] OptionsError),
     /// An option or variable names something toporun cannot use (exit 2): which,
     /// and the error that said why.
     #[error("{what}")]
@@ -43,7 +44,8 @@ pub enum JobError {
         #[source]
         source: BoxedError,
     },
-    /// A failure whose message already says what was done and what to do.
+    /// A failure with no underlying error, whose message says what was done and
+    /// what to do.
     #[error("{0}")]
     Failed(String),
 }
@@ -79,7 +81,8 @@ impl JobError {
 
     pub fn exit_code(&self) -> u8 {
         match self {
-            JobError::Usage(_) | JobError::BadInput { .. } => 2,
+            JobError::Options(e) => e.exit_code(),
+            JobError::BadInput { .. } => 2,
             JobError::Bind { .. }
             | JobError::Path { .. }
             | JobError::Step { .. }
@@ -88,13 +91,23 @@ impl JobError {
     }
 }
 
-impl From<OptionsError> for JobError {
-    fn from(e: OptionsError) -> JobError {
-        if e.usage {
-            JobError::Usage(e.message)
-        } else {
-            JobError::Failed(e.message)
-        }
+/// An error with what to check after it: said as "{error}. {advice}", the error's
+/// own sources kept (it is not repeated in the chain).
+#[derive(Debug)]
+pub struct WithAdvice<E> {
+    pub error: E,
+    pub advice: String,
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for WithAdvice<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}. {}", self.error, self.advice)
+    }
+}
+
+impl<E: std::error::Error> std::error::Error for WithAdvice<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.error.source()
     }
 }
 
@@ -149,8 +162,38 @@ mod tests {
     }
 
     #[test]
+    fn advice_follows_the_error_and_the_errors_own_sources_stay_in_the_chain() {
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let store = crate::store::StoreError::Connect {
+            addr: "etcd-0:2379".into(),
+            waited: std::time::Duration::from_secs(3),
+            source: refused,
+        };
+        let advised = WithAdvice {
+            error: store,
+            advice: "Check that the port is open".into(),
+        };
+        let text = chain(&JobError::failed("could not reach etcd", advised));
+        let (head, tail) = text.split_once(". Check that the port is open").unwrap();
+        assert!(
+            head.starts_with("could not reach etcd: could not connect to the store at etcd-0:2379"),
+            "{text}"
+        );
+        assert!(
+            tail.to_lowercase().contains("refused"),
+            "the source after the advice: {text}"
+        );
+        assert_eq!(text.matches("could not connect").count(), 1, "{text}");
+    }
+
+    #[test]
     fn usage_exits_2_and_the_rest_1() {
-        assert_eq!(JobError::Usage("x".into()).exit_code(), 2);
+        let usage = JobError::from(OptionsError::usage("--nnodes 0:1"));
+        assert_eq!(
+            (usage.exit_code(), usage.to_string()),
+            (2, "--nnodes 0:1".into())
+        );
+        assert_eq!(JobError::from(OptionsError::value("x")).exit_code(), 1);
         let bad = JobError::bad_input(
             "--rdzv-endpoint",
             crate::rendezvous::etcd_client::EtcdError::NoEndpoints,

@@ -4,7 +4,7 @@
 //! node to admit or a spare.
 
 use crate::job::entry::Entered;
-use crate::job::error::JobError;
+use crate::job::error::{JobError, WithAdvice};
 use crate::job::session::multi_node::MultiNode;
 use crate::job::session::rdzv_connect::until_signal;
 use crate::job::spec::{Job, NodePlace};
@@ -211,7 +211,7 @@ impl MultiNode {
             false => None,
         };
         let (run_id, place_where) = (self.run_id.clone(), self.rendezvous_where());
-        let failed = |e: &CoordinateError| coordinator_failed(&run_id, &place_where, e);
+        let failed = |e: CoordinateError| coordinator_failed(&run_id, &place_where, e);
         let run_id = self.run_id.clone();
         // The coordinator reports progress; the others say they are waiting.
         let mut report = move |waited: Duration| {
@@ -229,11 +229,10 @@ impl MultiNode {
                 tokio::select! {
                     r = &mut joining => break r,
                     c = async { coordinator.as_mut().expect("guarded").await }, if coordinator.is_some() && coordinated.is_none() => {
-                        let c = c.map_err(|e| JobError::failed("the rendezvous coordinator", e))?;
-                        if let Err(e) = &c {
-                            return Err(failed(e));
+                        match c.map_err(|e| JobError::failed("the rendezvous coordinator", e))? {
+                            Err(e) => return Err(failed(e)),
+                            Ok(infos) => coordinated = Some(Ok(infos)),
                         }
-                        coordinated = Some(c);
                     }
                     _ = until_signal(events) => return Ok(Joined::Signal),
                 }
@@ -247,7 +246,7 @@ impl MultiNode {
         }
         match coordinated {
             Some(Ok(infos)) => self.coordinated(p, round, &infos),
-            Some(Err(e)) => return Err(failed(&e)),
+            Some(Err(e)) => return Err(failed(e)),
             // Another node coordinated: its table is in the store.
             None => self.nodes.clear(),
         }
@@ -273,10 +272,14 @@ impl MultiNode {
 }
 
 /// What a failed coordinator means for the user.
-fn coordinator_failed(run_id: &str, place_where: &str, e: &CoordinateError) -> JobError {
+fn coordinator_failed(run_id: &str, place_where: &str, e: CoordinateError) -> JobError {
+    let doing = format!("rendezvous {run_id}");
     match e {
-        CoordinateError::Timeout { .. } => JobError::Failed(format!("rendezvous {run_id}: {e}. Likely causes: the missing nodes' pods are not scheduled or crashed, {place_where} does not resolve for them, or its port is blocked between nodes")),
-        _ => JobError::Failed(format!("rendezvous {run_id}: {e}")),
+        CoordinateError::Timeout { .. } => {
+            let advice = format!("Likely causes: the missing nodes' pods are not scheduled or crashed, {place_where} does not resolve for them, or its port is blocked between nodes");
+            JobError::failed(doing, WithAdvice { error: e, advice })
+        }
+        _ => JobError::failed(doing, e),
     }
 }
 

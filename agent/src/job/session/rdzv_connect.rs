@@ -1,7 +1,7 @@
 //! Reaching the rendezvous state: the store (static, c10d) or etcd, saying every 5 s
 //! what it still tries and giving up at the join timeout with what to check.
 
-use crate::job::error::JobError;
+use crate::job::error::{JobError, WithAdvice};
 use crate::job::spec::Job;
 use crate::rendezvous::etcd_client::{self, Etcd, EtcdError};
 use crate::rendezvous::{Config, Shape};
@@ -81,10 +81,9 @@ pub async fn connect_etcd(p: &Job, cfg: &Config, events: &mut Events) -> Result<
                 Ok(()) => break,
                 Err(e @ EtcdError::Unreachable { .. }) => {
                     if started.elapsed() >= cfg.join_timeout {
-                        return Err(JobError::Failed(format!(
-                            "could not reach etcd within {:.0?} at {at}: {e}. Check that the endpoints resolve from this pod, that etcd runs there and serves its v3 API on the client port (etcd 3.4 or later), and that the port is open",
-                            cfg.join_timeout
-                        )));
+                        let advice = "Check that the endpoints resolve from this pod, that etcd runs there and serves its v3 API on the client port (etcd 3.4 or later), and that the port is open".to_string();
+                        let doing = format!("could not reach etcd within {:.0?} at {at}", cfg.join_timeout);
+                        return Err(JobError::failed(doing, WithAdvice { error: e, advice }));
                     }
                     crate::console::say!("toporun: rendezvous {run_id}: still trying etcd at {at} ({:.0}s of {:.0}s): {e}", started.elapsed().as_secs_f64(), cfg.join_timeout.as_secs_f64());
                 }
