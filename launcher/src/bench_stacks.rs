@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use toporun_agent::job::straggler::{NodeSeat, StragglerDecide, Tracker};
+use toporun_agent::paths::Root;
 use toporun_agent::stacks::{RankPid, Sampler};
 
 const RANK: &str = "import time\ndef in_a_collective():\n    time.sleep(3600)\nprint('ready', flush=True)\nin_a_collective()\n";
@@ -32,7 +33,14 @@ fn tracker(n: u32) -> Tracker {
     let status = toporun_agent::status::JobStatus::new("bench", n);
     let clocks = Box::new(toporun_agent::probe::gpu_clocks::NvmlClocks::default());
     let decide = StragglerDecide::Here(Default::default());
-    Tracker::new(Duration::from_secs(60), seat, clocks, decide, status)
+    Tracker::new(
+        Root::live(),
+        Duration::from_secs(60),
+        seat,
+        clocks,
+        decide,
+        status,
+    )
 }
 
 fn start(python: &str, n: u32) -> Result<Vec<Child>> {

@@ -289,6 +289,7 @@ fn prepare(
         toporun_agent::probe::cloud_metadata::Endpoints::from_env(|k| parent_env.get(k).cloned())
     });
     Ok(Job {
+        root: toporun_agent::paths::Root::live(),
         straggler_window: straggler_window(m, &parent_env)?,
         init_grace: init_grace(&parent_env)?,
         rdzv_token: parent_env.get("TOPORUN_RDZV_TOKEN").cloned(),

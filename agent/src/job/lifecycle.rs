@@ -130,10 +130,10 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     };
     let _beat = status_beat(p, &status, &session);
     let live = LiveRanks::default();
-    let ranks = live.clone();
+    let (ranks, root) = (live.clone(), p.root.clone());
     status.set_stacks(std::sync::Arc::new(move |json| {
         let now = ranks.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        stacks_socket::answer(&now, json)
+        stacks_socket::answer(&root, &now, json)
     }));
     let life = Life {
         status,
@@ -143,7 +143,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         run_dir: None,
         live,
         stacks_socket: None,
-        memory: MemoryCgroup::find(&crate::paths::Root::live()),
+        memory: MemoryCgroup::find(&p.root),
         xids: causes::watch_xids(p)?,
         gpus: (!p.facts.gpus.devices.is_empty()).then_some(NvmlProbe),
     };
@@ -188,7 +188,7 @@ impl Host for LiveNode<'_> {
     }
 
     async fn gpus_released(&mut self) -> Option<Cause> {
-        gpus_released(self.life.gpus.as_ref()).await
+        gpus_released(&self.p.root, self.life.gpus.as_ref()).await
     }
 
     fn say(&mut self, line: &str) {
@@ -304,7 +304,7 @@ async fn attempt(
     report_place(&status, node);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
     let _unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
-    serve_stacks(life, &dir);
+    serve_stacks(p, life, &dir);
     say_colocation(node);
     let (mut report_env, mut reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
     if let Some(f) = &life.timer_file {
@@ -320,11 +320,12 @@ async fn attempt(
     let init_watch = session.watch_init(world, life.grace);
     let live = life.live.clone();
     let hangs_before = status.snapshot().hangs;
-    let memory = causes::memory_at_start(life.memory.as_ref());
+    let memory = causes::memory_at_start(&p.root, life.memory.as_ref());
     let (watcher, exchange, hangs) = watch_hangs(p, session, node, &live, &status);
     let _exchange: Vec<AbortOnDrop> = exchange.into_iter().map(AbortOnDrop).collect();
     let timer = &mut life.timer;
     let on_hang = AfterHang {
+        root: p.root.clone(),
         watch: p.hang,
         attempt_dir: attempt_dir.clone(),
         fr_dir: fr_dir.clone(),
@@ -469,11 +470,11 @@ async fn hang_stopped(
 }
 
 /// Serves `toporun stacks` from the run directory, once per job.
-fn serve_stacks(life: &mut Life, dir: &Path) {
+fn serve_stacks(p: &Job, life: &mut Life, dir: &Path) {
     if life.stacks_socket.is_some() {
         return;
     }
-    match stacks_socket::serve(dir, life.live.clone(), life.status.clone()) {
+    match stacks_socket::serve(p.root.clone(), dir, life.live.clone(), life.status.clone()) {
         Ok(s) => life.stacks_socket = Some(s),
         Err(e) => {
             crate::console::say_warning!("no `toporun stacks` socket in {}: {e}", dir.display())

@@ -2,6 +2,7 @@
 //! round closed (`NodePlace`), and the pure functions that turn both into one rank's
 //! GPU, CPUs and environment, shared by the dry run and the launch.
 
+use crate::paths::Root;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toporun_shared::colocation;
@@ -14,6 +15,8 @@ use toporun_shared::torchrun::{LaunchOptions, OptionsError};
 
 /// Everything a launch decided before starting ranks.
 pub struct Job {
+    /// The file system the job's probes read (/proc, /sys, cgroups): "/" live.
+    pub root: Root,
     pub opts: LaunchOptions,
     pub facts: HostFacts,
     pub nproc: u32,

@@ -68,8 +68,8 @@ impl Leavers {
 pub type MemoryAtStart = Option<(MemoryCgroup, MemoryReading)>;
 
 /// Reads the memory cgroup as an attempt begins.
-pub fn memory_at_start(cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
-    cgroup.map(|c| (c.clone(), c.read(&Root::live())))
+pub fn memory_at_start(root: &Root, cgroup: Option<&MemoryCgroup>) -> MemoryAtStart {
+    cgroup.map(|c| (c.clone(), c.read(root)))
 }
 
 /// Every cause known for `failures`, the leading one first; `xids`: the node's GPU
@@ -110,7 +110,7 @@ pub fn of(
     xids: &[XidEvent],
     gpus: Option<&dyn GpuProbe>,
 ) -> Vec<Cause> {
-    let root = Root::live();
+    let root = &p.root;
     let first = supervise::first_failure(failures).map(|f| f.pid);
     let volumes: Vec<Option<Volume>> = failures
         .iter()
@@ -146,9 +146,9 @@ pub fn of(
         .collect();
     let memory = memory.as_ref().map(|(cg, before)| Memory {
         before: *before,
-        now: cg.read(&root),
+        now: cg.read(root),
     });
-    let shm = shm(&root).map(|s| ShmUse {
+    let shm = shm(root).map(|s| ShmUse {
         total: s.total_bytes,
         free: s.free_bytes,
     });

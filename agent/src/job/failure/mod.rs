@@ -13,6 +13,7 @@ use crate::job::nccl_report::Reporter;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
 use crate::job::transitions::{self, AttemptEnd, Restarts};
+use crate::paths::Root;
 use crate::probe::gpu_events::XidLog;
 use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
@@ -27,10 +28,9 @@ use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// Before a restart: waits until the last attempt's processes released their GPU
 /// memory; the cause that ends the job when they do not.
-pub async fn gpus_released(probe: Option<&NvmlProbe>) -> Option<Cause> {
+pub async fn gpus_released(root: &Root, probe: Option<&NvmlProbe>) -> Option<Cause> {
     let probe = probe?;
-    let root = crate::paths::Root::live();
-    match wait_released(probe, &root, std::process::id(), RELEASE_WAIT).await {
+    match wait_released(probe, root, std::process::id(), RELEASE_WAIT).await {
         Ok(waited) if waited > Duration::from_secs(1) => {
             crate::console::say!(
                 "toporun: the GPU memory was released after {:.1}s",

@@ -55,7 +55,7 @@ pub fn watch_hangs(
         t
     });
     (
-        watch::start(live.clone(), p.hang, decide, sink, tracker),
+        watch::start(p.root.clone(), live.clone(), p.hang, decide, sink, tracker),
         tasks,
         hangs,
     )
@@ -86,12 +86,14 @@ fn straggler_tracker(
         None => (StragglerDecide::Here(Default::default()), None),
     };
     let clocks = Box::new(crate::probe::gpu_clocks::NvmlClocks::default());
-    let t = Tracker::new(span, seat, clocks, decide, status.clone());
+    let t = Tracker::new(p.root.clone(), span, seat, clocks, decide, status.clone());
     (t, task)
 }
 
 /// What a hang found during the attempt leads to, before any rank is stopped.
 pub struct AfterHang {
+    /// Where /proc is read (the ranks' threads).
+    pub root: Root,
     pub watch: Option<HangWatch>,
     pub attempt_dir: PathBuf,
     pub fr_dir: Option<PathBuf>,
@@ -136,11 +138,11 @@ impl AfterHang {
             let rank = i32::try_from(rank).unwrap_or(0);
             store.set(EXCEPTION_DUMP_KEY.as_bytes(), rank.to_ne_bytes().to_vec());
         }
-        let root = Root::live();
+        let root = &self.root;
         let ranks = self.ranks.lock().map(|l| l.clone()).unwrap_or_default();
         let monitored = ranks
             .iter()
-            .filter(|r| has_thread(&root, r.pid, NCCL_MONITOR_THREAD))
+            .filter(|r| has_thread(root, r.pid, NCCL_MONITOR_THREAD))
             .count();
         if monitored == 0 {
             return;

@@ -4,6 +4,7 @@
 //! (`$TMPDIR/toporun-<uid>/<pid>`, holding the run directory) so a bare
 //! `toporun stacks` finds the job running here, whether toporun is PID 1 or not.
 
+use crate::paths::Root;
 use crate::stacks::{RankPid, Sampler};
 use crate::status::JobStatus;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -61,7 +62,7 @@ pub fn index_dir() -> PathBuf {
 }
 
 /// Every rank's stack now, as text (grouped, odd ones first) or JSON.
-pub fn answer(ranks: &[RankPid], json: bool) -> String {
+pub fn answer(root: &Root, ranks: &[RankPid], json: bool) -> String {
     let stacks: Vec<RankStack> = Sampler::default().capture(ranks, Duration::from_secs(2));
     let groups = merge(&stacks);
     if json {
@@ -74,7 +75,7 @@ pub fn answer(ranks: &[RankPid], json: bool) -> String {
         "{} rank(s) on this node, the odd ones first:\n{}{}",
         stacks.len(),
         render_text(&groups, 12),
-        crate::job::hang::watch::workers_text(ranks)
+        crate::job::hang::watch::workers_text(root, ranks)
     )
 }
 
@@ -93,6 +94,7 @@ impl Drop for Served {
 }
 
 pub fn serve(
+    root: Root,
     run_dir: &Path,
     live: Arc<Mutex<Vec<RankPid>>>,
     status: JobStatus,
@@ -112,7 +114,7 @@ pub fn serve(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone();
-            let _ = reply(conn, &ranks, &status);
+            let _ = reply(conn, &root, &ranks, &status);
         }
     });
     Ok(Served {
@@ -121,14 +123,19 @@ pub fn serve(
     })
 }
 
-fn reply(conn: UnixStream, ranks: &[RankPid], status: &JobStatus) -> std::io::Result<()> {
+fn reply(
+    conn: UnixStream,
+    root: &Root,
+    ranks: &[RankPid],
+    status: &JobStatus,
+) -> std::io::Result<()> {
     conn.set_read_timeout(Some(Duration::from_secs(2)))?;
     let mut line = String::new();
     BufReader::new(conn.try_clone()?)
         .take(64)
         .read_line(&mut line)?;
     let text = match Request::parse(line.trim()) {
-        Request::Stacks { json } => answer(ranks, json),
+        Request::Stacks { json } => answer(root, ranks, json),
         Request::Top { json } => top(status, json),
     };
     let mut out = conn;
@@ -183,7 +190,7 @@ mod tests {
             pid,
         }]));
         let status = JobStatus::default();
-        let served = serve(d.path(), live, status.clone()).unwrap();
+        let served = serve(Root::live(), d.path(), live, status.clone()).unwrap();
         assert!(running().iter().any(|(_, dir)| dir == d.path()));
         let text = ask(d.path(), Request::Stacks { json: false }).unwrap();
         assert!(text.starts_with("1 rank(s) on this node"), "{text}");

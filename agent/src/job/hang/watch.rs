@@ -186,12 +186,11 @@ fn short(file: &str) -> String {
 
 /// Where the ranks' child processes (DataLoader workers) stand, bounded: a rank
 /// waiting for a batch is held by a worker, whose frames are the culprit's.
-pub fn workers_text(live: &[RankPid]) -> String {
-    let root = Root::live();
+pub fn workers_text(root: &Root, live: &[RankPid]) -> String {
     let mut sampler = Sampler::default();
     let mut out = String::new();
     for r in live {
-        let kids: Vec<RankPid> = crate::stacks::children(&root, r.pid)
+        let kids: Vec<RankPid> = crate::stacks::children(root, r.pid)
             .into_iter()
             .take(WORKERS_SHOWN)
             .map(|pid| RankPid { pid, ..*r })
@@ -266,7 +265,7 @@ impl Judge {
         match self.progress.hung(&ids, timeout, now) {
             Some(stalled) if !self.reported => {
                 let hang = Hang::of(stacks, &Places::new(), stalled, timeout);
-                let text = hang.text(&Places::new()) + &workers_text(live);
+                let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
                 self.sink.found(HangReport { hang, text });
                 self.reported = true;
             }
@@ -281,6 +280,7 @@ impl Judge {
 /// hang found here goes to `sink`.
 /// Each sample also feeds `tracker` (the straggler windows), which may sample faster.
 pub fn start(
+    root: Root,
     ranks: LiveRanks,
     watch: Option<HangWatch>,
     decide: Decide,
@@ -301,7 +301,7 @@ pub fn start(
         progress: Progress::new(),
         reported: false,
         unreadable: 0,
-        root: Root::live(),
+        root: root.clone(),
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
@@ -323,7 +323,7 @@ pub fn start(
             }
             drop(l);
             for r in &live {
-                let open = crate::probe::open_writes::open_for_writing(&Root::live(), r.pid);
+                let open = crate::probe::open_writes::open_for_writing(&root, r.pid);
                 if !open.is_empty() {
                     files
                         .lock()
@@ -331,7 +331,7 @@ pub fn start(
                         .insert(r.pid, open);
                 }
             }
-            note_ports(&held, &live);
+            note_ports(&root, &held, &live);
             if let Some(j) = judge.as_mut() {
                 j.judge(&live, &stacks);
             }
@@ -349,9 +349,9 @@ pub fn start(
 }
 
 /// Records the ports each live rank holds (kept after it exits).
-fn note_ports(held: &Ports, live: &[RankPid]) {
+fn note_ports(root: &Root, held: &Ports, live: &[RankPid]) {
     let pids: Vec<i32> = live.iter().map(|r| r.pid).collect();
-    let now = crate::probe::port_owner::ports_held(&Root::live(), &pids);
+    let now = crate::probe::port_owner::ports_held(root, &pids);
     let mut held = held
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

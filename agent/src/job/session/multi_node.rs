@@ -144,9 +144,7 @@ async fn host_store(p: &Job, store_host: &str, port: u16) -> Result<Option<Store
     let o = &p.opts;
     match o.rdzv_backend {
         RdzvBackend::Etcd => Ok(None),
-        RdzvBackend::Static if o.node_rank == 0 => {
-            bind(port, o.store_port_option(), Reach::All).map(Some)
-        }
+        RdzvBackend::Static if o.node_rank == 0 => bind(p, port, Reach::All).map(Some),
         RdzvBackend::Static => Ok(None),
         RdzvBackend::C10d => {
             let here = match o.rdzv_conf.is_host {

@@ -21,7 +21,7 @@ impl SingleNode {
         } else {
             Reach::All
         };
-        let server = bind(port, p.opts.store_port_option(), reach)?;
+        let server = bind(p, port, reach)?;
         Ok(SingleNode {
             run_id,
             store_host,

@@ -44,8 +44,8 @@ pub async fn endpoint_is_here(p: &Job, host: &str) -> bool {
 }
 
 /// Who holds `port`, for a message ("pid 12 (python3)"), where /proc tells.
-pub fn port_holders(port: u16) -> Option<String> {
-    let owners = port_owner::holders(&Root::live(), port);
+pub fn port_holders(root: &Root, port: u16) -> Option<String> {
+    let owners = port_owner::holders(root, port);
     (!owners.is_empty()).then(|| {
         owners
             .iter()
@@ -56,12 +56,12 @@ pub fn port_holders(port: u16) -> Option<String> {
 }
 
 /// Binds the store's port, or says why not and what to do.
-pub fn bind(port: u16, option: &'static str, reach: Reach) -> Result<StoreServer, JobError> {
+pub fn bind(p: &Job, port: u16, reach: Reach) -> Result<StoreServer, JobError> {
     StoreServer::bind_on(port, reach).map_err(|source| JobError::Bind {
         port,
-        option,
+        option: p.opts.store_port_option(),
         holder: (source.kind() == std::io::ErrorKind::AddrInUse)
-            .then(|| port_holders(port))
+            .then(|| port_holders(&p.root, port))
             .flatten(),
         source,
     })
@@ -76,10 +76,10 @@ pub fn bind_c10d(p: &Job, port: u16, target: &str) -> Result<Option<StoreServer>
         Err(e)
             if e.kind() == std::io::ErrorKind::AddrInUse && p.opts.rdzv_conf.is_host.is_none() =>
         {
-            let who = port_holders(port).unwrap_or_else(|| "a process this one cannot see (another user, or another network namespace sharing the address)".into());
+            let who = port_holders(&p.root, port).unwrap_or_else(|| "a process this one cannot see (another user, or another network namespace sharing the address)".into());
             crate::console::say!("toporun: the rendezvous endpoint {target} names this machine, but port {port} is taken ({e}) by {who}: joining the store there instead of hosting it. If that is not another toporun or torchrun node of this job, stop it or choose another port");
             Ok(None)
         }
-        Err(_) => bind(port, p.opts.store_port_option(), Reach::All).map(Some),
+        Err(_) => bind(p, port, Reach::All).map(Some),
     }
 }

@@ -57,6 +57,7 @@ impl Tracker {
     }
 
     pub fn new(
+        root: Root,
         span: Duration,
         seat: NodeSeat,
         clocks: Box<dyn GpuClocks>,
@@ -72,7 +73,7 @@ impl Tracker {
             cpu_stats: HashMap::new(),
             decide,
             status,
-            root: Root::live(),
+            root,
         }
     }
 
