@@ -187,6 +187,18 @@ impl Host for LiveNode<'_> {
         attempt(p, &mut self.life, &mut self.session, node, restarts, events).await
     }
 
+    async fn stopped_before_start(&mut self, node: &NodePlace, signal: Signal) -> Attempted {
+        let host = &self.p.facts.container.hostname;
+        let ours = preemption::reason(signal, node.node_rank, host, preemption::now_ms());
+        let won = self.session.stop_all(node.round, ours).await;
+        let ending = preemption::Ending::default();
+        preempted(self.p, &won, &ending, &self.life.status);
+        Attempted {
+            end: AttemptEnd::Stopped(won),
+            report: None,
+        }
+    }
+
     async fn gpus_released(&mut self) -> Option<Cause> {
         gpus_released(&self.p.root, self.life.gpus.as_ref()).await
     }

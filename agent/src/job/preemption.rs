@@ -104,10 +104,22 @@ impl Ending {
             format!(" at {:.1} (epoch seconds)", ms as f64 / 1000.0)
         });
         format!(
-            "preempted: {}{at}; every rank of this node stopped within {within:.1}s of it; {clean} of {} ranks exited 0",
+            "{}: {}{at}; every rank of this node stopped within {within:.1}s of it; {clean} of {} ranks exited 0",
+            called(reason),
             reason.detail,
             exits.len()
         )
+    }
+}
+
+/// What a stop by signal is called: SIGINT is Ctrl-C at a terminal, an interruption;
+/// any other (SIGTERM from a drain, a cloud's notice) a preemption.
+fn called(reason: &StopReason) -> &'static str {
+    let ctrl_c = format!("{} on node ", Signal::SIGINT.as_str());
+    if reason.detail.starts_with(&ctrl_c) {
+        "interrupted"
+    } else {
+        "preempted"
     }
 }
 
@@ -164,6 +176,12 @@ mod tests {
             "{m}"
         );
         assert!(m.ends_with("2 of 2 ranks exited 0"), "{m}");
+        let ctrl_c = reason(Signal::SIGINT, 0, "laptop", now_ms());
+        let m = Ending::default().message(&ctrl_c);
+        assert!(
+            m.starts_with("interrupted: SIGINT on node 0 (laptop)"),
+            "{m}"
+        );
     }
 
     #[test]

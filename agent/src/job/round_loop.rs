@@ -32,6 +32,9 @@ pub(crate) trait Host {
         node: &NodePlace,
         restarts: Restarts,
     ) -> Result<Attempted, JobError>;
+    /// A signal came after the round placed this node, before its ranks started:
+    /// every node is told, as a preemption (the end of an attempt that never ran).
+    async fn stopped_before_start(&mut self, node: &NodePlace, signal: Signal) -> Attempted;
     /// Waits until the last attempt's GPU memory is released: the cause, if not.
     async fn gpus_released(&mut self) -> Option<Cause>;
     /// Says a line on the console (the `toporun: ` prefix added).
@@ -57,11 +60,15 @@ pub(crate) async fn drive(host: &mut impl Host, mut machine: Machine) -> Result<
             }
         };
         min_round = node.round + 1;
-        if let Some(sig) = host.pending_signal() {
-            host.say(&format!("received {sig} before the ranks started; exiting"));
-            return Ok(1);
-        }
-        let attempted = host.attempt(&node, machine.restarts()).await?;
+        let attempted = match host.pending_signal() {
+            Some(sig) => {
+                host.say(&format!(
+                    "received {sig} before the ranks started: stopping the job"
+                ));
+                host.stopped_before_start(&node, sig).await
+            }
+            None => host.attempt(&node, machine.restarts()).await?,
+        };
         let exit = match machine.ended(&attempted.end) {
             Step::Exit(exit) => exit,
             Step::Round { say, release_gpus } => {
@@ -124,6 +131,13 @@ mod tests {
         }
         fn pending_signal(&mut self) -> Option<Signal> {
             self.signal.take()
+        }
+        async fn stopped_before_start(&mut self, node: &NodePlace, sig: Signal) -> Attempted {
+            let r = crate::job::preemption::reason(sig, node.node_rank, "trainer-0", 0);
+            Attempted {
+                end: AttemptEnd::Stopped(r),
+                report: None,
+            }
         }
         async fn attempt(&mut self, _: &NodePlace, r: Restarts) -> Result<Attempted, JobError> {
             self.attempts.push(r.used);
@@ -266,12 +280,25 @@ mod tests {
             ..Scripted::default()
         };
         assert_eq!(run(&mut host, Machine::new(1, false, false)), 0);
+        assert!(host.attempts.is_empty() && host.exits.is_empty());
+    }
+
+    #[test]
+    fn a_signal_before_the_ranks_start_stops_the_job_as_a_preemption() {
+        // The other nodes are told, and wait for nobody lost: 85 under classified
+        // codes, no restart though restarts are left.
         let mut host = Scripted {
             signal: Some(Signal::SIGTERM),
             ..Scripted::default()
         };
-        assert_eq!(run(&mut host, Machine::new(1, false, false)), 1);
+        assert_eq!(run(&mut host, Machine::new(3, true, true)), 85);
         assert!(host.said[0].contains("SIGTERM before the ranks started"));
-        assert!(host.attempts.is_empty() && host.exits.is_empty());
+        assert!(host.attempts.is_empty() && host.gpu_waits == 0);
+        assert_eq!(host.exits[0].linger, Some(0));
+        let mut host = Scripted {
+            signal: Some(Signal::SIGTERM),
+            ..Scripted::default()
+        };
+        assert_eq!(run(&mut host, Machine::new(3, false, false)), 1);
     }
 }
