@@ -354,19 +354,7 @@ async fn attempt(
             r = notice => AttemptStop::Rendezvous(r),
         }
     };
-    let seen = Seen {
-        p,
-        node,
-        status: &status,
-        live: &live,
-        watcher: &watcher,
-        stop_file: &stop_file,
-        announce,
-        leavers: causes::Leavers::new(),
-        ending: preemption::Ending::default(),
-        ours: Mutex::new(None),
-        snapshot: Mutex::new(None),
-    };
+    let seen = Seen::new(p, node, &status, &live, &watcher, &stop_file, announce);
     let on_rank = |e: RankEvent| seen.on(e);
     let outcome = supervise::run_attempt(cmds, events, p.stop_how(), stop, &on_rank)
         .await
@@ -511,7 +499,32 @@ struct Seen<'a> {
     snapshot: Mutex<Option<String>>,
 }
 
-impl Seen<'_> {
+impl<'a> Seen<'a> {
+    /// Nothing seen yet.
+    fn new(
+        p: &'a Job,
+        node: &'a NodePlace,
+        status: &'a JobStatus,
+        live: &'a LiveRanks,
+        watcher: &'a watch::Watcher,
+        stop_file: &'a preemption::StopFile,
+        announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
+    ) -> Seen<'a> {
+        Seen {
+            p,
+            node,
+            status,
+            live,
+            watcher,
+            stop_file,
+            announce,
+            leavers: causes::Leavers::new(),
+            ending: preemption::Ending::default(),
+            ours: Mutex::new(None),
+            snapshot: Mutex::new(None),
+        }
+    }
+
     fn on(&self, e: RankEvent) {
         match e {
             RankEvent::Started {
