@@ -354,7 +354,16 @@ async fn attempt(
             r = notice => AttemptStop::Rendezvous(r),
         }
     };
-    let seen = Seen::new(p, node, &status, &live, &watcher, &stop_file, announce);
+    let seen = Seen {
+        p,
+        node,
+        status: &status,
+        live: &live,
+        watcher: &watcher,
+        stop_file: &stop_file,
+        announce,
+        heard: Heard::default(),
+    };
     let on_rank = |e: RankEvent| seen.on(e);
     let outcome = supervise::run_attempt(cmds, events, p.stop_how(), stop, &on_rank)
         .await
@@ -376,14 +385,14 @@ async fn attempt(
         Outcome::Interrupted(sig) => {
             let won = session.stop_all(round, seen.our_preemption(sig)).await;
             crate::console::say!("toporun: stopped the ranks after {sig}");
-            preempted(p, &won, &seen.ending, &status);
+            preempted(p, &won, &seen.heard.ending, &status);
             AttemptEnd::Stopped(won)
         }
         Outcome::Failed(failures) => {
             seen.say_where_the_others_stood();
             let failed = Failed {
                 failures: &failures,
-                left: &seen.leavers.list(),
+                left: &seen.heard.leavers.list(),
                 last_seen: &watcher.last_seen(),
                 writing: &watcher.writing(),
                 ports: &watcher.ports(),
@@ -403,7 +412,7 @@ async fn attempt(
             let unseen_hang = status.snapshot().hangs == hangs_before;
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
             stopped_by_others(session, node, &reason, unseen_hang, place, &status).await;
-            preempted(p, &reason, &seen.ending, &status);
+            preempted(p, &reason, &seen.heard.ending, &status);
             AttemptEnd::Stopped(reason)
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
@@ -492,39 +501,21 @@ struct Seen<'a> {
     watcher: &'a watch::Watcher,
     stop_file: &'a preemption::StopFile,
     announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
+    heard: Heard,
+}
+
+/// What the rank events of an attempt told, nothing at first.
+#[derive(Default)]
+struct Heard {
     leavers: causes::Leavers,
     ending: preemption::Ending,
     /// This node's preemption, made when the signal came.
     ours: Mutex<Option<StopReason>>,
+    /// Where the other ranks stood when one failed.
     snapshot: Mutex<Option<String>>,
 }
 
-impl<'a> Seen<'a> {
-    /// Nothing seen yet.
-    fn new(
-        p: &'a Job,
-        node: &'a NodePlace,
-        status: &'a JobStatus,
-        live: &'a LiveRanks,
-        watcher: &'a watch::Watcher,
-        stop_file: &'a preemption::StopFile,
-        announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
-    ) -> Seen<'a> {
-        Seen {
-            p,
-            node,
-            status,
-            live,
-            watcher,
-            stop_file,
-            announce,
-            leavers: causes::Leavers::new(),
-            ending: preemption::Ending::default(),
-            ours: Mutex::new(None),
-            snapshot: Mutex::new(None),
-        }
-    }
-
+impl Seen<'_> {
     fn on(&self, e: RankEvent) {
         match e {
             RankEvent::Started {
@@ -542,11 +533,11 @@ impl<'a> Seen<'a> {
             }
             RankEvent::Exited { pid, code } => {
                 self.status.rank_exited(pid, code);
-                self.ending.exited(code);
+                self.heard.ending.exited(code);
                 let mut running = self.live.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
                     running.retain(|r| r.pid != pid);
-                    self.leavers.exited(&gone, code, &running);
+                    self.heard.leavers.exited(&gone, code, &running);
                 }
             }
             RankEvent::Stopping { signal } => self.stopping(signal),
@@ -556,8 +547,11 @@ impl<'a> Seen<'a> {
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .clone();
-                *self.snapshot.lock().unwrap_or_else(PoisonError::into_inner) =
-                    others_stacks(self.watcher, &others);
+                *self
+                    .heard
+                    .snapshot
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = others_stacks(self.watcher, &others);
             }
         }
     }
@@ -565,6 +559,7 @@ impl<'a> Seen<'a> {
     /// Where the other ranks stood when one failed, as read at the failure.
     fn say_where_the_others_stood(&self) {
         let text = self
+            .heard
             .snapshot
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -583,7 +578,11 @@ impl<'a> Seen<'a> {
             if let Some(tx) = &self.announce {
                 let _ = tx.send(r.clone());
             }
-            *self.ours.lock().unwrap_or_else(PoisonError::into_inner) = Some(r);
+            *self
+                .heard
+                .ours
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(r);
         }
     }
 
@@ -595,6 +594,7 @@ impl<'a> Seen<'a> {
     /// This node's preemption as announced (made now if the signal's event was missed).
     fn our_preemption(&self, sig: Signal) -> StopReason {
         let mine = self
+            .heard
             .ours
             .lock()
             .unwrap_or_else(PoisonError::into_inner)

@@ -29,6 +29,12 @@ pub struct Leavers {
     left: std::sync::Mutex<Vec<Left>>,
 }
 
+impl Default for Leavers {
+    fn default() -> Leavers {
+        Leavers::new()
+    }
+}
+
 impl Leavers {
     /// As the attempt's ranks start.
     pub fn new() -> Leavers {
