@@ -73,12 +73,14 @@ pub(crate) async fn drive(host: &mut impl Host, mut machine: Machine) -> Result<
             Step::Exit(exit) => exit,
             Step::Round { say, release_gpus } => {
                 host.say(&say);
-                match release_gpus {
-                    true => match host.gpus_released().await {
-                        Some(cause) => machine.memory_held(cause),
-                        None => continue,
-                    },
-                    false => continue,
+                let held = if release_gpus {
+                    host.gpus_released().await
+                } else {
+                    None
+                };
+                match held {
+                    Some(cause) => machine.memory_held(cause),
+                    None => continue,
                 }
             }
         };
