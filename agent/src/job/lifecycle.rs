@@ -10,9 +10,10 @@ use crate::job::failure::{gpus_released, heard_stop, rank_failed, Failed};
 use crate::job::hang::exchange;
 use crate::job::hang::response::{watch_hangs, AfterHang};
 use crate::job::hang::stacks_socket;
-use crate::job::hang::watch::{self, HangReport, LiveRanks};
+use crate::job::hang::watch::{HangReport, LiveRanks};
 use crate::job::nccl_report::{self, Capture, Reporter};
 use crate::job::preemption;
+use crate::job::rank_events::{Heard, Seen};
 use crate::job::ranks::rank_commands;
 use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
@@ -24,13 +25,11 @@ use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::probe::NvmlProbe;
 use crate::rendezvous::{StopKind, StopReason};
-use crate::stacks::RankPid;
 use crate::status::JobStatus;
 use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::PoisonError;
 use std::time::Duration;
 use toporun_shared::root_cause::{Cause, CauseKind};
@@ -491,118 +490,6 @@ fn serve_stacks(p: &Job, life: &mut Life, dir: &Path) {
     }
 }
 
-/// What an attempt's rank events feed: the status, the live ranks, the ranks that
-/// left, the preemption's evidence, and the others' stacks at a failure.
-struct Seen<'a> {
-    p: &'a Job,
-    node: &'a NodePlace,
-    status: &'a JobStatus,
-    live: &'a LiveRanks,
-    watcher: &'a watch::Watcher,
-    stop_file: &'a preemption::StopFile,
-    announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
-    heard: Heard,
-}
-
-/// What the rank events of an attempt told, nothing at first.
-#[derive(Default)]
-struct Heard {
-    leavers: causes::Leavers,
-    ending: preemption::Ending,
-    /// This node's preemption, made when the signal came.
-    ours: Mutex<Option<StopReason>>,
-    /// Where the other ranks stood when one failed.
-    snapshot: Mutex<Option<String>>,
-}
-
-impl Seen<'_> {
-    fn on(&self, e: RankEvent) {
-        match e {
-            RankEvent::Started {
-                local_rank,
-                rank,
-                pid,
-            } => {
-                self.status.rank_started(local_rank, rank, pid);
-                let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-                live.push(RankPid {
-                    rank,
-                    local_rank,
-                    pid,
-                });
-            }
-            RankEvent::Exited { pid, code } => {
-                self.status.rank_exited(pid, code);
-                self.heard.ending.exited(code);
-                let mut running = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-                if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
-                    running.retain(|r| r.pid != pid);
-                    self.heard.leavers.exited(&gone, code, &running);
-                }
-            }
-            RankEvent::Stopping { signal } => self.stopping(signal),
-            RankEvent::StoppingOthers => {
-                let others = self
-                    .live
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .clone();
-                *self
-                    .heard
-                    .snapshot
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) = others_stacks(self.watcher, &others);
-            }
-        }
-    }
-
-    /// Where the other ranks stood when one failed, as read at the failure.
-    fn say_where_the_others_stood(&self) {
-        let text = self
-            .heard
-            .snapshot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(text) = text {
-            crate::console::say_raw!("{text}");
-        }
-    }
-
-    /// A stop from outside: the stop file first; a signal here is a preemption every
-    /// node hears now, before this node's ranks are stopped.
-    fn stopping(&self, signal: Option<Signal>) {
-        self.stop_file.make();
-        if let Some(sig) = signal {
-            let r = self.preemption(sig);
-            if let Some(tx) = &self.announce {
-                let _ = tx.send(r.clone());
-            }
-            *self
-                .heard
-                .ours
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner) = Some(r);
-        }
-    }
-
-    fn preemption(&self, sig: Signal) -> StopReason {
-        let host = &self.p.facts.container.hostname;
-        preemption::reason(sig, self.node.node_rank, host, preemption::now_ms())
-    }
-
-    /// This node's preemption as announced (made now if the signal's event was missed).
-    fn our_preemption(&self, sig: Signal) -> StopReason {
-        let mine = self
-            .heard
-            .ours
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        mine.unwrap_or_else(|| self.preemption(sig))
-    }
-}
-
 /// What stopped an attempt from outside its ranks.
 enum AttemptStop {
     /// Another node, the keep-alive check or the file timer.
@@ -647,23 +534,6 @@ impl std::fmt::Display for AttemptStop {
             AttemptStop::Hang(_) => write!(f, "a hang (--on-hang stop)"),
         }
     }
-}
-
-/// Where the ranks still running stood when one failed: their last samples from
-/// before the failure, with the oldest one's age.
-fn others_stacks(watcher: &watch::Watcher, others: &[RankPid]) -> Option<String> {
-    if others.is_empty() {
-        return None;
-    }
-    let (stacks, age) = watcher.stacks_before_failure(others);
-    let groups = toporun_shared::stacks::merge(&stacks);
-    let when = age.map_or(" (read as it failed)".to_string(), |a| {
-        format!(" (last sampled at most {a:.1}s before it failed)")
-    });
-    Some(format!(
-        "toporun: where the other ranks stood when it failed{when}:\n{}",
-        toporun_shared::stacks::render_text(&groups, 6)
-    ))
 }
 
 /// The file timer's expiry as a stop reason (never, without a timer).

@@ -1,0 +1,144 @@
+//! What an attempt's rank events feed, as they come from the supervisor: the status,
+//! the live ranks (for the stack readers), the ranks that left while others ran,
+//! the preemption announced at the signal, and where the other ranks stood when one
+//! failed.
+
+use crate::job::failure::causes;
+use crate::job::hang::watch::{self, LiveRanks};
+use crate::job::preemption;
+use crate::job::spec::{Job, NodePlace};
+use crate::rendezvous::StopReason;
+use crate::stacks::RankPid;
+use crate::status::JobStatus;
+use crate::supervise::RankEvent;
+use nix::sys::signal::Signal;
+use std::sync::{Mutex, PoisonError};
+
+/// What an attempt's rank events feed: the status, the live ranks, the ranks that
+/// left, the preemption's evidence, and the others' stacks at a failure.
+pub(super) struct Seen<'a> {
+    pub(super) p: &'a Job,
+    pub(super) node: &'a NodePlace,
+    pub(super) status: &'a JobStatus,
+    pub(super) live: &'a LiveRanks,
+    pub(super) watcher: &'a watch::Watcher,
+    pub(super) stop_file: &'a preemption::StopFile,
+    pub(super) announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
+    pub(super) heard: Heard,
+}
+
+/// What the rank events of an attempt told, nothing at first.
+#[derive(Default)]
+pub(super) struct Heard {
+    pub(super) leavers: causes::Leavers,
+    pub(super) ending: preemption::Ending,
+    /// This node's preemption, made when the signal came.
+    pub(super) ours: Mutex<Option<StopReason>>,
+    /// Where the other ranks stood when one failed.
+    pub(super) snapshot: Mutex<Option<String>>,
+}
+
+impl Seen<'_> {
+    pub(super) fn on(&self, e: RankEvent) {
+        match e {
+            RankEvent::Started {
+                local_rank,
+                rank,
+                pid,
+            } => {
+                self.status.rank_started(local_rank, rank, pid);
+                let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+                live.push(RankPid {
+                    rank,
+                    local_rank,
+                    pid,
+                });
+            }
+            RankEvent::Exited { pid, code } => {
+                self.status.rank_exited(pid, code);
+                self.heard.ending.exited(code);
+                let mut running = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(gone) = running.iter().find(|r| r.pid == pid).copied() {
+                    running.retain(|r| r.pid != pid);
+                    self.heard.leavers.exited(&gone, code, &running);
+                }
+            }
+            RankEvent::Stopping { signal } => self.stopping(signal),
+            RankEvent::StoppingOthers => {
+                let others = self
+                    .live
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .clone();
+                *self
+                    .heard
+                    .snapshot
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = others_stacks(self.watcher, &others);
+            }
+        }
+    }
+
+    /// Where the other ranks stood when one failed, as read at the failure.
+    pub(super) fn say_where_the_others_stood(&self) {
+        let text = self
+            .heard
+            .snapshot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(text) = text {
+            crate::console::say_raw!("{text}");
+        }
+    }
+
+    /// A stop from outside: the stop file first; a signal here is a preemption every
+    /// node hears now, before this node's ranks are stopped.
+    fn stopping(&self, signal: Option<Signal>) {
+        self.stop_file.make();
+        if let Some(sig) = signal {
+            let r = self.preemption(sig);
+            if let Some(tx) = &self.announce {
+                let _ = tx.send(r.clone());
+            }
+            *self
+                .heard
+                .ours
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner) = Some(r);
+        }
+    }
+
+    fn preemption(&self, sig: Signal) -> StopReason {
+        let host = &self.p.facts.container.hostname;
+        preemption::reason(sig, self.node.node_rank, host, preemption::now_ms())
+    }
+
+    /// This node's preemption as announced (made now if the signal's event was missed).
+    pub(super) fn our_preemption(&self, sig: Signal) -> StopReason {
+        let mine = self
+            .heard
+            .ours
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        mine.unwrap_or_else(|| self.preemption(sig))
+    }
+}
+
+/// Where the ranks still running stood when one failed: their last samples from
+/// before the failure, with the oldest one's age.
+fn others_stacks(watcher: &watch::Watcher, others: &[RankPid]) -> Option<String> {
+    if others.is_empty() {
+        return None;
+    }
+    let (stacks, age) = watcher.stacks_before_failure(others);
+    let groups = toporun_shared::stacks::merge(&stacks);
+    let when = age.map_or(" (read as it failed)".to_string(), |a| {
+        format!(" (last sampled at most {a:.1}s before it failed)")
+    });
+    Some(format!(
+        "toporun: where the other ranks stood when it failed{when}:\n{}",
+        toporun_shared::stacks::render_text(&groups, 6)
+    ))
+}
