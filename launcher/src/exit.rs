@@ -125,6 +125,12 @@ mod tests {
             .context("resolving the options")
             .unwrap_err();
         assert_eq!(ExitStatus::of(&e).code(), 2);
+        // Kept as another error's #[source]: downcast_ref sees only the outer error.
+        let inner =
+            toporun_agent::job::JobError::bad_input("TOPORUN_XID_REPLAY=x", CannotRun("x".into()));
+        let e = anyhow::Error::new(std::io::Error::other(inner));
+        assert!(e.downcast_ref::<CannotRun>().is_none());
+        assert_eq!(ExitStatus::of(&e), ExitStatus::Usage);
         let e = anyhow::Error::new(OptionsError::value("--no-python and -m"));
         assert_eq!(ExitStatus::of(&e), ExitStatus::Failed);
         let e = anyhow::anyhow!("the rendezvous closed");
