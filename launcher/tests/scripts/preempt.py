@@ -5,6 +5,7 @@ same step, saves one torch.distributed.checkpoint together (its own tensor, key
 r<rank>) into CKPT, then reads 2 more batches (its workers must still serve it) and
 says so. Writes OUT/ready<rank> once it runs its loop."""
 import os
+import sys
 import signal
 import time
 
@@ -51,4 +52,7 @@ while True:
     time.sleep(0.1)
 dcp.save({f"r{rank}": torch.full((8,), float(rank))}, checkpoint_id=os.environ["CKPT"])
 extra = [next(batches) for _ in range(2)]
-print(f"rank {rank} saved at step {step}; read {len(extra)} batches after the stop", flush=True)
+# One write per line: under python -u, print() writes the text and its newline in two,
+# and four ranks saying this at once interleaved them ("...after the stoprank 1 ...").
+sys.stdout.write(f"rank {rank} saved at step {step}; read {len(extra)} batches after the stop\n")
+sys.stdout.flush()
