@@ -26,7 +26,6 @@ git clone -q "$repo" "$work/one"
 
 build() { (cd "$work/$1" && cargo build -q -p toporun --tests); }
 timed() { local s; s=$(date +%s.%N); build "$1"; echo "$(date +%s.%N) - $s" | bc; }
-support_of() { echo launcher/tests/support/mod.rs; }
 
 for l in files one; do build "$l"; done # dependencies, once
 for r in $(seq "$rounds"); do
@@ -35,7 +34,7 @@ for r in $(seq "$rounds"); do
     echo "round $r $l from-clean $(timed "$l")"
   done
   for l in files one; do
-    touch "$work/$l/$(support_of "$l")"
+    touch "$work/$l/launcher/tests/support/mod.rs"
     echo "round $r $l touch-support $(timed "$l")"
   done
 done

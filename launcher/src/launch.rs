@@ -36,7 +36,19 @@ enum PreflightMode {
 fn option_or_env(m: &ArgMatches, o: Extra, env: &BTreeMap<String, String>) -> Option<String> {
     m.get_one::<String>(o.id())
         .cloned()
-        .or_else(|| env.get(o.var()?).cloned())
+        .or_else(|| from_env(o, env).map(|(_, v)| v.clone()))
+}
+
+/// The option's variable and its value, where it has one and it is set.
+fn from_env(o: Extra, env: &BTreeMap<String, String>) -> Option<(&'static str, &String)> {
+    let var = o.var()?;
+    env.get(var).map(|v| (var, v))
+}
+
+/// A toporun flag: on the command line, or its variable true as torch reads one.
+fn flag_or_env(m: &ArgMatches, o: Extra, env: &BTreeMap<String, String>) -> bool {
+    m.get_flag(o.id())
+        || from_env(o, env).is_some_and(|(_, v)| toporun_shared::flags::torch_bool(v) == Some(true))
 }
 
 /// A typed toporun option: the command line, else its variable (a bad value named
@@ -48,8 +60,7 @@ fn typed_choice<T: ValueEnum + Clone + Send + Sync + 'static>(
 ) -> Result<T> {
     let id = o.id();
     let given = m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
-    let var = o.var().unwrap_or_default();
-    if let (false, Some(v)) = (given, env.get(var)) {
+    if let (false, Some((var, v))) = (given, from_env(o, env)) {
         return T::from_str(v, false).map_err(|_| {
             let names: Vec<String> = T::value_variants()
                 .iter()
@@ -132,10 +143,7 @@ fn straggler_window(
 
 /// `--preflight-measure`, or TOPORUN_PREFLIGHT_MEASURE=1/true.
 fn wants_measure(m: &ArgMatches, env: &BTreeMap<String, String>) -> bool {
-    m.get_flag(Extra::PreflightMeasure.id())
-        || env
-            .get(Extra::PreflightMeasure.var().unwrap_or_default())
-            .is_some_and(|v| toporun_shared::flags::torch_bool(v) == Some(true))
+    flag_or_env(m, Extra::PreflightMeasure, env)
 }
 
 /// Where the root cause of a failure goes: `--termination-log`, else
@@ -281,11 +289,7 @@ fn prepare(
     let stop_signal_group =
         typed_choice::<StopSignalTo>(m, Extra::StopSignalTo, &parent_env)? == StopSignalTo::Group;
     let faulthandler = typed_choice::<OnOff>(m, Extra::Faulthandler, &parent_env)? == OnOff::On;
-    let watch_preemption = (m.get_flag(Extra::WatchPreemption.id())
-        || parent_env
-            .get(Extra::WatchPreemption.var().unwrap_or_default())
-            .is_some_and(|v| toporun_shared::flags::torch_bool(v) == Some(true)))
-    .then(|| {
+    let watch_preemption = flag_or_env(m, Extra::WatchPreemption, &parent_env).then(|| {
         toporun_agent::probe::cloud_metadata::Endpoints::from_env(|k| parent_env.get(k).cloned())
     });
     Ok(Job {
