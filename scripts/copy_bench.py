@@ -2,6 +2,12 @@
 ordered GPU pair (x.to(other), issued on the source GPU as PyTorch does) and each
 GPU's host<->device copies from pinned memory, timed with CUDA events, with the same
 buffer size and a comparable repeat count. Prints one JSON document.
+Between GPUs, each `x.to(other)` also records an event on the destination's stream and
+makes the source's stream wait for it (PyTorch orders a cross-device copy against both
+devices' streams), a fixed cost per copy that back-to-back copies on one stream (as
+`preflight --measure` issues them) do not pay: `gbps` is the per-copy figure, `bulk_gbps`
+one copy of BULK_MIB (1 GiB) into a preallocated tensor, where that cost is spread over
+16x the bytes. The link's figure is the bulk one; compare_links reads it.
 Usage: python3 scripts/copy_bench.py [MiB]"""
 import json, sys, time
 
@@ -37,12 +43,34 @@ count = torch.cuda.device_count()
 bufs = [torch.ones(n, dtype=torch.uint8, device=f"cuda:{i}") for i in range(count)]
 outs = [torch.empty(n, dtype=torch.uint8, device=f"cuda:{i}") for i in range(count)]
 init = time.perf_counter() - t0
+BULK = 1 << 30
+
+
+def bulk(a, b):
+    """One copy of BULK bytes a -> b, best of three after one untimed."""
+    src = torch.ones(BULK, dtype=torch.uint8, device=f"cuda:{a}")
+    dst = torch.empty(BULK, dtype=torch.uint8, device=f"cuda:{b}")
+    with torch.cuda.device(a):
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize(a)
+        best = 0.0
+        for _ in range(3):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            dst.copy_(src, non_blocking=True)
+            stop.record()
+            stop.synchronize()
+            best = max(best, BULK / (start.elapsed_time(stop) / 1e3) / 1e9)
+    del src, dst
+    return best
+
+
 pairs = []
 for a in range(count):
     for b in range(count):
         if a != b:
             gbps = timed(a, lambda: bufs[a].to(f"cuda:{b}", non_blocking=True))
-            pairs.append({"src": a, "dst": b, "gbps": round(gbps, 2),
+            pairs.append({"src": a, "dst": b, "gbps": round(gbps, 2), "bulk_gbps": round(bulk(a, b), 2),
                           "peer_access": torch.cuda.can_device_access_peer(a, b)})
 host = []
 for g in range(count):

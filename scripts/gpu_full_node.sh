@@ -47,7 +47,9 @@ bench() {  # TAG [VAR=VALUE...]: one toporun job, its RESULT line
     | grep -E "^RESULT|toporun: (warning|error)" | cut -c1-700 | tee -a "$OUT/busbw.txt"
 }
 if [ "$N" -ge 2 ]; then
-  for r in 1 2; do
+  # Alternating runs (BUSBW_RUNS of each): a size's figure is the median of the runs,
+  # each run's own figure the median of its three trials (allreduce_bench.py).
+  for r in $(seq 1 "${BUSBW_RUNS:-4}"); do
     bench default
     bench plan $(grep -v '^#' "$OUT/plan.env" | xargs)
   done
@@ -56,14 +58,17 @@ if [ "$N" -ge 2 ]; then
   # busbw per size and tag (best of the runs), and plan / default.
   python3 - "$OUT/busbw.txt" <<'PY' | tee -a "$S"
 import json, sys
-best = {}
+import statistics
+runs = {}
 for line in open(sys.argv[1]):
     if not line.startswith("RESULT "):
         continue
     _, tag, rest = line.split(" ", 2)
     for r in json.loads(rest[: rest.index("]") + 1]):
-        k = (tag, r["MiB"])
-        best[k] = max(best.get(k, 0), r["busbw_GBps"])
+        runs.setdefault((tag, r["MiB"]), []).append(r["busbw_GBps"])
+best = {k: statistics.median(v) for k, v in runs.items()}
+print("busbw GB/s, median of the runs (each run: median of 3 trials); runs per tag and size:",
+      {f"{t}@{m}": v for (t, m), v in sorted(runs.items())})
 tags = sorted({t for t, _ in best}, key=["default", "plan", "p2p-off", "proto-simple"].index)
 sizes = sorted({m for _, m in best})
 print("| MiB | " + " | ".join(tags) + " | plan / default |")
@@ -82,24 +87,29 @@ BENCH_MIB=1024 PROBE_TAG=node timeout 300 "$T" --standalone --nproc-per-node=$N 
 grep -E "toporun: nccl|nccl.transport|^RESULT" "$OUT/node.log" | cut -c1-600 | tee -a "$S"
 if [ "$N" -ge 2 ]; then
   H=$((N / 2)); A=$(seq -s, 0 $((H - 1))); Z=$(seq -s, $H $((N - 1)))
-  split() {  # KIND PORT: node 0 on GPUs A here, node 1 on GPUs Z separated by KIND
-    local kind=$1 port=$2 pre=()
+  split() {  # KIND PORT ADDR [MODE]: node 0 on GPUs A here, node 1 on GPUs Z separated by KIND
+    local kind=$1 port=$2 mode=${4:-join} pre=()
     case "$kind" in
       uts) pre=(unshare --uts sh -c 'hostname other-pod && exec "$0" "$@"') ;;
       net) pre=(nsenter --net=/run/netns/fullnode) ;;
     esac
-    BENCH_MIB=1024 CUDA_VISIBLE_DEVICES=$A PROBE_TAG=$kind timeout 300 "$T" --nnodes=2 --node-rank=0 \
-      --master-addr=$3 --master-port=$port --nproc-per-node=gpu $B > "$OUT/split-$kind-node0.log" 2>&1 &
-    BENCH_MIB=1024 CUDA_VISIBLE_DEVICES=$Z PROBE_TAG=$kind timeout 300 "${pre[@]}" "$T" --nnodes=2 --node-rank=1 \
-      --master-addr=$3 --master-port=$port --nproc-per-node=gpu $B > "$OUT/split-$kind-node1.log" 2>&1
+    BENCH_MIB=256 CUDA_VISIBLE_DEVICES=$A PROBE_TAG=$kind timeout 300 "$T" --nnodes=2 --node-rank=0 \
+      --master-addr=$3 --master-port=$port --colocated=$mode --nproc-per-node=gpu $B > "$OUT/split-$kind-$mode-node0.log" 2>&1 &
+    BENCH_MIB=256 CUDA_VISIBLE_DEVICES=$Z PROBE_TAG=$kind timeout 300 "${pre[@]}" "$T" --nnodes=2 --node-rank=1 \
+      --master-addr=$3 --master-port=$port --colocated=$mode --nproc-per-node=gpu $B > "$OUT/split-$kind-$mode-node1.log" 2>&1
     wait
-    say "-- split $kind (GPUs $A | $Z)"
-    grep -hE "toporun: nccl|rdzv.colocated|nccl.transport|^RESULT" "$OUT/split-$kind-node0.log" | cut -c1-600 | tee -a "$S"
+    say "-- split $kind --colocated=$mode (GPUs $A | $Z)"
+    for n in 0 1; do
+      say "node $n:"
+      grep -hE "toporun: nccl|rdzv.colocated|nccl.transport|^RESULT" "$OUT/split-$kind-$mode-node$n.log" | cut -c1-600 | tee -a "$S"
+    done
   }
   split same 29811 127.0.0.1
   split uts 29812 127.0.0.1
+  split uts 29814 127.0.0.1 warn
   if [ -n "$WHL" ] && PYTHONPATH=$(ls "$WHL"/pyroute2-*.whl | head -1) python3 scripts/netns.py up fullnode 10.78.0.1 10.78.0.2 >> "$S" 2>&1; then
     split net 29813 10.78.0.1
+    split net 29815 10.78.0.1 warn
     PYTHONPATH=$(ls "$WHL"/pyroute2-*.whl | head -1) python3 scripts/netns.py down fullnode >> "$S" 2>&1
   else
     say "skipped: split over network namespaces (needs the pyroute2 wheel dir, and root)"

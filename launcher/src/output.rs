@@ -114,8 +114,13 @@ pub fn host_summary(f: &HostFacts) -> String {
             .nccl_version
             .as_ref()
             .map_or("version unknown".to_string(), |v| format!(
-                "{v} ({})",
-                f.platform.nccl_version_from.as_deref().unwrap_or("on disk")
+                "{v} ({}){}",
+                f.platform.nccl_version_from.as_deref().unwrap_or("on disk"),
+                f.platform
+                    .nccl_on_disk
+                    .as_ref()
+                    .map(|d| format!("; libnccl.so.{d} on disk, not the one the ranks load"))
+                    .unwrap_or_default()
             )),
         match c.get_mempolicy {
             Some(true) => "allowed",

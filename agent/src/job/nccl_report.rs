@@ -183,7 +183,14 @@ impl Reporter {
             match store {
                 None => job_report(digest, None, &[], &run_dir),
                 Some(s) => {
+                    // Every node judges its own line by the machines the rendezvous
+                    // learned, as the job-wide report does: NET between ranks of one
+                    // machine is below what the hardware allows on every node's line.
+                    let (digest, same_machine) = node_view(digest, &s.rank_machines);
                     crate::console::say!("toporun: nccl (node {}): {}", s.node_rank, digest.line());
+                    if !s.is_host {
+                        same_machine.iter().for_each(print);
+                    }
                     if let Err(e) = publish_and_gather(&s, &digest, &run_dir, &end).await {
                         crate::console::say!("toporun: nccl report: {e}");
                     }
@@ -263,6 +270,13 @@ fn same_machine_net(d: &mut Digest, machines: &[Option<String>]) -> Option<Findi
     )
 }
 
+/// A node's digest judged with the job's machines: NET links between ranks of one
+/// machine counted below the best, with the finding that says so.
+fn node_view(mut d: Digest, machines: &[Option<String>]) -> (Digest, Option<Finding>) {
+    let f = same_machine_net(&mut d, machines);
+    (d, f)
+}
+
 fn job_report(
     mut d: Digest,
     expected_nodes: Option<u32>,
@@ -321,4 +335,55 @@ async fn publish_and_gather(
         run_dir,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toporun_shared::nccl_log::CommDigest;
+
+    /// Node 1 of two co-located 1-GPU nodes under `--colocated warn` (2x H100,
+    /// tests/fixtures/device/full-node-h100x2/split-uts-warn-node1.log): its own log
+    /// judged NET/Socket "best available" (it sees one GPU), while the job-wide line
+    /// said "below what the hardware allows". Both now say the latter.
+    fn socket_pair() -> Digest {
+        let mut c = CommDigest {
+            id: "world".into(),
+            nranks: Some(2),
+            nnodes: Some(2),
+            best: 1,
+            ..Default::default()
+        };
+        c.pairs
+            .entry("NET/Socket/0".into())
+            .or_default()
+            .insert((0, 1));
+        Digest {
+            comms: vec![c],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_node_line_counts_net_on_one_machine_below_the_best() {
+        let one = Some("boot-a".to_string());
+        let (d, f) = node_view(socket_pair(), &[one.clone(), one]);
+        assert!(
+            d.line()
+                .ends_with("1 link(s) below what the hardware allows"),
+            "{}",
+            d.line()
+        );
+        assert_eq!(f.map(|f| f.id), Some("nccl.transport".to_string()));
+    }
+
+    #[test]
+    fn a_node_line_keeps_net_between_machines_best() {
+        let machines = [Some("boot-a".to_string()), Some("boot-b".to_string())];
+        let (d, f) = node_view(socket_pair(), &machines);
+        assert!(d.line().ends_with("best available"), "{}", d.line());
+        assert!(f.is_none());
+        let (d, _) = node_view(socket_pair(), &[]);
+        assert!(d.line().ends_with("best available"), "{}", d.line());
+    }
 }

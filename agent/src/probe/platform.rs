@@ -5,10 +5,18 @@ use crate::paths::{self, Root};
 use std::path::{Path, PathBuf};
 use toporun_shared::facts::PlatformFacts;
 
-/// The NCCL the ranks' Python will load when it comes from pip (`nvidia-nccl-cu12`,
-/// `-cu13`): its version is in the dist-info name beside that interpreter, where
-/// `libnccl.so.2` alone says nothing. `python`: PYTHON_EXEC or python3 on PATH.
-fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<(String, String)> {
+/// pip's NCCL (`nvidia-nccl-cu12`, `-cu13`) beside the ranks' Python: its version is in
+/// the dist-info name, where `libnccl.so.2` alone says nothing. `python`: PYTHON_EXEC or
+/// python3 on PATH.
+struct PipNccl {
+    version: String,
+    from: String,
+    /// torch in the same directory requires it (pip's torch wheels load it through
+    /// their RPATH, whatever libnccl the system has); None: no torch there.
+    torch_requires: Option<bool>,
+}
+
+fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<PipNccl> {
     let mut dirs: Vec<String> = python.map(|p| site_packages(root, p)).unwrap_or_default();
     dirs.extend(paths::SYSTEM_PYTHON_PACKAGES.iter().map(|d| d.to_string()));
     for py in root
@@ -20,17 +28,69 @@ fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<(String, String)> {
         dirs.push(format!("usr/local/lib/{py}/site-packages"));
     }
     dirs.iter().find_map(|d| {
-        root.list(d).into_iter().find_map(|f| {
+        let listing = root.list(d);
+        listing.iter().find_map(|f| {
             let rest = f
                 .strip_prefix("nvidia_nccl_cu")?
                 .strip_suffix(".dist-info")?;
             let (cuda, version) = rest.split_once('-')?;
-            Some((
-                version.to_string(),
-                format!("pip nvidia-nccl-cu{cuda} in /{d}"),
-            ))
+            Some(PipNccl {
+                version: version.to_string(),
+                from: format!("pip nvidia-nccl-cu{cuda} in /{d}"),
+                torch_requires: torch_requires_nccl(root, d, &listing),
+            })
         })
     })
+}
+
+/// Whether the torch installed in `dir` requires pip's NCCL (`Requires-Dist:
+/// nvidia-nccl-...` in its METADATA); None where torch is not there.
+fn torch_requires_nccl(root: &Root, dir: &str, listing: &[String]) -> Option<bool> {
+    let info = listing
+        .iter()
+        .find(|f| f.starts_with("torch-") && f.ends_with(".dist-info"))?;
+    let meta = root.read(format!("{dir}/{info}/METADATA"))?;
+    Some(
+        meta.lines()
+            .any(|l| l.starts_with("Requires-Dist:") && l.contains("nvidia-nccl")),
+    )
+}
+
+/// The version of the system's libnccl.so.X.Y.Z, from the real file's name.
+fn disk_nccl(root: &Root) -> Option<String> {
+    paths::LIB_DIRS.iter().find_map(|dir| {
+        root.list(dir).into_iter().find_map(|f| {
+            f.strip_prefix("libnccl.so.")
+                .filter(|v| v.matches('.').count() == 2)
+                .map(str::to_string)
+        })
+    })
+}
+
+/// The NCCL the ranks will load, where it was read, and the system's libnccl when that
+/// is another one: pip's beside the ranks' Python where its torch requires it (or no
+/// torch is there to say), else the library on disk (an NGC image's torch links it).
+fn rank_nccl(
+    root: &Root,
+    python: Option<&Path>,
+) -> (Option<String>, Option<String>, Option<String>) {
+    let disk = disk_nccl(root);
+    let pip = pip_nccl(root, python);
+    match pip {
+        Some(p) if p.torch_requires != Some(false) || disk.is_none() => {
+            let from = match p.torch_requires {
+                Some(true) => format!("{}, which the ranks' torch loads", p.from),
+                _ => p.from,
+            };
+            (Some(p.version), Some(from), disk)
+        }
+        _ => (
+            disk.clone(),
+            disk.as_ref()
+                .map(|_| "libnccl.so.X.Y.Z on disk".to_string()),
+            None,
+        ),
+    }
 }
 
 /// The site-packages directories of `python` (a venv's or a prefix's).
@@ -111,30 +171,14 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
         }
     }
     let mut ofi_nccl_plugins = Vec::new();
-    let mut nccl_version = None;
     for dir in paths::LIB_DIRS {
         for f in root.list(dir) {
             if f.starts_with("libnccl-net") && f.contains(".so") {
                 ofi_nccl_plugins.push(format!("/{dir}/{f}"));
             }
-            // libnccl.so.2.28.9: the version is in the real file's name.
-            if let Some(v) = f
-                .strip_prefix("libnccl.so.")
-                .filter(|v| v.matches('.').count() == 2)
-            {
-                nccl_version.get_or_insert_with(|| v.to_string());
-            }
         }
     }
-    let mut nccl_version_from = nccl_version
-        .as_ref()
-        .map(|_| "libnccl.so.X.Y.Z on disk".to_string());
-    if nccl_version.is_none() {
-        if let Some((v, from)) = pip_nccl(root, python) {
-            nccl_version = Some(v);
-            nccl_version_from = Some(from);
-        }
-    }
+    let (nccl_version, nccl_version_from, nccl_on_disk) = rank_nccl(root, python);
     let nccl_conf = root
         .read(paths::ETC_NCCL_CONF)
         .unwrap_or_default()
@@ -156,6 +200,7 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
         ofi_nccl_plugins,
         nccl_version,
         nccl_version_from,
+        nccl_on_disk,
         nccl_conf,
     }
 }
@@ -205,6 +250,65 @@ mod tests {
         assert_eq!(f.nccl_version.as_deref(), Some("2.27.5"));
         assert!(f.nccl_version_from.unwrap().contains("nvidia-nccl-cu12"));
         assert_eq!(probe(&root, None).nccl_version, None);
+    }
+
+    /// The 2x H100 machine (tests/fixtures/device/full-node-h100x2/nccl-version.txt):
+    /// libnccl.so.2.28.3 in /usr/lib, while torch 2.11+cu130 in /opt/torch/.venv loads
+    /// pip's nvidia-nccl-cu13 2.28.9 (`torch.cuda.nccl.version()`).
+    fn h100x2_layout(torch_requires: &str) -> (tempfile::TempDir, Root, PathBuf) {
+        let d = tempfile::tempdir().unwrap();
+        let site = d
+            .path()
+            .join("opt/torch/.venv/lib/python3.12/site-packages");
+        fs::create_dir_all(d.path().join("opt/torch/.venv/bin")).unwrap();
+        fs::write(d.path().join("opt/torch/.venv/bin/python3"), "").unwrap();
+        fs::create_dir_all(site.join("nvidia_nccl_cu13-2.28.9.dist-info")).unwrap();
+        fs::create_dir_all(site.join("torch-2.11.0.dist-info")).unwrap();
+        fs::write(
+            site.join("torch-2.11.0.dist-info/METADATA"),
+            format!(
+                "Metadata-Version: 2.4\nName: torch\nRequires-Dist: filelock\n{torch_requires}"
+            ),
+        )
+        .unwrap();
+        fs::create_dir_all(d.path().join("usr/lib/x86_64-linux-gnu")).unwrap();
+        for f in ["libnccl.so", "libnccl.so.2", "libnccl.so.2.28.3"] {
+            fs::write(d.path().join("usr/lib/x86_64-linux-gnu").join(f), "").unwrap();
+        }
+        let root = Root::at(d.path());
+        (d, root, PathBuf::from("/opt/torch/.venv/bin/python3"))
+    }
+
+    #[test]
+    fn the_nccl_stated_is_the_one_the_ranks_torch_loads() {
+        let requires = "Requires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == \"Linux\"\n";
+        let (_d, root, py) = h100x2_layout(requires);
+        let f = probe(&root, Some(&py));
+        assert_eq!(f.nccl_version.as_deref(), Some("2.28.9"));
+        let from = f.nccl_version_from.unwrap();
+        assert!(
+            from.contains("nvidia-nccl-cu13") && from.contains("which the ranks' torch loads"),
+            "{from}"
+        );
+        assert_eq!(f.nccl_on_disk.as_deref(), Some("2.28.3"));
+        // Without the ranks' Python, only the system's library is known.
+        let f = probe(&root, None);
+        assert_eq!(f.nccl_version.as_deref(), Some("2.28.3"));
+        assert_eq!(f.nccl_on_disk, None);
+    }
+
+    #[test]
+    fn a_torch_built_against_the_system_nccl_keeps_the_disk_version() {
+        // NGC's torch links /usr/lib's libnccl; a pip NCCL another package pulled in
+        // is not what it loads.
+        let (_d, root, py) = h100x2_layout("");
+        let f = probe(&root, Some(&py));
+        assert_eq!(f.nccl_version.as_deref(), Some("2.28.3"));
+        assert_eq!(
+            f.nccl_version_from.as_deref(),
+            Some("libnccl.so.X.Y.Z on disk")
+        );
+        assert_eq!(f.nccl_on_disk, None);
     }
 
     #[test]

@@ -291,6 +291,9 @@ pub struct PlatformFacts {
     pub nccl_version: Option<String>,
     /// Where the version was read: a libnccl.so.X.Y.Z name, or pip's nvidia-nccl-cu*.
     pub nccl_version_from: Option<String>,
+    /// The system's libnccl.so.X.Y.Z where the ranks load another NCCL (pip's, which
+    /// their torch requires): a second fact, never the one toporun states.
+    pub nccl_on_disk: Option<String>,
     /// /etc/nccl.conf content, parsed as NAME=VALUE.
     pub nccl_conf: BTreeMap<String, String>,
 }
