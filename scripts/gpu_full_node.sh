@@ -44,7 +44,7 @@ cat "$OUT/harmful-warnings.txt" >> "$S"
 bench() {  # TAG [VAR=VALUE...]: one toporun job, its RESULT line
   local tag=$1; shift
   env "$@" PROBE_TAG=$tag timeout 300 "$T" --standalone --nproc-per-node=$N $B 2>&1 \
-    | grep -E "^RESULT|toporun: (warning|error)" | cut -c1-700 | tee -a "$OUT/busbw.txt"
+    | grep -E "^RESULT|toporun: (warning|error)" | cut -c1-4000 | tee -a "$OUT/busbw.txt"
 }
 if [ "$N" -ge 2 ]; then
   # Alternating runs (BUSBW_RUNS of each): a size's figure is the median of the runs,
@@ -58,14 +58,15 @@ if [ "$N" -ge 2 ]; then
   # busbw per size and tag (best of the runs), and plan / default.
   python3 - "$OUT/busbw.txt" <<'PY' | tee -a "$S"
 import json, sys
-import statistics
+import re, statistics
 runs = {}
 for line in open(sys.argv[1]):
     if not line.startswith("RESULT "):
         continue
-    _, tag, rest = line.split(" ", 2)
-    for r in json.loads(rest[: rest.index("]") + 1]):
-        runs.setdefault((tag, r["MiB"]), []).append(r["busbw_GBps"])
+    tag = line.split()[1]
+    # Sizes and busbw read field by field: a line cut short still gives its sizes.
+    for mib, bus in re.findall(r'"MiB": (\d+), [^{}]*?"busbw_GBps": ([\d.]+)', line):
+        runs.setdefault((tag, int(mib)), []).append(float(bus))
 best = {k: statistics.median(v) for k, v in runs.items()}
 print("busbw GB/s, median of the runs (each run: median of 3 trials); runs per tag and size:",
       {f"{t}@{m}": v for (t, m), v in sorted(runs.items())})
