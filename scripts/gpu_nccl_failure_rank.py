@@ -15,7 +15,8 @@ says:
   valueerror  raises ValueError in load_batch
   oom         asks CUDA for more memory than the GPU has in build_activations
   dataloader  one of its DataLoader workers is killed (SIGKILL)
-  none        trains STEPS steps and exits 0"""
+  none        trains STEPS steps and exits 0
+DEVICE=cpu runs the same on CPU ranks over gloo (to try the script without a GPU)."""
 import ctypes
 import datetime
 import os
@@ -55,7 +56,7 @@ def load_batch(step):
 
 
 def build_activations():
-    return torch.empty(200 << 30, dtype=torch.uint8, device="cuda")
+    return torch.empty(200 << 30, dtype=torch.uint8, device="cuda" if torch.cuda.is_available() else "cpu")
 
 
 def train_step(w, x):
@@ -65,12 +66,17 @@ def train_step(w, x):
 
 def main():
     local = int(os.environ["LOCAL_RANK"])
-    torch.cuda.set_device(local)
     timeout = datetime.timedelta(seconds=int(os.environ.get("PG_TIMEOUT", "25"))) if CASE == "watchdog" else None
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local), timeout=timeout)
+    if os.environ.get("DEVICE") == "cpu":
+        dist.init_process_group("gloo", timeout=timeout)
+        dev, n = "cpu", 256
+    else:
+        torch.cuda.set_device(local)
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local), timeout=timeout)
+        dev, n = "cuda", 2048
     rank = dist.get_rank()
-    w = torch.randn(2048, 2048, device="cuda")
-    x = torch.randn(2048, 2048, device="cuda")
+    w = torch.randn(n, n, device=dev)
+    x = torch.randn(n, n, device=dev)
     loader = iter(torch.utils.data.DataLoader(Shards(), batch_size=4, num_workers=2 if CASE == "dataloader" else 0))
     for step in range(STEPS):
         next(loader)

@@ -6,7 +6,7 @@
 # dumps are kept (OUT/<job>/dumps/rank<r>-<k>). Jobs: rank 1 doing 3x the GPU work,
 # balanced, balanced with an all-ranks checkpoint pause. Then the step-time cost of the
 # timing, alternating runs, at a ~4 ms step and a ~50 ms step.
-# JOBS=0 skips the jobs, COST=0 the cost.
+# JOBS=0 skips the jobs, COST=0 the cost; COST_RUNS (3) alternations of COST_SECS (12) s.
 # Usage (device): scripts/gpu_nccl_straggler.sh BIN OUT
 set -uo pipefail
 BIN=$(readlink -f "$1") OUT=$(readlink -f "$2")
@@ -19,7 +19,7 @@ job() {  # NAME VAR=VALUE...: one job with its dumps taken every DUMP_EVERY s
   local d=$OUT/$name; mkdir -p "$d/dumps" "$d/pipe"
   env "$@" TORCH_NCCL_ENABLE_TIMING=1 TORCH_FR_BUFFER_SIZE=${BUF:-4000} TORCH_NCCL_TRACE_BUFFER_SIZE=${BUF:-4000} \
     TORCH_NCCL_DEBUG_INFO_PIPE_FILE="$d/pipe/rank_" \
-    "$BIN" --standalone --nproc-per-node=2 --straggler-window=10 --log-dir "$d/run" $R > "$d/stdout" 2> "$d/stderr" &
+    timeout 90 "$BIN" --standalone --nproc-per-node=2 --straggler-window=10 --log-dir "$d/run" $R > "$d/stdout" 2> "$d/stderr" &
   local pid=$! k=0
   sleep 8
   while kill -0 $pid 2>/dev/null; do
@@ -44,9 +44,9 @@ fi
 echo "== cost of TORCH_NCCL_ENABLE_TIMING (step ms, rank 0), alternating" | tee -a "$OUT/summary.txt"
 for step in "small SIZE=4096 WORK=2" "large SIZE=8192 WORK=40 BUCKET_MIB=25"; do
   read -r tag vars <<< "$step"
-  for run in 1 2 3; do
+  for run in $(seq 1 "${COST_RUNS:-3}"); do
     for timing in 0 1; do
-      ms=$(env $vars SECS=12 TORCH_NCCL_ENABLE_TIMING=$timing "$BIN" --standalone --nproc-per-node=2 $R 2>/dev/null | grep -o 'step_ms [0-9.]*')
+      ms=$(env $vars SECS=${COST_SECS:-12} TORCH_NCCL_ENABLE_TIMING=$timing timeout 60 "$BIN" --standalone --nproc-per-node=2 $R 2>/dev/null | grep -o 'step_ms [0-9.]*')
       echo "$tag timing=$timing run $run: $ms" | tee -a "$OUT/summary.txt"
     done
   done

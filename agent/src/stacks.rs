@@ -29,6 +29,20 @@ pub fn in_reader() -> bool {
     IN_READER.with(|f| f.get())
 }
 
+/// Source files larger than this are not read for a line (a generated module).
+const SOURCE_READ_MAX: u64 = 4 << 20;
+
+/// The text of line `line` (1-based) of the source `file`, as the ranks see it.
+pub fn line_text(root: &Root, file: &str, line: i32) -> Option<String> {
+    let path = root.join(file.trim_start_matches('/'));
+    if !file.starts_with('/') || std::fs::metadata(&path).ok()?.len() > SOURCE_READ_MAX {
+        return None;
+    }
+    let text = std::fs::read_to_string(path).ok()?;
+    let n = usize::try_from(line).ok()?.checked_sub(1)?;
+    text.lines().nth(n).map(str::to_string)
+}
+
 /// The direct children of `pid` (DataLoader workers and the like), from
 /// /proc/<pid>/task/<pid>/children.
 pub fn children(root: &crate::paths::Root, pid: i32) -> Vec<i32> {

@@ -258,7 +258,7 @@ pub fn launch_command(name: &'static str) -> Command {
             Arg::new(Extra::HangTimeout.id())
                 .long("hang-timeout")
                 .value_name("SECONDS")
-                .help("report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write [default: off; env: TOPORUN_HANG_TIMEOUT]"),
+                .help("report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write; a rank that left while the others wait, or NCCL's watchdog timing a collective out, is reported sooner; `off`: no hang watch [default: 300, a report, below the process group's 10-minute timeout; env: TOPORUN_HANG_TIMEOUT]"),
         )
         .arg(
             Arg::new(Extra::Stragglers.id())

@@ -83,18 +83,30 @@ fn preflight_mode(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Pref
     })
 }
 
-/// `--hang-timeout` (TOPORUN_HANG_TIMEOUT) and `--on-hang` (TOPORUN_ON_HANG).
+/// The hang timeout when none is given: half of the process group's 10-minute default
+/// timeout (no variable sets that one), so the report comes before NCCL's watchdog
+/// stops a rank. A rank that left, or NCCL's watchdog, is said sooner (watch.rs).
+pub const DEFAULT_HANG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// `--hang-timeout` (TOPORUN_HANG_TIMEOUT; `off`: no hang watch) and `--on-hang`
+/// (TOPORUN_ON_HANG); unset, a report at [`DEFAULT_HANG_TIMEOUT`].
 fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<HangWatch>> {
+    let on_hang = typed_choice::<OnHang>(m, Extra::OnHang, env)?;
     let Some(v) = option_or_env(m, Extra::HangTimeout, env) else {
-        return Ok(None);
+        return Ok(Some(HangWatch {
+            timeout: DEFAULT_HANG_TIMEOUT,
+            stop: on_hang == OnHang::Stop,
+        }));
     };
+    if v == "off" {
+        return Ok(None);
+    }
     let timeout = toporun_shared::torchrun::seconds("--hang-timeout", &v)?;
     if timeout.is_zero() {
         bail!(toporun_shared::torchrun::OptionsError::usage(format!(
             "--hang-timeout {v}: expected a positive number of seconds"
         )));
     }
-    let on_hang = typed_choice::<OnHang>(m, Extra::OnHang, env)?;
     Ok(Some(HangWatch {
         timeout,
         stop: on_hang == OnHang::Stop,

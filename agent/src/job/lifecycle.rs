@@ -332,7 +332,18 @@ async fn attempt(
     let live = life.live.clone();
     let hangs_before = status.snapshot().hangs;
     let memory = causes::memory_at_start(&p.root, life.memory.as_ref());
-    let (watcher, exchange, hangs) = watch_hangs(p, session, node, &live, &status);
+    let heard = Heard::default();
+    let tails = cmds
+        .iter()
+        .map(|c| (c.rank, c.stderr_tail.clone()))
+        .collect();
+    let (watcher, exchange, hangs) = watch_hangs(
+        p,
+        session,
+        node,
+        (&live, heard.leavers.shared(), tails),
+        &status,
+    );
     let _exchange: Vec<AbortOnDrop> = exchange.into_iter().map(AbortOnDrop).collect();
     let timer = &mut life.timer;
     let on_hang = AfterHang {
@@ -361,7 +372,7 @@ async fn attempt(
         watcher: &watcher,
         stop_file: &stop_file,
         announce,
-        heard: Heard::default(),
+        heard,
     };
     let on_rank = |e: RankEvent| seen.on(e);
     let outcome = supervise::run_attempt(cmds, events, p.stop_how(), stop, &on_rank)
@@ -470,8 +481,15 @@ async fn hang_stopped(
     let meeting = session.meeting(node.round, node);
     let collective = say_flight_recorder(fr_dir, meeting, attempt_dir, status).await;
     let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
-    if let Some(c) = collective {
-        lead.push_str(&format!("toporun: flight recorder: {c}\n"));
+    match collective {
+        // No rank stood apart in the stacks: the collective that did not match is
+        // the cause, said last on the console and first in the message.
+        Some(c) if report.hang.odd.is_empty() => {
+            crate::console::say!("toporun: hang: cause: {c}");
+            lead = format!("toporun: hang: cause: {c}\n{lead}");
+        }
+        Some(c) => lead.push_str(&format!("toporun: flight recorder: {c}\n")),
+        None => {}
     }
     supervise::leave_termination_message(p.termination_log.as_deref(), &(lead + &report.text));
     AttemptEnd::Hang

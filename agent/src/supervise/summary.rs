@@ -40,6 +40,8 @@ pub struct Failure {
     pub paths: Vec<String>,
     /// PyTorch's CUDA out-of-memory message.
     pub cuda_oom: Option<CudaOom>,
+    /// NCCL's watchdog stopped it (a collective timed out).
+    pub watchdog: Option<toporun_shared::root_cause::watchdog::WatchdogTimeout>,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -119,6 +121,7 @@ impl Failure {
             write_failed: write_failed(&output),
             paths: paths_named(&output),
             cuda_oom: cuda_oom(&output),
+            watchdog: toporun_shared::root_cause::watchdog::last_timeout(&output),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
             pid,
@@ -336,6 +339,7 @@ mod tests {
             write_failed: None,
             paths: Vec::new(),
             cuda_oom: None,
+            watchdog: None,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -368,6 +372,7 @@ mod tests {
             write_failed: None,
             paths: Vec::new(),
             cuda_oom: None,
+            watchdog: None,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -400,6 +405,7 @@ mod tests {
             write_failed: None,
             paths: Vec::new(),
             cuda_oom: None,
+            watchdog: None,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

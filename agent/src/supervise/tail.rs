@@ -4,6 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use toporun_shared::root_cause::watchdog::{last_timeout, WatchdogTimeout, MARKER};
 
 /// Bytes kept per rank: a deep traceback fits many times over.
 pub const TAIL_BYTES: usize = 64 << 10;
@@ -15,6 +16,8 @@ pub struct Tail {
     closed: Arc<AtomicBool>,
     /// A forwarder reads into it (else there is nothing to wait for).
     fed: Arc<AtomicBool>,
+    /// NCCL's watchdog said it timed out, as it came (the hang watch acts on it).
+    watchdog: Arc<Mutex<Option<WatchdogTimeout>>>,
 }
 
 impl Tail {
@@ -45,6 +48,21 @@ impl Tail {
         let over = over.min(q.len());
         q.drain(..over);
         q.extend(bytes);
+        // The marker may straddle two reads: look at the new bytes and a line before.
+        let look = (bytes.len() + 512).min(q.len());
+        let recent: Vec<u8> = q.iter().skip(q.len() - look).copied().collect();
+        drop(q);
+        let recent = String::from_utf8_lossy(&recent);
+        if recent.contains(MARKER) && recent.trim_end().len() < recent.len() {
+            if let (Some(t), Ok(mut w)) = (last_timeout(&recent), self.watchdog.lock()) {
+                w.get_or_insert(t);
+            }
+        }
+    }
+
+    /// NCCL's watchdog's timeout, once the rank has said it.
+    pub fn watchdog(&self) -> Option<WatchdogTimeout> {
+        self.watchdog.lock().ok()?.clone()
     }
 
     pub fn text(&self) -> String {
@@ -73,6 +91,16 @@ pub fn file_tail(path: &std::path::Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_watchdogs_line_is_caught_as_it_comes_even_split_across_reads() {
+        let t = Tail::default();
+        t.push(b"[rank0]:[E1125 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught collective ");
+        assert_eq!(t.watchdog(), None);
+        t.push(b"operation timeout: WorkNCCL(SeqNum=17, OpType=ALLREDUCE, Timeout(ms)=25000) ran for 25012 milliseconds before timing out.\n");
+        let w = t.watchdog().expect("caught");
+        assert_eq!((w.seq, w.timeout_ms), (Some(17), Some(25000)));
+    }
 
     #[test]
     fn only_the_last_bytes_are_kept() {

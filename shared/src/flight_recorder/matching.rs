@@ -238,7 +238,10 @@ pub fn render_text(r: &Report) -> String {
         "flight recorder: dumps of rank(s) {}\n",
         ranks_text(&r.ranks)
     );
-    if r.issues.is_empty() {
+    if r.issues.is_empty() && r.ranks.len() < 2 {
+        // A rank that left, or was stopped before it dumped, leaves nothing to match.
+        out.push_str("  one rank's dump only: nothing to match it against\n");
+    } else if r.issues.is_empty() {
         out.push_str("  every rank entered the same collectives with the same sizes and dtypes\n");
     }
     for i in &r.issues {

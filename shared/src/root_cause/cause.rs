@@ -23,6 +23,9 @@ pub enum CauseKind {
     GpuMemory,
     /// Another node, or the network to it, went away.
     Peer,
+    /// The ranks stopped progressing: NCCL's watchdog stopped a rank that waited for
+    /// a peer (the messenger), or --on-hang stop.
+    Hang,
     /// The training code failed (an exception, an exit code).
     Code,
     /// A signal from outside the job (SIGKILL without an OOM kill).
@@ -33,13 +36,14 @@ pub enum CauseKind {
 }
 
 impl CauseKind {
-    pub const ALL: [CauseKind; 9] = [
+    pub const ALL: [CauseKind; 10] = [
         CauseKind::Hardware,
         CauseKind::Oom,
         CauseKind::Shm,
         CauseKind::Disk,
         CauseKind::GpuMemory,
         CauseKind::Peer,
+        CauseKind::Hang,
         CauseKind::Code,
         CauseKind::External,
         CauseKind::Preempted,
@@ -53,6 +57,7 @@ impl CauseKind {
             CauseKind::Disk => "disk",
             CauseKind::GpuMemory => "gpu-memory",
             CauseKind::Peer => "peer",
+            CauseKind::Hang => "hang",
             CauseKind::Code => "code",
             CauseKind::External => "external",
             CauseKind::Preempted => "preempted",

@@ -83,7 +83,7 @@ pub const PREEMPTED: ExitClass = ExitClass {
 /// `--on-hang stop` (the same in both modes).
 pub const HANG: ExitClass = ExitClass {
     code: 124,
-    what: "no rank made progress for --hang-timeout (--on-hang stop)",
+    what: "the ranks hung: no progress for --hang-timeout (--on-hang stop), or NCCL's watchdog stopped a rank that waited for a peer",
     action: PodAction::Count,
     why:
         "a hang may be transient (a lost packet, a slow storage call): retried within backoffLimit",
@@ -102,6 +102,7 @@ pub fn class_of(kind: CauseKind) -> ExitClass {
         CauseKind::Disk => DISK,
         CauseKind::GpuMemory => GPU_MEMORY,
         CauseKind::Preempted => PREEMPTED,
+        CauseKind::Hang => HANG,
         CauseKind::Code | CauseKind::External => CODE,
     }
 }

@@ -9,6 +9,7 @@ use super::native_crash::{frame_text, native_signal, NativeCrash};
 use super::oom::{MemoryReading, FIX as OOM_FIX};
 use super::python_error::PythonError;
 use super::shm::FIX as SHM_FIX;
+use super::watchdog::WatchdogTimeout;
 use super::xid::{info, Verdict, XidEvent, FIX as XID_FIX};
 use crate::units::format_size as fmt_bytes;
 
@@ -34,6 +35,11 @@ pub struct RankEnd<'a> {
     pub volume: Option<&'a Volume>,
     /// PyTorch's CUDA out-of-memory message.
     pub cuda_oom: Option<&'a CudaOom>,
+    /// NCCL's watchdog stopped it: the collective it waited in timed out.
+    pub watchdog: Option<&'a WatchdogTimeout>,
+    /// Where the ranks it waited for stood, as the hang report said it (the rank
+    /// outside any collective), where one was made.
+    pub hang: Option<&'a str>,
     /// The first to fail (the others may have been stopped by toporun).
     pub first: bool,
     /// The GPU it used (NVML index), and when it ended (seconds since the epoch).
@@ -223,6 +229,29 @@ fn crashed(e: &RankEnd, sig: &str, own_fault: &str) -> Cause {
     Cause::new(CauseKind::Code, Some(e.rank), summary + own_fault).fix("the C/C++/CUDA extension or library in that call: run the rank under gdb or with CUDA_LAUNCH_BLOCKING=1 (a CUDA fault), and check the inputs it was given")
 }
 
+const HANG_FIX: &str = "the rank the others waited for: make every rank run the same collectives in the same order with the same sizes; `toporun fr-trace` on the attempt's fr/ directory shows which collective did not match";
+
+/// A rank NCCL's watchdog stopped waited for a peer: the cause is that peer (the hang
+/// report's rank outside any collective, a rank that left), the rank is the messenger.
+fn watchdog_victim(e: &RankEnd, w: &WatchdogTimeout, left: &[Left]) -> Cause {
+    let culprit = match (e.hang, left.first()) {
+        (_, Some(l)) => format!("rank {} left the job (exit 0 at {:.1}s into the attempt) while rank {} still needed it", l.rank, l.into_attempt, e.rank),
+        (Some(h), None) => h.to_string(),
+        (None, None) => "no rank was seen outside the collective: look for a collective some rank skipped or called with other sizes".into(),
+    };
+    Cause::new(
+        CauseKind::Hang,
+        Some(e.rank),
+        format!(
+            "{culprit}; NCCL's watchdog stopped rank {} in {} (\"{}\"): that rank waited for its peers, its SIGABRT is NCCL's doing, not a crash",
+            e.rank,
+            w.what(),
+            w.line
+        ),
+    )
+    .fix(HANG_FIX)
+}
+
 /// Every cause the evidence supports, leading one first; `left`: the ranks that
 /// exited 0 while others ran.
 pub fn judge(
@@ -279,6 +308,10 @@ pub fn judge(
             causes.push(c);
             continue;
         }
+        if let Some(w) = e.watchdog {
+            causes.push(watchdog_victim(e, w, left));
+            continue;
+        }
         let own_fault = xids_near(e, xids, Verdict::Code)
             .first()
             .map(|x| format!("; {}: the code's own fault", xid_text(x, e)))
@@ -333,6 +366,8 @@ mod tests {
             write_failed: None,
             volume: None,
             cuda_oom: None,
+            watchdog: None,
+            hang: None,
             first: true,
             gpu: Some(rank),
             at: 1000.0,
@@ -346,6 +381,33 @@ mod tests {
             into_attempt: 3.1,
             running: vec![0, 2, 3],
         }
+    }
+
+    /// NCCL's watchdog aborted rank 0 (SIGABRT) after its all_reduce timed out; the
+    /// hang report had found rank 1 in its own read.
+    #[test]
+    fn the_watchdogs_victim_is_the_messenger_not_a_native_crash() {
+        let w = crate::root_cause::watchdog::last_timeout("[rank0]:[E1125 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=17, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=25000) ran for 25012 milliseconds before timing out.\n").unwrap();
+        let hang = "rank 1 is in no collective: rank 1 is blocked outside PyTorch (I/O, a lock or a sleep) in read_next_shard (train.py:44), while rank 0 waits on its GPU at .item() in main (train.py:107): it most likely holds them up";
+        let mut e = end(0, Some("SIGABRT"), -6);
+        e.watchdog = Some(&w);
+        e.hang = Some(hang);
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].kind, CauseKind::Hang);
+        assert!(
+            c[0].summary.starts_with("rank 1 is in no collective"),
+            "{}",
+            c[0].summary
+        );
+        assert!(c[0]
+            .summary
+            .contains("NCCL's watchdog stopped rank 0 in all_reduce #17 after its 25s timeout"));
+        assert!(!c[0].line().contains("gdb"), "{}", c[0].line());
+        assert_eq!(crate::root_cause::exit_codes::class_of(c[0].kind).code, 124);
+        // A rank that left is the cause before any stack.
+        let c = judge(&[e], &[left(1, 999.0)], None, None, &[]);
+        assert!(c[0].summary.starts_with("rank 1 left the job (exit 0 at 3.1s into the attempt) while rank 0 still needed it"), "{}", c[0].summary);
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod oom;
 pub mod peer;
 pub mod python_error;
 pub mod shm;
+pub mod watchdog;
 pub mod xid;
 
 pub use cause::{by_precedence, Cause, CauseKind};

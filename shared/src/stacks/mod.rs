@@ -2,7 +2,8 @@
 //! grouped across ranks with the odd ones first (`merge`), whether ranks still make
 //! progress (`progress`), the report of a hang (`hang_report`) and the view across
 //! nodes (`job_view`); what a rank was doing at a sample (`activity`), its recent
-//! samples (`rank_window`) and the rank the others wait for (`straggler`).
+//! samples (`rank_window`) and the rank the others wait for (`straggler`); where a rank
+//! stands in a hang, waiting for its peers or elsewhere (`standing`).
 
 pub mod activity;
 pub mod hang_report;
@@ -11,6 +12,7 @@ mod merge;
 mod model;
 pub mod progress;
 pub mod rank_window;
+pub mod standing;
 pub mod straggler;
 pub mod top_table;
 

@@ -26,8 +26,11 @@ use toporun_shared::root_cause::{by_precedence, Cause};
 /// rank still running then fails for a lost peer.
 pub struct Leavers {
     started: std::time::SystemTime,
-    left: std::sync::Mutex<Vec<Left>>,
+    left: LeftRanks,
 }
+
+/// The ranks that left, shared with the hang watch (a leaver leads its report).
+pub type LeftRanks = std::sync::Arc<std::sync::Mutex<Vec<Left>>>;
 
 impl Default for Leavers {
     fn default() -> Leavers {
@@ -62,6 +65,11 @@ impl Leavers {
         });
     }
 
+    /// The list, as the hang watch reads it while the attempt runs.
+    pub fn shared(&self) -> LeftRanks {
+        self.left.clone()
+    }
+
     pub fn list(&self) -> Vec<Left> {
         self.left
             .lock()
@@ -89,6 +97,8 @@ pub struct Evidence<'a> {
     pub writing: &'a HashMap<i32, Vec<String>>,
     /// The TCP ports each rank (by rank) held.
     pub ports: &'a HashMap<u32, Vec<u16>>,
+    /// The headline of this attempt's hang report, where one was made.
+    pub hang: Option<&'a str>,
 }
 
 /// The rank of this node that held the loopback address a lost-peer line names.
@@ -141,6 +151,8 @@ pub fn of(
             write_failed: f.write_failed.as_deref(),
             volume: volume.as_ref(),
             cuda_oom: f.cuda_oom.as_ref(),
+            watchdog: f.watchdog.as_ref(),
+            hang: seen.hang,
             last_seen: seen.last_seen.get(&f.pid).map(|(line, at)| {
                 let age = f.at.duration_since(*at).unwrap_or_default();
                 (line.as_str(), age.as_secs_f64())

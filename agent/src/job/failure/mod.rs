@@ -75,6 +75,18 @@ pub struct FailureReport {
     lead: Vec<String>,
 }
 
+/// The finding of a hang report's text: its last `toporun: hang:` line that is not
+/// the worker processes' header.
+fn hang_headline(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("toporun: hang: "))
+        .filter(|l| {
+            !l.starts_with("no rank has made progress") && !l.starts_with("where the ranks' worker")
+        })
+        .last()
+        .map(str::to_string)
+}
+
 /// A local rank failed: every node is told; the end of the attempt, and the failure
 /// report to write if the job ends with it.
 pub async fn rank_failed(
@@ -105,11 +117,13 @@ pub async fn rank_failed(
     }
     let xids = failed.xids.map(XidLog::events).unwrap_or_default();
     let gpus = failed.gpus.map(|g| g as &dyn crate::probe::GpuProbe);
+    let hang = status.snapshot().last_hang.and_then(|t| hang_headline(&t));
     let evidence = causes::Evidence {
         left: failed.left,
         last_seen: failed.last_seen,
         writing: failed.writing,
         ports: failed.ports,
+        hang: hang.as_deref(),
     };
     let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
     // The rank that failed first, not one toporun stopped after it.

@@ -3,6 +3,7 @@
 //! `--on-hang stop` the ranks' flight-recorder dumps asked for before they are
 //! stopped.
 
+use crate::job::failure::causes::LeftRanks;
 use crate::job::hang::exchange;
 use crate::job::hang::watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
 use crate::job::run_dir::write_json;
@@ -25,7 +26,7 @@ pub fn watch_hangs(
     p: &Job,
     session: &Session,
     node: &NodePlace,
-    live: &LiveRanks,
+    (live, left, tails): (&LiveRanks, LeftRanks, watch::RankTails),
     status: &JobStatus,
 ) -> (
     watch::Watcher,
@@ -55,7 +56,14 @@ pub fn watch_hangs(
         t
     });
     (
-        watch::start(p.root.clone(), live.clone(), p.hang, decide, sink, tracker),
+        watch::start(
+            p.root.clone(),
+            (live.clone(), left, tails),
+            p.hang,
+            decide,
+            sink,
+            tracker,
+        ),
         tasks,
         hangs,
     )

@@ -5,6 +5,7 @@
 //! on several nodes it hands each sample to the job-wide decision (`exchange`).
 //! On its own thread: py-spy's reads are blocking.
 
+use crate::job::failure::causes::LeftRanks;
 use crate::job::spec::HangWatch;
 use crate::job::straggler::tracker::Tracker;
 use crate::paths::Root;
@@ -14,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
-use toporun_shared::stacks::hang_report::Hang;
+use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
 use toporun_shared::stacks::{Places, RankStack};
 
@@ -172,7 +173,21 @@ struct Judge {
     /// Samples in a row where no rank's stack could be read.
     unreadable: u32,
     root: Root,
+    /// The ranks that exited 0 while others ran.
+    left: LeftRanks,
+    /// Each rank's stderr tail, where NCCL's watchdog says it timed out.
+    tails: RankTails,
+    watchdog_said: bool,
 }
+
+/// Each rank's stderr tail, by global rank.
+pub type RankTails = Vec<(u32, crate::supervise::Tail)>;
+
+/// How long the ranks still here may stand still, every one waiting for its peers,
+/// once a rank has left, before the hang is said: a collective over NVLink or the
+/// network completes in milliseconds, so ranks that wait seconds for a rank that is
+/// gone wait forever (measured: tests/fixtures/device/nccl-failures-h100x2).
+pub const LEFT_STALL: Duration = Duration::from_secs(5);
 
 /// Worker processes shown per rank, and frames per worker.
 const WORKERS_SHOWN: usize = 4;
@@ -219,10 +234,65 @@ pub fn workers_text(root: &Root, live: &[RankPid]) -> String {
     format!("toporun: hang: where the ranks' worker processes stand (DataLoader workers):\n{out}")
 }
 
+/// The text of each rank's innermost line of code, read from its source where
+/// toporun can (the rank's files are this container's).
+pub fn innermost_lines(
+    root: &Root,
+    stacks: &[RankStack],
+) -> std::collections::BTreeMap<u32, String> {
+    stacks
+        .iter()
+        .filter_map(|s| {
+            let f = s.main_thread()?.frames.first()?;
+            Some((s.rank, crate::stacks::line_text(root, &f.file, f.line)?))
+        })
+        .collect()
+}
+
 /// Unreadable samples in a row before detection is said to be paused.
 const UNREADABLE_SAID: u32 = 5;
 
 impl Judge {
+    /// The ranks that left, and each rank's innermost line of code.
+    fn context(&self, stacks: &[RankStack]) -> Context {
+        let left = self
+            .left
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .map(|l| Gone {
+                rank: l.rank,
+                into_attempt: l.into_attempt,
+            })
+            .collect();
+        Context {
+            left,
+            lines: innermost_lines(&self.root, stacks),
+        }
+    }
+
+    /// NCCL's watchdog timed a collective out on a rank of this node: the hang is
+    /// said at its line (the rank it stops waited for a peer), not when it dies.
+    fn watchdog(&mut self, live: &[RankPid], stacks: &[RankStack]) -> bool {
+        if self.watchdog_said || matches!(self.decide, Decide::Publish(_)) {
+            return self.watchdog_said;
+        }
+        let Some((victim, w)) = self
+            .tails
+            .iter()
+            .find_map(|(r, t)| Some((*r, t.watchdog()?)))
+        else {
+            return false;
+        };
+        self.watchdog_said = true;
+        let ctx = self.context(stacks);
+        let hang = Hang::watchdog(stacks, &Places::new(), victim, &w.what(), &ctx);
+        let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
+        self.sink.found(HangReport { hang, text });
+        self.reported = true;
+        true
+    }
+
     fn judge(&mut self, live: &[RankPid], stacks: &[RankStack]) {
         // Without stacks a compute loop would look hung: watch nothing then. A read
         // fails now and then (a thread exiting under the reader): said only when it
@@ -246,6 +316,9 @@ impl Judge {
             );
         }
         self.unreadable = 0;
+        if self.watchdog(live, stacks) {
+            return;
+        }
         let now = Instant::now();
         for s in stacks {
             let w = written(&self.root, s.pid).unwrap_or(0);
@@ -262,17 +335,24 @@ impl Judge {
             });
             return;
         }
-        match self.progress.hung(&ids, timeout, now) {
-            Some(stalled) if !self.reported => {
-                let hang = Hang::of(stacks, &Places::new(), stalled, timeout);
-                let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
-                self.sink.found(HangReport { hang, text });
-                self.reported = true;
-            }
-            Some(_) => {}
+        let Some(stalled) = self.progress.hung(&ids, timeout.min(LEFT_STALL), now) else {
             // Progress again: a later hang is reported anew.
-            None => self.reported = false,
+            self.reported = false;
+            return;
+        };
+        if self.reported {
+            return;
         }
+        // A rank gone and every rank here waiting for its peers: said at LEFT_STALL,
+        // not at the whole timeout.
+        let ctx = self.context(stacks);
+        if stalled < timeout && !ctx.left_while_others_wait(stacks) {
+            return;
+        }
+        let hang = Hang::with(stacks, &Places::new(), stalled, timeout, &ctx);
+        let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
+        self.sink.found(HangReport { hang, text });
+        self.reported = true;
     }
 }
 
@@ -281,7 +361,7 @@ impl Judge {
 /// Each sample also feeds `tracker` (the straggler windows), which may sample faster.
 pub fn start(
     root: Root,
-    ranks: LiveRanks,
+    (ranks, left, tails): (LiveRanks, LeftRanks, RankTails),
     watch: Option<HangWatch>,
     decide: Decide,
     sink: Sink,
@@ -302,6 +382,9 @@ pub fn start(
         reported: false,
         unreadable: 0,
         root: root.clone(),
+        left,
+        tails,
+        watchdog_said: false,
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
