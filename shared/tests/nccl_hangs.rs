@@ -83,7 +83,10 @@ fn a_rank_that_ended_its_loop_and_waits_in_destroy_process_group_left_the_job() 
             h.headline
         );
         let s = stacks(case);
-        let ctx = Context { left: Vec::new(), lines: lines(&s) };
+        let ctx = Context {
+            left: Vec::new(),
+            lines: lines(&s),
+        };
         assert!(ctx.left_while_others_wait(&s), "{case}");
     }
 }
@@ -98,17 +101,31 @@ fn with_two_ranks_the_one_in_its_own_read_is_named_not_every_rank_alike() {
         h.headline
     );
     let s = stacks("stuck");
-    assert!(!Context { left: Vec::new(), lines: lines(&s) }.left_while_others_wait(&s));
+    assert!(!Context {
+        left: Vec::new(),
+        lines: lines(&s)
+    }
+    .left_while_others_wait(&s));
 }
 
 #[test]
 fn ranks_alike_at_item_point_to_the_flight_recorder_which_names_the_sizes() {
     let h = hang("metrics");
     assert!(h.odd.is_empty());
-    assert!(h.headline.starts_with("every rank waits for its peers"), "{}", h.headline);
+    assert!(
+        h.headline.starts_with("every rank waits for its peers"),
+        "{}",
+        h.headline
+    );
     assert!(!h.headline.contains("same place"), "{}", h.headline);
     let dumps: Vec<_> = (0..2)
-        .map(|r| parse(r, &std::fs::read(dir("metrics").join(format!("fr/rank_{r}"))).unwrap()).unwrap())
+        .map(|r| {
+            parse(
+                r,
+                &std::fs::read(dir("metrics").join(format!("fr/rank_{r}"))).unwrap(),
+            )
+            .unwrap()
+        })
         .collect();
     assert_eq!(
         headline(&analyze(&dumps)).as_deref(),
@@ -122,11 +139,18 @@ fn the_watchdogs_victim_is_the_messenger_and_the_rank_in_its_read_the_cause() {
     let w = last_timeout(&err).unwrap();
     assert_eq!((w.seq, w.timeout_ms), (Some(13), Some(25000)));
     let s = stacks("watchdog");
-    let ctx = Context { left: Vec::new(), lines: lines(&s) };
+    let ctx = Context {
+        left: Vec::new(),
+        lines: lines(&s),
+    };
     let h = Hang::watchdog(&s, &Places::new(), 0, &w.what(), &ctx);
     assert_eq!(h.odd, vec![1]);
-    assert!(h.headline.starts_with("rank 1 is in no collective"), "{}", h.headline);
-    assert!(h
-        .text(&Places::new())
-        .starts_with("toporun: hang: NCCL's watchdog stopped rank 0 in all_reduce #13 after its 25s timeout;"));
+    assert!(
+        h.headline.starts_with("rank 1 is in no collective"),
+        "{}",
+        h.headline
+    );
+    assert!(h.text(&Places::new()).starts_with(
+        "toporun: hang: NCCL's watchdog stopped rank 0 in all_reduce #13 after its 25s timeout;"
+    ));
 }

@@ -417,3 +417,40 @@ fn flight_recorder_dumps_name_the_rank_that_never_entered_even_with_an_unwritabl
     assert_eq!(code, 1, "{err}");
     assert!(out.contains(named), "{out}");
 }
+
+/// The 2-rank case the 2x H100 run gave as "every rank stands at the same place":
+/// rank 1 blocks in its own read while rank 0 waits for it (here in gloo's all_reduce,
+/// on the GPU at `.item()`); the rank script is the one `scripts/gpu_nccl_failures.sh`
+/// runs there, on CPU ranks (DEVICE=cpu).
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn with_two_ranks_the_rank_in_its_own_read_is_named() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu_nccl_failure_rank.py");
+    let start = Instant::now();
+    let (code, _, err) = run(toporun()
+        .args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
+        .args([
+            "--hang-timeout=5",
+            "--on-hang=stop",
+            "--exit-codes=classified",
+        ])
+        .arg(&script)
+        .env("CASE", "stuck")
+        .env("DEVICE", "cpu")
+        .env("PYTHON_EXEC", python()));
+    assert_eq!(code, 124, "{err}");
+    assert!(
+        err.contains("toporun: hang: rank 1 is in no collective: rank 1 is blocked outside PyTorch (I/O, a lock or a sleep) in read_next_shard (gpu_nccl_failure_rank.py:"),
+        "{err}"
+    );
+    assert!(
+        err.contains("while rank 0 waits in all_reduce in main (gpu_nccl_failure_rank.py:"),
+        "{err}"
+    );
+    assert!(!err.contains("same place"), "{err}");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "{:?}",
+        start.elapsed()
+    );
+}

@@ -61,7 +61,8 @@ impl Context {
                 let line = self.lines.get(&s.rank).map(String::as_str);
                 let stands = standing(t, line);
                 // In a collective, the rank's own frame that called it says where.
-                let own = |f: &&Frame| !(f.file.starts_with("torch/") || f.file.contains("/torch/"));
+                let own =
+                    |f: &&Frame| !(f.file.starts_with("torch/") || f.file.contains("/torch/"));
                 let at = match stands {
                     Standing::Collective { .. } | Standing::Leaving { .. } => {
                         t.frames.iter().find(own).or(t.frames.first())
@@ -108,12 +109,17 @@ fn left_headline(
     stands: &[(u32, Standing, String)],
     places: &Places,
 ) -> Option<(Vec<u32>, String)> {
-    let (leaving, here): (Vec<_>, Vec<_>) =
-        stands.iter().partition(|s| matches!(s.1, Standing::Leaving { .. }));
+    let (leaving, here): (Vec<_>, Vec<_>) = stands
+        .iter()
+        .partition(|s| matches!(s.1, Standing::Leaving { .. }));
     let mut parts: Vec<String> = Vec::new();
     let mut gone: Vec<u32> = ctx.left.iter().map(|g| g.rank).collect();
     if !ctx.left.is_empty() {
-        let when: Vec<String> = ctx.left.iter().map(|g| format!("{:.1}s", g.into_attempt)).collect();
+        let when: Vec<String> = ctx
+            .left
+            .iter()
+            .map(|g| format!("{:.1}s", g.into_attempt))
+            .collect();
         parts.push(format!(
             "{} left the job (exit 0 at {} into the attempt)",
             ranks_word(&gone),
@@ -170,7 +176,10 @@ fn together(waiting: &[&(u32, Standing, String)]) -> String {
 /// The ranks outside any collective while others wait for their peers: with a
 /// majority waiting, `rank 3 is not where the other 3 wait in all_reduce: ...`; with
 /// two ranks (no majority), `rank 1 is in no collective: ..., while rank 0 waits ...`.
-fn elsewhere_headline(stands: &[(u32, Standing, String)], places: &Places) -> Option<(Vec<u32>, String)> {
+fn elsewhere_headline(
+    stands: &[(u32, Standing, String)],
+    places: &Places,
+) -> Option<(Vec<u32>, String)> {
     let (waiting, away): (Vec<_>, Vec<_>) = stands.iter().partition(|s| s.1.waits());
     if waiting.is_empty() || away.is_empty() {
         return None;
@@ -473,8 +482,7 @@ mod tests {
             w.headline
         );
         assert!(
-            w.headline
-                .ends_with("it most likely holds them up"),
+            w.headline.ends_with("it most likely holds them up"),
             "{}",
             w.headline
         );

@@ -3,9 +3,11 @@
 //! workers' store decides: the job hangs when every node has stood still for the
 //! timeout ([`job_hung`]), and one view names each rank's node, host and local rank.
 
+use super::hang_report::{Context, Gone};
 use super::merge::{Place, Places};
 use super::model::{RankStack, ThreadStack};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// At most this many bytes per node on the store.
@@ -15,7 +17,7 @@ pub const MAX_BYTES: usize = 64 * 1024;
 const FRAMES_KEPT: [usize; 3] = [24, 6, 1];
 
 /// One node's ranks, as it publishes them.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeStacks {
     pub node_rank: u32,
     pub host: String,
@@ -23,6 +25,12 @@ pub struct NodeStacks {
     pub stalled_ms: u64,
     /// Each rank's main thread only (empty while the ranks make progress).
     pub ranks: Vec<RankStack>,
+    /// Its ranks that left (exited 0 while others ran), and the text of each shown
+    /// rank's innermost line: what the deciding node's report is made of.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub left: Vec<Gone>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub lines: BTreeMap<u32, String>,
 }
 
 impl NodeStacks {
@@ -32,7 +40,21 @@ impl NodeStacks {
             host: host.to_string(),
             stalled_ms: u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
             ranks: stacks.iter().map(main_thread_only).collect(),
+            left: Vec::new(),
+            lines: BTreeMap::new(),
         }
+    }
+
+    /// With what the node knows besides its stacks (lines only for the ranks shown).
+    pub fn with_context(mut self, ctx: &Context) -> Self {
+        self.left = ctx.left.clone();
+        self.lines = ctx
+            .lines
+            .iter()
+            .filter(|(r, _)| self.ranks.iter().any(|s| s.rank == **r))
+            .map(|(r, l)| (*r, l.chars().take(200).collect()))
+            .collect();
+        self
     }
 
     pub fn stalled(&self) -> Duration {
@@ -74,6 +96,17 @@ pub fn job_hung(nodes: &[NodeStacks], nnodes: u32, timeout: Duration) -> Option<
     (all && least >= timeout).then_some(least)
 }
 
+/// Every node's context as one: the ranks that left anywhere, every shown line.
+pub fn context(nodes: &[NodeStacks]) -> Context {
+    let mut ctx = Context::default();
+    for n in nodes {
+        ctx.left.extend(n.left.iter().cloned());
+        ctx.lines
+            .extend(n.lines.iter().map(|(r, l)| (*r, l.clone())));
+    }
+    ctx
+}
+
 /// Every node's ranks in one list, and where each global rank runs.
 pub fn flatten(nodes: &[NodeStacks]) -> (Vec<RankStack>, Places) {
     let mut stacks = Vec::new();
@@ -96,6 +129,60 @@ pub fn flatten(nodes: &[NodeStacks]) -> (Vec<RankStack>, Places) {
 mod tests {
     use super::super::model::Frame;
     use super::*;
+
+    fn at(rank: u32, function: &str, file: &str) -> RankStack {
+        RankStack {
+            rank,
+            local_rank: 0,
+            pid: 1,
+            threads: vec![ThreadStack {
+                thread: Some("MainThread".into()),
+                frames: vec![Frame {
+                    function: function.into(),
+                    file: file.into(),
+                    line: 7,
+                }],
+                idle: false,
+            }],
+            error: None,
+        }
+    }
+
+    /// Node 1's rank left; node 0's rank waits on its GPU: the view built from both
+    /// records names the leaver with its node, as every node prints it.
+    #[test]
+    fn a_rank_that_left_on_another_node_leads_the_job_wide_view() {
+        let waiting = [at(0, "main", "/app/train.py")];
+        let ctx0 = Context {
+            left: Vec::new(),
+            lines: [(0, "    loss.item()".to_string())].into(),
+        };
+        let n0 =
+            NodeStacks::new(0, "trainer-0", Duration::from_secs(6), &waiting).with_context(&ctx0);
+        let ctx1 = Context {
+            left: vec![Gone {
+                rank: 1,
+                into_attempt: 12.3,
+            }],
+            lines: BTreeMap::new(),
+        };
+        let n1 = NodeStacks::new(1, "trainer-1", Duration::from_secs(6), &[]).with_context(&ctx1);
+        let decoded: Vec<NodeStacks> = [n0, n1]
+            .iter()
+            .map(|n| serde_json::from_slice(&n.encode()).unwrap())
+            .collect();
+        let (stacks, places) = flatten(&decoded);
+        let ctx = context(&decoded);
+        assert!(ctx.left_while_others_wait(&stacks));
+        let secs = Duration::from_secs(6);
+        let h = super::super::hang_report::Hang::with(&stacks, &places, secs, secs, &ctx);
+        assert_eq!(h.odd, vec![1]);
+        assert!(
+            h.headline.starts_with("rank 1 left the job (exit 0 at 12.3s into the attempt) while rank 0 still needed it: rank 0 (node 0 on trainer-0, local rank 0) waits on its GPU at .item()"),
+            "{}",
+            h.headline
+        );
+    }
 
     fn rank(rank: u32, frames: usize) -> RankStack {
         let frame = |i| Frame {

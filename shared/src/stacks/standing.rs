@@ -195,9 +195,20 @@ mod tests {
     #[test]
     fn a_rank_in_destroy_process_group_is_leaving() {
         let c10d = format!("{SITE}torch/distributed/distributed_c10d.py");
-        let t = thread(true, &[("destroy_process_group", &c10d, 2319), ("<module>", "/app/train.py", 109)]);
+        let t = thread(
+            true,
+            &[
+                ("destroy_process_group", &c10d, 2319),
+                ("<module>", "/app/train.py", 109),
+            ],
+        );
         let s = standing(&t, Some("    dist.destroy_process_group()"));
-        assert_eq!(s, Standing::Leaving { call: "destroy_process_group".into() });
+        assert_eq!(
+            s,
+            Standing::Leaving {
+                call: "destroy_process_group".into()
+            }
+        );
         assert!(!s.waits());
     }
 

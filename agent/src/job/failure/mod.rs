@@ -75,15 +75,13 @@ pub struct FailureReport {
     lead: Vec<String>,
 }
 
-/// The finding of a hang report's text: its last `toporun: hang:` line that is not
-/// the worker processes' header.
+/// The finding of a hang report's text: its last `toporun: hang:` line that is
+/// neither the report's first line nor the worker processes' header.
 fn hang_headline(text: &str) -> Option<String> {
     text.lines()
+        .rev()
         .filter_map(|l| l.strip_prefix("toporun: hang: "))
-        .filter(|l| {
-            !l.starts_with("no rank has made progress") && !l.starts_with("where the ranks' worker")
-        })
-        .last()
+        .find(|l| !l.ends_with("the odd ones first:") && !l.starts_with("where the ranks' worker"))
         .map(str::to_string)
 }
 
@@ -252,5 +250,20 @@ impl FailureReport {
                 crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::hang_headline;
+
+    #[test]
+    fn the_headline_is_read_back_from_a_watchdog_report_with_workers() {
+        let text = "toporun: hang: NCCL's watchdog stopped rank 0 in all_reduce #13 after its 25s timeout; where each stands, the odd ones first:\n  rank 1: read_next_shard (x.py:47)\n  rank 0: main (x.py:102)\ntoporun: hang: rank 1 is in no collective: ...\ntoporun: hang: where the ranks' worker processes stand (DataLoader workers):\n  rank 1 worker pid 9: f (x.py:1)\n";
+        assert_eq!(
+            hang_headline(text).as_deref(),
+            Some("rank 1 is in no collective: ...")
+        );
+        assert_eq!(hang_headline("toporun: hang: no rank has made progress for 15s (--hang-timeout 15s); where each stands, the odd ones first:\n"), None);
     }
 }

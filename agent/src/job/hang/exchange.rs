@@ -5,6 +5,7 @@
 //! one view naming each odd rank's node, host and local rank, and writes it under
 //! `hang`, where the other nodes read and print it.
 
+use crate::job::hang::watch::LEFT_STALL;
 use crate::job::hang::watch::{HangReport, NodeSample, Sink};
 use crate::job::session::meeting::Meeting;
 use crate::job::spec::HangWatch;
@@ -12,7 +13,8 @@ use crate::store::{StoreClient, StoreError};
 use std::time::Duration;
 use tokio::sync::watch;
 use toporun_shared::stacks::hang_report::{Hang, HangNotice as Notice};
-use toporun_shared::stacks::job_view::{flatten, job_hung, NodeStacks};
+use toporun_shared::stacks::job_view::{context, flatten, job_hung, NodeStacks};
+use toporun_shared::stacks::standing::Standing;
 
 struct State {
     reported: bool,
@@ -76,17 +78,23 @@ impl Meeting {
         state: &mut State,
         sink: &Sink,
     ) -> Result<(), StoreError> {
-        // Where the ranks stand travels only once they have stood still a while.
-        let shown = if s.stalled >= watch.timeout / 2 {
+        // Where the ranks stand travels only once they have stood still a while, or
+        // sooner where a rank left or every rank here waits for its peers (a rank
+        // gone elsewhere is said at LEFT_STALL).
+        let outside = |r: &(u32, Standing, String)| matches!(r.1, Standing::Elsewhere { .. });
+        let early = s.stalled >= LEFT_STALL / 2
+            && (!s.context.left.is_empty() || !s.context.standings(&s.stacks).iter().any(outside));
+        let shown = if s.stalled >= watch.timeout / 2 || early {
             s.stacks.as_slice()
         } else {
             &[]
         };
-        let mine = NodeStacks::new(self.node_rank, hostname, s.stalled, shown);
+        let mine =
+            NodeStacks::new(self.node_rank, hostname, s.stalled, shown).with_context(&s.context);
         // Its own encoding: frames cut until it fits the store's bound.
         let key = self.keys.stacks(self.node_rank);
         c.set(key.name(), &mine.encode()).await?;
-        if s.stalled < watch.timeout {
+        if s.stalled < watch.timeout.min(LEFT_STALL) {
             state.reported = false;
             return Ok(());
         }
@@ -125,11 +133,18 @@ impl Meeting {
         if nodes.len() < self.nnodes as usize {
             return Ok(None);
         }
-        let Some(stalled) = job_hung(&nodes, self.nnodes, timeout) else {
+        let (stacks, places) = flatten(&nodes);
+        let ctx = context(&nodes);
+        // A rank gone anywhere while every other rank waits: LEFT_STALL suffices.
+        let bound = if ctx.left_while_others_wait(&stacks) {
+            timeout.min(LEFT_STALL)
+        } else {
+            timeout
+        };
+        let Some(stalled) = job_hung(&nodes, self.nnodes, bound) else {
             return Ok(None);
         };
-        let (stacks, places) = flatten(&nodes);
-        let hang = Hang::of(&stacks, &places, stalled, timeout);
+        let hang = Hang::with(&stacks, &places, stalled, timeout, &ctx);
         let notice = Notice {
             seq,
             decider: self.node_rank,

@@ -63,6 +63,8 @@ impl Sink {
 pub struct NodeSample {
     pub stalled: Duration,
     pub stacks: Vec<RankStack>,
+    /// The ranks that left and each rank's innermost line (read once stalled).
+    pub context: Context,
 }
 
 /// Who decides that the job hangs.
@@ -327,11 +329,20 @@ impl Judge {
         let ids: Vec<u32> = live.iter().map(|r| r.rank).collect();
         let timeout = self.watch.timeout;
         if let Decide::Publish(tx) = &self.decide {
-            let stalled = self.progress.hung(&ids, Duration::ZERO, now);
-            let stacks = stacks.to_vec();
+            let stalled = self
+                .progress
+                .hung(&ids, Duration::ZERO, now)
+                .unwrap_or_default();
+            // Lines are read only once the ranks stand still (the file reads).
+            let context = if stalled >= timeout.min(LEFT_STALL) / 2 {
+                self.context(stacks)
+            } else {
+                Context::default()
+            };
             let _ = tx.send(NodeSample {
-                stalled: stalled.unwrap_or_default(),
-                stacks,
+                stalled,
+                stacks: stacks.to_vec(),
+                context,
             });
             return;
         }
