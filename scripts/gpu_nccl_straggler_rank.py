@@ -2,7 +2,8 @@
 runs WORK matmuls of SIZE x SIZE (bf16) and all_reduces BUCKETS gradient buckets of
 BUCKET_MIB each, as DDP does, then reads its loss; rank SLOW_RANK runs FACTOR times the
 matmuls (uneven batches, a slow GPU). CKPT_EVERY s (0: never) every rank pauses
-CKPT_S s in save_checkpoint. Runs SECS s; rank 0 prints the mean step time (ms) of
+CKPT_S s in save_checkpoint. Runs SECS s (the ranks agree when to stop: one more
+small all_reduce a step); rank 0 prints the mean step time (ms) of
 the steps after the first 20%, outside the checkpoints."""
 import os
 import time
@@ -36,7 +37,14 @@ work = WORK * (FACTOR if rank == SLOW_RANK else 1)
 a = torch.randn(SIZE, SIZE, device="cuda", dtype=torch.bfloat16) / SIZE ** 0.5
 grads = [torch.ones(BUCKET_MIB << 18, device="cuda") for _ in range(BUCKETS)]
 times, start, last_ckpt = [], time.time(), time.time()
-while time.time() - start < SECS:
+# The ranks stop together: a time limit read on each rank alone gave them different
+# step counts, and the last collectives of one rank waited forever (2x H100, first run).
+stop = torch.zeros(1, device="cuda")
+while True:
+    stop.fill_(float(time.time() - start >= SECS))
+    dist.all_reduce(stop)
+    if stop.item() > 0:
+        break
     t = time.perf_counter()
     out = forward_backward(a, work)
     for g in grads:
