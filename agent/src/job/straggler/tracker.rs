@@ -6,16 +6,18 @@ use crate::paths::Root;
 use crate::probe::gpu_clocks::GpuClocks;
 use crate::probe::rank_usage;
 use crate::stacks::RankPid;
+use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
 use crate::status::JobStatus;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use toporun_shared::root_cause::native_crash::where_sampled;
-use toporun_shared::stacks::activity::{classify, Backward};
+use toporun_shared::stacks::activity::{classify, Activity, Backward};
 use toporun_shared::stacks::rank_window::{GpuNow, RankWindow, Reading, Throttling};
+use toporun_shared::stacks::standing::{standing, Standing};
 use toporun_shared::stacks::straggler::{RankRow, Verdicts};
-use toporun_shared::stacks::RankStack;
+use toporun_shared::stacks::{RankStack, ThreadStack};
 
 /// Who decides: this node alone, or the store's host from every node's rows.
 pub enum Decide {
@@ -44,7 +46,17 @@ pub struct Tracker {
     decide: Decide,
     status: JobStatus,
     root: Root,
+    /// Whether each rank (by pid) runs ProcessGroupNCCL, and when that was read.
+    nccl: HashMap<i32, (bool, Instant)>,
+    /// Lines of the ranks' code, read once each.
+    lines: HashMap<(String, i32), Option<String>>,
 }
+
+/// Lines kept; the cache starts over past it (a job's sampled lines are few).
+const LINES_KEPT: usize = 4096;
+
+/// How often a rank not yet seen with ProcessGroupNCCL is looked at again.
+const NCCL_RECHECK: Duration = Duration::from_secs(5);
 
 /// How often a rank's CPU cgroup is found again.
 const CGROUP_RECHECK: Duration = Duration::from_secs(10);
@@ -74,6 +86,50 @@ impl Tracker {
             decide,
             status,
             root,
+            nccl: HashMap::new(),
+            lines: HashMap::new(),
+        }
+    }
+
+    /// The rank runs ProcessGroupNCCL (its monitor thread is there): a wait on its
+    /// GPU then waits for the peers' collectives too.
+    fn uses_nccl(&mut self, pid: i32) -> bool {
+        let root = &self.root;
+        let (yes, at) = self
+            .nccl
+            .entry(pid)
+            .or_insert_with(|| (has_thread(root, pid, NCCL_MONITOR_THREAD), Instant::now()));
+        if !*yes && at.elapsed() >= NCCL_RECHECK {
+            (*yes, *at) = (has_thread(root, pid, NCCL_MONITOR_THREAD), Instant::now());
+        }
+        *yes
+    }
+
+    /// What the rank does at this sample. Under NCCL a rank at `loss.item()` (its
+    /// innermost line synchronises with the GPU) waits for its peers' kernels: the
+    /// fast rank of an uneven job spins there while the slow one's CPU blocks in the
+    /// collective's launch, and counting it as compute named the fast rank (2x H100,
+    /// tests/fixtures/device/nccl-straggler-h100x2). Under gloo that wait is the
+    /// rank's own GPU work and stays compute.
+    fn activity(&mut self, pid: i32, main: &ThreadStack, backward: Backward) -> Activity {
+        let activity = classify(main, backward);
+        if !matches!(activity, Activity::Compute | Activity::Blocked) || !self.uses_nccl(pid) {
+            return activity;
+        }
+        let Some(f) = main.frames.first() else {
+            return activity;
+        };
+        if self.lines.len() > LINES_KEPT {
+            self.lines.clear();
+        }
+        let root = &self.root;
+        let line = self
+            .lines
+            .entry((f.file.clone(), f.line))
+            .or_insert_with(|| crate::stacks::line_text(root, &f.file, f.line));
+        match standing(main, line.as_deref()) {
+            Standing::GpuWait { .. } => Activity::Collective,
+            _ => activity,
         }
     }
 
@@ -118,7 +174,7 @@ impl Tracker {
     /// A rank's reading, where its stack could be read (a sample the reader missed
     /// counts for nothing rather than as time spent somewhere).
     fn reading(
-        &self,
+        &mut self,
         at: Duration,
         r: &RankPid,
         stack: Option<&RankStack>,
@@ -130,7 +186,7 @@ impl Tracker {
         let usage = rank_usage::read(&self.root, r.pid);
         Some(Reading {
             at,
-            activity: classify(main, backward),
+            activity: self.activity(r.pid, main, backward),
             place: where_sampled(main),
             cpu: usage.map(|u| u.cpu),
             rss_bytes: usage.and_then(|u| u.rss_bytes),
@@ -208,5 +264,66 @@ fn row(seat: &NodeSeat, r: &RankPid, gpu: Option<u32>, w: &RankWindow) -> RankRo
         rss_bytes: last.and_then(|x| x.rss_bytes),
         gpu_now: last.and_then(|x| x.gpu.clone()),
         window: w.summary(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use toporun_shared::stacks::Frame;
+
+    struct NoGpus;
+    impl GpuClocks for NoGpus {
+        fn read(&mut self, _: &[u32]) -> Vec<GpuNow> {
+            Vec::new()
+        }
+    }
+
+    /// A rank spinning at `.item()` (the fast rank of the 2x H100 uneven job): with
+    /// ProcessGroupNCCL's monitor thread it waits for its peers; without (gloo) it
+    /// computes, as before.
+    #[test]
+    fn a_gpu_wait_under_nccl_is_waiting_for_the_peers() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir_all(d.path().join("app")).unwrap();
+        fs::write(
+            d.path().join("app/train.py"),
+            "a = 1\n    out.float().mean().item()\n",
+        )
+        .unwrap();
+        for (pid, comm) in [(7, "python3"), (8, "pt_nccl_heartbt")] {
+            let task = d.path().join(format!("proc/{pid}/task/{pid}"));
+            fs::create_dir_all(&task).unwrap();
+            fs::write(task.join("comm"), format!("{comm}\n")).unwrap();
+        }
+        // pid 8 is a rank whose task list holds the monitor thread.
+        let seat = NodeSeat {
+            node_rank: 0,
+            host: "h".into(),
+            gpus: HashMap::new(),
+        };
+        let mut t = Tracker::new(
+            Root::at(d.path()),
+            Duration::from_secs(10),
+            seat,
+            Box::new(NoGpus),
+            Decide::Here(Default::default()),
+            JobStatus::default(),
+        );
+        let main = ThreadStack {
+            thread: Some("MainThread".into()),
+            frames: vec![Frame {
+                function: "<module>".into(),
+                file: "/app/train.py".into(),
+                line: 2,
+            }],
+            idle: false,
+        };
+        assert_eq!(
+            t.activity(8, &main, Backward::OnDevice),
+            Activity::Collective
+        );
+        assert_eq!(t.activity(7, &main, Backward::OnDevice), Activity::Compute);
     }
 }
