@@ -20,7 +20,7 @@ for case in $cases; do
   # reports and runs on (NCCL's 10 minutes): it is cut at 40 s.
   deadline=${DEADLINE:-60}
   [ "$case" = watchdog ] && deadline=130
-  [ "${case%-default}" != "$case" ] && deadline=40
+  [ "${case%-default}" != "$case" ] && deadline=${DEFAULT_DEADLINE:-40}
   d=$OUT/$case; rm -rf "$d"; mkdir -p "$d"
   ran=$(CASE=${case%-default} python3 scripts/timed_run.py "$deadline" "$d/stdout" "$d/stderr" \
     "$BIN" --standalone --nproc-per-node=2 --exit-codes=classified "${hang[@]}" \

@@ -19,7 +19,7 @@ use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
-use crate::job::transitions::{AttemptEnd, Exit, Machine, Restarts};
+use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
 use crate::paths::random_id;
 use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
@@ -125,7 +125,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         crate::console::say!(
             "toporun: received a signal while connecting to the rendezvous; exiting"
         );
-        return Ok(1);
+        return Ok(signal_before_round(p.classified));
     };
     let _beat = status_beat(p, &status, &session);
     let live = LiveRanks::default();

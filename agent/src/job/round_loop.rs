@@ -52,7 +52,7 @@ pub(crate) async fn drive(host: &mut impl Host, mut machine: Machine) -> Result<
             Entered::Placed(node) => node,
             Entered::Signal => {
                 host.say("received a signal during the rendezvous; exiting");
-                return Ok(1);
+                return Ok(machine.signal_in_rendezvous());
             }
             Entered::JobFinished => {
                 host.say("the job finished while this node waited as a spare; nothing to do");
@@ -277,6 +277,12 @@ mod tests {
             ..Scripted::default()
         };
         assert_eq!(run(&mut host, Machine::new(1, false, false)), 1);
+        // Classified, a drain during the rendezvous is a preemption, not a failure.
+        let mut host = Scripted {
+            entries: [Entered::Signal].into(),
+            ..Scripted::default()
+        };
+        assert_eq!(run(&mut host, Machine::new(1, true, false)), 85);
         let mut host = Scripted {
             entries: [Entered::JobFinished].into(),
             ..Scripted::default()

@@ -95,6 +95,12 @@ impl Machine {
         self.restarts
     }
 
+    /// A handled signal while this node waited in the rendezvous: see
+    /// [`signal_before_round`].
+    pub fn signal_in_rendezvous(&self) -> u8 {
+        signal_before_round(self.classified)
+    }
+
     /// Where the job goes after `end`, told once per attempt.
     pub fn ended(&mut self, end: &AttemptEnd) -> Step {
         match decide(end, self.restarts) {
@@ -238,6 +244,19 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
             u8::try_from((128 + signal).clamp(0, 255)).unwrap_or(255),
             None,
         ),
+    }
+}
+
+/// A handled signal (SIGTERM of a drain, SIGINT) before this node joined a round, or
+/// while it connected to the rendezvous: nothing ran. torchrun exits 1; classified, it
+/// is a preemption (85, ignored by the podFailurePolicy), as the same drain a second
+/// later, once the ranks run, is: a pod drained during the rendezvous must not count
+/// as a failure.
+pub fn signal_before_round(classified: bool) -> u8 {
+    if classified {
+        toporun_shared::root_cause::exit_codes::PREEMPTED.code
+    } else {
+        1
     }
 }
 
