@@ -152,7 +152,7 @@ impl Reporter {
             loop {
                 let stop = end.load(Ordering::Relaxed);
                 let (complete, linked) = {
-                    let mut g = w.lock().expect("watch lock");
+                    let mut g = w.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                     g.poll();
                     (
                         g.completed() >= nproc as usize,
@@ -171,7 +171,10 @@ impl Reporter {
                     _ = woken.notified() => {}
                 }
             }
-            let (report, findings) = judged(&w.lock().expect("watch lock"), &facts);
+            let (report, findings) = judged(
+                &w.lock().unwrap_or_else(std::sync::PoisonError::into_inner),
+                &facts,
+            );
             if report.comms.is_empty() && findings.is_empty() {
                 return; // no NCCL in this job (gloo, CPU)
             }
@@ -224,7 +227,10 @@ impl Reporter {
 
     /// Known failures in the NCCL files, read now (a rank just failed).
     pub fn failures(&self) -> Vec<Finding> {
-        let mut g = self.watch.lock().expect("watch lock");
+        let mut g = self
+            .watch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         g.poll();
         judged(&g, &self.facts)
             .1

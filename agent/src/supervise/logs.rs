@@ -52,8 +52,11 @@ fn forwarders() -> &'static std::sync::Mutex<Vec<mpsc::Receiver<()>>> {
 /// in case a detached grandchild keeps a pipe open.
 pub fn drain(limit: std::time::Duration) {
     let deadline = std::time::Instant::now() + limit;
-    let pending: Vec<mpsc::Receiver<()>> =
-        std::mem::take(&mut *forwarders().lock().expect("forwarders lock"));
+    let pending: Vec<mpsc::Receiver<()>> = std::mem::take(
+        &mut *forwarders()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
     for done in pending {
         let _ = done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
     }
@@ -110,15 +113,24 @@ fn budget() -> &'static Budget {
 impl Budget {
     /// Waits until `n` more bytes fit (a lone line always fits).
     fn take(&self, n: usize) {
-        let mut q = self.queued.lock().expect("console budget lock");
+        let mut q = self
+            .queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while *q > 0 && *q + n > CONSOLE_BYTES {
-            q = self.room.wait(q).expect("console budget lock");
+            q = self
+                .room
+                .wait(q)
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
         }
         *q += n;
     }
 
     fn give(&self, n: usize) {
-        let mut q = self.queued.lock().expect("console budget lock");
+        let mut q = self
+            .queued
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         *q = q.saturating_sub(n);
         self.room.notify_all();
     }
@@ -183,7 +195,10 @@ impl Sink {
         }
         let tx = console().clone();
         let (done_tx, done_rx) = mpsc::channel();
-        forwarders().lock().expect("forwarders lock").push(done_rx);
+        forwarders()
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(done_rx);
         std::thread::spawn(move || {
             let _done = done_tx;
             let mut reader = BufReader::with_capacity(64 * 1024, pipe);

@@ -124,8 +124,13 @@ pub async fn rank_failed(
         hang: hang.as_deref(),
     };
     let found = causes::of(p, failures, evidence, &failed.memory, &xids, gpus);
-    // The rank that failed first, not one toporun stopped after it.
-    let f = supervise::first_failure(failures).unwrap_or(&failures[0]);
+    // The rank that failed first, not one toporun stopped after it. The supervisor
+    // reports a failure with its ranks: none is a bug of toporun's, said, not a panic.
+    let Some(f) = supervise::first_failure(failures) else {
+        let why =
+            "a rank failure was reported without the rank (a bug in toporun: please report it)";
+        return (AttemptEnd::Stopped(StopReason::fail(why)), None);
+    };
     let what = f
         .signal
         .clone()
