@@ -74,7 +74,13 @@ fn hang(case: &str) -> Hang {
 
 #[test]
 fn a_rank_that_ended_its_loop_and_waits_in_destroy_process_group_left_the_job() {
-    for case in ["leaver", "skip", "rerun/leaver", "rerun/skip", "rerun/leaver-default"] {
+    for case in [
+        "leaver",
+        "skip",
+        "rerun/leaver",
+        "rerun/skip",
+        "rerun/leaver-default",
+    ] {
         let h = hang(case);
         assert_eq!(h.odd, vec![1], "{case}: {}", h.headline);
         assert!(
