@@ -8,7 +8,7 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::nccl_report;
-use toporun_agent::job::{Job, NodePlace};
+use toporun_agent::job::{recorder_vars, Job, NodePlace};
 use toporun_shared::finding::Finding;
 use toporun_shared::plan::Source;
 use toporun_shared::torchrun::worker::{self, layout};
@@ -44,10 +44,20 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         extra_env: Default::default(),
     };
     let job = p.job_env(&node, 0, Path::new("<run dir>"));
-    let report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
+    let mut report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
         nccl_report::Capture::Files { env, .. } => env,
         nccl_report::Capture::Off(_) => BTreeMap::new(),
     };
+    // What every rank gets besides: the flight recorder's dump prefix and settings,
+    // the file timer toporun serves (the same lists the launch uses).
+    report_env.extend(recorder_vars(p, Path::new(&job.attempt_dir)));
+    if p.file_timer.serve {
+        let path = p.file_timer.path.as_ref().map_or_else(
+            || "<$TMPDIR/watchdog_timer_<random at start>>".to_string(),
+            |f| f.display().to_string(),
+        );
+        report_env.insert("TORCHELASTIC_TIMER_FILE".into(), path);
+    }
     let views = node
         .places
         .iter()

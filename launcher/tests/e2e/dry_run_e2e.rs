@@ -213,6 +213,52 @@ fn nccl_env_off_plans_nothing() {
     );
 }
 
+/// Every rank gets the flight recorder's variables and, where toporun serves it, the
+/// file timer's path: the dry run said "the complete environment" without them.
+#[test]
+fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
+    let (code, out, _) = dry(&["--facts", &host("h200x4"), "--nproc-per-node=2"]);
+    assert_eq!(code, 0);
+    for var in [
+        "TORCH_FR_DUMP_TEMP_FILE=<run dir>/attempt_0/fr/rank_",
+        "TORCH_FR_BUFFER_SIZE=",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT=",
+    ] {
+        assert_eq!(out.matches(var).count(), 2, "{var}: {out}");
+    }
+    assert!(!out.contains("TORCHELASTIC_TIMER_FILE"), "{out}");
+    let (_, out, _) = run(toporun()
+        .args([
+            "launch",
+            "--dry-run",
+            "--facts",
+            &host("h200x4"),
+            "--nproc-per-node=2",
+        ])
+        .arg("train.py")
+        .env("TORCHELASTIC_ENABLE_FILE_TIMER", "1")
+        .current_dir(scripts()));
+    assert_eq!(
+        out.matches("TORCHELASTIC_TIMER_FILE=<$TMPDIR/watchdog_timer_")
+            .count(),
+        2,
+        "{out}"
+    );
+    // A prefix of the user's own is theirs: toporun adds none of its settings.
+    let (_, out, _) = run(toporun()
+        .args([
+            "launch",
+            "--dry-run",
+            "--facts",
+            &host("h200x4"),
+            "--nproc-per-node=2",
+        ])
+        .arg("train.py")
+        .env("TORCH_FR_DUMP_TEMP_FILE", "/data/fr/rank_")
+        .current_dir(scripts()));
+    assert!(!out.contains("<run dir>/attempt_0/fr/rank_"), "{out}");
+}
+
 #[test]
 fn dry_run_takes_milliseconds() {
     let h = host("p5.48xlarge");

@@ -5,7 +5,7 @@
 
 pub(super) mod causes;
 pub(super) mod gpu_release;
-pub(super) mod recorder;
+pub(crate) mod recorder;
 
 use crate::job::failure::gpu_release::{wait_released, Holder, RELEASE_WAIT};
 use crate::job::failure::recorder::say_flight_recorder;

@@ -14,6 +14,28 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_shared::flight_recorder::Dump;
 
+/// The flight recorder's variables the ranks get (none where the user chose the dump
+/// prefix or the recorder is off): the one list the launch and the dry run use.
+pub fn recorder_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
+    let user = |k: &str| p.inherited_env.get(k);
+    let mut env = BTreeMap::new();
+    if !p.flight_recorder
+        || user(DUMP_PREFIX_VAR)
+            .or_else(|| user(OLD_DUMP_PREFIX_VAR))
+            .is_some()
+    {
+        return env;
+    }
+    let dir = attempt_dir.join("fr");
+    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
+    for (name, old, value) in RECORDER_DEFAULTS {
+        if user(name).is_none() && user(old).is_none() {
+            env.insert(name.into(), value.into());
+        }
+    }
+    env
+}
+
 /// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
 /// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
 /// ($XDG_CACHE_HOME, else $HOME/.cache) and fails the dump when it cannot, even with
@@ -38,12 +60,7 @@ pub fn flight_recorder_env(
     if std::fs::create_dir_all(&dir).is_err() {
         return None;
     }
-    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
-    for (name, old, value) in RECORDER_DEFAULTS {
-        if user(name).is_none() && user(old).is_none() {
-            env.insert(name.into(), value.into());
-        }
-    }
+    env.extend(recorder_vars(p, attempt_dir));
     let cache_root = p
         .inherited_env
         .get("XDG_CACHE_HOME")
