@@ -48,13 +48,15 @@ impl Tail {
         let over = over.min(q.len());
         q.drain(..over);
         q.extend(bytes);
-        // The marker may straddle two reads: look at the new bytes and a line before.
-        let look = (bytes.len() + 512).min(q.len());
+        // The marker's line may straddle reads: look at the new bytes and a line
+        // before, whole lines only (a line cut short would give its fields cut).
+        let look = (bytes.len() + 1024).min(q.len());
         let recent: Vec<u8> = q.iter().skip(q.len() - look).copied().collect();
         drop(q);
         let recent = String::from_utf8_lossy(&recent);
-        if recent.contains(MARKER) && recent.trim_end().len() < recent.len() {
-            if let (Some(t), Ok(mut w)) = (last_timeout(&recent), self.watchdog.lock()) {
+        let whole = recent.rfind('\n').map_or("", |end| &recent[..end]);
+        if whole.contains(MARKER) {
+            if let (Some(t), Ok(mut w)) = (last_timeout(whole), self.watchdog.lock()) {
                 w.get_or_insert(t);
             }
         }
@@ -100,6 +102,11 @@ mod tests {
         t.push(b"operation timeout: WorkNCCL(SeqNum=17, OpType=ALLREDUCE, Timeout(ms)=25000) ran for 25012 milliseconds before timing out.\n");
         let w = t.watchdog().expect("caught");
         assert_eq!((w.seq, w.timeout_ms), (Some(17), Some(25000)));
+        // Its line followed by part of the next one, in one read.
+        let t = Tail::default();
+        t.push(b"[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=BROADCAST, Timeout(ms)=6000) ran for 6001 milliseconds before timing out.\n[rank0]:[E1125 ProcessGroupNCCL.cpp:2119] Process group watchdog thr");
+        let w = t.watchdog().expect("caught");
+        assert_eq!((w.seq, w.op.as_deref()), (Some(9), Some("broadcast")));
     }
 
     #[test]
