@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 env = os.environ.get
 SIZE, WORK = int(env("SIZE", "4096")), int(env("WORK", "2"))
-BUCKETS, BUCKET_MIB = int(env("BUCKETS", "5"), ), int(env("BUCKET_MIB", "4"))
+BUCKETS, BUCKET_MIB = int(env("BUCKETS", "5")), int(env("BUCKET_MIB", "4"))
 SLOW_RANK, FACTOR = int(env("SLOW_RANK", "-1")), int(env("FACTOR", "1"))
 SECS, CKPT_EVERY, CKPT_S = float(env("SECS", "30")), float(env("CKPT_EVERY", "0")), float(env("CKPT_S", "3"))
 

@@ -4,7 +4,7 @@
 //! Frames only: file, function, line; never locals, arguments or the environment.
 
 use crate::paths::{Root, PROC};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 use toporun_shared::stacks::{Frame, RankStack, ThreadStack};
 
@@ -32,8 +32,40 @@ pub fn in_reader() -> bool {
 /// Source files larger than this are not read for a line (a generated module).
 const SOURCE_READ_MAX: u64 = 4 << 20;
 
+/// Lines kept; the cache starts over past it (a job's sampled lines are few).
+const LINES_KEPT: usize = 4096;
+
+/// Lines of the ranks' source, each read once: the hang watch and the straggler
+/// tracker read the same few lines at every sample.
+#[derive(Default)]
+pub struct SourceLines(HashMap<(String, i32), Option<String>>);
+
+impl SourceLines {
+    /// The text of `frame`'s line, as the ranks see it.
+    pub fn of(&mut self, root: &Root, frame: &Frame) -> Option<&str> {
+        if self.0.len() > LINES_KEPT {
+            self.0.clear();
+        }
+        self.0
+            .entry((frame.file.clone(), frame.line))
+            .or_insert_with(|| line_text(root, &frame.file, frame.line))
+            .as_deref()
+    }
+
+    /// The text of each rank's innermost line of code, where it can be read.
+    pub fn innermost(&mut self, root: &Root, stacks: &[RankStack]) -> BTreeMap<u32, String> {
+        stacks
+            .iter()
+            .filter_map(|s| {
+                let f = s.main_thread()?.frames.first()?;
+                Some((s.rank, self.of(root, f)?.to_string()))
+            })
+            .collect()
+    }
+}
+
 /// The text of line `line` (1-based) of the source `file`, as the ranks see it.
-pub fn line_text(root: &Root, file: &str, line: i32) -> Option<String> {
+fn line_text(root: &Root, file: &str, line: i32) -> Option<String> {
     let path = root.join(file.trim_start_matches('/'));
     if !file.starts_with('/') || std::fs::metadata(&path).ok()?.len() > SOURCE_READ_MAX {
         return None;

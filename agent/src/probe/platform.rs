@@ -68,28 +68,33 @@ fn disk_nccl(root: &Root) -> Option<String> {
 }
 
 /// The NCCL the ranks will load, where it was read, and the system's libnccl when that
-/// is another one: pip's beside the ranks' Python where its torch requires it (or no
-/// torch is there to say), else the library on disk (an NGC image's torch links it).
-fn rank_nccl(
-    root: &Root,
-    python: Option<&Path>,
-) -> (Option<String>, Option<String>, Option<String>) {
+/// is another one.
+struct RankNccl {
+    version: Option<String>,
+    from: Option<String>,
+    on_disk: Option<String>,
+}
+
+/// pip's beside the ranks' Python where its torch requires it (or no torch is there
+/// to say), else the library on disk (an NGC image's torch links it).
+fn rank_nccl(root: &Root, python: Option<&Path>) -> RankNccl {
     let disk = disk_nccl(root);
-    let pip = pip_nccl(root, python);
-    match pip {
-        Some(p) if p.torch_requires != Some(false) || disk.is_none() => {
-            let from = match p.torch_requires {
+    match pip_nccl(root, python) {
+        Some(p) if p.torch_requires != Some(false) || disk.is_none() => RankNccl {
+            from: Some(match p.torch_requires {
                 Some(true) => format!("{}, which the ranks' torch loads", p.from),
                 _ => p.from,
-            };
-            (Some(p.version), Some(from), disk)
-        }
-        _ => (
-            disk.clone(),
-            disk.as_ref()
+            }),
+            version: Some(p.version),
+            on_disk: disk,
+        },
+        _ => RankNccl {
+            from: disk
+                .as_ref()
                 .map(|_| "libnccl.so.X.Y.Z on disk".to_string()),
-            None,
-        ),
+            version: disk,
+            on_disk: None,
+        },
     }
 }
 
@@ -178,7 +183,7 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
             }
         }
     }
-    let (nccl_version, nccl_version_from, nccl_on_disk) = rank_nccl(root, python);
+    let nccl = rank_nccl(root, python);
     let nccl_conf = root
         .read(paths::ETC_NCCL_CONF)
         .unwrap_or_default()
@@ -198,9 +203,9 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
             .filter(|s| !s.is_empty()),
         topology_files,
         ofi_nccl_plugins,
-        nccl_version,
-        nccl_version_from,
-        nccl_on_disk,
+        nccl_version: nccl.version,
+        nccl_version_from: nccl.from,
+        nccl_on_disk: nccl.on_disk,
         nccl_conf,
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use toporun_shared::root_cause::watchdog::{last_timeout, WatchdogTimeout, MARKER};
+use toporun_shared::root_cause::watchdog::{last_timeout, WatchdogTimeout};
 
 /// Bytes kept per rank: a deep traceback fits many times over.
 pub const TAIL_BYTES: usize = 64 << 10;
@@ -51,14 +51,11 @@ impl Tail {
         // The marker's line may straddle reads: look at the new bytes and a line
         // before, whole lines only (a line cut short would give its fields cut).
         let look = (bytes.len() + 1024).min(q.len());
-        let recent: Vec<u8> = q.iter().skip(q.len() - look).copied().collect();
-        drop(q);
-        let recent = String::from_utf8_lossy(&recent);
+        let all = q.make_contiguous();
+        let recent = String::from_utf8_lossy(&all[all.len() - look..]);
         let whole = recent.rfind('\n').map_or("", |end| &recent[..end]);
-        if whole.contains(MARKER) {
-            if let (Some(t), Ok(mut w)) = (last_timeout(whole), self.watchdog.lock()) {
-                w.get_or_insert(t);
-            }
+        if let (Some(t), Ok(mut w)) = (last_timeout(whole), self.watchdog.lock()) {
+            w.get_or_insert(t);
         }
     }
 

@@ -29,10 +29,16 @@ const CAPTURES: &[&str] = &[
 ];
 
 fn dry(args: &[&str]) -> (i32, String, String) {
+    dry_with(args, &[])
+}
+
+/// A dry run with variables of the launching environment.
+fn dry_with(args: &[&str], env: &[(&str, &str)]) -> (i32, String, String) {
     run(toporun()
         .args(["launch", "--dry-run"])
         .args(args)
         .arg("train.py")
+        .envs(env.iter().copied())
         .current_dir(scripts()))
 }
 
@@ -227,17 +233,9 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
         assert_eq!(out.matches(var).count(), 2, "{var}: {out}");
     }
     assert!(!out.contains("TORCHELASTIC_TIMER_FILE"), "{out}");
-    let (_, out, _) = run(toporun()
-        .args([
-            "launch",
-            "--dry-run",
-            "--facts",
-            &host("h200x4"),
-            "--nproc-per-node=2",
-        ])
-        .arg("train.py")
-        .env("TORCHELASTIC_ENABLE_FILE_TIMER", "1")
-        .current_dir(scripts()));
+    let host = host("h200x4");
+    let args = ["--facts", &host, "--nproc-per-node=2"];
+    let (_, out, _) = dry_with(&args, &[("TORCHELASTIC_ENABLE_FILE_TIMER", "1")]);
     assert_eq!(
         out.matches("TORCHELASTIC_TIMER_FILE=<$TMPDIR/watchdog_timer_")
             .count(),
@@ -245,17 +243,7 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
         "{out}"
     );
     // A prefix of the user's own is theirs: toporun adds none of its settings.
-    let (_, out, _) = run(toporun()
-        .args([
-            "launch",
-            "--dry-run",
-            "--facts",
-            &host("h200x4"),
-            "--nproc-per-node=2",
-        ])
-        .arg("train.py")
-        .env("TORCH_FR_DUMP_TEMP_FILE", "/data/fr/rank_")
-        .current_dir(scripts()));
+    let (_, out, _) = dry_with(&args, &[("TORCH_FR_DUMP_TEMP_FILE", "/data/fr/rank_")]);
     assert!(!out.contains("<run dir>/attempt_0/fr/rank_"), "{out}");
 }
 

@@ -71,11 +71,7 @@ pub fn where_sampled(thread: &ThreadStack) -> Option<String> {
         .iter()
         .find(|f| !library(&f.file))
         .or(thread.frames.first())?;
-    Some(frame_text(&(
-        f.file.clone(),
-        f.line.max(0) as u32,
-        f.function.clone(),
-    )))
+    Some(f.short())
 }
 
 /// What a signal that ended a rank means, where it is a crash of the process itself.

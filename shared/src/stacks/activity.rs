@@ -57,7 +57,8 @@ fn in_any(f: &Frame, files: &[&str]) -> bool {
     files.iter().any(|d| f.file.contains(d))
 }
 
-fn in_torch(f: &Frame) -> bool {
+/// A frame of PyTorch's own Python (`.../torch/...`).
+pub(super) fn in_torch(f: &Frame) -> bool {
     f.file.starts_with("torch/") || f.file.contains("/torch/")
 }
 

@@ -127,25 +127,12 @@ pub fn flatten(nodes: &[NodeStacks]) -> (Vec<RankStack>, Places) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::build::{main_thread, rank_with};
     use super::super::model::Frame;
     use super::*;
 
     fn at(rank: u32, function: &str, file: &str) -> RankStack {
-        RankStack {
-            rank,
-            local_rank: 0,
-            pid: 1,
-            threads: vec![ThreadStack {
-                thread: Some("MainThread".into()),
-                frames: vec![Frame {
-                    function: function.into(),
-                    file: file.into(),
-                    line: 7,
-                }],
-                idle: false,
-            }],
-            error: None,
-        }
+        rank_with(rank, main_thread(false, &[(function, file, 7)]))
     }
 
     /// Node 1's rank left; node 0's rank waits on its GPU: the view built from both

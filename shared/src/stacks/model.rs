@@ -10,6 +10,14 @@ pub struct Frame {
     pub line: i32,
 }
 
+impl Frame {
+    /// `decode_native_record (train.py:6)`.
+    pub fn short(&self) -> String {
+        let name = self.file.rsplit('/').next().unwrap_or(&self.file);
+        format!("{} ({name}:{})", self.function, self.line)
+    }
+}
+
 /// One thread's frames, innermost first.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ThreadStack {
@@ -51,6 +59,39 @@ impl RankStack {
         self.main_thread()
             .and_then(|t| t.frames.first())
             .is_some_and(|f| f.function.contains("excepthook") || f.file.ends_with("traceback.py"))
+    }
+}
+
+/// Stacks for the stack modules' tests.
+#[cfg(test)]
+pub(crate) mod build {
+    use super::{Frame, RankStack, ThreadStack};
+
+    /// A main thread of `(function, file, line)` frames, innermost first.
+    pub fn main_thread(idle: bool, frames: &[(&str, &str, i32)]) -> ThreadStack {
+        ThreadStack {
+            thread: Some("MainThread".into()),
+            frames: frames
+                .iter()
+                .map(|(function, file, line)| Frame {
+                    function: (*function).into(),
+                    file: (*file).into(),
+                    line: *line,
+                })
+                .collect(),
+            idle,
+        }
+    }
+
+    /// Rank `rank` (local rank the same) with `thread` alone.
+    pub fn rank_with(rank: u32, thread: ThreadStack) -> RankStack {
+        RankStack {
+            rank,
+            local_rank: rank,
+            pid: 100 + rank as i32,
+            threads: vec![thread],
+            error: None,
+        }
     }
 }
 

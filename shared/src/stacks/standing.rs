@@ -5,8 +5,8 @@
 //! its next synchronisation with the GPU, on a line of its own code: only that line's
 //! text tells it from a rank stuck in its own code.
 
-use super::activity::{classify, Activity, Backward};
-use super::model::{Frame, ThreadStack};
+use super::activity::{classify, in_torch, Activity, Backward};
+use super::model::ThreadStack;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,10 +66,6 @@ const GPU_WAIT_FRAMES: &[(&str, &str)] = &[
     ("torch/cuda/streams.py", "wait"),
 ];
 
-fn in_torch(f: &Frame) -> bool {
-    f.file.starts_with("torch/") || f.file.contains("/torch/")
-}
-
 /// Where the thread stands; `line`: the text of its innermost frame's line, where it
 /// could be read (the rank's own source).
 /// torch.distributed's calls that end a rank's part in the job.
@@ -122,24 +118,10 @@ pub fn standing(t: &ThreadStack, line: Option<&str>) -> Standing {
 
 #[cfg(test)]
 mod tests {
+    use super::super::model::build::main_thread as thread;
     use super::*;
 
     const SITE: &str = "/opt/torch/.venv/lib/python3.12/site-packages/";
-
-    fn thread(idle: bool, frames: &[(&str, &str, i32)]) -> ThreadStack {
-        ThreadStack {
-            thread: Some("MainThread".into()),
-            frames: frames
-                .iter()
-                .map(|(function, file, line)| Frame {
-                    function: (*function).into(),
-                    file: (*file).into(),
-                    line: *line,
-                })
-                .collect(),
-            idle,
-        }
-    }
 
     #[test]
     fn a_rank_at_loss_item_waits_on_its_gpu_not_in_its_own_code() {

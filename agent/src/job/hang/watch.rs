@@ -9,7 +9,7 @@ use crate::job::failure::causes::LeftRanks;
 use crate::job::spec::HangWatch;
 use crate::job::straggler::tracker::Tracker;
 use crate::paths::Root;
-use crate::stacks::{written, RankPid, Sampler};
+use crate::stacks::{written, RankPid, Sampler, SourceLines};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -180,6 +180,7 @@ struct Judge {
     /// Each rank's stderr tail, where NCCL's watchdog says it timed out.
     tails: RankTails,
     watchdog_said: bool,
+    lines: SourceLines,
 }
 
 /// Each rank's stderr tail, by global rank.
@@ -236,27 +237,12 @@ pub fn workers_text(root: &Root, live: &[RankPid]) -> String {
     format!("toporun: hang: where the ranks' worker processes stand (DataLoader workers):\n{out}")
 }
 
-/// The text of each rank's innermost line of code, read from its source where
-/// toporun can (the rank's files are this container's).
-pub fn innermost_lines(
-    root: &Root,
-    stacks: &[RankStack],
-) -> std::collections::BTreeMap<u32, String> {
-    stacks
-        .iter()
-        .filter_map(|s| {
-            let f = s.main_thread()?.frames.first()?;
-            Some((s.rank, crate::stacks::line_text(root, &f.file, f.line)?))
-        })
-        .collect()
-}
-
 /// Unreadable samples in a row before detection is said to be paused.
 const UNREADABLE_SAID: u32 = 5;
 
 impl Judge {
     /// The ranks that left, and each rank's innermost line of code.
-    fn context(&self, stacks: &[RankStack]) -> Context {
+    fn context(&mut self, stacks: &[RankStack]) -> Context {
         let left = self
             .left
             .lock()
@@ -269,7 +255,7 @@ impl Judge {
             .collect();
         Context {
             left,
-            lines: innermost_lines(&self.root, stacks),
+            lines: self.lines.innermost(&self.root, stacks),
         }
     }
 
@@ -328,22 +314,24 @@ impl Judge {
         }
         let ids: Vec<u32> = live.iter().map(|r| r.rank).collect();
         let timeout = self.watch.timeout;
-        if let Decide::Publish(tx) = &self.decide {
+        if matches!(self.decide, Decide::Publish(_)) {
             let stalled = self
                 .progress
                 .hung(&ids, Duration::ZERO, now)
                 .unwrap_or_default();
-            // Lines are read only once the ranks stand still (the file reads).
+            // The context travels only once the ranks stand still.
             let context = if stalled >= timeout.min(LEFT_STALL) / 2 {
                 self.context(stacks)
             } else {
                 Context::default()
             };
-            let _ = tx.send(NodeSample {
-                stalled,
-                stacks: stacks.to_vec(),
-                context,
-            });
+            if let Decide::Publish(tx) = &self.decide {
+                let _ = tx.send(NodeSample {
+                    stalled,
+                    stacks: stacks.to_vec(),
+                    context,
+                });
+            }
             return;
         }
         let Some(stalled) = self.progress.hung(&ids, timeout.min(LEFT_STALL), now) else {
@@ -396,6 +384,7 @@ pub fn start(
         left,
         tails,
         watchdog_said: false,
+        lines: SourceLines::default(),
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();

@@ -6,7 +6,7 @@ use crate::paths::Root;
 use crate::probe::gpu_clocks::GpuClocks;
 use crate::probe::rank_usage;
 use crate::stacks::RankPid;
-use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
+use crate::stacks::{has_thread, SourceLines, NCCL_MONITOR_THREAD};
 use crate::status::JobStatus;
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -49,11 +49,8 @@ pub struct Tracker {
     /// Whether each rank (by pid) runs ProcessGroupNCCL, and when that was read.
     nccl: HashMap<i32, (bool, Instant)>,
     /// Lines of the ranks' code, read once each.
-    lines: HashMap<(String, i32), Option<String>>,
+    lines: SourceLines,
 }
-
-/// Lines kept; the cache starts over past it (a job's sampled lines are few).
-const LINES_KEPT: usize = 4096;
 
 /// How often a rank not yet seen with ProcessGroupNCCL is looked at again.
 const NCCL_RECHECK: Duration = Duration::from_secs(5);
@@ -87,7 +84,7 @@ impl Tracker {
             status,
             root,
             nccl: HashMap::new(),
-            lines: HashMap::new(),
+            lines: SourceLines::default(),
         }
     }
 
@@ -119,15 +116,7 @@ impl Tracker {
         let Some(f) = main.frames.first() else {
             return activity;
         };
-        if self.lines.len() > LINES_KEPT {
-            self.lines.clear();
-        }
-        let root = &self.root;
-        let line = self
-            .lines
-            .entry((f.file.clone(), f.line))
-            .or_insert_with(|| crate::stacks::line_text(root, &f.file, f.line));
-        match standing(main, line.as_deref()) {
+        match standing(main, self.lines.of(&self.root, f)) {
             Standing::GpuWait { .. } => Activity::Collective,
             _ => activity,
         }
