@@ -101,12 +101,14 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
     if v == "off" {
         return Ok(None);
     }
-    let timeout = toporun_shared::torchrun::seconds("--hang-timeout", &v)?;
-    if timeout.is_zero() {
+    let timeout = toporun_shared::torchrun::seconds("--hang-timeout", &v)
+        .ok()
+        .filter(|t| !t.is_zero());
+    let Some(timeout) = timeout else {
         bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "--hang-timeout {v}: expected a positive number of seconds"
+            "--hang-timeout {v}: expected a positive number of seconds (at most 30 days), or off to turn the hang watch off"
         )));
-    }
+    };
     Ok(Some(HangWatch {
         timeout,
         stop: on_hang == OnHang::Stop,

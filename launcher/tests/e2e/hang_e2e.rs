@@ -245,6 +245,18 @@ fn a_zero_hang_timeout_is_a_usage_error() {
     let (code, _, err) = run(toporun().args(["--hang-timeout=0", "--no-python", "true"]));
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--hang-timeout 0"), "{err}");
+    // A misspelt `off` says what is accepted; `off` itself runs with no hang watch.
+    let (code, _, err) = run(toporun().args(["--hang-timeout=of", "--no-python", "true"]));
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(
+            "--hang-timeout of: expected a positive number of seconds (at most 30 days), or off"
+        ),
+        "{err}"
+    );
+    let (code, _, err) =
+        run(toporun().args(["--standalone", "--hang-timeout=off", "--no-python", "true"]));
+    assert_eq!(code, 0, "{err}");
 }
 
 /// Waits for the run directory holding the stacks socket and every rank's pid file.

@@ -1,9 +1,10 @@
 //! The report of a hang: every rank's stack grouped (the odd ones first), and the
 //! rank(s) that stand apart from the rest, which most likely hold them up.
 
-use super::merge::{merge, rank_label, render_placed, Group, Places};
+use super::merge::{merge, rank_label, ranks_text, render_placed, Group, Places};
 use super::model::{Frame, RankStack};
 use super::standing::{standing, Standing};
+use crate::root_cause::native_crash::where_sampled;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -52,33 +53,33 @@ pub struct Context {
 }
 
 impl Context {
-    /// Where each readable rank stands, with its innermost frame.
+    /// Where each readable rank stands, with the frame that says where: its own code
+    /// that called a collective (or tears its group down), else its innermost frame.
     pub fn standings(&self, stacks: &[RankStack]) -> Vec<(u32, Standing, String)> {
         stacks
             .iter()
             .filter_map(|s| {
                 let t = s.main_thread()?;
-                let line = self.lines.get(&s.rank).map(String::as_str);
-                let stands = standing(t, line);
-                // In a collective, the rank's own frame that called it says where.
-                let own =
-                    |f: &&Frame| !(f.file.starts_with("torch/") || f.file.contains("/torch/"));
+                let stands = standing(t, self.lines.get(&s.rank).map(String::as_str));
                 let at = match stands {
-                    Standing::Collective { .. } | Standing::Leaving { .. } => {
-                        t.frames.iter().find(own).or(t.frames.first())
-                    }
-                    _ => t.frames.first(),
+                    Standing::Collective { .. } | Standing::Leaving { .. } => where_sampled(t),
+                    _ => t.frames.first().map(Frame::short),
                 };
-                Some((s.rank, stands, at.map(frame_text).unwrap_or_default()))
+                Some((s.rank, stands, at.unwrap_or_default()))
             })
             .collect()
     }
-}
 
-/// `f (dir/file.py:12)`.
-fn frame_text(f: &Frame) -> String {
-    let short: Vec<&str> = f.file.rsplit('/').take(1).collect();
-    format!("{} ({}:{})", f.function, short.join("/"), f.line)
+    /// A rank has left (exited 0, or stands in destroy_process_group) and every other
+    /// rank waits for its peers: the hang needs no full timeout.
+    pub fn left_while_others_wait(&self, stacks: &[RankStack]) -> bool {
+        let stands = self.standings(stacks);
+        let (leaving, others): (Vec<_>, Vec<_>) = stands
+            .iter()
+            .partition(|s| matches!(s.1, Standing::Leaving { .. }));
+        let gone = !self.left.is_empty() || !leaving.is_empty();
+        gone && !others.is_empty() && others.iter().all(|s| s.1.waits())
+    }
 }
 
 /// `rank 0 waits on its GPU at .item() in main (train.py:80)`, for at most 3 ranks.
@@ -94,12 +95,10 @@ fn standing_text(stands: &[&(u32, Standing, String)], places: &Places) -> String
     parts.join("; ")
 }
 
+/// `rank 1`, `ranks 0-2,5`.
 fn ranks_word(ranks: &[u32]) -> String {
-    let list: Vec<String> = ranks.iter().map(u32::to_string).collect();
-    match ranks {
-        [one] => format!("rank {one}"),
-        _ => format!("ranks {}", list.join(",")),
-    }
+    let s = if ranks.len() == 1 { "" } else { "s" };
+    format!("rank{s} {}", ranks_text(ranks))
 }
 
 /// The ranks that left (exited 0, or stand in destroy_process_group), and what the
@@ -148,18 +147,6 @@ fn left_headline(
     Some((gone, line))
 }
 
-impl Context {
-    /// A rank has left (exited 0, or stands in destroy_process_group) and every other
-    /// rank waits for its peers: the hang needs no full timeout.
-    pub fn left_while_others_wait(&self, stacks: &[RankStack]) -> bool {
-        let stands = self.standings(stacks);
-        let leaving = |s: &&(u32, Standing, String)| matches!(s.1, Standing::Leaving { .. });
-        let gone = !self.left.is_empty() || stands.iter().any(|s| leaving(&s));
-        let others: Vec<_> = stands.iter().filter(|s| !leaving(s)).collect();
-        gone && !others.is_empty() && others.iter().all(|s| s.1.waits())
-    }
-}
-
 /// What the waiting ranks do together: `wait in all_reduce`, `wait on their GPU at
 /// .item()`, or `wait for their peers` where they differ.
 fn together(waiting: &[&(u32, Standing, String)]) -> String {
@@ -187,18 +174,13 @@ fn elsewhere_headline(
     let odd: Vec<u32> = away.iter().map(|s| s.0).collect();
     let who: Vec<String> = odd.iter().map(|r| rank_label(*r, places)).collect();
     let is = if odd.len() == 1 { "is" } else { "are" };
-    let where_away: Vec<String> = away
-        .iter()
-        .take(3)
-        .map(|(_, s, at)| format!("{} in {at}", s.verb()))
-        .collect();
     let line = if waiting.len() > away.len() {
         format!(
             "{} {is} not where the other {} {}: {}, in no collective: it most likely holds them up",
             who.join(", "),
             waiting.len(),
             together(&waiting),
-            where_away.join("; ")
+            standing_text(&away, places)
         )
     } else {
         format!(
@@ -317,6 +299,7 @@ impl Hang {
 #[cfg(test)]
 mod tests {
     use super::super::merge::Place;
+    use super::super::model::build::{main_thread, rank_with};
     use super::super::model::ThreadStack;
     use super::*;
 
@@ -398,24 +381,7 @@ mod tests {
     const SITE: &str = "/opt/torch/.venv/lib/python3.12/site-packages/";
 
     fn at(rank: u32, idle: bool, frames: &[(&str, &str, i32)]) -> RankStack {
-        RankStack {
-            rank,
-            local_rank: rank,
-            pid: 10 + rank as i32,
-            threads: vec![ThreadStack {
-                thread: Some("MainThread".into()),
-                frames: frames
-                    .iter()
-                    .map(|(function, file, line)| Frame {
-                        function: (*function).into(),
-                        file: (*file).into(),
-                        line: *line,
-                    })
-                    .collect(),
-                idle,
-            }],
-            error: None,
-        }
+        rank_with(rank, main_thread(idle, frames))
     }
 
     const RANK: &str = "/work/scripts/gpu_nccl_failure_rank.py";
