@@ -56,28 +56,7 @@ if [ "$N" -ge 2 ]; then
   bench p2p-off NCCL_P2P_DISABLE=1
   bench proto-simple NCCL_PROTO=Simple
   # busbw per size and tag (best of the runs), and plan / default.
-  python3 - "$OUT/busbw.txt" <<'PY' | tee -a "$S"
-import json, sys
-import re, statistics
-runs = {}
-for line in open(sys.argv[1]):
-    if not line.startswith("RESULT "):
-        continue
-    tag = line.split()[1]
-    # Sizes and busbw read field by field: a line cut short still gives its sizes.
-    for mib, bus in re.findall(r'"MiB": (\d+), [^{}]*?"busbw_GBps": ([\d.]+)', line):
-        runs.setdefault((tag, int(mib)), []).append(float(bus))
-best = {k: statistics.median(v) for k, v in runs.items()}
-print("busbw GB/s, median of the runs (each run: median of 3 trials); runs per tag and size:",
-      {f"{t}@{m}": v for (t, m), v in sorted(runs.items())})
-tags = sorted({t for t, _ in best}, key=["default", "plan", "p2p-off", "proto-simple"].index)
-sizes = sorted({m for _, m in best})
-print("| MiB | " + " | ".join(tags) + " | plan / default |")
-for m in sizes:
-    row = [best.get((t, m), 0) for t in tags]
-    ratio = best.get(("plan", m), 0) / max(best.get(("default", m), 1e-9), 1e-9)
-    print(f"| {m} | " + " | ".join(f"{v:.1f}" for v in row) + f" | {ratio:.2f} |")
-PY
+  python3 scripts/busbw_table.py "$OUT/busbw.txt" | tee -a "$S"
   grep "^RESULT" "$OUT/busbw.txt" >> "$S"
 else
   say "skipped: all_reduce needs 2 GPUs or more (NCCL runs no transport on one)"
@@ -88,23 +67,7 @@ BENCH_MIB=1024 PROBE_TAG=node timeout 300 "$T" --standalone --nproc-per-node=$N 
 grep -E "toporun: nccl|nccl.transport|^RESULT" "$OUT/node.log" | cut -c1-600 | tee -a "$S"
 if [ "$N" -ge 2 ]; then
   H=$((N / 2)); A=$(seq -s, 0 $((H - 1))); Z=$(seq -s, $H $((N - 1)))
-  split() {  # KIND PORT ADDR [MODE]: node 0 on GPUs A here, node 1 on GPUs Z separated by KIND
-    local kind=$1 port=$2 mode=${4:-join} pre=()
-    case "$kind" in
-      uts) pre=(unshare --uts sh -c 'hostname other-pod && exec "$0" "$@"') ;;
-      net) pre=(nsenter --net=/run/netns/fullnode) ;;
-    esac
-    BENCH_MIB=256 CUDA_VISIBLE_DEVICES=$A PROBE_TAG=$kind timeout 300 "$T" --nnodes=2 --node-rank=0 \
-      --master-addr=$3 --master-port=$port --colocated=$mode --nproc-per-node=gpu $B > "$OUT/split-$kind-$mode-node0.log" 2>&1 &
-    BENCH_MIB=256 CUDA_VISIBLE_DEVICES=$Z PROBE_TAG=$kind timeout 300 "${pre[@]}" "$T" --nnodes=2 --node-rank=1 \
-      --master-addr=$3 --master-port=$port --colocated=$mode --nproc-per-node=gpu $B > "$OUT/split-$kind-$mode-node1.log" 2>&1
-    wait
-    say "-- split $kind --colocated=$mode (GPUs $A | $Z)"
-    for n in 0 1; do
-      say "node $n:"
-      grep -hE "toporun: nccl|rdzv.colocated|nccl.transport|^RESULT" "$OUT/split-$kind-$mode-node$n.log" | cut -c1-600 | tee -a "$S"
-    done
-  }
+  split() { bash scripts/gpu_split_node.sh "$T" "$OUT" "$A" "$Z" "$@" | tee -a "$S"; }
   split same 29811 127.0.0.1
   split uts 29812 127.0.0.1
   split uts 29814 127.0.0.1 warn

@@ -6,7 +6,7 @@
 # dumps are kept (OUT/<job>/dumps/rank<r>-<k>). Jobs: rank 1 doing 3x the GPU work,
 # balanced, balanced with an all-ranks checkpoint pause. Then the step-time cost of the
 # timing, alternating runs, at a ~4 ms step and a ~50 ms step.
-# JOBS=0 skips the jobs, COST=0 the cost; COST_RUNS (3) alternations of COST_SECS (12) s.
+# JOBS names the jobs (slow balanced checkpoint; 0: none), COST=0 skips the cost; COST_RUNS (3) alternations of COST_SECS (12) s.
 # Usage (device): scripts/gpu_nccl_straggler.sh BIN OUT
 set -uo pipefail
 BIN=$(readlink -f "$1") OUT=$(readlink -f "$2")
@@ -35,11 +35,13 @@ job() {  # NAME VAR=VALUE...: one job with its dumps taken every DUMP_EVERY s
   grep -E "^toporun: (straggler|warning)" "$d/stderr" | cut -c1-300 | tee -a "$OUT/summary.txt"
   rm -rf "$d/run" "$d/pipe"
 }
-if [ "${JOBS:-1}" = 1 ]; then
-  job slow SLOW_RANK=1 FACTOR=3 SECS=30
-  job balanced SECS=30
-  job checkpoint SECS=30 CKPT_EVERY=8 CKPT_S=3
-fi
+for j in ${JOBS:-slow balanced checkpoint}; do
+  case $j in
+    slow) job slow SLOW_RANK=1 FACTOR=3 SECS=${SECS:-30} ;;
+    balanced) job balanced SECS=${SECS:-30} ;;
+    checkpoint) job checkpoint SECS=${SECS:-30} CKPT_EVERY=8 CKPT_S=3 ;;
+  esac
+done
 [ "${COST:-1}" = 1 ] || exit 0
 echo "== cost of TORCH_NCCL_ENABLE_TIMING (step ms, rank 0), alternating" | tee -a "$OUT/summary.txt"
 for step in "small SIZE=4096 WORK=2" "large SIZE=8192 WORK=40 BUCKET_MIB=25"; do

@@ -381,6 +381,8 @@ fn layout(
     }
     let peers: Vec<_> = infos.iter().map(NodeInfo::addrs).collect();
     out.push(keys.peers().entry(&peers));
+    let machines: Vec<_> = infos.iter().map(NodeInfo::machine).collect();
+    out.push(keys.machines().entry(&machines));
     out
 }
 

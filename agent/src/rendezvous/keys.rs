@@ -22,7 +22,7 @@
 //! A key whose value is JSON is a [`Key<T>`](super::typed_key::Key): the builder
 //! names the value's type, and reading it gives that type or `Unreadable`.
 
-use super::node_info::NodeInfo;
+use super::node_info::{NodeInfo, NodeMachine};
 use super::typed_key::Key;
 use toporun_shared::colocation::NodeEnv;
 use toporun_shared::flight_recorder::Dump;
@@ -114,6 +114,12 @@ impl RoundKeys {
     /// Every node of the round and its addresses, for a peer's address to name one.
     pub fn peers(&self) -> Key<Vec<NodeAddrs>> {
         Key::new(self.key("peers"), "the round's table of nodes")
+    }
+
+    /// The machine (boot id) of each node of the round and its rank count: every
+    /// node judges NCCL's links with it, not only the one that coordinated.
+    pub fn machines(&self) -> Key<Vec<NodeMachine>> {
+        Key::new(self.key("machines"), "the round's machines")
     }
 
     pub fn closed(&self) -> String {

@@ -26,7 +26,7 @@ pub use node::{
     advance_round, barrier, current_round, join, request_stop, round_closed, wait_for_next_round,
     BarrierNode, JoinError, NextRound, Place, StopWatch,
 };
-pub use node_info::NodeInfo;
+pub use node_info::{NodeInfo, NodeMachine};
 pub use protocol::{Closed, Layout, StopKind, StopReason, Unreadable};
 pub use typed_key::Key;
 
@@ -78,6 +78,7 @@ mod tests {
                     nproc,
                     hostname: "node".into(),
                     addr: "node".into(),
+                    boot_id: Some(format!("boot-{rank}")),
                     ..Default::default()
                 };
                 join(&mut client(port).await, &cfg, 0, &info, &mut |_| {})
@@ -96,6 +97,21 @@ mod tests {
             (1, 1, 4, 2)
         );
         assert_eq!(handles.remove(0).await.unwrap().offset, 0);
+        // Every node reads each rank's machine as the coordinator published it (a
+        // node that did not coordinate judged NCCL's links without it).
+        let key = cfg.round_keys(0).machines();
+        let raw = client(s.port()).await.read(&[key.name()]).await.unwrap();
+        let machines = NodeMachine::per_rank(&key.decode_or_warn(&raw[0]).unwrap());
+        let boot = |r: &str| Some(r.to_string());
+        assert_eq!(
+            machines,
+            vec![
+                boot("boot-0"),
+                boot("boot-1"),
+                boot("boot-1"),
+                boot("boot-1")
+            ]
+        );
     }
 
     #[tokio::test]

@@ -37,7 +37,31 @@ pub struct NodeInfo {
     pub ips: Vec<String>,
 }
 
+/// The machine a node runs on (its boot id, where read) and how many ranks it runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeMachine {
+    pub boot_id: Option<String>,
+    pub nproc: u32,
+}
+
+impl NodeMachine {
+    /// Each global rank's machine, from the nodes in node-rank order.
+    pub fn per_rank(nodes: &[NodeMachine]) -> Vec<Option<String>> {
+        nodes
+            .iter()
+            .flat_map(|n| std::iter::repeat_n(n.boot_id.clone(), n.nproc as usize))
+            .collect()
+    }
+}
+
 impl NodeInfo {
+    pub fn machine(&self) -> NodeMachine {
+        NodeMachine {
+            boot_id: self.boot_id.clone(),
+            nproc: self.nproc,
+        }
+    }
+
     /// The node as a peer's address names it (the addresses bounded: a forged
     /// description may list any number).
     pub fn addrs(&self) -> NodeAddrs {

@@ -13,8 +13,8 @@ use crate::job::session::store_host::{bind, bind_c10d, endpoint_is_here};
 use crate::job::spec::{Job, NodePlace};
 use crate::rendezvous::etcd_client::Etcd;
 use crate::rendezvous::{
-    barrier, key_space, request_stop, Backend, BarrierNode, Config, EtcdKv, Kv, NodeInfo, Shape,
-    StopReason, StopWatch, StoreKv,
+    barrier, key_space, request_stop, Backend, BarrierNode, Config, EtcdKv, Key, Kv, NodeInfo,
+    NodeMachine, Shape, StopReason, StopWatch, StoreKv,
 };
 use crate::store::{Reach, StoreClient, StoreServer};
 use crate::supervise::Events;
@@ -229,10 +229,8 @@ impl MultiNode {
         let decision = colocation::decide(&views, p.colocated);
         self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
         self.nodes = infos.iter().map(NodeInfo::addrs).collect();
-        self.rank_machines = infos
-            .iter()
-            .flat_map(|i| std::iter::repeat_n(i.boot_id.clone(), i.nproc as usize))
-            .collect();
+        let machines: Vec<_> = infos.iter().map(NodeInfo::machine).collect();
+        self.rank_machines = NodeMachine::per_rank(&machines);
         for f in decision.findings {
             let fix = f.remedy.map(|r| format!(". Fix: {r}")).unwrap_or_default();
             crate::console::say!("toporun: {}: {}: {}{fix}", f.severity, f.id, f.summary);
@@ -396,7 +394,19 @@ impl MultiNode {
     /// The round's table of nodes as its coordinator published it; empty where the
     /// rendezvous state does not answer at once (it may have gone with the peer).
     async fn published_nodes(&self, round: u32) -> Vec<NodeAddrs> {
-        let key = self.cfg.round_keys(round).peers();
+        self.published(self.cfg.round_keys(round).peers()).await
+    }
+
+    /// Where another node coordinated the round: each rank's machine as the
+    /// coordinator published it (empty where it cannot be read at once).
+    pub(super) async fn learn_machines(&mut self, round: u32) {
+        let nodes = self.published(self.cfg.round_keys(round).machines()).await;
+        self.rank_machines = NodeMachine::per_rank(&nodes);
+    }
+
+    /// A value the round's coordinator published; the default where the rendezvous
+    /// state does not answer within [`PEERS_WAIT`].
+    async fn published<T: serde::de::DeserializeOwned + Default>(&self, key: Key<T>) -> T {
         let read = async {
             let mut c = self.connect(&self.store_host).await.ok()?;
             if !c.check(&[key.name()]).await.ok()? {
@@ -405,8 +415,8 @@ impl MultiNode {
             let raw = c.read(&[key.name()]).await.ok()?.pop()?;
             key.decode_or_warn(&raw)
         };
-        let table = tokio::time::timeout(PEERS_WAIT, read).await.ok().flatten();
-        table.unwrap_or_default()
+        let value = tokio::time::timeout(PEERS_WAIT, read).await.ok().flatten();
+        value.unwrap_or_default()
     }
 
     /// A rank failed as a peer went away: watches (keep-alives, leases) for as long as

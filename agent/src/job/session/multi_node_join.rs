@@ -248,7 +248,10 @@ impl MultiNode {
             Some(Ok(infos)) => self.coordinated(p, round, &infos),
             Some(Err(e)) => return Err(failed(e)),
             // Another node coordinated: its table is in the store.
-            None => self.nodes.clear(),
+            None => {
+                self.nodes.clear();
+                self.learn_machines(round).await;
+            }
         }
         let place = match joined {
             Ok(place) => place,
