@@ -37,6 +37,7 @@ pub enum Extra {
     Preflight,
     PreflightMeasure,
     FlightRecorder,
+    GpuTiming,
     StopGrace,
     StopSignalTo,
     WatchPreemption,
@@ -66,6 +67,7 @@ impl Extra {
             Extra::Preflight => "preflight",
             Extra::PreflightMeasure => "preflight_measure",
             Extra::FlightRecorder => "flight_recorder",
+            Extra::GpuTiming => "gpu_timing",
             Extra::StopGrace => "stop_grace",
             Extra::StopSignalTo => "stop_signal_to",
             Extra::WatchPreemption => "watch_preemption",
@@ -91,6 +93,7 @@ impl Extra {
             Extra::Preflight => Some("TOPORUN_PREFLIGHT"),
             Extra::PreflightMeasure => Some("TOPORUN_PREFLIGHT_MEASURE"),
             Extra::FlightRecorder => Some("TOPORUN_FLIGHT_RECORDER"),
+            Extra::GpuTiming => Some("TOPORUN_GPU_TIMING"),
             Extra::StopGrace => Some("TOPORUN_STOP_GRACE"),
             Extra::StopSignalTo => Some("TOPORUN_STOP_SIGNAL_TO"),
             Extra::WatchPreemption => Some("TOPORUN_WATCH_PREEMPTION"),
@@ -213,6 +216,13 @@ pub fn launch_command(name: &'static str) -> Command {
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
+        )
+        .arg(
+            Arg::new(Extra::GpuTiming.id())
+                .long("gpu-timing")
+                .value_parser(EnumValueParser::<OnOff>::new())
+                .default_value("off")
+                .help("on: NCCL ranks time their collectives on the GPU (TORCH_NCCL_ENABLE_TIMING) and dump their flight recorder through a pipe every window/12 s while they train, so that a rank slow on its GPU is named from its GPU time in collectives; off by default: on torch 2.11 the dumps stall the training (measured on 2x H200: a 61 ms step took 64-84 ms, a 0.8 ms step 0.89-1.12 ms); turn it on to find the rank a slow job waits for; your own TORCH_NCCL_* values are kept [env: TOPORUN_GPU_TIMING]"),
         )
         .arg(
             Arg::new(Extra::StopGrace.id())
@@ -729,6 +739,7 @@ mod tests {
         Extra::Preflight,
         Extra::PreflightMeasure,
         Extra::FlightRecorder,
+        Extra::GpuTiming,
         Extra::StopGrace,
         Extra::StopSignalTo,
         Extra::WatchPreemption,

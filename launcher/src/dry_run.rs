@@ -8,7 +8,7 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::nccl_report;
-use toporun_agent::job::{recorder_vars, Job, NodePlace};
+use toporun_agent::job::{gpu_timing_line, recorder_vars, Job, NodePlace};
 use toporun_shared::finding::Finding;
 use toporun_shared::plan::Source;
 use toporun_shared::torchrun::worker::{self, layout};
@@ -267,6 +267,10 @@ pub fn render(p: &Job, entry: &[Finding], format: DryRunFormat) -> Result<String
             if let Some(b) = &expected.between_nodes {
                 out.push_str(&format!("  between nodes: {b}\n"));
             }
+            out.push_str(&format!(
+                "GPU timing: {}\n",
+                gpu_timing_line(p, Path::new("<run dir>/attempt_N"))
+            ));
             if !p.opts.no_python {
                 out.push_str(&format!("\npython: {} ({})\n", p.python, p.python_why));
             }

@@ -294,6 +294,7 @@ fn prepare(
     let hang = hang_watch(m, &parent_env)?;
     let flight_recorder =
         typed_choice::<OnOff>(m, Extra::FlightRecorder, &parent_env)? == OnOff::On;
+    let gpu_timing = typed_choice::<OnOff>(m, Extra::GpuTiming, &parent_env)? == OnOff::On;
     let classified = typed_choice::<ExitCodesChoice>(m, Extra::ExitCodes, &parent_env)?
         == ExitCodesChoice::Classified;
     let stop_grace = match option_or_env(m, Extra::StopGrace, &parent_env) {
@@ -327,6 +328,7 @@ fn prepare(
         stop_signal_group,
         faulthandler,
         flight_recorder,
+        gpu_timing,
         classified,
         // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
         // progress bars) and toporun does not read their exceptions.

@@ -19,6 +19,7 @@ use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
+use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
 use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
 use crate::paths::random_id;
 use crate::probe::gpu_events::XidLog;
@@ -337,12 +338,16 @@ async fn attempt(
         .iter()
         .map(|c| (c.rank, c.stderr_tail.clone()))
         .collect();
+    let dumps_paused = DumpsPaused::default();
+    let gpu_dumps = recorder::gpu_dump_places(p, &attempt_dir, fr_dir.as_deref())
+        .map(|places| GpuDumps::new(places, dumps_paused.clone()));
     let (watcher, exchange, hangs) = watch_hangs(
         p,
         session,
         node,
         (&live, heard.leavers.shared(), tails),
         &status,
+        gpu_dumps,
     );
     let _exchange: Vec<AbortOnDrop> = exchange.into_iter().map(AbortOnDrop).collect();
     let timer = &mut life.timer;
@@ -354,6 +359,7 @@ async fn attempt(
         store: session.workers_store(),
         ranks: live.clone(),
         monitor_polls: recorder::monitor_polls(p),
+        dumps_paused: dumps_paused.clone(),
     };
     let notice = preemption::notice(p, node, announce.clone());
     let stop = async move {
@@ -381,6 +387,8 @@ async fn attempt(
     if let Some(w) = init_watch {
         w.abort();
     }
+    // The dumps the ranks leave now are the failure's or the stop's.
+    dumps_paused.pause();
     if let Some(e) = life.timer.as_mut().and_then(|t| t.fired.take()) {
         let end = file_timer_fired(session, node, &outcome, e).await;
         return Ok(Attempted { end, report: None });

@@ -29,7 +29,7 @@ mod transitions;
 
 pub use error::JobError;
 pub use failure::causes::XID_REPLAY_VAR;
-pub use failure::recorder::recorder_vars;
+pub use failure::recorder::{gpu_timing_line, recorder_vars};
 pub use hang::stacks_socket;
 pub use lifecycle::run;
 pub use preemption::STOP_FILE_VAR;

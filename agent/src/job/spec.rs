@@ -44,6 +44,9 @@ pub struct Job {
     /// `--flight-recorder on`: the ranks' dumps go to the run directory and are read
     /// after a failure or hang.
     pub flight_recorder: bool,
+    /// `--gpu-timing on`: NCCL ranks time their collectives and dump their recorder
+    /// through a pipe while they train (the GPU straggler rule reads the dumps).
+    pub gpu_timing: bool,
     /// `--stop-grace`: on a preemption, how long the ranks get after the stop file
     /// before the signal.
     pub stop_grace: std::time::Duration,

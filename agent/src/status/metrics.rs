@@ -8,6 +8,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use toporun_shared::root_cause::CauseKind;
+use toporun_shared::stacks::top_table::gpu_wait;
 
 type Labels = Vec<(String, String)>;
 
@@ -45,6 +46,7 @@ fn stragglers(r: &mut Registry, s: &Snapshot) {
         "Share of this node's ranks' stack samples in collectives over the straggler window (the straggler waits least)",
         shares,
     );
+    gpu_times(r, s, &mine);
     let named: Family<Labels, Gauge> = Family::default();
     for x in &s.stragglers {
         named
@@ -58,6 +60,38 @@ fn stragglers(r: &mut Registry, s: &Snapshot) {
         "toporun_straggler",
         "1 for each rank the job waits for now (its wait share far below the others')",
         named,
+    );
+}
+
+/// Under NCCL with `--gpu-timing on`: each rank's GPU time inside collectives and
+/// each collective kind's bus bandwidth, over the window (else the last dump).
+fn gpu_times(r: &mut Registry, s: &Snapshot, mine: &dyn Fn(u32) -> bool) {
+    let shares: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
+    let busbw: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
+    for row in s.top.ranks.iter().filter(|x| mine(x.node_rank)) {
+        let rank = ("rank".to_string(), row.rank.to_string());
+        if let Some(w) = gpu_wait(row) {
+            shares.get_or_create(&vec![rank.clone()]).set(w);
+        }
+        let window = row.window.as_ref().and_then(|w| w.gpu_wait.as_ref());
+        let kinds = window
+            .map(|g| &g.busbw)
+            .or_else(|| row.gpu_time.as_ref().map(|t| &t.busbw));
+        for k in kinds.into_iter().flatten() {
+            busbw
+                .get_or_create(&vec![rank.clone(), ("kind".into(), k.kind.clone())])
+                .set(k.gbps * 1e9);
+        }
+    }
+    r.register(
+        "toporun_rank_gpu_wait_share",
+        "Share of the time this node's ranks' GPUs spent inside collectives over the straggler window, from their flight recorders (NCCL; the straggler's is lowest)",
+        shares,
+    );
+    r.register(
+        "toporun_collective_busbw",
+        "Bus bandwidth of this node's ranks' collectives of 1 MiB or more, per kind, in bytes per second (nccl-tests' busbw), over the straggler window",
+        busbw,
     );
 }
 
@@ -199,6 +233,48 @@ mod tests {
         );
         assert!(
             text.contains("toporun_root_cause{kind=\"code\"} 0"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn gpu_wait_shares_and_busbw_show_per_rank() {
+        use toporun_shared::flight_recorder::{GpuTime, KindBusbw};
+        use toporun_shared::stacks::straggler::RankRow;
+        let s = JobStatus::new("job", 1);
+        let row = |rank: u32, busy_ns: u64| RankRow {
+            rank,
+            local_rank: rank,
+            node_rank: 0,
+            host: "h".into(),
+            pid: 1,
+            gpu: Some(rank),
+            now: None,
+            cpu_pct: None,
+            rss_bytes: None,
+            gpu_now: None,
+            window: None,
+            gpu_time: Some(GpuTime {
+                rank,
+                span_ns: 1_000_000_000,
+                busy_ns,
+                timed: 500,
+                busbw: vec![KindBusbw {
+                    kind: "all_reduce".into(),
+                    gbps: 150.5,
+                    count: 400,
+                    mean_bytes: 4 << 20,
+                }],
+            }),
+        };
+        s.update(|x| x.top.ranks = vec![row(0, 600_000_000), row(1, 150_000_000)]);
+        let text = render(&s.snapshot());
+        assert!(
+            text.contains("toporun_rank_gpu_wait_share{rank=\"1\"} 0.15"),
+            "{text}"
+        );
+        assert!(
+            text.contains("toporun_collective_busbw{rank=\"0\",kind=\"all_reduce\"} 150500000000"),
             "{text}"
         );
     }

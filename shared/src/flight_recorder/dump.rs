@@ -6,7 +6,7 @@ use serde_pickle::{HashableValue, Value};
 use std::collections::BTreeMap;
 
 /// One recorded collective or point-to-point operation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Entry {
     /// The process group's name (`"0"` for the default group).
     pub group: String,
@@ -21,6 +21,23 @@ pub struct Entry {
     pub retired: bool,
     pub input_sizes: String,
     pub input_dtypes: String,
+    /// When the rank queued it (ns since the epoch, on the rank's clock).
+    #[serde(default)]
+    pub time_created_ns: u64,
+    /// Its time on the GPU (ns), where the rank times its collectives
+    /// (TORCH_NCCL_ENABLE_TIMING) and the work has finished.
+    #[serde(default)]
+    pub duration_ns: Option<u64>,
+    /// Bytes of its input and output tensors, where the dtype is known.
+    #[serde(default)]
+    pub bytes: Option<Bytes>,
+}
+
+/// A collective's input and output sizes in bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Bytes {
+    pub input: u64,
+    pub output: u64,
 }
 
 impl Entry {
@@ -30,11 +47,14 @@ impl Entry {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Dump {
     pub rank: u32,
     pub version: String,
     pub entries: Vec<Entry>,
+    /// Each process group's size, by name (`pg_config`).
+    #[serde(default)]
+    pub group_sizes: BTreeMap<String, u32>,
 }
 
 impl Dump {
@@ -79,6 +99,81 @@ fn number(v: Option<&Value>) -> u64 {
     }
 }
 
+/// Elements of every tensor a `[[d0, d1], [d0]]` size list names.
+fn elements(v: Option<&Value>) -> Option<u64> {
+    let Some(Value::List(tensors)) = v else {
+        return None;
+    };
+    let mut total = 0u64;
+    for t in tensors {
+        let Value::List(dims) = t else { return None };
+        let n = dims.iter().try_fold(1u64, |n, d| match d {
+            Value::I64(d) => n.checked_mul(u64::try_from(*d).ok()?),
+            _ => None,
+        })?;
+        total = total.checked_add(n)?;
+    }
+    Some(total)
+}
+
+/// Bytes of one element of torch's dtype names (`Float`, `BFloat16`...).
+fn dtype_bytes(v: Option<&Value>) -> Option<u64> {
+    let Some(Value::List(l)) = v else { return None };
+    let Some(Value::String(name)) = l.first() else {
+        return None;
+    };
+    Some(match name.as_str() {
+        "Double" | "Long" | "ComplexFloat" => 8,
+        "Float" | "Int" => 4,
+        "Half" | "BFloat16" | "Short" => 2,
+        "Byte" | "Char" | "Bool" => 1,
+        n if n.starts_with("Float8") => 1,
+        _ => return None,
+    })
+}
+
+fn bytes(d: &BTreeMap<HashableValue, Value>) -> Option<Bytes> {
+    let size = dtype_bytes(get(d, "input_dtypes"))?;
+    Some(Bytes {
+        input: elements(get(d, "input_sizes"))?.checked_mul(size)?,
+        output: elements(get(d, "output_sizes"))
+            .unwrap_or(0)
+            .saturating_mul(size),
+    })
+}
+
+/// `duration_ms` (a float) in ns.
+fn duration_ns(v: Option<&Value>) -> Option<u64> {
+    match v {
+        Some(Value::F64(ms)) if ms.is_finite() && *ms >= 0.0 => Some((ms * 1e6) as u64),
+        _ => None,
+    }
+}
+
+/// Each group's size from `pg_config` (`{"0": {"ranks": "[0, 1]"}}`; the ranks as a
+/// string in 2.x dumps, a list in some).
+fn group_sizes(d: &BTreeMap<HashableValue, Value>) -> BTreeMap<String, u32> {
+    let Some(Value::Dict(groups)) = get(d, "pg_config") else {
+        return BTreeMap::new();
+    };
+    groups
+        .iter()
+        .filter_map(|(name, cfg)| {
+            let HashableValue::String(name) = name else {
+                return None;
+            };
+            let Value::Dict(cfg) = cfg else { return None };
+            let n = match get(cfg, "ranks")? {
+                Value::List(l) => l.len(),
+                Value::String(s) if s.trim_matches(['[', ']', ' ']).is_empty() => 0,
+                Value::String(s) => s.split(',').count(),
+                _ => return None,
+            };
+            Some((name.clone(), u32::try_from(n).ok()?))
+        })
+        .collect()
+}
+
 fn entry(v: &Value) -> Option<Entry> {
     let Value::Dict(d) = v else { return None };
     let shown = |k: &str| get(d, k).map(|x| format!("{x}")).unwrap_or_default();
@@ -92,6 +187,9 @@ fn entry(v: &Value) -> Option<Entry> {
         retired: matches!(get(d, "retired"), Some(Value::Bool(true))),
         input_sizes: shown("input_sizes"),
         input_dtypes: shown("input_dtypes"),
+        time_created_ns: number(get(d, "time_created_ns")),
+        duration_ns: duration_ns(get(d, "duration_ms")),
+        bytes: bytes(d),
     })
 }
 
@@ -112,6 +210,7 @@ pub fn parse(rank: u32, bytes: &[u8]) -> Result<Dump, DumpError> {
         rank,
         version: text(get(&d, "version")),
         entries: list.iter().filter_map(entry).collect(),
+        group_sizes: group_sizes(&d),
     })
 }
 

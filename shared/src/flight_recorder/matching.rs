@@ -280,6 +280,7 @@ mod tests {
             retired: done,
             input_sizes: "[[4]]".into(),
             input_dtypes: "['Float']".into(),
+            ..Default::default()
         }
     }
 
@@ -288,6 +289,7 @@ mod tests {
             rank,
             version: "2.10".into(),
             entries,
+            ..Default::default()
         }
     }
 

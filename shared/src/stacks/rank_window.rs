@@ -4,6 +4,7 @@
 //! rank's wait share and what it spends its time on.
 
 use super::activity::Activity;
+use crate::flight_recorder::{GpuTime, KindBusbw};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -92,12 +93,34 @@ pub struct Reading {
     pub gpu: Option<GpuNow>,
 }
 
+/// A rank's GPU time inside collectives as one flight-recorder dump showed it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuReading {
+    pub at: Duration,
+    pub time: GpuTime,
+}
+
 /// A rank's samples over the last `span`.
 #[derive(Debug, Clone)]
 pub struct RankWindow {
     span: Duration,
     first: Option<Duration>,
     readings: VecDeque<Reading>,
+    gpu: VecDeque<GpuReading>,
+}
+
+/// A rank's GPU time inside collectives over a window, from the dumps taken in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuWait {
+    /// Share of the time the dumps covered that its GPU spent in collectives (0..=1).
+    pub share: f64,
+    /// The share in each third of the window, oldest first (none: no dump then).
+    pub thirds: [Option<f64>; 3],
+    pub dumps: u32,
+    /// Seconds of training the dumps covered.
+    pub covered_s: f64,
+    /// Each collective kind's bus bandwidth over the dumps.
+    pub busbw: Vec<KindBusbw>,
 }
 
 /// Fewest samples a share is computed from.
@@ -126,6 +149,9 @@ pub struct WindowSummary {
     /// Its GPU's clocks over the window, where NVML read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clocks: Option<GpuClocks>,
+    /// Its GPU's time inside collectives, where the ranks time them (NCCL).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_wait: Option<GpuWait>,
 }
 
 /// A GPU's SM clock over a window, and what held it down.
@@ -145,7 +171,54 @@ impl RankWindow {
             span,
             first: None,
             readings: VecDeque::new(),
+            gpu: VecDeque::new(),
         }
+    }
+
+    /// A dump's GPU time for this rank.
+    pub fn push_gpu(&mut self, g: GpuReading) {
+        let keep_from = g.at.saturating_sub(self.span);
+        self.gpu.push_back(g);
+        while self.gpu.front().is_some_and(|x| x.at < keep_from) {
+            self.gpu.pop_front();
+        }
+    }
+
+    /// The last dump's GPU time.
+    pub fn gpu_last(&self) -> Option<&GpuTime> {
+        self.gpu.back().map(|g| &g.time)
+    }
+
+    /// The GPU wait over the window ending at `end`, from the dumps in it.
+    fn gpu_wait(&self, end: Duration) -> Option<GpuWait> {
+        let share = |g: &mut dyn Iterator<Item = &GpuReading>| {
+            let (busy, span) = g.fold((0u64, 0u64), |(b, s), x| {
+                (b + x.time.busy_ns, s + x.time.span_ns)
+            });
+            (span > 0).then(|| busy as f64 / span as f64)
+        };
+        let all = share(&mut self.gpu.iter())?;
+        let third = self.span / 3;
+        let thirds = [0u32, 1, 2].map(|k| {
+            let (from, to) = (
+                end.saturating_sub(third * (3 - k)),
+                end.saturating_sub(third * (2 - k)),
+            );
+            let last = k == 2;
+            share(
+                &mut self
+                    .gpu
+                    .iter()
+                    .filter(|g| g.at > from && (g.at <= to || last)),
+            )
+        });
+        Some(GpuWait {
+            share: all,
+            thirds,
+            dumps: self.gpu.len() as u32,
+            covered_s: self.gpu.iter().map(|g| g.time.span_ns).sum::<u64>() as f64 / 1e9,
+            busbw: merged_busbw(self.gpu.iter().map(|g| &g.time)),
+        })
     }
 
     pub fn push(&mut self, r: Reading) {
@@ -205,6 +278,7 @@ impl RankWindow {
             pcie_replays: delta(|r| r.gpu.as_ref()?.pcie_replays),
             nvlink_errors: delta(|r| r.gpu.as_ref()?.nvlink_errors),
             clocks: self.clocks(),
+            gpu_wait: self.gpu_wait(last.at),
         })
     }
 
@@ -256,6 +330,29 @@ impl RankWindow {
         let top = counts.into_iter().max_by_key(|(_, n)| *n)?;
         Some(top.0.to_string())
     }
+}
+
+/// Each kind's bus bandwidth over several dumps, weighted by their collectives.
+fn merged_busbw<'a>(times: impl Iterator<Item = &'a GpuTime>) -> Vec<KindBusbw> {
+    let mut by: BTreeMap<&str, (f64, u32, u64)> = BTreeMap::new();
+    for b in times.flat_map(|t| t.busbw.iter()) {
+        let k = by.entry(&b.kind).or_default();
+        let n = u64::from(b.count);
+        (k.0, k.1, k.2) = (
+            k.0 + b.gbps * f64::from(b.count),
+            k.1 + b.count,
+            k.2 + b.mean_bytes * n,
+        );
+    }
+    by.into_iter()
+        .filter(|(_, (_, n, _))| *n > 0)
+        .map(|(kind, (sum, n, bytes))| KindBusbw {
+            kind: kind.to_string(),
+            gbps: sum / f64::from(n),
+            count: n,
+            mean_bytes: bytes / u64::from(n),
+        })
+        .collect()
 }
 
 fn cpu_pct(a: &Reading, b: &Reading) -> Option<f64> {

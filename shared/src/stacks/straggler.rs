@@ -16,7 +16,8 @@
 //! nothing.
 
 use super::activity::Activity;
-use super::rank_window::{ClockLimit, GpuNow, WindowSummary};
+use super::rank_window::{ClockLimit, GpuNow, GpuWait, WindowSummary};
+use crate::flight_recorder::GpuTime;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -54,6 +55,9 @@ pub struct RankRow {
     pub gpu_now: Option<GpuNow>,
     /// None until the rank has been watched a whole window.
     pub window: Option<WindowSummary>,
+    /// Its GPU's time in collectives as the last flight-recorder dump showed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_time: Option<GpuTime>,
 }
 
 /// A rank the others wait for.
@@ -79,6 +83,12 @@ pub struct Straggler {
 pub enum Basis {
     /// It waits far less than the others in collectives.
     WaitShare,
+    /// Its GPU spends far less time inside collectives than the others' (NCCL: their
+    /// kernels wait there for its own); `wait` and `median` are those GPU shares.
+    GpuWaitShare {
+        /// Seconds of training the dumps covered, in all.
+        covered_s: f64,
+    },
     /// Its GPU runs far slower than the others', held down by a limit: with NCCL the
     /// CPU does not wait in the collective, so the wait shares cannot tell.
     GpuClock {
@@ -139,28 +149,49 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
         full.iter()
             .filter_map(|(_, w)| Some(w.clocks.as_ref()?.sm_mhz_mean)),
     );
+    let gpu = GpuShares::of(&full);
     full.iter()
         .filter_map(|(row, w)| {
-            let m = waits.median_without(Some(w.wait))?;
             let held = held.contains(&row.rank);
-            let in_every_third = || {
-                (0..3).all(|t| {
-                    let tm = thirds[t].median_without(Some(w.thirds[t]));
-                    tm.is_some_and(|tm| far_in_waits(w.thirds[t], tm, true))
-                })
-            };
-            let basis = if far_in_waits(w.wait, m, held) && (held || in_every_third()) {
-                Basis::WaitShare
-            } else {
-                let own = w.clocks.as_ref().map(|c| c.sm_mhz_mean);
-                slow_gpu(w, clocks.median_without(own)?, held)?
+            let (basis, wait, m) = match w.gpu_wait.as_ref().filter(|_| gpu.judges()) {
+                // Under NCCL the stacks cannot tell who waits: the GPUs can.
+                Some(g) => match gpu.far(g, held) {
+                    Some(m) => (
+                        Basis::GpuWaitShare {
+                            covered_s: g.covered_s,
+                        },
+                        g.share,
+                        m,
+                    ),
+                    None => {
+                        let own = w.clocks.as_ref().map(|c| c.sm_mhz_mean);
+                        let m = gpu.all.median_without(Some(g.share))?;
+                        (slow_gpu(w, clocks.median_without(own)?, held)?, g.share, m)
+                    }
+                },
+                None => {
+                    let m = waits.median_without(Some(w.wait))?;
+                    let in_every_third = || {
+                        (0..3).all(|t| {
+                            let tm = thirds[t].median_without(Some(w.thirds[t]));
+                            tm.is_some_and(|tm| far_in_waits(w.thirds[t], tm, true))
+                        })
+                    };
+                    let basis = if far_in_waits(w.wait, m, held) && (held || in_every_third()) {
+                        Basis::WaitShare
+                    } else {
+                        let own = w.clocks.as_ref().map(|c| c.sm_mhz_mean);
+                        slow_gpu(w, clocks.median_without(own)?, held)?
+                    };
+                    (basis, w.wait, m)
+                }
             };
             Some(Straggler {
                 rank: row.rank,
                 node_rank: row.node_rank,
                 host: row.host.clone(),
                 gpu: row.gpu,
-                wait: w.wait,
+                wait,
                 median: m,
                 others: full.len() as u32 - 1,
                 spends: w.spends,
@@ -170,6 +201,45 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
             })
         })
         .collect()
+}
+
+/// The GPU shares of the ranks whose collectives were timed, whole window and thirds.
+struct GpuShares {
+    all: Sorted,
+    thirds: [Sorted; 3],
+}
+
+impl GpuShares {
+    fn of(full: &[(&RankRow, &WindowSummary)]) -> GpuShares {
+        let waits = || full.iter().filter_map(|(_, w)| w.gpu_wait.as_ref());
+        GpuShares {
+            all: Sorted::of(waits().map(|g| g.share)),
+            thirds: [0, 1, 2].map(|t| Sorted::of(waits().filter_map(|g| g.thirds[t]))),
+        }
+    }
+
+    /// Two ranks or more were timed.
+    fn judges(&self) -> bool {
+        self.all.0.len() >= 2
+    }
+
+    /// The others' median where `g` is far below it by the same rule as the CPU's
+    /// (and, for a rank not yet named, in every third of the window a dump fell in,
+    /// at least two of them).
+    fn far(&self, g: &GpuWait, held: bool) -> Option<f64> {
+        let m = self.all.median_without(Some(g.share))?;
+        if !far_in_waits(g.share, m, held) {
+            return None;
+        }
+        let thirds: Vec<bool> = (0..3)
+            .filter_map(|t| {
+                let own = g.thirds[t]?;
+                let tm = self.thirds[t].median_without(Some(own))?;
+                Some(far_in_waits(own, tm, true))
+            })
+            .collect();
+        (held || (thirds.len() >= 2 && thirds.iter().all(|x| *x))).then_some(m)
+    }
 }
 
 fn far_in_waits(wait: f64, median: f64, held: bool) -> bool {
@@ -222,11 +292,18 @@ fn evidence(row: &RankRow, w: &WindowSummary) -> Vec<String> {
             .collect();
         if let (Some(sm), Some(max)) = (g.sm_mhz, g.sm_max_mhz) {
             let why = if slowing.is_empty() {
-                String::new()
+                ", no clock limit".to_string()
             } else {
                 format!(", clocks limited by {}", slowing.join(", "))
             };
-            out.push(format!("GPU {}: SM clock {sm} of {max} MHz{why}", g.index));
+            let busy = g
+                .util_pct
+                .map(|u| format!("{u}% busy, "))
+                .unwrap_or_default();
+            out.push(format!(
+                "GPU {}: {busy}SM clock {sm} of {max} MHz{why}",
+                g.index
+            ));
         }
     }
     if let Some(n) = w.pcie_replays.filter(|n| *n > 0) {
@@ -257,6 +334,11 @@ impl Straggler {
                 self.wait * 100.0,
                 self.median * 100.0,
             ),
+            Basis::GpuWaitShare { .. } => format!(
+                "toporun: straggler: {who}: its GPU spends {:.0}% of the time in collectives against {:.0}% for the other {others} over {secs}s: they wait for its kernels",
+                self.wait * 100.0,
+                self.median * 100.0,
+            ),
             Basis::GpuClock { mhz, median_mhz, limits } => {
                 let why: Vec<String> = limits.iter().map(|l| format!("{l:?}")).collect();
                 format!(
@@ -266,7 +348,11 @@ impl Straggler {
             }
         };
         if let Some(a) = self.spends {
-            s.push_str(&format!("; it spends its time in {}", a.describe()));
+            let its = match self.basis {
+                Basis::GpuWaitShare { .. } => "its CPU time",
+                _ => "its time",
+            };
+            s.push_str(&format!("; it spends {its} in {}", a.describe()));
             if let Some(p) = &self.place {
                 s.push_str(&format!(": {p}"));
             }
@@ -401,6 +487,7 @@ mod tests {
             cpu_pct: Some(99.0),
             rss_bytes: None,
             gpu_now: None,
+            gpu_time: None,
             window: wait.map(|wait| WindowSummary {
                 wait,
                 thirds: [wait; 3],
@@ -412,6 +499,7 @@ mod tests {
                 pcie_replays: None,
                 nvlink_errors: None,
                 clocks: None,
+                gpu_wait: None,
             }),
         }
     }
@@ -434,6 +522,87 @@ mod tests {
             text.contains("\n  its process used 99% of a CPU core"),
             "{text}"
         );
+    }
+
+    /// A rank of an NCCL job: its stacks say it waits `cpu_wait`, its GPU spends
+    /// `thirds` of each third of the window inside collectives.
+    fn nccl_row(rank: u32, cpu_wait: f64, thirds: [f64; 3]) -> RankRow {
+        let mut x = row(rank, Some(cpu_wait));
+        let w = x.window.as_mut().unwrap();
+        w.gpu_wait = Some(GpuWait {
+            share: thirds.iter().sum::<f64>() / 3.0,
+            thirds: thirds.map(Some),
+            dumps: 12,
+            covered_s: 14.5,
+            busbw: Vec::new(),
+        });
+        x
+    }
+
+    /// The shares the 2x H100 and 2x H200 jobs gave (nccl-straggler-h100x2's
+    /// shares.txt, nccl-straggler-h200x2): rank 1 doing 3x the work spent 14-16% of
+    /// its GPU time in collectives, rank 0 58-62%; balanced 23% and 35%; a job where
+    /// every rank checkpoints 26-33%.
+    #[test]
+    fn under_nccl_the_gpu_that_waits_least_is_named_whatever_the_stacks_say() {
+        // The stacks said the opposite (rank 0 spins at .item(), rank 1 blocks in the
+        // all_reduce launch): the GPU shares decide.
+        let slow = [
+            nccl_row(0, 0.05, [0.59, 0.61, 0.60]),
+            nccl_row(1, 0.95, [0.14, 0.16, 0.15]),
+        ];
+        let found = find(&slow, &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].rank, 1);
+        let text = found[0].text(Duration::from_secs(60));
+        assert!(
+            text.starts_with("toporun: straggler: rank 1 (node 0 on trainer-0, GPU 1): its GPU spends 15% of the time in collectives against 60% for the other 1 over 60s: they wait for its kernels; it spends its CPU time in compute: forward (model.py:12)"),
+            "{text}"
+        );
+        let balanced = [
+            nccl_row(0, 0.4, [0.22, 0.24, 0.23]),
+            nccl_row(1, 0.4, [0.36, 0.34, 0.35]),
+        ];
+        assert!(find(&balanced, &[]).is_empty());
+        let checkpoint = [
+            nccl_row(0, 0.3, [0.26, 0.33, 0.30]),
+            nccl_row(1, 0.3, [0.29, 0.27, 0.33]),
+        ];
+        assert!(find(&checkpoint, &[]).is_empty());
+        // Slow in one third only (a few seconds of extra work): nobody.
+        let burst = [
+            nccl_row(0, 0.3, [0.30, 0.30, 0.60]),
+            nccl_row(1, 0.3, [0.30, 0.30, 0.10]),
+        ];
+        assert!(find(&burst, &[]).is_empty());
+        // Named already: held while still well below (23% against 40%), cleared
+        // once near the others.
+        assert_eq!(find(&burst, &[1]).len(), 1);
+        let back = [
+            nccl_row(0, 0.3, [0.30, 0.30, 0.35]),
+            nccl_row(1, 0.3, [0.30, 0.30, 0.25]),
+        ];
+        assert!(find(&back, &[1]).is_empty());
+        let still = [
+            nccl_row(0, 0.3, [0.50, 0.50, 0.50]),
+            nccl_row(1, 0.3, [0.30, 0.30, 0.30]),
+        ];
+        assert_eq!(find(&still, &[1]).len(), 1);
+    }
+
+    /// gloo ranks keep the CPU rule; a job where one rank only was timed cannot be
+    /// judged by GPU and keeps it too.
+    #[test]
+    fn without_timed_gpus_the_stacks_decide() {
+        let mut rows: Vec<RankRow> = [0.41, 0.44, 0.03, 0.39]
+            .iter()
+            .enumerate()
+            .map(|(r, w)| row(r as u32, Some(*w)))
+            .collect();
+        rows[0] = nccl_row(0, 0.41, [0.5; 3]);
+        let found = find(&rows, &[]);
+        assert_eq!(found.iter().map(|s| s.rank).collect::<Vec<_>>(), vec![2]);
+        assert_eq!(found[0].basis, Basis::WaitShare);
     }
 
     #[test]

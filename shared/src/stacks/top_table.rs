@@ -55,12 +55,12 @@ impl TopTable {
             "this node"
         };
         let mut out = format!(
-            "{} rank(s) of {scope}; WAIT is the share of samples in collectives over the last {}s (the straggler, marked *, waits least)\n",
+            "{} rank(s) of {scope}; WAIT is the share of samples in collectives over the last {}s, GPU WAIT its GPU's time inside collectives (NCCL), BUSBW its all_reduce bus bandwidth in GB/s (the straggler, marked *, waits least)\n",
             self.ranks.len(),
             self.window_s
         );
         out.push_str(&format!(
-            "{:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
+            "{:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>8} {:>6} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
             "",
             "RANK",
             "NODE",
@@ -68,6 +68,8 @@ impl TopTable {
             "PID",
             "NOW",
             "WAIT",
+            "GPU WAIT",
+            "BUSBW",
             "CPU%",
             "RSS",
             "GPU",
@@ -98,13 +100,15 @@ impl TopTable {
             l.join(",")
         });
         format!(
-            "{mark:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
+            "{mark:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>8} {:>6} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
             r.rank,
             r.node_rank,
             truncate(&r.host, 16),
             r.pid,
             or_dash(r.now.map(|a| a.short().to_string())),
             or_dash(r.window.as_ref().map(|w| format!("{:.0}%", w.wait * 100.0))),
+            or_dash(gpu_wait(r).map(|w| format!("{:.0}%", w * 100.0))),
+            or_dash(all_reduce_busbw(r).map(|b| format!("{b:.0}"))),
             or_dash(r.cpu_pct.map(|c| format!("{c:.0}"))),
             or_dash(r.rss_bytes.map(|b| format!("{}M", b >> 20))),
             or_dash(r.gpu.map(|g| g.to_string())),
@@ -113,6 +117,26 @@ impl TopTable {
             or_dash(limits.filter(|l| !l.is_empty())),
         )
     }
+}
+
+/// The GPU wait share over the window, else as the last dump showed it.
+pub fn gpu_wait(r: &RankRow) -> Option<f64> {
+    let window = r.window.as_ref().and_then(|w| w.gpu_wait.as_ref());
+    window
+        .map(|g| g.share)
+        .or_else(|| r.gpu_time.as_ref().map(|t| t.share()))
+}
+
+/// The all_reduce busbw (GB/s) over the window, else as the last dump showed it.
+fn all_reduce_busbw(r: &RankRow) -> Option<f64> {
+    let window = r.window.as_ref().and_then(|w| w.gpu_wait.as_ref());
+    let kinds = window
+        .map(|g| &g.busbw)
+        .or_else(|| r.gpu_time.as_ref().map(|t| &t.busbw))?;
+    kinds
+        .iter()
+        .find(|b| b.kind == "all_reduce")
+        .map(|b| b.gbps)
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -145,6 +169,7 @@ mod tests {
                 ..Default::default()
             }),
             window: None,
+            gpu_time: None,
         }
     }
 
@@ -204,6 +229,7 @@ mod tests {
                     pcie_replays: None,
                     nvlink_errors: None,
                     clocks: None,
+                    gpu_wait: None,
                 });
                 x
             })

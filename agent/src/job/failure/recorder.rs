@@ -7,6 +7,7 @@ use crate::flight_recorder::{
 use crate::job::run_dir::write_json;
 use crate::job::session::meeting::Meeting;
 use crate::job::spec::Job;
+use crate::job::straggler::gpu_dumps::DumpPlaces;
 use crate::status::JobStatus;
 use crate::store::StoreError;
 use std::collections::BTreeMap;
@@ -33,8 +34,124 @@ pub fn recorder_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
             env.insert(name.into(), value.into());
         }
     }
+    if gpu_timed(p) {
+        env.extend(timing_vars(p, attempt_dir));
+    }
     env
 }
+
+/// The ranks time their collectives for the GPU straggler rule: `--gpu-timing on`,
+/// the straggler watch on, and GPUs to time.
+pub fn gpu_timed(p: &Job) -> bool {
+    p.gpu_timing && p.straggler_window.is_some() && p.gpu_of(0).is_some()
+}
+
+/// Where each rank's dump pipe is (`<prefix><rank>.pipe`): the user's, else
+/// `<attempt dir>/fr-pipe/rank_`.
+pub fn pipe_prefix(p: &Job, attempt_dir: &Path) -> PathBuf {
+    PIPE_VARS
+        .iter()
+        .find_map(|v| p.inherited_env.get(*v))
+        .map(PathBuf::from)
+        .unwrap_or_else(|| attempt_dir.join("fr-pipe").join("rank_"))
+}
+
+/// What makes the ranks time their collectives and dump on a write to their pipe,
+/// each unless the user set it: the timing, the pipe (both names: torch 2.11 reads
+/// TORCH_NCCL_DEBUG_INFO_PIPE_FILE, later releases TORCH_FR_DEBUG_INFO_PIPE_FILE),
+/// and the buffer size under the name the pipe needs (torch 2.11 opens no pipe
+/// without TORCH_NCCL_TRACE_BUFFER_SIZE).
+fn timing_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
+    let user = |k: &str| p.inherited_env.get(k);
+    let mut env = BTreeMap::new();
+    if user(TIMING_VAR).is_none() {
+        env.insert(TIMING_VAR.into(), "1".into());
+    }
+    if PIPE_VARS.iter().all(|v| user(v).is_none()) {
+        let prefix = pipe_prefix(p, attempt_dir).display().to_string();
+        for v in PIPE_VARS {
+            env.insert(v.into(), prefix.clone());
+        }
+    }
+    if user(PIPE_BUFFER_VAR).is_none() {
+        let size = user(RECORDER_DEFAULTS[0].0).map_or(RECORDER_DEFAULTS[0].2, |s| s.as_str());
+        env.insert(PIPE_BUFFER_VAR.into(), size.into());
+    }
+    env
+}
+
+/// The dry run's line on the GPU timing: what the ranks get, the user's values it
+/// keeps, or why it is off.
+pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
+    let user = |k: &str| p.inherited_env.get(k);
+    let off = |why: &str| format!("off ({why})");
+    if !p.gpu_timing {
+        return off("--gpu-timing off");
+    }
+    if p.straggler_window.is_none() {
+        return off("--stragglers off");
+    }
+    if p.gpu_of(0).is_none() {
+        return off("no GPU: the stacks name the straggler");
+    }
+    if !p.flight_recorder {
+        return off("--flight-recorder off");
+    }
+    if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
+        return off(&format!(
+            "your flight-recorder prefix {prefix}: toporun leaves the recorder to you"
+        ));
+    }
+    let set = timing_vars(p, attempt_dir);
+    let kept: Vec<String> = [TIMING_VAR, PIPE_BUFFER_VAR, PIPE_VARS[0], PIPE_VARS[1]]
+        .iter()
+        .filter_map(|k| Some(format!("{k}={}", user(k)?)))
+        .collect();
+    let mut line = format!(
+        "on, a dump every {}s read for the straggler: {}",
+        gpu_dump_places(p, attempt_dir, Some(attempt_dir)).map_or(0, |d| d.every.as_secs()),
+        set.iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    if !kept.is_empty() {
+        line.push_str(&format!("; yours kept: {}", kept.join(" ")));
+    }
+    if user(TIMING_VAR).is_some_and(|v| v.trim() == "0") {
+        line.push_str(" (your TORCH_NCCL_ENABLE_TIMING=0: no GPU time to read, the stacks decide)");
+    }
+    line
+}
+
+/// Where the straggler's dumps are asked for and read, where the ranks are timed:
+/// every twelfth of the window (4 dumps a third), between 2 and 10 s.
+pub fn gpu_dump_places(p: &Job, attempt_dir: &Path, fr_dir: Option<&Path>) -> Option<DumpPlaces> {
+    let span = p.straggler_window?;
+    if !gpu_timed(p) {
+        return None;
+    }
+    let dump_prefix = match p.inherited_env.get(DUMP_PREFIX_VAR) {
+        Some(user) => PathBuf::from(user),
+        None => fr_dir?.join("rank_"),
+    };
+    Some(DumpPlaces {
+        pipe_prefix: pipe_prefix(p, attempt_dir),
+        dump_prefix,
+        taken: attempt_dir.join("fr-sampled"),
+        every: (span / 12).clamp(Duration::from_secs(2), Duration::from_secs(10)),
+    })
+}
+
+/// ProcessGroupNCCL times each collective on the GPU (its entries' `duration_ms`).
+pub const TIMING_VAR: &str = "TORCH_NCCL_ENABLE_TIMING";
+/// The dump pipe's prefix, by its torch 2.11 name and its later one.
+pub const PIPE_VARS: [&str; 2] = [
+    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
+    "TORCH_FR_DEBUG_INFO_PIPE_FILE",
+];
+/// The buffer size the pipe needs set under this name (torch 2.11).
+pub const PIPE_BUFFER_VAR: &str = "TORCH_NCCL_TRACE_BUFFER_SIZE";
 
 /// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
 /// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
@@ -59,6 +176,11 @@ pub fn flight_recorder_env(
     let dir = attempt_dir.join("fr");
     if std::fs::create_dir_all(&dir).is_err() {
         return None;
+    }
+    if gpu_timed(p) {
+        if let Some(pipes) = pipe_prefix(p, attempt_dir).parent() {
+            let _ = std::fs::create_dir_all(pipes);
+        }
     }
     env.extend(recorder_vars(p, attempt_dir));
     let cache_root = p

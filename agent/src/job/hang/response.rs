@@ -10,6 +10,7 @@ use crate::job::run_dir::write_json;
 use crate::job::session::Session;
 use crate::job::spec::{HangWatch, Job, NodePlace};
 use crate::job::straggler;
+use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
 use crate::job::straggler::tracker::{Decide as StragglerDecide, NodeSeat, Tracker};
 use crate::paths::Root;
 use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
@@ -28,6 +29,7 @@ pub fn watch_hangs(
     node: &NodePlace,
     (live, left, tails): (&LiveRanks, LeftRanks, watch::RankTails),
     status: &JobStatus,
+    gpu_dumps: Option<GpuDumps>,
 ) -> (
     watch::Watcher,
     Vec<tokio::task::JoinHandle<()>>,
@@ -53,7 +55,7 @@ pub fn watch_hangs(
     let tracker = p.straggler_window.map(|span| {
         let (t, task) = straggler_tracker(p, session, node, status, span);
         tasks.extend(task);
-        t
+        t.with_gpu_dumps(gpu_dumps)
     });
     (
         watch::start(
@@ -111,6 +113,8 @@ pub struct AfterHang {
     pub ranks: LiveRanks,
     /// Stock ProcessGroupNCCL's monitor looks for `exception_dump`.
     pub monitor_polls: bool,
+    /// Stops the straggler's dumps while the ranks dump for the hang.
+    pub dumps_paused: DumpsPaused,
 }
 
 /// How long a hang stop waits for the ranks' flight-recorder dumps: as long as torch
@@ -137,6 +141,7 @@ impl AfterHang {
     /// and then ends the ranks: only done when they are to be stopped anyway.
     async fn ask_for_dumps(&self, r: &HangReport) {
         let Some(dir) = &self.fr_dir else { return };
+        self.dumps_paused.pause();
         if !self.monitor_polls {
             return;
         }

@@ -3,9 +3,12 @@
 //! and what its process and GPU use are kept over a window (`tracker`); in
 //! synchronous training the rank that waits least is the one the others wait for.
 //! One node decides alone; on several, each publishes its rows in the workers'
-//! store and the store's host decides for the job (`exchange`).
+//! store and the store's host decides for the job (`exchange`). Under NCCL each
+//! rank's GPU time inside collectives comes from its flight recorder, dumped while
+//! it trains (`gpu_dumps`).
 
 pub mod exchange;
+pub mod gpu_dumps;
 pub mod tracker;
 
 pub use tracker::{Decide as StragglerDecide, NodeSeat, Tracker};

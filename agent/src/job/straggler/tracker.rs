@@ -2,6 +2,7 @@
 //! this node's rows for `toporun top`, `/status` and `/metrics`, and (on one node)
 //! the straggler finding said as it changes.
 
+use super::gpu_dumps::GpuDumps;
 use crate::paths::Root;
 use crate::probe::gpu_clocks::GpuClocks;
 use crate::probe::rank_usage;
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use toporun_shared::root_cause::native_crash::where_sampled;
 use toporun_shared::stacks::activity::{classify, Activity, Backward};
-use toporun_shared::stacks::rank_window::{GpuNow, RankWindow, Reading, Throttling};
+use toporun_shared::stacks::rank_window::{GpuNow, GpuReading, RankWindow, Reading, Throttling};
 use toporun_shared::stacks::standing::{standing, Standing};
 use toporun_shared::stacks::straggler::{RankRow, Verdicts};
 use toporun_shared::stacks::{RankStack, ThreadStack};
@@ -50,6 +51,8 @@ pub struct Tracker {
     nccl: HashMap<i32, (bool, Instant)>,
     /// Lines of the ranks' code, read once each.
     lines: SourceLines,
+    /// The ranks' flight-recorder dumps taken while they train (NCCL, timed).
+    gpu: Option<GpuDumps>,
 }
 
 /// How often a rank not yet seen with ProcessGroupNCCL is looked at again.
@@ -85,6 +88,25 @@ impl Tracker {
             root,
             nccl: HashMap::new(),
             lines: SourceLines::default(),
+            gpu: None,
+        }
+    }
+
+    /// Reads each rank's GPU time inside collectives from `dumps` too.
+    pub fn with_gpu_dumps(mut self, dumps: Option<GpuDumps>) -> Tracker {
+        self.gpu = dumps;
+        self
+    }
+
+    /// The GPU times of the dumps that came in, into each rank's window.
+    fn take_gpu_times(&mut self, at: Duration, live: &[RankPid]) {
+        let Some(g) = self.gpu.as_mut() else { return };
+        for time in g.tick(live) {
+            let span = self.span;
+            self.windows
+                .entry(time.rank)
+                .or_insert_with(|| RankWindow::new(span))
+                .push_gpu(GpuReading { at, time });
         }
     }
 
@@ -129,6 +151,7 @@ impl Tracker {
             .retain(|rank, _| live.iter().any(|r| r.rank == *rank));
         self.cpu_stats
             .retain(|pid, _| live.iter().any(|r| r.pid == *pid));
+        self.take_gpu_times(at, live);
         let throttling = self.throttling(live);
         let gpus: Vec<u32> = live
             .iter()
@@ -253,6 +276,7 @@ fn row(seat: &NodeSeat, r: &RankPid, gpu: Option<u32>, w: &RankWindow) -> RankRo
         rss_bytes: last.and_then(|x| x.rss_bytes),
         gpu_now: last.and_then(|x| x.gpu.clone()),
         window: w.summary(),
+        gpu_time: w.gpu_last().cloned(),
     }
 }
 

@@ -1,0 +1,45 @@
+//! Real flight-recorder dumps taken while a 2-rank NCCL job trained (2x H200, torch
+//! 2.11, TORCH_NCCL_ENABLE_TIMING=1, through TORCH_NCCL_DEBUG_INFO_PIPE_FILE; the job
+//! is `scripts/gpu_nccl_straggler.sh`'s `slow`: rank 1 runs 3x the matmuls of rank 0).
+
+use flate2::read::GzDecoder;
+use std::io::Read;
+use toporun_shared::flight_recorder::{gpu_times, parse, Dump};
+
+fn dump(rank: u32) -> Dump {
+    let f = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../tests/fixtures/device/nccl-straggler-h200x2/rank_{rank}.pkl.gz"
+    ));
+    let mut bytes = Vec::new();
+    GzDecoder::new(std::fs::File::open(f).unwrap())
+        .read_to_end(&mut bytes)
+        .unwrap();
+    parse(rank, &bytes).unwrap()
+}
+
+#[test]
+fn the_fast_rank_waits_inside_its_collectives_for_the_slow_one() {
+    let d = [dump(0), dump(1)];
+    assert_eq!(d[0].group_sizes.get("0"), Some(&2));
+    let e = &d[0].entries[0];
+    assert!(e.time_created_ns > 1_700_000_000_000_000_000, "{e:?}");
+    assert_eq!(e.bytes.map(|b| b.input), Some(4 << 20), "{e:?}");
+    let t = gpu_times(&d);
+    assert_eq!(t.len(), 2);
+    let (fast, slow) = (t[0].share(), t[1].share());
+    assert!((0.5..0.7).contains(&fast), "rank 0: {fast}");
+    assert!((0.1..0.25).contains(&slow), "rank 1: {slow}");
+    // The same collectives on both ranks, over ~1.2 s of each rank's clock.
+    assert!(t[0].timed.abs_diff(t[1].timed) < 20, "{t:?}");
+    assert!((1.0e9..1.4e9).contains(&(t[1].span_ns as f64)), "{t:?}");
+    // The slow rank arrives last and waits least: its all_reduces show what the NVLink
+    // pair moves (4 MiB buckets), the fast rank's include its wait.
+    let bw = |i: usize| {
+        t[i].busbw
+            .iter()
+            .find(|b| b.kind == "all_reduce")
+            .unwrap()
+            .gbps
+    };
+    assert!(bw(1) > 3.0 * bw(0), "{} vs {}", bw(1), bw(0));
+}
