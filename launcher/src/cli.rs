@@ -116,6 +116,19 @@ impl Extra {
     }
 }
 
+/// `--exit-codes`' help, every class from the one table the launch exits by (it
+/// named 1, 80, 81, 82, 124 and 3 while 83, 84 and 85 existed).
+fn exit_codes_help() -> String {
+    let classes: Vec<String> = toporun_shared::root_cause::exit_codes::TABLE
+        .iter()
+        .map(|c| format!("{} {}", c.code, c.what))
+        .collect();
+    format!(
+        "torchrun: torchrun's exit codes; classified: one per cause of a failure, for a podFailurePolicy ({}) [env: TOPORUN_EXIT_CODES]",
+        classes.join("; ")
+    )
+}
+
 fn global_args(cmd: Command) -> Command {
     cmd.arg(
         Arg::new(Extra::Facts.id())
@@ -262,7 +275,7 @@ pub fn launch_command(name: &'static str) -> Command {
                 .long("exit-codes")
                 .value_parser(EnumValueParser::<ExitCodesChoice>::new())
                 .default_value("torchrun")
-                .help("torchrun: torchrun's exit codes; classified: one per cause of a failure (1 the code, 80 a GPU or the node, 81 memory: the OOM killer or /dev/shm, 82 a lost peer, 124 a hang, 3 the gate), for a podFailurePolicy [env: TOPORUN_EXIT_CODES]"),
+                .help(exit_codes_help()),
         )
         .arg(
             Arg::new(Extra::HangTimeout.id())
@@ -559,6 +572,23 @@ mod tests {
             .map(String::from)
             .collect();
         parse_launch(launch_command("torchrun"), &argv)
+    }
+
+    #[test]
+    fn exit_codes_help_names_every_class() {
+        let cmd = launch_command("torchrun");
+        let arg = cmd
+            .get_arguments()
+            .find(|a| a.get_id() == Extra::ExitCodes.id())
+            .unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        for c in toporun_shared::root_cause::exit_codes::TABLE {
+            assert!(
+                help.contains(&format!("{} {}", c.code, c.what)),
+                "{} missing: {help}",
+                c.code
+            );
+        }
     }
 
     #[test]
