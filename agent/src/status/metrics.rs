@@ -8,7 +8,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 use toporun_shared::root_cause::CauseKind;
-use toporun_shared::stacks::top_table::gpu_wait;
 
 type Labels = Vec<(String, String)>;
 
@@ -70,14 +69,10 @@ fn gpu_times(r: &mut Registry, s: &Snapshot, mine: &dyn Fn(u32) -> bool) {
     let busbw: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
     for row in s.top.ranks.iter().filter(|x| mine(x.node_rank)) {
         let rank = ("rank".to_string(), row.rank.to_string());
-        if let Some(w) = gpu_wait(row) {
+        if let Some(w) = row.gpu_wait_share() {
             shares.get_or_create(&vec![rank.clone()]).set(w);
         }
-        let window = row.window.as_ref().and_then(|w| w.gpu_wait.as_ref());
-        let kinds = window
-            .map(|g| &g.busbw)
-            .or_else(|| row.gpu_time.as_ref().map(|t| &t.busbw));
-        for k in kinds.into_iter().flatten() {
+        for k in row.busbw_kinds() {
             busbw
                 .get_or_create(&vec![rank.clone(), ("kind".into(), k.kind.clone())])
                 .set(k.gbps * 1e9);

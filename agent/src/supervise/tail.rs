@@ -48,14 +48,22 @@ impl Tail {
         let over = over.min(q.len());
         q.drain(..over);
         q.extend(bytes);
+        let Ok(mut w) = self.watchdog.lock() else {
+            return;
+        };
+        if w.is_some() {
+            return; // the first timeout is the one kept
+        }
         // The marker's line may straddle reads: look at the new bytes and a line
         // before, whole lines only (a line cut short would give its fields cut).
+        // Copied out rather than made contiguous: that moved the whole 64 KiB ring
+        // at each read of a chatty rank.
         let look = (bytes.len() + 1024).min(q.len());
-        let all = q.make_contiguous();
-        let recent = String::from_utf8_lossy(&all[all.len() - look..]);
+        let recent: Vec<u8> = q.range(q.len() - look..).copied().collect();
+        let recent = String::from_utf8_lossy(&recent);
         let whole = recent.rfind('\n').map_or("", |end| &recent[..end]);
-        if let (Some(t), Ok(mut w)) = (last_timeout(whole), self.watchdog.lock()) {
-            w.get_or_insert(t);
+        if let Some(t) = last_timeout(whole) {
+            *w = Some(t);
         }
     }
 

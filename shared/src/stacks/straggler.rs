@@ -17,7 +17,7 @@
 
 use super::activity::Activity;
 use super::rank_window::{ClockLimit, GpuNow, GpuWait, WindowSummary};
-use crate::flight_recorder::GpuTime;
+use crate::flight_recorder::{GpuTime, KindBusbw};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -58,6 +58,30 @@ pub struct RankRow {
     /// Its GPU's time in collectives as the last flight-recorder dump showed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_time: Option<GpuTime>,
+}
+
+impl RankRow {
+    /// Its GPU wait share over the window, else as the last dump showed it.
+    pub fn gpu_wait_share(&self) -> Option<f64> {
+        match self.window.as_ref().and_then(|w| w.gpu_wait.as_ref()) {
+            Some(g) => Some(g.share),
+            None => self.gpu_time.as_ref().map(GpuTime::share),
+        }
+    }
+
+    /// Each collective kind's bus bandwidth over the window, else the last dump's.
+    pub fn busbw_kinds(&self) -> &[KindBusbw] {
+        match self.window.as_ref().and_then(|w| w.gpu_wait.as_ref()) {
+            Some(g) => &g.busbw,
+            None => self.gpu_time.as_ref().map_or(&[], |t| &t.busbw),
+        }
+    }
+
+    /// One kind's bus bandwidth (GB/s), as [`RankRow::busbw_kinds`].
+    pub fn busbw(&self, kind: &str) -> Option<f64> {
+        let k = self.busbw_kinds().iter().find(|b| b.kind == kind)?;
+        Some(k.gbps)
+    }
 }
 
 /// A rank the others wait for.

@@ -107,8 +107,8 @@ impl TopTable {
             r.pid,
             or_dash(r.now.map(|a| a.short().to_string())),
             or_dash(r.window.as_ref().map(|w| format!("{:.0}%", w.wait * 100.0))),
-            or_dash(gpu_wait(r).map(|w| format!("{:.0}%", w * 100.0))),
-            or_dash(all_reduce_busbw(r).map(|b| format!("{b:.0}"))),
+            or_dash(r.gpu_wait_share().map(|w| format!("{:.0}%", w * 100.0))),
+            or_dash(r.busbw("all_reduce").map(|b| format!("{b:.0}"))),
             or_dash(r.cpu_pct.map(|c| format!("{c:.0}"))),
             or_dash(r.rss_bytes.map(|b| format!("{}M", b >> 20))),
             or_dash(r.gpu.map(|g| g.to_string())),
@@ -117,26 +117,6 @@ impl TopTable {
             or_dash(limits.filter(|l| !l.is_empty())),
         )
     }
-}
-
-/// The GPU wait share over the window, else as the last dump showed it.
-pub fn gpu_wait(r: &RankRow) -> Option<f64> {
-    let window = r.window.as_ref().and_then(|w| w.gpu_wait.as_ref());
-    window
-        .map(|g| g.share)
-        .or_else(|| r.gpu_time.as_ref().map(|t| t.share()))
-}
-
-/// The all_reduce busbw (GB/s) over the window, else as the last dump showed it.
-fn all_reduce_busbw(r: &RankRow) -> Option<f64> {
-    let window = r.window.as_ref().and_then(|w| w.gpu_wait.as_ref());
-    let kinds = window
-        .map(|g| &g.busbw)
-        .or_else(|| r.gpu_time.as_ref().map(|t| &t.busbw))?;
-    kinds
-        .iter()
-        .find(|b| b.kind == "all_reduce")
-        .map(|b| b.gbps)
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -171,6 +151,42 @@ mod tests {
             window: None,
             gpu_time: None,
         }
+    }
+
+    /// Under NCCL with `--gpu-timing on`: each rank's GPU time in collectives and its
+    /// all_reduce busbw, from its last dump until a window is full.
+    #[test]
+    fn timed_ranks_show_their_gpu_wait_and_busbw() {
+        use crate::flight_recorder::{GpuTime, KindBusbw};
+        let mut timed = row(1);
+        timed.gpu_time = Some(GpuTime {
+            rank: 1,
+            span_ns: 1_000_000_000,
+            busy_ns: 170_000_000,
+            timed: 700,
+            busbw: vec![KindBusbw {
+                kind: "all_reduce".into(),
+                gbps: 78.8,
+                count: 600,
+                mean_bytes: 4 << 20,
+            }],
+        });
+        let t = TopTable {
+            window_s: 60,
+            job_wide: false,
+            ranks: vec![row(0), timed],
+            stragglers: Vec::new(),
+            hidden: 0,
+        };
+        let text = t.text();
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[1].contains("GPU WAIT") && lines[1].contains("BUSBW"),
+            "{text}"
+        );
+        let cols = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
+        assert_eq!(&cols(lines[3])[5..8], ["-", "17%", "79"], "{text}");
+        assert_eq!(&cols(lines[2])[5..8], ["-", "-", "-"], "{text}");
     }
 
     #[test]

@@ -107,9 +107,9 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
         .iter()
         .filter_map(|k| Some(format!("{k}={}", user(k)?)))
         .collect();
+    let every = p.straggler_window.map_or(0, |w| dump_every(w).as_secs());
     let mut line = format!(
-        "on, a dump every {}s read for the straggler: {}",
-        gpu_dump_places(p, attempt_dir, Some(attempt_dir)).map_or(0, |d| d.every.as_secs()),
+        "on, a dump every {every}s read for the straggler: {}",
         set.iter()
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
@@ -124,8 +124,13 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
     line
 }
 
-/// Where the straggler's dumps are asked for and read, where the ranks are timed:
-/// every twelfth of the window (4 dumps a third), between 2 and 10 s.
+/// How often the straggler asks for dumps: every twelfth of the window (4 dumps a
+/// third), between 2 and 10 s.
+fn dump_every(window: Duration) -> Duration {
+    (window / 12).clamp(Duration::from_secs(2), Duration::from_secs(10))
+}
+
+/// Where the straggler's dumps are asked for and read, where the ranks are timed.
 pub fn gpu_dump_places(p: &Job, attempt_dir: &Path, fr_dir: Option<&Path>) -> Option<DumpPlaces> {
     let span = p.straggler_window?;
     if !gpu_timed(p) {
@@ -139,7 +144,7 @@ pub fn gpu_dump_places(p: &Job, attempt_dir: &Path, fr_dir: Option<&Path>) -> Op
         pipe_prefix: pipe_prefix(p, attempt_dir),
         dump_prefix,
         taken: attempt_dir.join("fr-sampled"),
-        every: (span / 12).clamp(Duration::from_secs(2), Duration::from_secs(10)),
+        every: dump_every(span),
     })
 }
 

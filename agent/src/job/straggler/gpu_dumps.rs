@@ -207,39 +207,59 @@ mod tests {
         serde_pickle::value_to_vec(&V::Dict(top), Default::default()).unwrap()
     }
 
+    /// A run directory with the pipes of `ranks` held open for reading, as each
+    /// rank's monitor holds its own (non-blocking), and its dump folder.
+    struct Site {
+        dir: tempfile::TempDir,
+        readers: Vec<std::fs::File>,
+    }
+
+    impl Site {
+        fn new(ranks: u32) -> Site {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("pipes")).unwrap();
+            std::fs::create_dir_all(dir.path().join("fr")).unwrap();
+            let readers = (0..ranks)
+                .map(|r| {
+                    let pipe = dir.path().join(format!("pipes/rank_{r}.pipe"));
+                    nix::unistd::mkfifo(&pipe, Mode::from_bits_truncate(0o600)).unwrap();
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(&pipe)
+                        .unwrap()
+                })
+                .collect();
+            Site { dir, readers }
+        }
+
+        fn dumps(&self, paused: DumpsPaused) -> GpuDumps {
+            let places = DumpPlaces {
+                pipe_prefix: self.dir.path().join("pipes/rank_"),
+                dump_prefix: self.dir.path().join("fr/rank_"),
+                taken: self.dir.path().join("fr-sampled"),
+                every: Duration::from_secs(60),
+            };
+            GpuDumps::new(places, paused)
+        }
+
+        fn dump(&self, rank: u32) -> PathBuf {
+            self.dir.path().join(format!("fr/rank_{rank}"))
+        }
+    }
+
     /// Two ranks whose dumps land at different samples: both are matched (measured
     /// on 2x H200: reading each rank's dump at its own tick and moving it aside lost
     /// the first one, and the balanced job showed rank 0's share alone).
     #[test]
     fn dumps_that_land_at_different_samples_are_matched_together() {
-        let d = tempfile::tempdir().unwrap();
-        let (pipes, fr) = (d.path().join("pipes"), d.path().join("fr"));
-        std::fs::create_dir_all(&pipes).unwrap();
-        std::fs::create_dir_all(&fr).unwrap();
-        let mut readers = Vec::new();
-        for r in 0..2 {
-            let pipe = pipes.join(format!("rank_{r}.pipe"));
-            nix::unistd::mkfifo(&pipe, Mode::from_bits_truncate(0o600)).unwrap();
-            readers.push(
-                std::fs::OpenOptions::new()
-                    .read(true)
-                    .custom_flags(libc::O_NONBLOCK)
-                    .open(&pipe)
-                    .unwrap(),
-            );
-        }
-        let places = DumpPlaces {
-            pipe_prefix: pipes.join("rank_"),
-            dump_prefix: fr.join("rank_"),
-            taken: d.path().join("fr-sampled"),
-            every: Duration::from_secs(60),
-        };
-        let mut g = GpuDumps::new(places, DumpsPaused::default());
+        let site = Site::new(2);
+        let mut g = site.dumps(DumpsPaused::default());
         let ranks = [live(0), live(1)];
         assert!(g.tick(&ranks).is_empty(), "asked");
-        std::fs::write(fr.join("rank_0"), pickled(100, 600.0)).unwrap();
+        std::fs::write(site.dump(0), pickled(100, 600.0)).unwrap();
         assert!(g.tick(&ranks).is_empty(), "rank 1's dump is not in yet");
-        std::fs::write(fr.join("rank_1"), pickled(100, 150.0)).unwrap();
+        std::fs::write(site.dump(1), pickled(100, 150.0)).unwrap();
         let t = g.tick(&ranks);
         let shares: Vec<(u32, u32)> = t
             .iter()
@@ -252,49 +272,33 @@ mod tests {
     /// dump that came read and moved out of the folder a failure reads.
     #[test]
     fn a_dump_asked_through_the_pipe_is_read_and_moved_aside() {
-        let d = tempfile::tempdir().unwrap();
-        let (pipes, fr) = (d.path().join("pipes"), d.path().join("fr"));
-        std::fs::create_dir_all(&pipes).unwrap();
-        std::fs::create_dir_all(&fr).unwrap();
-        let pipe = pipes.join("rank_0.pipe");
-        nix::unistd::mkfifo(&pipe, Mode::from_bits_truncate(0o600)).unwrap();
-        // The rank's monitor holds its pipe open for reading, non-blocking.
-        let mut reader = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(&pipe)
-            .unwrap();
-        let places = DumpPlaces {
-            pipe_prefix: pipes.join("rank_"),
-            dump_prefix: fr.join("rank_"),
-            taken: d.path().join("fr-sampled"),
-            every: Duration::from_secs(60),
-        };
+        let mut site = Site::new(1);
         let paused = DumpsPaused::default();
-        let mut g = GpuDumps::new(places, paused.clone());
+        let mut g = site.dumps(paused.clone());
         // Rank 1 has no pipe (gloo, or not initialised): not asked.
         assert!(g.tick(&[live(0), live(1)]).is_empty());
         let mut poked = [0u8; 8];
+        let mut reader = site.readers.remove(0);
         assert_eq!(reader.read(&mut poked).unwrap(), 1, "rank 0's pipe poked");
         // Half a dump (still being written) waits; the whole one is read.
         let bytes = pickled(100, 400.0);
-        std::fs::write(fr.join("rank_0"), &bytes[..bytes.len() / 2]).unwrap();
+        std::fs::write(site.dump(0), &bytes[..bytes.len() / 2]).unwrap();
         assert!(g.tick(&[live(0)]).is_empty());
-        std::fs::write(fr.join("rank_0"), &bytes).unwrap();
+        std::fs::write(site.dump(0), &bytes).unwrap();
         let t = g.tick(&[live(0)]);
         assert_eq!(t.len(), 1, "{t:?}");
         assert!((t[0].share() - 0.4).abs() < 0.01, "{}", t[0].share());
-        assert!(!fr.join("rank_0").exists(), "moved out of the dump folder");
-        assert!(d.path().join("fr-sampled/rank_0").exists());
+        assert!(!site.dump(0).exists(), "moved out of the dump folder");
+        assert!(site.dir.path().join("fr-sampled/rank_0").exists());
         // Not due yet: nothing asked.
         assert!(g.tick(&[live(0)]).is_empty());
         let poked_again = matches!(reader.read(&mut poked), Ok(n) if n > 0);
         assert!(!poked_again, "no second poke before `every`");
         // Paused (a failure reads the dumps): nothing asked, nothing moved.
         paused.pause();
-        std::fs::write(fr.join("rank_0"), &bytes).unwrap();
+        std::fs::write(site.dump(0), &bytes).unwrap();
         g.last = None;
         assert!(g.tick(&[live(0)]).is_empty());
-        assert!(fr.join("rank_0").exists());
+        assert!(site.dump(0).exists());
     }
 }
