@@ -5,9 +5,12 @@
 # (alternating runs, a sub-ms step and a ~60 ms step); then small all_reduces from a
 # CUDA graph, NCCL's defaults against toporun's plan (issue 37). Each stage runs while
 # the call has time (LIMIT, 560 s) and writes into OUT as it goes.
-# Usage (device): scripts/gpu_straggler_proof.sh TOPORUN OUT
+# JOBS (slow balanced; empty: none), COST_ENV (variables for the cost runs only, as
+# TORCH_INCLUDE_STACK_TRACE=0).
+# Usage (device): mkdir -p OUT && scripts/gpu_straggler_proof.sh TOPORUN OUT
 set -uo pipefail
 T=$(readlink -f "$1") OUT=$(readlink -f "$2")
+mkdir -p "$OUT"
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 R=scripts/gpu_nccl_straggler_rank.py LIMIT=${LIMIT:-560}
@@ -23,15 +26,20 @@ named() {  # NAME SECS VAR=VALUE...: a 2-rank job under toporun's defaults, its 
   grep -E "toporun: (straggler|warning)" "$OUT/$name.err" | cut -c1-400 | tee -a "$S"
   cat "$OUT/$name.metrics" >> "$S"
 }
-named slow 70 SLOW_RANK=1 FACTOR=3
-[ "$(left)" -gt 120 ] && named balanced 55
+for j in ${JOBS-slow balanced}; do
+  [ "$(left)" -gt 120 ] || break
+  case $j in
+    slow) named slow 70 SLOW_RANK=1 FACTOR=3 ;;
+    balanced) named balanced 55 ;;
+  esac
+done
 echo "== cost: --gpu-timing on (default) against off, step ms of rank 0, alternating" | tee -a "$S"
 for step in "small SIZE=4096 WORK=2" "large SIZE=8192 WORK=40 BUCKET_MIB=25"; do
   read -r tag vars <<< "$step"
   for run in 1 2 3; do
     for timing in on off; do
       [ "$(left)" -gt 110 ] || break 3
-      ms=$(env $vars SECS=18 timeout 60 "$T" --standalone --nproc-per-node=2 --gpu-timing=$timing $R 2>/dev/null | grep -o 'step_ms [0-9.]*')
+      ms=$(env $vars ${COST_ENV:-} SECS=18 timeout 60 "$T" --standalone --nproc-per-node=2 --gpu-timing=$timing $R 2>/dev/null | grep -o 'step_ms [0-9.]*')
       echo "$tag gpu-timing=$timing run $run: $ms" | tee -a "$S"
     done
   done

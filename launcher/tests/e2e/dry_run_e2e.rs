@@ -247,6 +247,52 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
     assert!(!out.contains("<run dir>/attempt_0/fr/rank_"), "{out}");
 }
 
+/// `--gpu-timing`: off by default (its dumps cost 4-12% at a 61 ms step, 2x H200);
+/// on, every rank gets the timing, both pipe names and the buffer under the name the
+/// pipe needs, and the user's own values are kept and said.
+#[test]
+fn gpu_timing_is_off_by_default_and_keeps_the_users_values() {
+    let host = host("h200x4");
+    let args = ["--facts", &host, "--nproc-per-node=2"];
+    let (code, out, _) = dry(&args);
+    assert_eq!(code, 0);
+    assert!(out.contains("GPU timing: off (--gpu-timing off)"), "{out}");
+    assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING"), "{out}");
+    let on = ["--facts", &host, "--nproc-per-node=2", "--gpu-timing=on"];
+    let (_, out, _) = dry(&on);
+    assert!(out.contains("GPU timing: on, a dump every 5s"), "{out}");
+    for var in [
+        "TORCH_NCCL_ENABLE_TIMING=1",
+        "TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<run dir>/attempt_0/fr-pipe/rank_",
+        "TORCH_FR_DEBUG_INFO_PIPE_FILE=<run dir>/attempt_0/fr-pipe/rank_",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE=2000",
+    ] {
+        assert_eq!(
+            out.matches(&format!("  {var}\n")).count(),
+            2,
+            "{var}: {out}"
+        );
+    }
+    let mine = [
+        ("TORCH_NCCL_ENABLE_TIMING", "0"),
+        ("TORCH_FR_BUFFER_SIZE", "4000"),
+    ];
+    let (_, out, _) = dry_with(&on, &mine);
+    assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING=1"), "{out}");
+    assert_eq!(
+        out.matches("  TORCH_NCCL_TRACE_BUFFER_SIZE=4000\n").count(),
+        2,
+        "{out}"
+    );
+    assert!(
+        out.contains("yours kept: TORCH_NCCL_ENABLE_TIMING=0"),
+        "{out}"
+    );
+    let off = ["--facts", &host, "--gpu-timing=on", "--stragglers=off"];
+    let (_, out, _) = dry(&off);
+    assert!(out.contains("GPU timing: off (--stragglers off)"), "{out}");
+}
+
 #[test]
 fn dry_run_takes_milliseconds() {
     let h = host("p5.48xlarge");

@@ -379,6 +379,38 @@ mod tests {
         assert_eq!(Throttling::parse("usage_usec 9\n"), None);
     }
 
+    /// The GPU wait share weighs each dump by the span it covered, and each third
+    /// of the window has its own (none where no dump fell in it).
+    #[test]
+    fn gpu_wait_is_weighed_by_span_and_kept_per_third() {
+        let mut w = RankWindow::new(Duration::from_secs(30));
+        for s in 0..=30 {
+            w.push(reading(s * 1000, Activity::Compute, "f (a.py:1)", s * 900));
+        }
+        let gpu = |s: u64, span_ms: u64, busy_ms: u64| GpuReading {
+            at: Duration::from_secs(s),
+            time: GpuTime {
+                rank: 0,
+                span_ns: span_ms * 1_000_000,
+                busy_ns: busy_ms * 1_000_000,
+                timed: 100,
+                busbw: Vec::new(),
+            },
+        };
+        // First third: none; second: 60% over 1 s; last: 10% over 3 s.
+        w.push_gpu(gpu(15, 1000, 600));
+        w.push_gpu(gpu(25, 3000, 300));
+        let g = w.summary().unwrap().gpu_wait.unwrap();
+        assert!((g.share - 0.225).abs() < 1e-9, "{g:?}");
+        assert_eq!(g.thirds[0], None);
+        assert!((g.thirds[1].unwrap() - 0.6).abs() < 1e-9, "{g:?}");
+        assert!((g.thirds[2].unwrap() - 0.1).abs() < 1e-9, "{g:?}");
+        assert_eq!((g.dumps, g.covered_s), (2, 4.0));
+        // A dump older than the window leaves it.
+        w.push_gpu(gpu(50, 1000, 500));
+        assert_eq!(w.gpu.len(), 2);
+    }
+
     fn reading(ms: u64, activity: Activity, place: &str, cpu_ms: u64) -> Reading {
         Reading {
             at: Duration::from_millis(ms),
