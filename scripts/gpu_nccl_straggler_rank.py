@@ -4,7 +4,8 @@ BUCKET_MIB each, as DDP does, then reads its loss; rank SLOW_RANK runs FACTOR ti
 matmuls (uneven batches, a slow GPU). CKPT_EVERY s (0: never) every rank pauses
 CKPT_S s in save_checkpoint. Runs SECS s (the ranks agree when to stop: one more
 small all_reduce a step); rank 0 prints the mean step time (ms) of
-the steps after the first 20%, outside the checkpoints."""
+the steps after the first 20%, outside the checkpoints, and with STEP_LOG set writes
+each step's end (s since start) and duration (ms) there, one step a line."""
 import os
 import time
 
@@ -36,7 +37,7 @@ rank = dist.get_rank()
 work = WORK * (FACTOR if rank == SLOW_RANK else 1)
 a = torch.randn(SIZE, SIZE, device="cuda", dtype=torch.bfloat16) / SIZE ** 0.5
 grads = [torch.ones(BUCKET_MIB << 18, device="cuda") for _ in range(BUCKETS)]
-times, start, last_ckpt = [], time.time(), time.time()
+times, ends, start, last_ckpt = [], [], time.time(), time.time()
 # The ranks stop together: a time limit read on each rank alone gave them different
 # step counts, and the last collectives of one rank waited forever (2x H100, first run).
 stop = torch.zeros(1, device="cuda")
@@ -54,7 +55,11 @@ while True:
     if CKPT_EVERY and time.time() - last_ckpt > CKPT_EVERY:
         save_checkpoint({"a": a})
         last_ckpt = time.time()
+    ends.append(time.time() - start)
 kept = times[len(times) // 5:]
 if rank == 0:
     print(f"step_ms {1000 * sum(kept) / len(kept):.3f} steps {len(times)}", flush=True)
+    if env("STEP_LOG"):
+        with open(env("STEP_LOG"), "w") as f:
+            f.writelines(f"{e:.4f} {1000 * d:.3f}\n" for e, d in zip(ends, times))
 dist.destroy_process_group()

@@ -5,8 +5,13 @@
 # (alternating runs, a sub-ms step and a ~60 ms step); then small all_reduces from a
 # CUDA graph, NCCL's defaults against toporun's plan (issue 37). Each stage runs while
 # the call has time (LIMIT, 560 s) and writes into OUT as it goes.
-# JOBS (slow balanced; empty: none), COST_ENV (variables for the cost runs only, as
-# TORCH_INCLUDE_STACK_TRACE=0).
+# JOBS (slow balanced ckpt links; empty: none; ckpt: balanced, every rank pausing 3 s
+# in save_checkpoint every 10 s; links: balanced with 25 MiB buckets and
+# NCCL_P2P_DISABLE=1, the NVLink pair unused), GPU_TIMING (--gpu-timing for the jobs;
+# unset: toporun's default), COST (alternate: mean step time on/off; stalls: each
+# step's time, alternating STALLS variants ("tag|flags|VAR=v,VAR=v", default off and
+# on) of STALL_SECS s (35) at STEP_VARS (the ~60 ms step), the mean from STALL_FROM s
+# (12) and each stall, so a dump's own cost shows; none), COST_ENV (variables for the cost runs only).
 # Usage (device): mkdir -p OUT && scripts/gpu_straggler_proof.sh TOPORUN OUT
 set -uo pipefail
 T=$(readlink -f "$1") OUT=$(readlink -f "$2")
@@ -19,22 +24,47 @@ S=$OUT/summary.txt
 named() {  # NAME SECS VAR=VALUE...: a 2-rank job under toporun's defaults, its straggler lines
   local name=$1 secs=$2; shift 2
   env "$@" SECS="$secs" python3 scripts/timed_run.py $((secs + 40)) "$OUT/$name.out" "$OUT/$name.err" \
-    "$T" --standalone --nproc-per-node=2 --straggler-window=30 --status-port=29555 $R > "$OUT/$name.exit" &
+    "$T" --standalone --nproc-per-node=2 --straggler-window=30 --status-port=29555 \
+    ${GPU_TIMING:+--gpu-timing=$GPU_TIMING} $R > "$OUT/$name.exit" &
   local pid=$!
   sleep $((secs - 5)); curl -s localhost:29555/metrics | grep -E "^toporun_(rank_gpu_wait_share|collective_busbw|rank_wait_share|straggler)" > "$OUT/$name.metrics"
   wait $pid; echo "$name: $(cat "$OUT/$name.exit") $(grep step_ms "$OUT/$name.out")" | tee -a "$S"
-  grep -E "toporun: (straggler|warning)" "$OUT/$name.err" | cut -c1-400 | tee -a "$S"
+  grep -E "toporun: (straggler|warning|slow links|links)" "$OUT/$name.err" | cut -c1-500 | tee -a "$S"
   cat "$OUT/$name.metrics" >> "$S"
 }
 for j in ${JOBS-slow balanced}; do
   [ "$(left)" -gt 120 ] || break
   case $j in
     slow) named slow 70 SLOW_RANK=1 FACTOR=3 ;;
-    balanced) named balanced 55 ;;
+    balanced) named balanced 100 ;;
+    ckpt) named ckpt 70 CKPT_EVERY=10 CKPT_S=3 ;;
+    links) named links 45 NCCL_P2P_DISABLE=1 BUCKET_MIB=25 ;;
   esac
 done
-echo "== cost: --gpu-timing on (default) against off, step ms of rank 0, alternating" | tee -a "$S"
-for step in "small SIZE=4096 WORK=2" "large SIZE=8192 WORK=40 BUCKET_MIB=25"; do
+dumps_seen() {  # LOGDIR: every second while the job runs, when rank 0's last sampled dump landed
+  while sleep 1; do find "$1" -path '*fr-sampled/rank_0' -printf '%T@\n' 2>/dev/null; done
+}
+stalls() {  # each step timed, alternating STALLS variants (tag|flags|env), STALL_SECS s each
+  echo "== stalls: each step timed (steps-*.txt), mean from ${STALL_FROM:-12} s" | tee -a "$S"
+  local args=() v tag flags vars n
+  for round in 1 2; do
+    for v in ${STALLS:-"off|--gpu-timing=off|" "on|--gpu-timing=on|"}; do
+      IFS='|' read -r tag flags vars <<< "$v"
+      tag=$tag-$round
+      [ "$(left)" -gt $((${STALL_SECS:-35} + 40)) ] || break 2
+      dumps_seen "$OUT/logs-$tag" > "$OUT/dumps-$tag.txt" & n=$!
+      env ${STEP_VARS:-SIZE=8192 WORK=40 BUCKET_MIB=25} ${vars//,/ } SECS=${STALL_SECS:-35} \
+        STEP_LOG=$OUT/steps-$tag.txt timeout 90 "$T" --standalone --nproc-per-node=2 \
+        --log-dir "$OUT/logs-$tag" ${flags//,/ } $R > /dev/null 2> "$OUT/stall-$tag.err"
+      kill $n; args+=("$OUT/steps-$tag.txt:$(sort -u "$OUT/dumps-$tag.txt" | grep -c .)")
+    done
+  done
+  python3 scripts/step_stalls.py --from "${STALL_FROM:-12}" "${args[@]}" | tee -a "$S"
+  grep -h "toporun: .*links" "$OUT"/stall-*.err | cut -c1-300 | tee -a "$S"
+}
+[ "${COST:-alternate}" = stalls ] && stalls
+[ "${COST:-alternate}" = alternate ] && echo "== cost: --gpu-timing on against off, step ms of rank 0, alternating" | tee -a "$S"
+[ "${COST:-alternate}" = alternate ] && for step in "small SIZE=4096 WORK=2" "large SIZE=8192 WORK=40 BUCKET_MIB=25"; do
   read -r tag vars <<< "$step"
   for run in 1 2 3; do
     for timing in on off; do
@@ -44,7 +74,7 @@ for step in "small SIZE=4096 WORK=2" "large SIZE=8192 WORK=40 BUCKET_MIB=25"; do
     done
   done
 done
-if [ "$(left)" -gt 60 ]; then
+if [ "${GRAPH_STAGE:-1}" = 1 ] && [ "$(left)" -gt 60 ]; then
   echo "== small all_reduces from a CUDA graph" | tee -a "$S"
   GRAPH=1 RUNS=3 MIB=1,2,4,8 TRIAL_S=0.2 timeout $(($(left) - 5)) bash scripts/gpu_busbw_small.sh "$T" "$OUT" > "$OUT/graph.log" 2>&1
   tail -6 "$OUT/busbw-small-table.txt" >> "$S"

@@ -234,8 +234,8 @@ pub fn launch_command(name: &'static str) -> Command {
             Arg::new(Extra::GpuTiming.id())
                 .long("gpu-timing")
                 .value_parser(EnumValueParser::<OnOff>::new())
-                .default_value("off")
-                .help("on: NCCL ranks time their collectives on the GPU (TORCH_NCCL_ENABLE_TIMING) and dump their flight recorder through a pipe every window/12 s while they train, so that a rank slow on its GPU is named from its GPU time in collectives; off by default: on torch 2.11 the dumps stall the training (measured on 2x H200: a 61 ms step took 64-84 ms, a 0.8 ms step 0.89-1.12 ms); turn it on to find the rank a slow job waits for; your own TORCH_NCCL_* values are kept [env: TOPORUN_GPU_TIMING]"),
+                .default_value("on")
+                .help("on: NCCL ranks time their collectives on the GPU (TORCH_NCCL_ENABLE_TIMING) and dump their flight recorder through a pipe every window/12 s while they train, so that a rank slow on its GPU is named from its GPU time in collectives; measured on 2x H200 (torch 2.11): no step-time cost once the first dump is taken (61.41/61.32 ms a step on, 61.55/61.36 off), the first dump slows some 3 s of steps once; off: no timing, no dumps; your own TORCH_NCCL_* values are kept [env: TOPORUN_GPU_TIMING]"),
         )
         .arg(
             Arg::new(Extra::StopGrace.id())

@@ -2,7 +2,7 @@
 //! the figure comes from. `preflight --measure` compares every measured link with its
 //! class and names the links below `SLOW_FRACTION` of it.
 
-use crate::facts::{Gpu, LinkKind, PcieLink};
+use crate::facts::{Gpu, GpuFacts, LinkKind, PcieLink};
 
 /// A link measured below this fraction of its class is a finding.
 pub const SLOW_FRACTION: f64 = 0.7;
@@ -117,6 +117,23 @@ pub fn pair(a: &Gpu, b: &Gpu, link: LinkKind) -> Option<Reference> {
     }
 }
 
+/// The slowest link between any two of `gpus` (indices into the facts), named with
+/// the pair: what bounds a collective among them. None for fewer than two GPUs or
+/// where a pair has no class figure (its path crosses the CPU).
+pub fn slowest_pair(facts: &GpuFacts, gpus: &[usize]) -> Option<(Reference, usize, usize)> {
+    let mut slowest: Option<(Reference, usize, usize)> = None;
+    for (i, &a) in gpus.iter().enumerate() {
+        for &b in &gpus[i + 1..] {
+            let (ga, gb) = (facts.devices.get(a)?, facts.devices.get(b)?);
+            let r = pair(ga, gb, facts.link(a, b)?)?;
+            if slowest.as_ref().is_none_or(|s| r.gbps < s.0.gbps) {
+                slowest = Some((r, a, b));
+            }
+        }
+    }
+    slowest
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,5 +176,27 @@ mod tests {
         let r = pair(&a, &b, LinkKind::Pix).unwrap();
         assert_eq!(r.class, "PIX (PCIe Gen4 x8)");
         assert!(pair(&a, &b, LinkKind::Sys).is_none());
+    }
+
+    #[test]
+    fn the_slowest_pair_bounds_the_group() {
+        let mut f = GpuFacts {
+            devices: (0..3)
+                .map(|_| gpu("NVIDIA H100 80GB HBM3", 5, 16))
+                .collect(),
+            ..Default::default()
+        };
+        let nv = |n| LinkKind::NvLink(n);
+        f.links = vec![
+            vec![LinkKind::Own, nv(18), nv(18)],
+            vec![nv(18), LinkKind::Own, nv(6)],
+            vec![nv(18), nv(6), LinkKind::Own],
+        ];
+        let (r, a, b) = slowest_pair(&f, &[0, 1, 2]).unwrap();
+        assert_eq!((r.class.as_str(), a, b), ("NV6 (Hopper)", 1, 2));
+        assert_eq!(slowest_pair(&f, &[0, 1]).unwrap().0.class, "NV18 (Hopper)");
+        assert_eq!(slowest_pair(&f, &[0]), None, "one GPU");
+        f.links[0][2] = LinkKind::Sys;
+        assert_eq!(slowest_pair(&f, &[0, 2]), None, "through the CPU");
     }
 }

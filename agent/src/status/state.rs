@@ -52,6 +52,9 @@ pub struct Snapshot {
     /// The ranks the others wait for now (`--straggler-window`), job-wide where
     /// the store's host decides.
     pub stragglers: Vec<Straggler>,
+    /// This node's collectives far below what its links should carry, where they are
+    /// (`--gpu-timing on`, one node).
+    pub slow_links: Option<String>,
     /// `toporun top`'s table (this node's ranks, or the job's).
     #[serde(skip)]
     pub top: TopTable,

@@ -119,7 +119,7 @@ fn rank_time(d: &Dump, group: &str, lo: u64, hi: u64) -> Option<GpuTime> {
         .iter()
         .filter(|e| timed(e) && (start..end).contains(&e.time_created_ns))
         .collect();
-    let busy: u64 = within.iter().filter_map(|e| e.duration_ns).sum();
+    let busy = capped_busy(&within);
     Some(GpuTime {
         rank: d.rank,
         span_ns,
@@ -129,9 +129,26 @@ fn rank_time(d: &Dump, group: &str, lo: u64, hi: u64) -> Option<GpuTime> {
     })
 }
 
+/// The entries' GPU time, each at most what one in a hundred of them reaches: a
+/// pause every rank takes (a checkpoint, an evaluation) is one long wait on the rank
+/// that came back first, a straggler makes its peers wait in many collectives.
+fn capped_busy(within: &[&Entry]) -> u64 {
+    let mut ns: Vec<u64> = within.iter().filter_map(|e| e.duration_ns).collect();
+    ns.sort_unstable();
+    let Some(cap) = ns.get(ns.len() * 99 / 100).or(ns.last()).copied() else {
+        return 0;
+    };
+    ns.iter().map(|n| (*n).min(cap)).sum()
+}
+
+/// The collective kind of an op (`nccl:all_reduce` -> `all_reduce`).
+pub(super) fn kind_of(op: &str) -> &str {
+    op.rsplit(':').next().unwrap_or(op)
+}
+
 /// Bytes each link carries per byte of the collective (nccl-tests' busbw factors)
 /// and the bytes that count, for a group of `n`.
-fn bus_bytes(kind: &str, bytes: super::dump::Bytes, n: u32) -> Option<f64> {
+pub(super) fn bus_bytes(kind: &str, bytes: super::dump::Bytes, n: u32) -> Option<f64> {
     let n = f64::from(n.max(1));
     let share = (n - 1.0) / n;
     Some(match kind {
@@ -156,7 +173,7 @@ fn busbw(entries: &[&Entry], sizes: &BTreeMap<String, u32>) -> Vec<KindBusbw> {
             continue;
         };
         let moved = b.input.max(b.output);
-        let kind = e.op.rsplit(':').next().unwrap_or(&e.op);
+        let kind = kind_of(&e.op);
         let n = sizes.get(&e.group).copied().unwrap_or(2);
         let Some(bus) = bus_bytes(kind, b, n).filter(|_| moved >= MIN_BUSBW_BYTES && ns > 0) else {
             continue;
@@ -203,6 +220,25 @@ mod tests {
             entries,
             group_sizes: [("0".to_string(), 2)].into(),
         }
+    }
+
+    #[test]
+    fn one_long_wait_is_a_pause_not_a_share() {
+        // Both ranks pause (a checkpoint) and rank 1 comes back 300 ms before rank 0:
+        // its next collective waits 300 ms, in a span of 1000 collectives.
+        let mut paused = dump(1, 0, 1000, 150);
+        paused.entries[500].duration_ns = Some(300_000_000);
+        let t = gpu_times(&[dump(0, 0, 1000, 150), paused]);
+        assert!((t[1].share() - 0.15).abs() < 0.01, "{}", t[1].share());
+        // A straggler makes one collective in six wait (DDP's first bucket): kept.
+        let mut waits = dump(0, 0, 600, 150);
+        waits
+            .entries
+            .iter_mut()
+            .step_by(6)
+            .for_each(|e| e.duration_ns = Some(3_000_000));
+        let t = gpu_times(&[waits, dump(1, 0, 600, 150)]);
+        assert!(t[0].share() > 0.6, "{}", t[0].share());
     }
 
     #[test]

@@ -11,6 +11,7 @@ use crate::job::session::Session;
 use crate::job::spec::{HangWatch, Job, NodePlace};
 use crate::job::straggler;
 use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
+use crate::job::straggler::link_watch::LinkWatch;
 use crate::job::straggler::tracker::{Decide as StragglerDecide, NodeSeat, Tracker};
 use crate::paths::Root;
 use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
@@ -20,6 +21,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::sync::mpsc;
+use toporun_shared::flight_recorder::LinkModel;
+use toporun_shared::link_reference;
 
 /// Starts sampling the ranks and, on several nodes, the job-wide hang
 /// (--hang-timeout) and straggler decisions; the hangs found come on the receiver.
@@ -55,7 +58,8 @@ pub fn watch_hangs(
     let tracker = p.straggler_window.map(|span| {
         let (t, task) = straggler_tracker(p, session, node, status, span);
         tasks.extend(task);
-        t.with_gpu_dumps(gpu_dumps)
+        let links = gpu_dumps.as_ref().and_then(|_| link_watch(p, node));
+        t.with_gpu_dumps(gpu_dumps, links)
     });
     (
         watch::start(
@@ -98,6 +102,31 @@ fn straggler_tracker(
     let clocks = Box::new(crate::probe::gpu_clocks::NvmlClocks::default());
     let t = Tracker::new(p.root.clone(), span, seat, clocks, decide, status.clone());
     (t, task)
+}
+
+/// The watch on this node's links, where the job is this node alone (a collective
+/// across nodes is bounded by links toporun cannot see from here) and its GPUs are
+/// joined by links of a known class.
+fn link_watch(p: &Job, node: &NodePlace) -> Option<LinkWatch> {
+    if node.nnodes != 1 {
+        return None;
+    }
+    let n = p.cuda_gpus.len().max(1);
+    let mut gpus: Vec<usize> = (0..p.nproc as usize)
+        .filter_map(|l| p.cuda_gpus.get(l % n).copied())
+        .collect();
+    gpus.sort_unstable();
+    gpus.dedup();
+    let (r, a, b) = link_reference::slowest_pair(&p.facts.gpus, &gpus)?;
+    let model = LinkModel {
+        class: format!("{} between GPU {a} and GPU {b}", r.class),
+        gbps: r.gbps,
+    };
+    let host = &p.facts.container.hostname;
+    Some(LinkWatch::new(
+        model,
+        format!("node {} on {host}", node.node_rank),
+    ))
 }
 
 /// What a hang found during the attempt leads to, before any rank is stopped.

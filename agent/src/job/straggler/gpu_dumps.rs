@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use toporun_shared::flight_recorder::{gpu_times, parse, Dump, GpuTime};
+use toporun_shared::flight_recorder::{parse, Dump};
 
 /// Set while a failure or a hang stop reads the ranks' own dumps.
 #[derive(Debug, Clone, Default)]
@@ -74,9 +74,9 @@ impl GpuDumps {
         }
     }
 
-    /// At each sample: the GPU times of the dumps asked for, once they are in; else a
-    /// new ask when one is due.
-    pub fn tick(&mut self, live: &[RankPid]) -> Vec<GpuTime> {
+    /// At each sample: the dumps asked for, once they are in; else a new ask when one
+    /// is due.
+    pub fn tick(&mut self, live: &[RankPid]) -> Vec<Dump> {
         if self.paused.paused() {
             return Vec::new();
         }
@@ -88,8 +88,7 @@ impl GpuDumps {
             }
             self.asked = None;
             self.last = Some(Instant::now());
-            let dumps: Vec<Dump> = std::mem::take(&mut self.got).into_values().collect();
-            return gpu_times(&dumps);
+            return std::mem::take(&mut self.got).into_values().collect();
         }
         if self.last.is_none_or(|t| t.elapsed() >= self.places.every) {
             self.ask(live);
@@ -164,6 +163,7 @@ mod tests {
     use super::*;
     use nix::sys::stat::Mode;
     use std::io::Read;
+    use toporun_shared::flight_recorder::gpu_times;
 
     fn live(rank: u32) -> RankPid {
         RankPid {
@@ -260,7 +260,7 @@ mod tests {
         std::fs::write(site.dump(0), pickled(100, 600.0)).unwrap();
         assert!(g.tick(&ranks).is_empty(), "rank 1's dump is not in yet");
         std::fs::write(site.dump(1), pickled(100, 150.0)).unwrap();
-        let t = g.tick(&ranks);
+        let t = gpu_times(&g.tick(&ranks));
         let shares: Vec<(u32, u32)> = t
             .iter()
             .map(|t| (t.rank, (t.share() * 100.0).round() as u32))
@@ -285,7 +285,7 @@ mod tests {
         std::fs::write(site.dump(0), &bytes[..bytes.len() / 2]).unwrap();
         assert!(g.tick(&[live(0)]).is_empty());
         std::fs::write(site.dump(0), &bytes).unwrap();
-        let t = g.tick(&[live(0)]);
+        let t = gpu_times(&g.tick(&[live(0)]));
         assert_eq!(t.len(), 1, "{t:?}");
         assert!((t[0].share() - 0.4).abs() < 0.01, "{}", t[0].share());
         assert!(!site.dump(0).exists(), "moved out of the dump folder");

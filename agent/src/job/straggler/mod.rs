@@ -5,10 +5,12 @@
 //! One node decides alone; on several, each publishes its rows in the workers'
 //! store and the store's host decides for the job (`exchange`). Under NCCL each
 //! rank's GPU time inside collectives comes from its flight recorder, dumped while
-//! it trains (`gpu_dumps`).
+//! it trains (`gpu_dumps`); the same dumps show whether its links carry what they
+//! should (`link_watch`).
 
 pub mod exchange;
 pub mod gpu_dumps;
+pub mod link_watch;
 pub mod tracker;
 
 pub use tracker::{Decide as StragglerDecide, NodeSeat, Tracker};

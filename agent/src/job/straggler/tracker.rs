@@ -3,6 +3,7 @@
 //! the straggler finding said as it changes.
 
 use super::gpu_dumps::GpuDumps;
+use super::link_watch::LinkWatch;
 use crate::paths::Root;
 use crate::probe::gpu_clocks::GpuClocks;
 use crate::probe::rank_usage;
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+use toporun_shared::flight_recorder::gpu_times;
 use toporun_shared::root_cause::native_crash::where_sampled;
 use toporun_shared::stacks::activity::{classify, Activity, Backward};
 use toporun_shared::stacks::rank_window::{GpuNow, GpuReading, RankWindow, Reading, Throttling};
@@ -53,6 +55,8 @@ pub struct Tracker {
     lines: SourceLines,
     /// The ranks' flight-recorder dumps taken while they train (NCCL, timed).
     gpu: Option<GpuDumps>,
+    /// This node's links, judged from the same dumps (one node, GPUs on known links).
+    links: Option<LinkWatch>,
 }
 
 /// How often a rank not yet seen with ProcessGroupNCCL is looked at again.
@@ -89,19 +93,29 @@ impl Tracker {
             nccl: HashMap::new(),
             lines: SourceLines::default(),
             gpu: None,
+            links: None,
         }
     }
 
-    /// Reads each rank's GPU time inside collectives from `dumps` too.
-    pub fn with_gpu_dumps(mut self, dumps: Option<GpuDumps>) -> Tracker {
+    /// Reads each rank's GPU time inside collectives from `dumps` too, and where
+    /// `links` is given, watches this node's links from them.
+    pub fn with_gpu_dumps(mut self, dumps: Option<GpuDumps>, links: Option<LinkWatch>) -> Tracker {
         self.gpu = dumps;
+        self.links = links;
         self
     }
 
-    /// The GPU times of the dumps that came in, into each rank's window.
+    /// The GPU times of the dumps that came in, into each rank's window; the links
+    /// judged from them.
     fn take_gpu_times(&mut self, at: Duration, live: &[RankPid]) {
         let Some(g) = self.gpu.as_mut() else { return };
-        for time in g.tick(live) {
+        let dumps = g.tick(live);
+        if let Some(line) = self.links.as_mut().and_then(|w| w.observe(&dumps)) {
+            crate::console::say!("{line}");
+            let now = self.links.as_ref().and_then(LinkWatch::current);
+            self.status.update(|x| x.slow_links = now);
+        }
+        for time in gpu_times(&dumps) {
             let span = self.span;
             self.windows
                 .entry(time.rank)

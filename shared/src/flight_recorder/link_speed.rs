@@ -1,0 +1,217 @@
+//! How fast the links carried the job's collectives, against what they should give.
+//! A collective's GPU time on the rank that arrived last is its transfer: the others
+//! wait inside the kernel first. So each collective that every dump holds counts at
+//! its shortest duration, and a straggler does not read as a slow link. The
+//! expectation is a fixed latency plus the bytes over the slowest link's class
+//! bandwidth, as NCCL models a ring: on 2x H100 NV18 it gives 148, 276 and 314 GB/s
+//! at 8 MiB, 64 MiB and 1 GiB where all_reduce measured 165, 267 and 330
+//! (tests/fixtures/device/full-node-h100x2); the same GPUs with P2P off measured
+//! 26 GB/s, a tenth.
+
+use super::dump::Dump;
+use super::gpu_time::{bus_bytes, kind_of, MIN_BUSBW_BYTES};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// The slowest link the collectives cross, as its class names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkModel {
+    /// "NV18 (Hopper) between GPU 0 and GPU 1".
+    pub class: String,
+    /// What one direction of it carries (GB/s).
+    pub gbps: f64,
+}
+
+/// A collective's fixed cost on the GPU before its bytes move (ns).
+const LATENCY_NS: f64 = 30_000.0;
+/// The share of the class bandwidth a collective's ring reaches.
+const EFFICIENCY: f64 = 0.85;
+/// Collectives below this fraction of the model are carried by slower links than the
+/// class: a link down to PCIe or P2P off carries about a tenth.
+pub const SLOW_LINKS: f64 = 1.0 / 3.0;
+/// Fewer collectives say nothing of the links.
+const MIN_COLLECTIVES: u32 = 20;
+
+/// One collective kind's busbw over the collectives every dump holds, taken at each
+/// collective's shortest GPU time, and what the model gives for the same bytes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkSpeed {
+    pub kind: String,
+    pub count: u32,
+    /// Bytes moved per collective, on average.
+    pub mean_bytes: u64,
+    pub gbps: f64,
+    pub expected_gbps: f64,
+}
+
+impl LinkSpeed {
+    /// Enough collectives ran far below what the links should carry.
+    pub fn slow(&self) -> bool {
+        self.count >= MIN_COLLECTIVES && self.gbps < self.expected_gbps * SLOW_LINKS
+    }
+}
+
+/// Per kind: (bus bytes, shortest ns, model ns, count, bytes moved).
+type Sums = (f64, u64, f64, u32, u64);
+/// One collective: (kind, bus bytes, bytes moved, shortest ns, dumps holding it).
+type Seen<'a> = (&'a str, f64, u64, u64, usize);
+
+/// The link speed of each collective kind the dumps share, against `model`.
+pub fn link_speeds(dumps: &[Dump], model: &LinkModel) -> Vec<LinkSpeed> {
+    let mut seen: BTreeMap<(&str, u64), Seen> = BTreeMap::new();
+    for d in dumps {
+        for e in d.entries.iter().filter(|e| !e.is_p2p) {
+            let (Some(b), Some(ns)) = (e.bytes, e.duration_ns.filter(|n| *n > 0)) else {
+                continue;
+            };
+            let moved = b.input.max(b.output);
+            let n = d.group_sizes.get(&e.group).copied().unwrap_or(2);
+            let kind = kind_of(&e.op);
+            let Some(bus) = bus_bytes(kind, b, n).filter(|_| moved >= MIN_BUSBW_BYTES) else {
+                continue;
+            };
+            let c = seen
+                .entry((e.group.as_str(), e.collective_seq_id))
+                .or_insert((kind, bus, moved, ns, 0));
+            (c.3, c.4) = (c.3.min(ns), c.4 + 1);
+        }
+    }
+    let mut by: BTreeMap<&str, Sums> = BTreeMap::new();
+    for (kind, bus, moved, ns, held) in seen.into_values() {
+        if held < dumps.len() {
+            continue;
+        }
+        let s = by.entry(kind).or_default();
+        s.0 += bus;
+        s.1 += ns;
+        s.2 += LATENCY_NS + bus / (model.gbps * EFFICIENCY);
+        s.3 += 1;
+        s.4 += moved;
+    }
+    by.into_iter()
+        .map(|(kind, (bus, ns, model_ns, count, moved))| LinkSpeed {
+            kind: kind.to_string(),
+            count,
+            mean_bytes: moved / u64::from(count),
+            gbps: bus / ns as f64,
+            expected_gbps: bus / model_ns,
+        })
+        .collect()
+}
+
+/// The finding for collectives far below their links, or None.
+pub fn slow_links_line(speeds: &[LinkSpeed], model: &LinkModel) -> Option<String> {
+    let s = speeds.iter().find(|s| s.slow())?;
+    Some(format!(
+        "{} of {:.0} MiB run at {:.0} GB/s on the GPU where {} should give about {:.0} GB/s \
+         ({} collectives, each at the rank that waited least): the collectives do not use \
+         that link (NCCL_P2P_DISABLE or NCCL_P2P_LEVEL set, a link down to PCIe, NCCL's \
+         transports in the NCCL report) or share it with other work",
+        s.kind,
+        s.mean_bytes as f64 / f64::from(1 << 20),
+        s.gbps,
+        model.class,
+        s.expected_gbps,
+        s.count,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::flight_recorder::dump::{Bytes, Entry};
+
+    const NV18: f64 = 370.8;
+
+    fn model() -> LinkModel {
+        LinkModel {
+            class: "NV18 (Hopper) between GPU 0 and GPU 1".into(),
+            gbps: NV18,
+        }
+    }
+
+    /// Rank `rank`'s dump: `n` all_reduces of `mib` MiB, the i-th taking `us(i)` us.
+    fn dump(rank: u32, n: u64, mib: u64, us: impl Fn(u64) -> u64) -> Dump {
+        let entries = (0..n)
+            .map(|seq| Entry {
+                group: "0".into(),
+                collective_seq_id: seq,
+                op: "nccl:all_reduce".into(),
+                time_created_ns: 1 + seq,
+                duration_ns: Some(us(seq) * 1000),
+                bytes: Some(Bytes {
+                    input: mib << 20,
+                    output: mib << 20,
+                }),
+                ..Default::default()
+            })
+            .collect();
+        Dump {
+            rank,
+            version: "2.10".into(),
+            entries,
+            group_sizes: [("0".to_string(), 2)].into(),
+        }
+    }
+
+    #[test]
+    fn the_model_matches_nv18_all_reduce_measured_on_h100() {
+        // 2x H100 NV18, tests/fixtures/device/full-node-h100x2: 165, 267, 330 GB/s.
+        for (mib, measured) in [(8, 165.2), (64, 266.9), (1024, 330.0)] {
+            let bus = (mib << 20) as f64; // 2 * (1/2) * bytes for 2 ranks
+            let us = bus / measured / 1000.0;
+            let s = &link_speeds(&[dump(0, 30, mib, |_| us as u64)], &model())[0];
+            let r = s.gbps / s.expected_gbps;
+            assert!((0.85..1.2).contains(&r), "{mib} MiB: {r}");
+            assert!(!s.slow());
+        }
+    }
+
+    #[test]
+    fn each_collective_counts_at_the_rank_that_waited_least() {
+        // 25 MiB at 230 GB/s is 114 us. Rank 0 waits 5 ms in every other one (rank 1
+        // is a straggler there), rank 1 in the others: neither is the link.
+        let fast = |i: u64, r: u64| if i % 2 == r { 5114 } else { 114 };
+        let d = [
+            dump(0, 40, 25, |i| fast(i, 0)),
+            dump(1, 40, 25, |i| fast(i, 1)),
+        ];
+        let s = &link_speeds(&d, &model())[0];
+        assert_eq!((s.count, s.mean_bytes), (40, 25 << 20));
+        assert!((s.gbps - 229.9).abs() < 1.0, "{}", s.gbps);
+        assert!(!s.slow(), "{s:?}");
+        assert_eq!(slow_links_line(std::slice::from_ref(s), &model()), None);
+    }
+
+    #[test]
+    fn collectives_through_the_host_are_named_against_nvlink() {
+        // P2P off on the same H100 pair: 26.5 GB/s at 64 MiB.
+        let us = (64u64 << 20) as f64 / 26.5 / 1000.0;
+        let s = link_speeds(&[dump(0, 30, 64, |_| us as u64)], &model());
+        assert!(s[0].slow(), "{s:?}");
+        let line = slow_links_line(&s, &model()).unwrap();
+        assert!(
+            line.starts_with("all_reduce of 64 MiB run at 27 GB/s on the GPU where NV18 (Hopper) between GPU 0 and GPU 1 should give about 276 GB/s (30 collectives"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn few_or_small_or_unshared_collectives_say_nothing() {
+        let slow = |_| 100_000;
+        assert!(
+            !link_speeds(&[dump(0, 19, 64, slow)], &model())[0].slow(),
+            "19"
+        );
+        assert!(
+            link_speeds(&[dump(0, 30, 0, slow)], &model()).is_empty(),
+            "< 1 MiB"
+        );
+        // Rank 1 holds collectives 30.. only: nothing in common.
+        let mut late = dump(1, 30, 64, slow);
+        late.entries
+            .iter_mut()
+            .for_each(|e| e.collective_seq_id += 30);
+        assert!(link_speeds(&[dump(0, 30, 64, slow), late], &model()).is_empty());
+    }
+}
