@@ -7,7 +7,7 @@
 # the call has time (LIMIT, 560 s) and writes into OUT as it goes.
 # JOBS (slow balanced ckpt links; empty: none; ckpt: balanced, every rank pausing 3 s
 # in save_checkpoint every 10 s; links: balanced with 25 MiB buckets and
-# NCCL_P2P_DISABLE=1, the NVLink pair unused), GPU_TIMING (--gpu-timing for the jobs;
+# NCCL_P2P_DISABLE=1, the NVLink pair unused; control: the same on NVLink), GPU_TIMING (--gpu-timing for the jobs;
 # unset: toporun's default), COST (alternate: mean step time on/off; stalls: each
 # step's time, alternating STALLS variants ("tag|flags|VAR=v,VAR=v", default off and
 # on) of STALL_SECS s (35) at STEP_VARS (the ~60 ms step), the mean from STALL_FROM s
@@ -39,6 +39,7 @@ for j in ${JOBS-slow balanced}; do
     balanced) named balanced 100 ;;
     ckpt) named ckpt 70 CKPT_EVERY=10 CKPT_S=3 ;;
     links) named links 45 NCCL_P2P_DISABLE=1 BUCKET_MIB=25 ;;
+    control) named control 45 BUCKET_MIB=25 ;;
   esac
 done
 dumps_seen() {  # LOGDIR: every second while the job runs, when rank 0's last sampled dump landed
