@@ -61,6 +61,8 @@ pub struct GpuDumps {
     /// so a rank's dump is read at one tick only).
     got: BTreeMap<u32, Dump>,
     last: Option<Instant>,
+    /// Some rank's stack moved since the last ask.
+    moved: bool,
 }
 
 impl GpuDumps {
@@ -71,12 +73,17 @@ impl GpuDumps {
             asked: None,
             got: BTreeMap::new(),
             last: None,
+            moved: true,
         }
     }
 
     /// At each sample: the dumps asked for, once they are in; else a new ask when one
-    /// is due.
-    pub fn tick(&mut self, live: &[RankPid]) -> Vec<Dump> {
+    /// is due and some rank's stack `moved` since the last. Ranks that stand still
+    /// (a hang) are not asked: the dump they write counts as output, and the hang
+    /// watch would read it as progress (2x H200: a rank stuck in a read was never
+    /// reported while it dumped every 5 s).
+    pub fn tick(&mut self, live: &[RankPid], moved: bool) -> Vec<Dump> {
+        self.moved |= moved;
         if self.paused.paused() {
             return Vec::new();
         }
@@ -90,7 +97,8 @@ impl GpuDumps {
             self.last = Some(Instant::now());
             return std::mem::take(&mut self.got).into_values().collect();
         }
-        if self.last.is_none_or(|t| t.elapsed() >= self.places.every) {
+        if self.moved && self.last.is_none_or(|t| t.elapsed() >= self.places.every) {
+            self.moved = false;
             self.ask(live);
         }
         Vec::new()
@@ -256,11 +264,14 @@ mod tests {
         let site = Site::new(2);
         let mut g = site.dumps(DumpsPaused::default());
         let ranks = [live(0), live(1)];
-        assert!(g.tick(&ranks).is_empty(), "asked");
+        assert!(g.tick(&ranks, true).is_empty(), "asked");
         std::fs::write(site.dump(0), pickled(100, 600.0)).unwrap();
-        assert!(g.tick(&ranks).is_empty(), "rank 1's dump is not in yet");
+        assert!(
+            g.tick(&ranks, true).is_empty(),
+            "rank 1's dump is not in yet"
+        );
         std::fs::write(site.dump(1), pickled(100, 150.0)).unwrap();
-        let t = gpu_times(&g.tick(&ranks));
+        let t = gpu_times(&g.tick(&ranks, true));
         let shares: Vec<(u32, u32)> = t
             .iter()
             .map(|t| (t.rank, (t.share() * 100.0).round() as u32))
@@ -276,29 +287,36 @@ mod tests {
         let paused = DumpsPaused::default();
         let mut g = site.dumps(paused.clone());
         // Rank 1 has no pipe (gloo, or not initialised): not asked.
-        assert!(g.tick(&[live(0), live(1)]).is_empty());
+        assert!(g.tick(&[live(0), live(1)], true).is_empty());
         let mut poked = [0u8; 8];
         let mut reader = site.readers.remove(0);
         assert_eq!(reader.read(&mut poked).unwrap(), 1, "rank 0's pipe poked");
         // Half a dump (still being written) waits; the whole one is read.
         let bytes = pickled(100, 400.0);
         std::fs::write(site.dump(0), &bytes[..bytes.len() / 2]).unwrap();
-        assert!(g.tick(&[live(0)]).is_empty());
+        assert!(g.tick(&[live(0)], false).is_empty());
         std::fs::write(site.dump(0), &bytes).unwrap();
-        let t = gpu_times(&g.tick(&[live(0)]));
+        let t = gpu_times(&g.tick(&[live(0)], false));
         assert_eq!(t.len(), 1, "{t:?}");
         assert!((t[0].share() - 0.4).abs() < 0.01, "{}", t[0].share());
         assert!(!site.dump(0).exists(), "moved out of the dump folder");
         assert!(site.dir.path().join("fr-sampled/rank_0").exists());
         // Not due yet: nothing asked.
-        assert!(g.tick(&[live(0)]).is_empty());
+        assert!(g.tick(&[live(0)], false).is_empty());
         let poked_again = matches!(reader.read(&mut poked), Ok(n) if n > 0);
         assert!(!poked_again, "no second poke before `every`");
+        // Due, but no rank's stack moved since the last ask (a hang): nothing asked.
+        g.last = None;
+        assert!(g.tick(&[live(0)], false).is_empty());
+        let poked_still = matches!(reader.read(&mut poked), Ok(n) if n > 0);
+        assert!(!poked_still, "ranks standing still are not asked");
+        assert!(g.tick(&[live(0)], true).is_empty());
+        assert_eq!(reader.read(&mut poked).unwrap(), 1, "moved again: asked");
         // Paused (a failure reads the dumps): nothing asked, nothing moved.
         paused.pause();
         std::fs::write(site.dump(0), &bytes).unwrap();
         g.last = None;
-        assert!(g.tick(&[live(0)]).is_empty());
+        assert!(g.tick(&[live(0)], true).is_empty());
         assert!(site.dump(0).exists());
     }
 }

@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use toporun_shared::flight_recorder::gpu_times;
 use toporun_shared::root_cause::native_crash::where_sampled;
 use toporun_shared::stacks::activity::{classify, Activity, Backward};
+use toporun_shared::stacks::progress::Sample;
 use toporun_shared::stacks::rank_window::{GpuNow, GpuReading, RankWindow, Reading, Throttling};
 use toporun_shared::stacks::standing::{standing, Standing};
 use toporun_shared::stacks::straggler::{RankRow, Verdicts};
@@ -57,6 +58,8 @@ pub struct Tracker {
     gpu: Option<GpuDumps>,
     /// This node's links, judged from the same dumps (one node, GPUs on known links).
     links: Option<LinkWatch>,
+    /// Each rank's last stack signature: the dumps are asked only once one moved.
+    signatures: HashMap<u32, u64>,
 }
 
 /// How often a rank not yet seen with ProcessGroupNCCL is looked at again.
@@ -94,6 +97,7 @@ impl Tracker {
             lines: SourceLines::default(),
             gpu: None,
             links: None,
+            signatures: HashMap::new(),
         }
     }
 
@@ -105,11 +109,25 @@ impl Tracker {
         self
     }
 
+    /// Whether some rank's stack differs from its last sample.
+    fn moved(&mut self, stacks: &[RankStack]) -> bool {
+        let mut moved = false;
+        for s in stacks {
+            let sig = Sample::of(s, 0).signature;
+            moved |= self.signatures.insert(s.rank, sig) != Some(sig);
+        }
+        moved
+    }
+
     /// The GPU times of the dumps that came in, into each rank's window; the links
     /// judged from them.
-    fn take_gpu_times(&mut self, at: Duration, live: &[RankPid]) {
+    fn take_gpu_times(&mut self, at: Duration, live: &[RankPid], stacks: &[RankStack]) {
+        if self.gpu.is_none() {
+            return;
+        }
+        let moved = self.moved(stacks);
         let Some(g) = self.gpu.as_mut() else { return };
-        let dumps = g.tick(live);
+        let dumps = g.tick(live, moved);
         if let Some(line) = self.links.as_mut().and_then(|w| w.observe(&dumps)) {
             crate::console::say!("{line}");
             let now = self.links.as_ref().and_then(LinkWatch::current);
@@ -165,7 +183,9 @@ impl Tracker {
             .retain(|rank, _| live.iter().any(|r| r.rank == *rank));
         self.cpu_stats
             .retain(|pid, _| live.iter().any(|r| r.pid == *pid));
-        self.take_gpu_times(at, live);
+        self.signatures
+            .retain(|rank, _| live.iter().any(|r| r.rank == *rank));
+        self.take_gpu_times(at, live, stacks);
         let throttling = self.throttling(live);
         let gpus: Vec<u32> = live
             .iter()
@@ -352,5 +372,43 @@ mod tests {
             Activity::Collective
         );
         assert_eq!(t.activity(7, &main, Backward::OnDevice), Activity::Compute);
+    }
+
+    /// The dumps are asked only while some rank's stack moves: a hung rank's dump
+    /// would read as output to the hang watch.
+    #[test]
+    fn a_rank_standing_still_has_not_moved() {
+        let seat = NodeSeat {
+            node_rank: 0,
+            host: "h".into(),
+            gpus: HashMap::new(),
+        };
+        let d = tempfile::tempdir().unwrap();
+        let mut t = Tracker::new(
+            Root::at(d.path()),
+            Duration::from_secs(10),
+            seat,
+            Box::new(NoGpus),
+            Decide::Here(Default::default()),
+            JobStatus::default(),
+        );
+        let at = |line: i32| RankStack {
+            rank: 0,
+            local_rank: 0,
+            pid: 7,
+            threads: vec![ThreadStack {
+                thread: Some("MainThread".into()),
+                frames: vec![Frame {
+                    function: "read_next_shard".into(),
+                    file: "/app/train.py".into(),
+                    line,
+                }],
+                idle: false,
+            }],
+            error: None,
+        };
+        assert!(t.moved(&[at(47)]), "first seen");
+        assert!(!t.moved(&[at(47)]), "the same place");
+        assert!(t.moved(&[at(48)]), "another line");
     }
 }
