@@ -2,7 +2,7 @@
 
 use crate::job::error::JobError;
 use crate::job::spec::{Job, NodePlace};
-use crate::supervise::{line_prefix, LogPlan, RankCmd};
+use crate::supervise::{line_prefix, Duplicate, LogPlan, RankCmd};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toporun_shared::torchrun::worker;
@@ -16,6 +16,11 @@ pub fn rank_commands(
 ) -> Result<Vec<RankCmd>, JobError> {
     let job = p.job_env(node, attempt, run_dir);
     let template = p.opts.log_line_prefix_template.as_deref();
+    let attempt_dir = Path::new(&job.attempt_dir);
+    let duplicate = (
+        duplicate_file(p, attempt_dir, false)?,
+        duplicate_file(p, attempt_dir, true)?,
+    );
     node.places
         .iter()
         .map(|place| {
@@ -49,6 +54,7 @@ pub fn rank_commands(
                 dir: &dir,
                 prefix: line_prefix(template, &p.opts.role, place.rank, place.local_rank),
                 watch_stderr: p.watch_stderr,
+                duplicate: (duplicate.0.as_ref(), duplicate.1.as_ref()),
             };
             let (stdout, stderr) = plan.sinks();
             Ok(RankCmd {
@@ -64,4 +70,32 @@ pub fn rank_commands(
             })
         })
         .collect()
+}
+
+/// `attempt_N/filtered_stdout.log` (or stderr's), made empty for the attempt where
+/// filters were given, as torchrun opens it, even if no rank tees that stream.
+fn duplicate_file(
+    p: &Job,
+    attempt_dir: &Path,
+    stderr: bool,
+) -> Result<Option<Duplicate>, JobError> {
+    let needles = p.opts.line_filters.of(stderr);
+    if needles.is_empty() {
+        return Ok(None);
+    }
+    let name = if stderr {
+        "filtered_stderr.log"
+    } else {
+        "filtered_stdout.log"
+    };
+    let file = attempt_dir.join(name);
+    crate::supervise::private_file(&file).map_err(|source| JobError::Path {
+        what: "cannot create",
+        path: file.clone(),
+        source,
+    })?;
+    Ok(Some(Duplicate {
+        needles: needles.to_vec(),
+        file,
+    }))
 }

@@ -13,6 +13,7 @@ use std::sync::mpsc;
 use std::sync::OnceLock;
 
 use super::tail::Tail;
+use toporun_shared::torchrun::line_filters;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sink {
@@ -22,11 +23,13 @@ pub enum Sink {
     Null,
     /// Only to this file (--redirects).
     File(PathBuf),
-    /// To the console with a prefix, and to the file if given (--tee, filters).
+    /// To the console with a prefix, and to the file if given (--tee, filters); the
+    /// lines that match `duplicate` also to its file.
     Prefixed {
         prefix: String,
         file: Option<PathBuf>,
         stderr: bool,
+        duplicate: Option<Duplicate>,
     },
     /// stderr to the console byte for byte, through a pipe toporun reads (the rank's
     /// last exception): the default where toporun's own stderr is no terminal.
@@ -180,16 +183,26 @@ impl Sink {
         let (Some(pipe), true) = (pipe, piped) else {
             return;
         };
-        let (prefix, file, is_err, exact) = match self {
+        let (prefix, file, is_err, exact, duplicate) = match self {
             Sink::Prefixed {
                 prefix,
                 file,
                 stderr,
-            } => (prefix.clone().into_bytes(), file.clone(), *stderr, false),
-            Sink::Watched => (Vec::new(), None, true, true),
+                duplicate,
+            } => (
+                prefix.clone().into_bytes(),
+                file.clone(),
+                *stderr,
+                false,
+                duplicate.clone(),
+            ),
+            Sink::Watched => (Vec::new(), None, true, true, None),
             _ => return,
         };
         let mut log = file.as_ref().and_then(|p| private_file(p).ok());
+        let mut dup = duplicate
+            .as_ref()
+            .and_then(|d| Some((d.needles.clone(), d.open()?)));
         if let Some(t) = &tail {
             t.feeding();
         }
@@ -227,6 +240,12 @@ impl Sink {
                 if !exact && !line.ends_with(b"\n") {
                     line.push(b'\n');
                 }
+                if let Some((needles, f)) = dup.as_mut() {
+                    if line_filters::matches(needles, &buf) {
+                        // One write per line: the node's ranks share the file.
+                        let _ = f.write_all(&line);
+                    }
+                }
                 budget().take(line.len());
                 let _ = tx.send(if is_err {
                     Line::Err(line)
@@ -235,6 +254,23 @@ impl Sink {
                 });
             }
         });
+    }
+}
+
+/// The lines of a tee'd stream that contain any of `needles` go, prefixed, to `file`
+/// too: one file for every rank of the node, each opened to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Duplicate {
+    pub needles: Vec<String>,
+    pub file: PathBuf,
+}
+
+impl Duplicate {
+    fn open(&self) -> Option<File> {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&self.file)
+            .ok()
     }
 }
 
@@ -261,6 +297,8 @@ pub struct LogPlan<'a> {
     pub prefix: String,
     /// stderr shown as is goes through toporun ([`Sink::Watched`]).
     pub watch_stderr: bool,
+    /// The node's filtered stdout and stderr files, where filters were given.
+    pub duplicate: (Option<&'a Duplicate>, Option<&'a Duplicate>),
 }
 
 impl LogPlan<'_> {
@@ -268,6 +306,11 @@ impl LogPlan<'_> {
     pub fn sinks(&self) -> (Sink, Sink) {
         let one = |redirect: bool, tee: bool, name: &str, stderr: bool| {
             let file = self.dir.join(name);
+            let duplicate = if stderr {
+                self.duplicate.1
+            } else {
+                self.duplicate.0
+            };
             if redirect && !tee {
                 Sink::File(file)
             } else if tee {
@@ -276,6 +319,7 @@ impl LogPlan<'_> {
                         prefix: self.prefix.clone(),
                         file: Some(file),
                         stderr,
+                        duplicate: duplicate.cloned(),
                     }
                 } else {
                     Sink::File(file)
@@ -287,6 +331,7 @@ impl LogPlan<'_> {
                     prefix: self.prefix.clone(),
                     file: None,
                     stderr,
+                    duplicate: None,
                 }
             } else if stderr && self.watch_stderr {
                 Sink::Watched
@@ -346,6 +391,7 @@ mod tests {
             dir,
             prefix: "[default0]:".into(),
             watch_stderr: false,
+            duplicate: (None, None),
         };
         assert_eq!(base.sinks(), (Sink::Inherit, Sink::Inherit));
         let watched = LogPlan {
@@ -368,11 +414,32 @@ mod tests {
             tee.sinks().0,
             Sink::Prefixed { file: Some(_), .. }
         ));
+        // Filters apply to the tee'd stream only (torchrun tails the tee'd files).
+        let dup = Duplicate {
+            needles: vec!["loss".into()],
+            file: "/logs/attempt_0/filtered_stdout.log".into(),
+        };
+        let tee_out = LogPlan {
+            tee_err: false,
+            duplicate: (Some(&dup), None),
+            ..tee
+        };
+        let (out, err) = tee_out.sinks();
+        assert!(matches!(out, Sink::Prefixed { duplicate: Some(d), .. } if d == dup));
+        assert!(matches!(
+            err,
+            Sink::Prefixed {
+                file: None,
+                duplicate: None,
+                ..
+            }
+        ));
         let red = LogPlan {
             redirect_out: true,
             tee_out: false,
             tee_err: false,
-            ..tee
+            duplicate: (None, None),
+            ..tee_out
         };
         assert_eq!(red.sinks().0, Sink::File(dir.join("stdout.log")));
         let hidden = LogPlan {

@@ -10,7 +10,7 @@ mod summary;
 mod tail;
 
 pub use events::{Event, Events};
-pub use logs::{drain, line_prefix, LogPlan, Sink};
+pub use logs::{drain, line_prefix, private_file, Duplicate, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{
     dump_error_file, failure_summary, first_failure, leave_termination_message, record_error,

@@ -109,3 +109,83 @@ fn log_line_prefix_template_option() {
     assert_eq!(code, 0);
     assert!(out.contains("<0|0>hi") && out.contains("<1|1>hi"), "{out}");
 }
+
+/// The one file under `dir` named `name`, read as sorted lines (ranks interleave).
+fn lines_of(dir: &std::path::Path, name: &str) -> Vec<String> {
+    let found: Vec<std::path::PathBuf> = walk(dir)
+        .into_iter()
+        .filter(|p| p.file_name().is_some_and(|n| n == name))
+        .collect();
+    assert_eq!(found.len(), 1, "{name} under {}: {found:?}", dir.display());
+    let mut lines: Vec<String> = std::fs::read_to_string(&found[0])
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    lines.sort();
+    lines
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// `--duplicate-stdout-filters` and `--duplicate-stderr-filters`: the tee'd lines that
+/// contain a filter go, prefixed, to `attempt_0/filtered_std{out,err}.log`, the same
+/// lines as torchrun's (`,,` a comma).
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn duplicate_filters_write_the_lines_torchrun_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("train.py");
+    std::fs::write(
+        &script,
+        "import os, sys\nr = os.environ['RANK']\n\
+         for i in range(3):\n    print(f'step {i} loss {i / 2} rank {r}', flush=True)\n\
+         print(f'acc, {r}', flush=True)\nprint('noise', flush=True)\n\
+         print(f'warn: rank {r} slow', file=sys.stderr, flush=True)\n\
+         print('other', file=sys.stderr, flush=True)\n",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    for (name, mut c) in [
+        ("torchrun", Command::new(torchrun())),
+        ("toporun", toporun()),
+    ] {
+        let logs = dir.path().join(name);
+        c.args(["--standalone", "--nproc-per-node=2", "--tee=3"])
+            .arg(format!("--log-dir={}", logs.display()))
+            .args([
+                "--duplicate-stdout-filters=loss,acc,, ",
+                "--duplicate-stderr-filters=warn",
+            ])
+            .arg(&script)
+            .env("PYTHON_EXEC", python());
+        let (code, out, err) = run(&mut c);
+        assert_eq!(code, 0, "{name}: {out}{err}");
+        got.push((
+            lines_of(&logs, "filtered_stdout.log"),
+            lines_of(&logs, "filtered_stderr.log"),
+        ));
+    }
+    let (out, err) = &got[1];
+    assert_eq!(out.len(), 8, "3 losses and 1 acc a rank: {out:?}");
+    assert!(out.contains(&"[default1]:acc, 1".to_string()), "{out:?}");
+    assert_eq!(
+        err,
+        &[
+            "[default0]:warn: rank 0 slow",
+            "[default1]:warn: rank 1 slow"
+        ]
+    );
+    assert_eq!(got[0], got[1], "torchrun's lines, then toporun's");
+}

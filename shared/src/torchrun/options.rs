@@ -146,8 +146,8 @@ pub const OPTIONS: &[OptionDef] = &[
     opt(Opt::LogsSpecs, &["logs-specs", "logs_specs"], "a torchrun.logs_specs entry point name (the default layout is toporun's own)"),
     OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::EventLogHandler, &["event-log-handler", "event_log_handler"], "a Python event handler") },
     flag(Opt::VirtualLocalRank, &["virtual-local-rank", "virtual_local_rank"], "every rank sees only its own GPU: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its device"),
-    OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::DuplicateStdoutFilters, &["duplicate-stdout-filters", "duplicate_stdout_filters"], "Python log filters") },
-    OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::DuplicateStderrFilters, &["duplicate-stderr-filters", "duplicate_stderr_filters"], "Python log filters") },
+    opt(Opt::DuplicateStdoutFilters, &["duplicate-stdout-filters", "duplicate_stdout_filters"], "the tee'd stdout lines containing any of these comma-separated strings (,, for a comma) also go to attempt_N/filtered_stdout.log"),
+    opt(Opt::DuplicateStderrFilters, &["duplicate-stderr-filters", "duplicate_stderr_filters"], "the tee'd stderr lines containing any of these comma-separated strings (,, for a comma) also go to attempt_N/filtered_stderr.log"),
     OptionDef { choices: &["bash", "zsh", "tcsh"], ..opt(Opt::PrintCompletion, &["print-completion", "print_completion"], "print a completion script for this shell and exit") },
 ];
 
@@ -241,12 +241,15 @@ pub struct LaunchOptions {
     /// --logs-specs: a torchrun.logs_specs entry point name that must exist.
     pub logs_specs: Option<String>,
     pub virtual_local_rank: bool,
+    /// --duplicate-stdout-filters, --duplicate-stderr-filters.
+    pub line_filters: LineFilters,
     pub entrypoint: String,
     pub args: Vec<String>,
     /// Words for options accepted but ignored.
     pub notes: Vec<String>,
 }
 
+use super::line_filters::{needles, LineFilters};
 pub use super::values::{seconds, OptionsError, MAX_NODES, MAX_NPROC, MAX_SECS, MAX_WORLD};
 
 /// c10d's default rendezvous port.
@@ -411,6 +414,14 @@ pub fn resolve(
             .or_else(|| env.get("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").cloned()),
         logs_specs: cli.get(&Opt::LogsSpecs).cloned(),
         virtual_local_rank: g.flag(Opt::VirtualLocalRank)?,
+        line_filters: LineFilters {
+            stdout: g
+                .value(Opt::DuplicateStdoutFilters)
+                .map_or_else(Vec::new, |v| needles(&v)),
+            stderr: g
+                .value(Opt::DuplicateStderrFilters)
+                .map_or_else(Vec::new, |v| needles(&v)),
+        },
         shutdown_timeout: match g
             .value(Opt::ShutdownTimeout)
             .or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned())
