@@ -30,7 +30,7 @@ pub enum AttemptEnd {
     Succeeded { barrier: Option<StopReason> },
     /// A local rank failed: `ours` is the stop this node asked for (from
     /// [`failure_stop`]), `won` the one every node acts on (another node may have
-    /// asked first).
+    /// asked first), save a node whose own stop ends its part: it leaves.
     RankFailed { ours: StopReason, won: StopReason },
     /// Another node, the keep-alive check or the file timer stopped the round.
     Stopped(StopReason),
@@ -207,6 +207,16 @@ fn exit(code: u8, say: Option<String>) -> Next {
     }
 }
 
+/// The stop a node whose ranks failed acts on: the one that won, or its own where
+/// that ends its part and the winner would restart.
+pub(crate) fn acted_on<'a>(ours: &'a StopReason, won: &'a StopReason) -> &'a StopReason {
+    if ours.kind == StopKind::Fail && won.kind == StopKind::Restart {
+        ours
+    } else {
+        won
+    }
+}
+
 fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
     match end {
         AttemptEnd::Succeeded { barrier: None } => exit(0, None),
@@ -220,12 +230,18 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
                 )),
             )
         }),
+        // acted_on: the stop that won decides (a node restarting alone after another node's
+        // failure ended the job would wait for the others forever), except that a node
+        // whose own stop ends its part (a GPU fault here) leaves even when another
+        // node's restart won: the others see it gone.
         AttemptEnd::RankFailed { ours, won } => {
-            if won != ours && won.kind == StopKind::Membership {
-                return go_on(won, "restarting this node's ranks", restarts)
-                    .unwrap_or_else(|| exit(1, None));
-            }
-            go_on(ours, "restarting every node's ranks", restarts).unwrap_or(Next::Exit {
+            let acted = acted_on(ours, won);
+            let what = if won == ours {
+                "restarting every node's ranks"
+            } else {
+                "restarting this node's ranks"
+            };
+            go_on(acted, what, restarts).unwrap_or(Next::Exit {
                 code: 1,
                 say: None,
                 summary: true,
@@ -267,7 +283,7 @@ fn class_code(code: u8, end: &AttemptEnd) -> u8 {
         return code;
     }
     let cause = match end {
-        AttemptEnd::RankFailed { won, .. } => won.cause,
+        AttemptEnd::RankFailed { ours, won } => acted_on(ours, won).cause,
         AttemptEnd::Stopped(r) => r.cause,
         AttemptEnd::Succeeded { barrier: Some(r) } => r.cause,
         _ => None,
@@ -410,6 +426,39 @@ mod tests {
         };
         let (step, counted) = after(&end, NONE_LEFT, false);
         assert!(matches!(step, Step::Round { .. }) && !counted, "{step:?}");
+    }
+
+    /// A node whose ranks failed while another node's stop won acts on that stop, as
+    /// every other node does; a node that must not restart leaves.
+    #[test]
+    fn a_rank_failure_follows_the_stop_that_won() {
+        // Ours would restart; another node's failure ended the job first.
+        let end = AttemptEnd::RankFailed {
+            ours: failure_stop(ONE_LEFT, "rank failed", None),
+            won: stop(StopKind::Fail),
+        };
+        let (step, counted) = after(&end, ONE_LEFT, false);
+        let e = exit_of(step);
+        assert_eq!((e.code, e.summary, counted), (1, true, false));
+        // Ours ends this node's part (a GPU fault here); another node's restart won:
+        // this node leaves rather than restart on the faulty GPU.
+        let end = AttemptEnd::RankFailed {
+            ours: failure_stop(ONE_LEFT, "rank failed", Some(CauseKind::Hardware)),
+            won: stop(StopKind::Restart),
+        };
+        let e = exit_of(after(&end, ONE_LEFT, true).0);
+        assert_eq!(
+            e.code,
+            class_of(CauseKind::Hardware).code,
+            "its own cause's class"
+        );
+        // Both restart: the one that won is said.
+        let end = AttemptEnd::RankFailed {
+            ours: failure_stop(ONE_LEFT, "rank failed", None),
+            won: stop(StopKind::Restart),
+        };
+        let (step, counted) = after(&end, ONE_LEFT, false);
+        assert!(matches!(&step, Step::Round { say, .. } if say.contains("node 1")) && counted);
     }
 
     #[test]

@@ -152,7 +152,9 @@ pub async fn rank_failed(
     let mut lead: Vec<String> = found.iter().map(Cause::line).collect();
     lead.extend(collective.map(|c| format!("toporun: flight recorder: {c}")));
     if p.classified {
-        let class = class_of(found.first().map_or(CauseKind::Code, |c| c.kind));
+        // The class the exit code takes: the cause of the stop this node acts on.
+        let acted = transitions::acted_on(&ours, &won);
+        let class = class_of(acted.cause.unwrap_or(CauseKind::Code));
         lead.push(format!(
             "toporun: exit code {} under --exit-codes classified: {} (podFailurePolicy: {:?})",
             class.code, class.what, class.action
