@@ -257,7 +257,10 @@ impl QuotaCgroup {
         let made =
             std::fs::create_dir(&dir).is_ok() && std::fs::write(dir.join(quota), value).is_ok();
         if !made {
-            eprintln!("skipping: cannot make a cpu cgroup with a quota under {parent} (needs root and the cpu controller)");
+            skip(
+                "a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling",
+                &format!("cannot make a cpu cgroup with a quota under {parent} (needs root and the cpu controller)"),
+            );
             let _ = std::fs::remove_dir(&dir);
             return None;
         }

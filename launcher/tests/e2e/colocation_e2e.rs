@@ -37,7 +37,10 @@ impl Netns {
                 .status()
                 .is_ok_and(|s| s.success());
             if !ok {
-                eprintln!("skipping: `{c}` failed (needs root and iproute2)");
+                skip(
+                    "network namespaces",
+                    &format!("`{c}` failed (needs root and iproute2)"),
+                );
                 let _ = Command::new("ip").args(["netns", "del", &name]).status();
                 return None;
             }
@@ -177,7 +180,7 @@ fn another_hostname_alone_is_joined_by_host_id_only() {
         "-c",
         "hostname otherpod-2 && exec \"$0\" \"$@\"",
     ];
-    if !can_unshare_uts() {
+    if !can_unshare_uts("another_hostname_alone_is_joined_by_host_id_only") {
         return;
     }
     let [(c0, o0), (c1, o1)] = two_nodes("127.0.0.1", &wrap, "join");

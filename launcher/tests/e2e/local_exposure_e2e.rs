@@ -20,7 +20,10 @@ fn outside_address() -> Option<std::net::IpAddr> {
 #[test]
 fn a_one_node_jobs_store_listens_on_loopback_only() {
     let Some(outside) = outside_address() else {
-        eprintln!("skipping: no non-loopback address here");
+        skip(
+            "a_one_node_jobs_store_listens_on_loopback_only",
+            "no non-loopback address here",
+        );
         return;
     };
     let port = free_port();

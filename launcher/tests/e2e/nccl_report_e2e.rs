@@ -128,7 +128,7 @@ fn off_and_user_settings_leave_nccl_alone() {
 
 #[test]
 fn two_nodes_with_other_hostnames_report_sockets_job_wide() {
-    if !can_unshare_uts() {
+    if !can_unshare_uts("two_nodes_with_other_hostnames_report_sockets_job_wide") {
         return;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")

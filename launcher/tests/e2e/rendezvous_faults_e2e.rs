@@ -317,7 +317,7 @@ fn nodes_that_disagree_on_nnodes_are_named() {
 
 #[test]
 fn bindv6only_hosts_run_two_node_jobs() {
-    if !can_unshare_uts() {
+    if !can_unshare_uts("bindv6only_hosts_run_two_node_jobs") {
         return;
     }
     let port = free_port();

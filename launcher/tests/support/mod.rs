@@ -94,15 +94,36 @@ pub fn nccl_log(name: &str) -> String {
 }
 
 /// Whether this test may create a UTS namespace (root); says so when it may not.
-pub fn can_unshare_uts() -> bool {
+pub fn can_unshare_uts(test: &str) -> bool {
     let ok = Command::new("unshare")
         .args(["--uts", "true"])
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: unshare --uts needs root");
+        skip(test, "unshare --uts needs root");
     }
     ok
+}
+
+/// A test that cannot run on this machine (a privilege or an address missing) says
+/// so rather than pass unsaid: the skip goes to `<target>/tmp/skipped-tests.txt`,
+/// which scripts/test.sh prints at the end; with TOPORUN_REQUIRE_PRIVILEGES set (a
+/// machine that has them) it fails instead.
+pub fn skip(test: &str, why: &str) {
+    assert!(
+        std::env::var_os("TOPORUN_REQUIRE_PRIVILEGES").is_none(),
+        "{test} cannot run here: {why} (TOPORUN_REQUIRE_PRIVILEGES is set)"
+    );
+    eprintln!("skipping {test}: {why}");
+    let list = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skipped-tests.txt");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(list)
+    {
+        use std::io::Write;
+        let _ = writeln!(f, "{test}: {why}");
+    }
 }
 
 /// A TCP port free on every interface right now.
