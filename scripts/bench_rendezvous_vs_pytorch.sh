@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# `toporun bench rendezvous` with N simulated nodes against toporun's in-process store
+# `toporun bench rendezvous` with N simulated nodes against toporun's store server (its own
+# process, `bench store-server`, as against PyTorch's)
 # and against PyTorch's own TCPStore server (from the test virtualenv), same run.
 # Usage: scripts/bench_rendezvous_vs_pytorch.sh [N] [TOPORUN]
 set -euo pipefail

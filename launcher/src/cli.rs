@@ -192,7 +192,7 @@ pub fn launch_command(name: &'static str) -> Command {
         .arg(
             Arg::new(Extra::NcclEnv.id())
                 .long("nccl-env")
-                .value_parser(["on", "off"])
+                .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("off: plan no NCCL variable, keep the environment as is"),
         )

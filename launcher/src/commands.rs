@@ -37,8 +37,16 @@ pub fn dispatch(cli: Cli) -> ExitStatus {
                     endpoint,
                     timeout,
                     format,
+                    in_process,
                 },
-        } => bench_rendezvous(nodes, backend, endpoint.as_deref(), timeout, format),
+        } => bench_rendezvous(
+            nodes,
+            backend,
+            endpoint.as_deref(),
+            timeout,
+            format,
+            in_process,
+        ),
         Sub::Bench {
             which: Bench::StoreServer,
         } => bench_store_server(),
@@ -248,6 +256,7 @@ fn bench_rendezvous(
     endpoint: Option<&str>,
     timeout: u64,
     format: ReportFormat,
+    in_process: bool,
 ) -> Result<ExitStatus> {
     use toporun_agent::rendezvous::bench::Target;
     let timeout = std::time::Duration::from_secs(timeout);
@@ -275,14 +284,11 @@ fn bench_rendezvous(
                 })?,
             )
         }
+        (BenchBackend::Store, None) if in_process => Target::InProcess,
         (BenchBackend::Store, None) => {
-            if std::env::var_os("XX_INPROC").is_some() {
-                Target::InProcess
-            } else {
-                let (child, port) = spawn_store_server()?;
-                _server = Some(child);
-                Target::Store("127.0.0.1".into(), port)
-            }
+            let (child, port) = spawn_store_server()?;
+            _server = Some(child);
+            Target::Store("127.0.0.1".into(), port)
         }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()

@@ -243,10 +243,9 @@ fn prepare(
         nproc_per_node: nproc,
         master_addr: Some(&master),
     };
-    let mode = if m.get_one::<String>(Extra::NcclEnv.id()).map(String::as_str) == Some("off") {
-        PlanMode::Off
-    } else {
-        PlanMode::On
+    let mode = match m.get_one::<OnOff>(Extra::NcclEnv.id()) {
+        Some(OnOff::Off) => PlanMode::Off,
+        _ => PlanMode::On,
     };
     // A replayed pod's own NCCL/FI settings count as the user's; live ones win.
     let mut user_env: BTreeMap<String, String> = facts

@@ -256,6 +256,9 @@ pub enum Bench {
         timeout: u64,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
+        /// store backend: the store runs inside this process instead of a server of its own (the protocol's cost alone, no socket between processes)
+        #[arg(long, conflicts_with = "endpoint")]
+        in_process: bool,
     },
     /// Starts N Python processes and times reading their stacks: the first capture (attaching), a later one, and the CPU toporun spends sampling them at the hang watcher's interval, alone and with the straggler tracker fed at each sample
     Stacks {

@@ -115,8 +115,7 @@ impl Ending {
 /// What a stop by signal is called: SIGINT is Ctrl-C at a terminal, an interruption;
 /// any other (SIGTERM from a drain, a cloud's notice) a preemption.
 fn called(reason: &StopReason) -> &'static str {
-    let ctrl_c = format!("{} on node ", Signal::SIGINT.as_str());
-    if reason.detail.starts_with(&ctrl_c) {
+    if reason.interrupted {
         "interrupted"
     } else {
         "preempted"
@@ -135,7 +134,7 @@ pub async fn notice(
     };
     let what = crate::probe::preemption_notice::watch(at).await;
     let host = &p.facts.container.hostname;
-    let r = StopReason::preempted(&what, node.node_rank, host, now_ms());
+    let r = StopReason::preempted(&what, false, node.node_rank, host, now_ms());
     crate::console::say!("toporun: {what}: stopping the job as a preemption");
     if let Some(tx) = announce {
         let _ = tx.send(r.clone());
@@ -145,7 +144,8 @@ pub async fn notice(
 
 /// This node's preemption, as the stop every node acts on.
 pub fn reason(signal: Signal, node_rank: u32, host: &str, at_ms: u64) -> StopReason {
-    StopReason::preempted(signal.as_str(), node_rank, host, at_ms)
+    let ctrl_c = signal == Signal::SIGINT;
+    StopReason::preempted(signal.as_str(), ctrl_c, node_rank, host, at_ms)
 }
 
 #[cfg(test)]

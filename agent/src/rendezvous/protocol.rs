@@ -86,6 +86,9 @@ pub struct StopReason {
     /// shutdown deadline runs from there on every node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub at_ms: Option<u64>,
+    /// A stop by Ctrl-C (SIGINT at a terminal): an interruption, not a preemption.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 impl StopReason {
@@ -95,19 +98,25 @@ impl StopReason {
             detail: detail.into(),
             cause: None,
             lost: Vec::new(),
+            interrupted: false,
             at_ms: None,
         }
     }
 
-    /// A preemption: `signal` on node `node` (`host`), at `at_ms` (epoch ms).
-    pub fn preempted(signal: &str, node: u32, host: &str, at_ms: u64) -> StopReason {
+    /// A preemption: `what` (a signal's name, a cloud's notice) on node `node`
+    /// (`host`), at `at_ms` (epoch ms); `interrupted` where it is Ctrl-C.
+    pub fn preempted(
+        what: &str,
+        interrupted: bool,
+        node: u32,
+        host: &str,
+        at_ms: u64,
+    ) -> StopReason {
         StopReason {
             at_ms: Some(at_ms),
-            ..StopReason::new(
-                StopKind::Preempt,
-                format!("{signal} on node {node} ({host})"),
-            )
-            .caused_by(Some(CauseKind::Preempted))
+            interrupted,
+            ..StopReason::new(StopKind::Preempt, format!("{what} on node {node} ({host})"))
+                .caused_by(Some(CauseKind::Preempted))
         }
     }
 
