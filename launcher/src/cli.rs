@@ -319,6 +319,7 @@ pub fn launch_command(name: &'static str) -> Command {
         .arg(
             Arg::new(Extra::Command.id())
                 .value_name("ENTRYPOINT [ARGS]")
+                .help("the training script and its arguments (a module with -m, a program with --no-python); options go before it")
                 .num_args(1..)
                 .trailing_var_arg(true)
                 .allow_hyphen_values(true)
@@ -374,10 +375,24 @@ pub fn parse_launch(cmd: Command, argv: &[String]) -> Result<ArgMatches, clap::E
             .position(|a| a == "--")
             .is_some_and(|i| argv.get(i + 1) == Some(first));
         if first.starts_with('-') && first != "-" && !after_dashdash {
-            return Err(cmd.error(clap::error::ErrorKind::UnknownArgument, format!("unrecognized option '{first}' (options go before the entrypoint; use -- before an entrypoint that starts with '-')")));
+            let near = nearest_option(&cmd, first)
+                .map_or(String::new(), |o| format!("; did you mean '--{o}'?"));
+            return Err(cmd.error(clap::error::ErrorKind::UnknownArgument, format!("unrecognized option '{first}'{near} (options go before the entrypoint; use -- before an entrypoint that starts with '-')")));
         }
     }
     Ok(m)
+}
+
+/// The long option nearest to a mistyped `--name[=value]`, as clap measures it
+/// (Jaro similarity above 0.8), if one is that near.
+fn nearest_option(cmd: &Command, given: &str) -> Option<String> {
+    let name = given.trim_start_matches('-').split('=').next()?;
+    cmd.get_arguments()
+        .flat_map(|a| a.get_long_and_visible_aliases().unwrap_or_default())
+        .map(|long| (strsim::jaro(name, long), long))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, long)| long.to_string())
 }
 
 /// argparse's abbreviations: a prefix of exactly one option string stands for it; a

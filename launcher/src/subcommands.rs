@@ -176,6 +176,8 @@ pub enum Sub {
     },
     /// Check that this container is fit for distributed training; exit 1 on any error finding
     Preflight(PreflightArgs),
+    /// Read NCCL INFO logs: the transport between ranks, and known failures with their fix
+    ///
     /// Read NCCL INFO logs (files, or - for stdin): per communicator the ranks, nodes and the transport between ranks, whether each is the best the hardware allows (given --facts or --nvidia-smi-topo), and known failures with their fix. Exit 0 all best, 1 something is not or a failure was found, 2 nothing readable
     #[command(name = "nccl-log")]
     NcclLog {
@@ -184,6 +186,8 @@ pub enum Sub {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+    /// Every rank's Python stack of the job running here, the odd ones first
+    ///
     /// Every rank's Python stack (frames only) of the job running here, grouped with the odd ones first: asks the running launcher (as from `kubectl exec`). Without RUN_DIR, finds the job running in this container
     Stacks {
         /// the job's run directory (its --log-dir run, or torchelastic_*/<run id>_* under $TMPDIR)
@@ -192,6 +196,8 @@ pub enum Sub {
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,
     },
+    /// One row per rank of the running job: activity, wait share, CPU, GPU; the straggler marked
+    ///
     /// One row per rank of the job running here (the whole job's where the store's host publishes them), refreshed each second: what it does now, its share of time waiting in collectives over the straggler window, CPU, memory, GPU utilisation, SM clock and clock limits; the straggler marked. Asks the running launcher, as `toporun stacks`
     Top {
         /// the job's run directory (its --log-dir run, or torchelastic_*/<run id>_* under $TMPDIR)
@@ -203,6 +209,8 @@ pub enum Sub {
         #[arg(long)]
         once: bool,
     },
+    /// Match PyTorch flight-recorder dumps across ranks: the collective some ranks never entered
+    ///
     /// Match PyTorch flight-recorder dumps across ranks (files, or directories of <prefix><rank> files): the collective some ranks never entered, which ranks, and what each last completed; or the rank whose sizes or dtypes differ. Exit 0 the ranks agree, 1 a rank is named, 2 nothing readable
     #[command(name = "fr-trace")]
     FrTrace {
@@ -241,6 +249,8 @@ pub struct PreflightArgs {
 
 #[derive(Subcommand, Debug)]
 pub enum Bench {
+    /// N simulated nodes join a store or etcd: the time to a complete rendezvous
+    ///
     /// N simulated nodes run the real join protocol against a store or etcd; prints the time to a complete rendezvous and the operation rate
     Rendezvous {
         /// simulated nodes
@@ -260,6 +270,8 @@ pub enum Bench {
         #[arg(long, conflicts_with = "endpoint")]
         in_process: bool,
     },
+    /// Times reading N Python processes' stacks and the sampler's CPU
+    ///
     /// Starts N Python processes and times reading their stacks: the first capture (attaching), a later one, and the CPU toporun spends sampling them at the hang watcher's interval, alone and with the straggler tracker fed at each sample
     Stacks {
         /// the Python to start (a virtualenv's, as the ranks use)

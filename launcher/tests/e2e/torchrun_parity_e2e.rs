@@ -189,3 +189,20 @@ fn duplicate_filters_write_the_lines_torchrun_writes() {
     );
     assert_eq!(got[0], got[1], "torchrun's lines, then toporun's");
 }
+
+/// A mistyped option is named with the nearest one (torchrun says only
+/// "unrecognized arguments"); exit 2 as argparse's.
+#[test]
+fn a_mistyped_option_gets_the_nearest_one() {
+    for (typo, near) in [
+        ("--nproc-pr-node=2", "--nproc-per-node"),
+        ("--rdzv-endpont=h:1", "--rdzv-endpoint"),
+    ] {
+        let (code, _, err) = run(toporun().args([typo, "train.py"]));
+        assert_eq!(code, 2, "{err}");
+        assert!(err.contains(&format!("did you mean '{near}'?")), "{err}");
+    }
+    let (code, _, err) = run(toporun().args(["--zzz", "train.py"]));
+    assert_eq!(code, 2);
+    assert!(!err.contains("did you mean"), "{err}");
+}
