@@ -436,3 +436,107 @@ fn an_interpreter_without_torch_is_named_once_with_the_fix() {
     );
     assert!(!out.contains("ran"), "{out}");
 }
+
+/// Rank 0's variables as `launch --dry-run` lists them (values with a `<placeholder>`
+/// stand for what only the start knows).
+fn dry_rank0(out: &str) -> std::collections::BTreeMap<String, String> {
+    let section = out
+        .split("local rank 0 (rank 0)")
+        .nth(1)
+        .and_then(|s| s.split("\nlocal rank ").next())
+        .unwrap_or_else(|| panic!("no rank 0 in the dry run:\n{out}"));
+    section
+        .lines()
+        .filter_map(|l| l.strip_prefix("  ")?.split_once('='))
+        .filter(|(k, _)| {
+            k.chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        })
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The dry run promises every rank's whole environment: for each setting, a real
+/// rank's variables (those not in the launcher's own environment) and the dry run's
+/// are the same names, with the same values where the dry run can know them.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_dry_run_lists_what_a_real_rank_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("env.py");
+    std::fs::write(
+        &script,
+        "import json, os\nif os.environ['RANK'] == '0':\n    json.dump(dict(os.environ), open(os.environ['ENV_OUT'], 'w'))\n",
+    )
+    .unwrap();
+    let out = dir.path().join("env.json");
+    let base: Vec<(&str, String)> = vec![
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", dir.path().display().to_string()),
+        ("PYTHON_EXEC", python().display().to_string()),
+        ("ENV_OUT", out.display().to_string()),
+        // Else Python sets LC_CTYPE itself (PEP 538's locale coercion).
+        ("LC_ALL", "C.UTF-8".to_string()),
+    ];
+    // (what, flags, variables of the launcher's environment)
+    type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
+    let cases: [Case; 5] = [
+        ("defaults", &[], &[]),
+        ("recorder off", &["--flight-recorder=off"], &[]),
+        ("faulthandler off", &["--faulthandler=off"], &[]),
+        (
+            "the user's recorder size",
+            &[],
+            &[("TORCH_FR_BUFFER_SIZE", "500")],
+        ),
+        (
+            "file timer",
+            &["--stop-grace=5"],
+            &[("TORCHELASTIC_ENABLE_FILE_TIMER", "1")],
+        ),
+    ];
+    for (what, flags, vars) in cases {
+        let launch = |dry: bool| {
+            let mut c = toporun();
+            c.env_clear()
+                .envs(base.iter().map(|(k, v)| (*k, v.as_str())));
+            c.envs(vars.iter().copied());
+            if dry {
+                c.args(["launch", "--dry-run"]);
+            }
+            c.args(["--standalone", "--nproc-per-node=2"])
+                .args(flags)
+                .arg(&script);
+            run(&mut c)
+        };
+        let (code, dry, err) = launch(true);
+        assert_eq!(code, 0, "{what}: {dry}{err}");
+        let listed = dry_rank0(&dry);
+        let _ = std::fs::remove_file(&out);
+        let (code, so, se) = launch(false);
+        assert_eq!(code, 0, "{what}: {so}{se}");
+        let real: std::collections::BTreeMap<String, String> =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        let given: Vec<&str> = base
+            .iter()
+            .map(|(k, _)| *k)
+            .chain(vars.iter().map(|(k, _)| *k))
+            .collect();
+        let set_by_launcher: Vec<&String> = real
+            .keys()
+            .filter(|k| !given.contains(&k.as_str()))
+            .collect();
+        let listed_names: Vec<&String> = listed
+            .keys()
+            .filter(|k| !given.contains(&k.as_str()))
+            .collect();
+        assert_eq!(
+            set_by_launcher, listed_names,
+            "{what}: real rank, then dry run"
+        );
+        for (k, v) in listed.iter().filter(|(_, v)| !v.contains('<')) {
+            assert_eq!(real.get(k), Some(v), "{what}: {k}");
+        }
+        eprintln!("{what}: {} variables agree", set_by_launcher.len());
+    }
+}
