@@ -18,6 +18,9 @@ pub fn toporun() -> Command {
             || k.starts_with("NCCL_")
             || k == "CUDA_VISIBLE_DEVICES"
             || k == "OMP_NUM_THREADS"
+            // The ranks' Python: a test that needs one sets it (README's "Try it"
+            // leaves no PYTHON_EXEC behind, a user's shell may).
+            || k == "PYTHON_EXEC"
         {
             c.env_remove(k);
         }
