@@ -112,7 +112,7 @@ fn log_line_prefix_template_option() {
 
 /// The one file under `dir` named `name`, read as sorted lines (ranks interleave).
 fn lines_of(dir: &std::path::Path, name: &str) -> Vec<String> {
-    let found: Vec<std::path::PathBuf> = walk(dir)
+    let found: Vec<std::path::PathBuf> = files_under(dir)
         .into_iter()
         .filter(|p| p.file_name().is_some_and(|n| n == name))
         .collect();
@@ -124,19 +124,6 @@ fn lines_of(dir: &std::path::Path, name: &str) -> Vec<String> {
         .collect();
     lines.sort();
     lines
-}
-
-fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            out.extend(walk(&p));
-        } else {
-            out.push(p);
-        }
-    }
-    out
 }
 
 /// `--duplicate-stdout-filters` and `--duplicate-stderr-filters`: the tee'd lines that

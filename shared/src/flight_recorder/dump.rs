@@ -227,6 +227,38 @@ pub fn rank_of(file_name: &str) -> Option<u32> {
     digits.parse().ok()
 }
 
+/// A test dump: rank `rank`'s all_reduces `seqs` of `bytes` each in group "0" of 2
+/// ranks, `at(seq)` giving each one's (time created, GPU duration) in ns.
+#[cfg(test)]
+pub(crate) fn all_reduces(
+    rank: u32,
+    seqs: std::ops::Range<u64>,
+    bytes: u64,
+    at: impl Fn(u64) -> (u64, u64),
+) -> Dump {
+    let entries = seqs
+        .map(|seq| Entry {
+            group: "0".into(),
+            collective_seq_id: seq,
+            op: "nccl:all_reduce".into(),
+            state: "completed".into(),
+            time_created_ns: at(seq).0,
+            duration_ns: Some(at(seq).1),
+            bytes: Some(Bytes {
+                input: bytes,
+                output: bytes,
+            }),
+            ..Default::default()
+        })
+        .collect();
+    Dump {
+        rank,
+        version: "2.10".into(),
+        entries,
+        group_sizes: [("0".to_string(), 2)].into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -194,32 +194,17 @@ fn busbw(entries: &[&Entry], sizes: &BTreeMap<String, u32>) -> Vec<KindBusbw> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flight_recorder::dump::Bytes;
+    use crate::flight_recorder::dump::{all_reduces, Bytes};
 
     /// Rank `rank`'s dump: `n` all_reduces of 4 MiB from `first`, one every 1 ms,
     /// each `busy_us` on the GPU.
     fn dump(rank: u32, first: u64, n: u64, busy_us: u64) -> Dump {
-        let entries = (first..first + n)
-            .map(|seq| Entry {
-                group: "0".into(),
-                collective_seq_id: seq,
-                op: "nccl:all_reduce".into(),
-                state: "completed".into(),
-                time_created_ns: 1_000_000_000 + seq * 1_000_000 + u64::from(rank) * 77,
-                duration_ns: Some(busy_us * 1000),
-                bytes: Some(Bytes {
-                    input: 4 << 20,
-                    output: 4 << 20,
-                }),
-                ..Default::default()
-            })
-            .collect();
-        Dump {
-            rank,
-            version: "2.10".into(),
-            entries,
-            group_sizes: [("0".to_string(), 2)].into(),
-        }
+        all_reduces(rank, first..first + n, 4 << 20, |seq| {
+            (
+                1_000_000_000 + seq * 1_000_000 + u64::from(rank) * 77,
+                busy_us * 1000,
+            )
+        })
     }
 
     #[test]

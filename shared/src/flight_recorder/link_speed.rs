@@ -119,7 +119,7 @@ pub fn slow_links_line(speeds: &[LinkSpeed], model: &LinkModel) -> Option<String
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flight_recorder::dump::{Bytes, Entry};
+    use crate::flight_recorder::dump::all_reduces;
 
     const NV18: f64 = 370.8;
 
@@ -132,26 +132,7 @@ mod tests {
 
     /// Rank `rank`'s dump: `n` all_reduces of `mib` MiB, the i-th taking `us(i)` us.
     fn dump(rank: u32, n: u64, mib: u64, us: impl Fn(u64) -> u64) -> Dump {
-        let entries = (0..n)
-            .map(|seq| Entry {
-                group: "0".into(),
-                collective_seq_id: seq,
-                op: "nccl:all_reduce".into(),
-                time_created_ns: 1 + seq,
-                duration_ns: Some(us(seq) * 1000),
-                bytes: Some(Bytes {
-                    input: mib << 20,
-                    output: mib << 20,
-                }),
-                ..Default::default()
-            })
-            .collect();
-        Dump {
-            rank,
-            version: "2.10".into(),
-            entries,
-            group_sizes: [("0".to_string(), 2)].into(),
-        }
+        all_reduces(rank, 0..n, mib << 20, |seq| (1 + seq, us(seq) * 1000))
     }
 
     #[test]

@@ -327,6 +327,23 @@ mod tests {
         }
     }
 
+    /// Node 0's tracker over a 10 s window, reading /proc under `root`, no GPUs.
+    fn tracker(root: &std::path::Path) -> Tracker {
+        let seat = NodeSeat {
+            node_rank: 0,
+            host: "h".into(),
+            gpus: HashMap::new(),
+        };
+        Tracker::new(
+            Root::at(root),
+            Duration::from_secs(10),
+            seat,
+            Box::new(NoGpus),
+            Decide::Here(Default::default()),
+            JobStatus::default(),
+        )
+    }
+
     /// A rank spinning at `.item()` (the fast rank of the 2x H100 uneven job): with
     /// ProcessGroupNCCL's monitor thread it waits for its peers; without (gloo) it
     /// computes, as before.
@@ -345,19 +362,7 @@ mod tests {
             fs::write(task.join("comm"), format!("{comm}\n")).unwrap();
         }
         // pid 8 is a rank whose task list holds the monitor thread.
-        let seat = NodeSeat {
-            node_rank: 0,
-            host: "h".into(),
-            gpus: HashMap::new(),
-        };
-        let mut t = Tracker::new(
-            Root::at(d.path()),
-            Duration::from_secs(10),
-            seat,
-            Box::new(NoGpus),
-            Decide::Here(Default::default()),
-            JobStatus::default(),
-        );
+        let mut t = tracker(d.path());
         let main = ThreadStack {
             thread: Some("MainThread".into()),
             frames: vec![Frame {
@@ -378,20 +383,8 @@ mod tests {
     /// would read as output to the hang watch.
     #[test]
     fn a_rank_standing_still_has_not_moved() {
-        let seat = NodeSeat {
-            node_rank: 0,
-            host: "h".into(),
-            gpus: HashMap::new(),
-        };
         let d = tempfile::tempdir().unwrap();
-        let mut t = Tracker::new(
-            Root::at(d.path()),
-            Duration::from_secs(10),
-            seat,
-            Box::new(NoGpus),
-            Decide::Here(Default::default()),
-            JobStatus::default(),
-        );
+        let mut t = tracker(d.path());
         let at = |line: i32| RankStack {
             rank: 0,
             local_rank: 0,
