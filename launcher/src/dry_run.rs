@@ -164,141 +164,161 @@ fn comment(text: &str) -> String {
 
 /// `entry`: the findings on the entrypoint (`launch.entrypoint`, `launch.python_torch`).
 pub fn render(p: &Job, entry: &[Finding], format: DryRunFormat) -> Result<String> {
-    let findings = || {
-        let mut f = entry.to_vec();
-        f.extend(p.findings());
-        f
-    };
-    let (views, ranking) = ranks(p)?;
+    let mut findings = entry.to_vec();
+    findings.extend(p.findings());
+    // Every format checks the ranks' settings (a CPU binding that cannot be met).
+    let ranks = ranks(p)?;
     Ok(match format {
-        DryRunFormat::Env => p
-            .plan
-            .env()
-            .iter()
-            .map(|(k, v)| {
-                check_sourceable(k, Some(v), format)?;
-                Ok(format!("{k}={v}\n"))
-            })
-            .collect::<Result<String>>()?,
-        DryRunFormat::Shell => {
-            let mut out = String::from(
-                "# toporun launch --dry-run --format shell: the node-wide NCCL environment\n",
-            );
-            for v in &p.plan.variables {
-                check_sourceable(&v.name, v.value.as_deref(), format)?;
-                let reason = comment(&v.reason);
-                match &v.value {
-                    Some(val) => out.push_str(&format!(
-                        "export {}={}  # {}: {reason}\n",
-                        v.name,
-                        shell_quote(val),
-                        if v.source == Source::User {
-                            "user"
-                        } else {
-                            "planned"
-                        }
-                    )),
-                    None => out.push_str(&format!("# {} left to NCCL: {reason}\n", v.name)),
-                }
-            }
-            out
-        }
-        DryRunFormat::Json => {
-            let (nccl_report, nccl_expected) = nccl_lines(p);
-            let f = &p.facts;
-            let doc = documents::DryRun {
-                findings: findings(),
-                global_ranks: ranking,
-                host: documents::DryRunHost {
-                    gpus: f.gpus.count(),
-                    hostname: &f.container.hostname,
-                    links: &f.gpus.links,
-                    product: f.platform.product_name.as_deref(),
-                },
-                nccl_expected,
-                nccl_report,
-                nnodes: format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
-                notes: &p.opts.notes,
-                nproc_per_node: p.nproc,
-                plan: &p.plan.variables,
-                python: documents::Python {
-                    path: &p.python,
-                    why: &p.python_why,
-                },
-                ranks: views
-                    .iter()
-                    .map(|r| documents::DryRunRank {
-                        argv: &r.argv,
-                        cpus: r.cpus.as_deref(),
-                        env: &r.env,
-                        gpu: r.gpu.as_ref().map(|g| g.0),
-                        gpu_uuid: r.gpu.as_ref().map(|g| g.1.as_str()),
-                        local_rank: r.local_rank,
-                        rank: r.rank,
-                    })
-                    .collect(),
-            };
-            serde_json::to_string_pretty(&doc)? + "\n"
-        }
-        DryRunFormat::Text => {
-            let style = Style::stdout();
-            let mut out = host_summary(&p.facts);
-            let f = findings();
-            out.push_str(&format!("\nfindings ({}):\n", f.len()));
-            out.push_str(&if f.is_empty() {
-                "  none at warning or error level\n".to_string()
-            } else {
-                findings_text(&f, &style)
-            });
-            out.push_str("\nNCCL plan:\n");
-            for v in &p.plan.variables {
-                let (val, tag) = match (&v.value, v.source) {
-                    (Some(val), Source::User) => (format!("{}={val}", v.name), "user"),
-                    (Some(val), _) => (format!("{}={val}", v.name), "planned"),
-                    (None, _) => (v.name.clone(), "left to NCCL"),
-                };
-                out.push_str(&format!("  {val:<40} [{tag}] {}\n", v.reason));
-            }
-            let (report, expected) = nccl_lines(p);
-            out.push_str(&format!(
-                "\nNCCL report: {report}\nNCCL expected: {}\n",
-                expected.local
-            ));
-            if let Some(b) = &expected.between_nodes {
-                out.push_str(&format!("  between nodes: {b}\n"));
-            }
-            out.push_str(&format!(
-                "GPU timing: {}\n",
-                gpu_timing_line(p, Path::new("<run dir>/attempt_N"))
-            ));
-            if !p.opts.no_python {
-                out.push_str(&format!("\npython: {} ({})\n", p.python, p.python_why));
-            }
-            out.push_str(&format!(
-                "\nranks: {} per node x {} node(s), global ranks {ranking}\n",
-                p.nproc, p.opts.nnodes_max
-            ));
-            for r in &views {
-                out.push_str(&format!(
-                    "\nlocal rank {} (rank {}){}{}\n  command: {}\n",
-                    r.local_rank,
-                    r.rank
-                        .map_or("assigned at rendezvous".into(), |x| x.to_string()),
-                    r.gpu
-                        .as_ref()
-                        .map(|g| format!(", GPU{} {}", g.0, g.1))
-                        .unwrap_or_default(),
-                    r.cpus
-                        .as_ref()
-                        .map(|c| format!(", CPUs {c}"))
-                        .unwrap_or_default(),
-                    r.argv.join(" ")
-                ));
-                for (k, v) in &r.env {
-                    out.push_str(&format!("  {k}={v}\n"));
-                }
-            }
-            out
-        }
+        DryRunFormat::Env => env_lines(p, format)?,
+        DryRunFormat::Shell => shell_lines(p, format)?,
+        DryRunFormat::Json => json_document(p, findings, ranks)?,
+        DryRunFormat::Text => text(p, &findings, ranks),
     })
+}
+
+/// `--format env`: the node-wide NCCL variables, `NAME=value` a line.
+fn env_lines(p: &Job, format: DryRunFormat) -> Result<String> {
+    p.plan
+        .env()
+        .iter()
+        .map(|(k, v)| {
+            check_sourceable(k, Some(v), format)?;
+            Ok(format!("{k}={v}\n"))
+        })
+        .collect()
+}
+
+/// `--format shell`: the plan as `export` lines, each with its reason.
+fn shell_lines(p: &Job, format: DryRunFormat) -> Result<String> {
+    let mut out =
+        String::from("# toporun launch --dry-run --format shell: the node-wide NCCL environment\n");
+    for v in &p.plan.variables {
+        check_sourceable(&v.name, v.value.as_deref(), format)?;
+        let reason = comment(&v.reason);
+        let whose = if v.source == Source::User {
+            "user"
+        } else {
+            "planned"
+        };
+        match &v.value {
+            Some(val) => out.push_str(&format!(
+                "export {}={}  # {whose}: {reason}\n",
+                v.name,
+                shell_quote(val)
+            )),
+            None => out.push_str(&format!("# {} left to NCCL: {reason}\n", v.name)),
+        }
+    }
+    Ok(out)
+}
+
+/// `--format json`: the whole dry run as one document.
+fn json_document(
+    p: &Job,
+    findings: Vec<Finding>,
+    (views, ranking): (Vec<RankView>, &str),
+) -> Result<String> {
+    let (nccl_report, nccl_expected) = nccl_lines(p);
+    let f = &p.facts;
+    let doc = documents::DryRun {
+        findings,
+        global_ranks: ranking,
+        host: documents::DryRunHost {
+            gpus: f.gpus.count(),
+            hostname: &f.container.hostname,
+            links: &f.gpus.links,
+            product: f.platform.product_name.as_deref(),
+        },
+        nccl_expected,
+        nccl_report,
+        nnodes: format!("{}:{}", p.opts.nnodes_min, p.opts.nnodes_max),
+        notes: &p.opts.notes,
+        nproc_per_node: p.nproc,
+        plan: &p.plan.variables,
+        python: documents::Python {
+            path: &p.python,
+            why: &p.python_why,
+        },
+        ranks: views
+            .iter()
+            .map(|r| documents::DryRunRank {
+                argv: &r.argv,
+                cpus: r.cpus.as_deref(),
+                env: &r.env,
+                gpu: r.gpu.as_ref().map(|g| g.0),
+                gpu_uuid: r.gpu.as_ref().map(|g| g.1.as_str()),
+                local_rank: r.local_rank,
+                rank: r.rank,
+            })
+            .collect(),
+    };
+    Ok(serde_json::to_string_pretty(&doc)? + "\n")
+}
+
+/// The text a person reads: host, findings, plan, NCCL's expected transport, the GPU
+/// timing, the ranks' Python, then each rank.
+fn text(p: &Job, findings: &[Finding], ranks: (Vec<RankView>, &str)) -> String {
+    let style = Style::stdout();
+    let mut out = host_summary(&p.facts);
+    out.push_str(&format!("\nfindings ({}):\n", findings.len()));
+    out.push_str(&if findings.is_empty() {
+        "  none at warning or error level\n".to_string()
+    } else {
+        findings_text(findings, &style)
+    });
+    out.push_str("\nNCCL plan:\n");
+    for v in &p.plan.variables {
+        let (val, tag) = match (&v.value, v.source) {
+            (Some(val), Source::User) => (format!("{}={val}", v.name), "user"),
+            (Some(val), _) => (format!("{}={val}", v.name), "planned"),
+            (None, _) => (v.name.clone(), "left to NCCL"),
+        };
+        out.push_str(&format!("  {val:<40} [{tag}] {}\n", v.reason));
+    }
+    let (report, expected) = nccl_lines(p);
+    out.push_str(&format!(
+        "\nNCCL report: {report}\nNCCL expected: {}\n",
+        expected.local
+    ));
+    if let Some(b) = &expected.between_nodes {
+        out.push_str(&format!("  between nodes: {b}\n"));
+    }
+    out.push_str(&format!(
+        "GPU timing: {}\n",
+        gpu_timing_line(p, Path::new("<run dir>/attempt_N"))
+    ));
+    if !p.opts.no_python {
+        out.push_str(&format!("\npython: {} ({})\n", p.python, p.python_why));
+    }
+    out.push_str(&ranks_text(p, ranks));
+    out
+}
+
+/// Each rank's command and whole environment.
+fn ranks_text(p: &Job, (views, ranking): (Vec<RankView>, &str)) -> String {
+    let mut out = format!(
+        "\nranks: {} per node x {} node(s), global ranks {ranking}\n",
+        p.nproc, p.opts.nnodes_max
+    );
+    for r in &views {
+        out.push_str(&format!(
+            "\nlocal rank {} (rank {}){}{}\n  command: {}\n",
+            r.local_rank,
+            r.rank
+                .map_or("assigned at rendezvous".into(), |x| x.to_string()),
+            r.gpu
+                .as_ref()
+                .map(|g| format!(", GPU{} {}", g.0, g.1))
+                .unwrap_or_default(),
+            r.cpus
+                .as_ref()
+                .map(|c| format!(", CPUs {c}"))
+                .unwrap_or_default(),
+            r.argv.join(" ")
+        ));
+        for (k, v) in &r.env {
+            out.push_str(&format!("  {k}={v}\n"));
+        }
+    }
+    out
 }
