@@ -157,12 +157,26 @@ fn dry_run_format_arg() -> Arg {
 
 /// torchrun's options plus toporun's launch extras.
 pub fn launch_command(name: &'static str) -> Command {
-    let mut cmd = Command::new(name)
+    let cmd = Command::new(name)
         .about("Start one rank per GPU as torchrun would (same options, PET_* variables and worker environment)")
         .override_usage(format!(
             "{} [OPTIONS] ENTRYPOINT [ARGS]...",
             if name == "launch" { "toporun launch" } else { name }
         ));
+    let cmd = stop_args(diagnosis_args(plan_args(torchrun_args(cmd)))).arg(
+            Arg::new(Extra::Command.id())
+                .value_name("ENTRYPOINT [ARGS]")
+                .help("the training script and its arguments (a module with -m, a program with --no-python); options go before it")
+                .num_args(1..)
+                .trailing_var_arg(true)
+                .allow_hyphen_values(true)
+                .required(true),
+        );
+    global_args(cmd)
+}
+
+/// torchrun's own options, from the shared table.
+fn torchrun_args(mut cmd: Command) -> Command {
     for o in OPTIONS {
         let mut arg = Arg::new(o.opt.dest()).long(o.longs[0]).help(o.help);
         for alias in &o.longs[1..] {
@@ -181,8 +195,12 @@ pub fn launch_command(name: &'static str) -> Command {
         }
         cmd = cmd.arg(arg);
     }
-    cmd = cmd
-        .arg(
+    cmd
+}
+
+/// The dry run and the NCCL plan: what is planned, checked and reported before the ranks start.
+fn plan_args(cmd: Command) -> Command {
+    cmd.arg(
             Arg::new(Extra::DryRun.id())
                 .long("dry-run")
                 .action(ArgAction::SetTrue)
@@ -223,7 +241,11 @@ pub fn launch_command(name: &'static str) -> Command {
                 .action(ArgAction::SetTrue)
                 .help("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings [env TOPORUN_PREFLIGHT_MEASURE=1]"),
         )
-        .arg(
+}
+
+/// What toporun watches and says while the ranks run, and how a failure ends.
+fn diagnosis_args(cmd: Command) -> Command {
+    cmd.arg(
             Arg::new(Extra::FlightRecorder.id())
                 .long("flight-recorder")
                 .value_parser(EnumValueParser::<OnOff>::new())
@@ -236,25 +258,6 @@ pub fn launch_command(name: &'static str) -> Command {
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
                 .help("on: NCCL ranks time their collectives on the GPU (TORCH_NCCL_ENABLE_TIMING) and dump their flight recorder through a pipe every window/12 s while they train, so that a rank slow on its GPU is named from its GPU time in collectives; measured on 2x H200 (torch 2.11): no step-time cost once the first dump is taken (61.41/61.32 ms a step on, 61.55/61.36 off), the first dump slows some 3 s of steps once; off: no timing, no dumps; your own TORCH_NCCL_* values are kept [env: TOPORUN_GPU_TIMING]"),
-        )
-        .arg(
-            Arg::new(Extra::StopGrace.id())
-                .long("stop-grace")
-                .value_name("SECONDS")
-                .help("on a preemption (a handled signal on any node), how long the ranks get after the stop file (TOPORUN_STOP_FILE) appears before the signal is forwarded; the shutdown deadline still bounds it (default 0: at once, as torchrun) [env: TOPORUN_STOP_GRACE]"),
-        )
-        .arg(
-            Arg::new(Extra::StopSignalTo.id())
-                .long("stop-signal-to")
-                .value_parser(EnumValueParser::<StopSignalTo>::new())
-                .default_value("rank")
-                .help("rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it [env: TOPORUN_STOP_SIGNAL_TO]"),
-        )
-        .arg(
-            Arg::new(Extra::WatchPreemption.id())
-                .long("watch-preemption")
-                .action(ArgAction::SetTrue)
-                .help("poll the cloud's instance metadata every 2 s for a preemption notice (AWS spot instance-action, GCP instance/preempted, Azure Scheduled Events Preempt) and stop the job as on a SIGTERM when one comes [env TOPORUN_WATCH_PREEMPTION=1]"),
         )
         .arg(
             Arg::new(Extra::Faulthandler.id())
@@ -316,16 +319,29 @@ pub fn launch_command(name: &'static str) -> Command {
                 .value_name("PATH")
                 .help("where the root cause of a failure goes, at most 4096 bytes, for Kubernetes to show [default: /dev/termination-log when present; env TOPORUN_TERMINATION_LOG]"),
         )
+}
+
+/// How a stop (a drain, a preemption) reaches the ranks.
+fn stop_args(cmd: Command) -> Command {
+    cmd.arg(
+            Arg::new(Extra::StopGrace.id())
+                .long("stop-grace")
+                .value_name("SECONDS")
+                .help("on a preemption (a handled signal on any node), how long the ranks get after the stop file (TOPORUN_STOP_FILE) appears before the signal is forwarded; the shutdown deadline still bounds it (default 0: at once, as torchrun) [env: TOPORUN_STOP_GRACE]"),
+        )
         .arg(
-            Arg::new(Extra::Command.id())
-                .value_name("ENTRYPOINT [ARGS]")
-                .help("the training script and its arguments (a module with -m, a program with --no-python); options go before it")
-                .num_args(1..)
-                .trailing_var_arg(true)
-                .allow_hyphen_values(true)
-                .required(true),
-        );
-    global_args(cmd)
+            Arg::new(Extra::StopSignalTo.id())
+                .long("stop-signal-to")
+                .value_parser(EnumValueParser::<StopSignalTo>::new())
+                .default_value("rank")
+                .help("rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it [env: TOPORUN_STOP_SIGNAL_TO]"),
+        )
+        .arg(
+            Arg::new(Extra::WatchPreemption.id())
+                .long("watch-preemption")
+                .action(ArgAction::SetTrue)
+                .help("poll the cloud's instance metadata every 2 s for a preemption notice (AWS spot instance-action, GCP instance/preempted, Azure Scheduled Events Preempt) and stop the job as on a SIGTERM when one comes [env TOPORUN_WATCH_PREEMPTION=1]"),
+        )
 }
 
 /// toporun's own subcommands (derived in `subcommands`), with the launch beside them.
