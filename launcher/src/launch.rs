@@ -218,6 +218,67 @@ fn options(m: &ArgMatches, parent_env: &BTreeMap<String, String>) -> Result<Laun
     )?)
 }
 
+/// The NCCL plan for this launch's shape; a replayed pod's own NCCL/FI settings
+/// count as the user's, and live ones win.
+fn nccl_plan(
+    m: &ArgMatches,
+    facts: &toporun_shared::facts::HostFacts,
+    parent_env: &BTreeMap<String, String>,
+    opts: &LaunchOptions,
+    nproc: u32,
+) -> plan::Plan {
+    let (master, _) = opts.store_address();
+    let shape = LaunchShape {
+        nnodes: opts.nnodes_max,
+        nproc_per_node: nproc,
+        master_addr: Some(&master),
+    };
+    let mode = match m.get_one::<OnOff>(Extra::NcclEnv.id()) {
+        Some(OnOff::Off) => PlanMode::Off,
+        _ => PlanMode::On,
+    };
+    let mut user_env: BTreeMap<String, String> = facts
+        .container
+        .env
+        .iter()
+        .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("FI_"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    user_env.extend(parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
+    plan::plan(facts, &user_env, &shape, mode)
+}
+
+/// `--logs-specs NAME`: torchrun loads it from the torchrun.logs_specs entry points
+/// before any rank starts, and fails (exit 1) on an unknown one.
+fn check_logs_specs(name: &str, python: &str) -> Result<()> {
+    let root = toporun_agent::paths::Root::live();
+    let py = std::path::PathBuf::from(python);
+    if !toporun_agent::probe::platform::entry_points(&root, &py, "torchrun.logs_specs")
+        .iter()
+        .any(|n| n == name)
+    {
+        bail!("ValueError: Could not find entrypoint under 'torchrun.logs_specs[{name}]' key (no package installed for {python} registers it)");
+    }
+    crate::console::say!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
+    Ok(())
+}
+
+/// `--status-port`, else TORCHELASTIC_HEALTH_CHECK_PORT.
+fn status_port(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<u16>> {
+    if let Some(p) = m.get_one::<u16>(Extra::StatusPort.id()) {
+        return Ok(Some(*p));
+    }
+    let Some(v) = env.get("TORCHELASTIC_HEALTH_CHECK_PORT") else {
+        return Ok(None);
+    };
+    let port = v.trim().parse::<u16>().map_err(|_| {
+        toporun_shared::torchrun::OptionsError::usage(format!(
+            "TORCHELASTIC_HEALTH_CHECK_PORT={v}: expected a port number (0 to 65535)"
+        ))
+    })?;
+    Ok(Some(port))
+}
+
 fn prepare(
     m: &ArgMatches,
     opts: LaunchOptions,
@@ -237,41 +298,13 @@ fn prepare(
         .nproc
         .resolve(cuda_gpus.len(), facts.container.cpu_count)?;
     toporun_shared::torchrun::NprocSpec::world_size(opts.nnodes_max, nproc)?;
-    let (master, _) = opts.store_address();
-    let shape = LaunchShape {
-        nnodes: opts.nnodes_max,
-        nproc_per_node: nproc,
-        master_addr: Some(&master),
-    };
-    let mode = match m.get_one::<OnOff>(Extra::NcclEnv.id()) {
-        Some(OnOff::Off) => PlanMode::Off,
-        _ => PlanMode::On,
-    };
-    // A replayed pod's own NCCL/FI settings count as the user's; live ones win.
-    let mut user_env: BTreeMap<String, String> = facts
-        .container
-        .env
-        .iter()
-        .filter(|(k, _)| k.starts_with("NCCL_") || k.starts_with("FI_"))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    user_env.extend(parent_env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let plan = plan::plan(&facts, &user_env, &shape, mode);
+    let plan = nccl_plan(m, &facts, &parent_env, &opts, nproc);
     let invoked = std::env::args().next().unwrap_or_default();
     let interpreter =
         toporun_shared::torchrun::interpreter::choose(&parent_env, &invoked, &|p| p.is_file());
     let python = interpreter.path.clone();
     if let Some(name) = &opts.logs_specs {
-        // torchrun loads it from the torchrun.logs_specs entry points before any rank
-        // starts, and fails (exit 1) on an unknown one.
-        let root = toporun_agent::paths::Root::live();
-        let py = std::path::PathBuf::from(&python);
-        if !toporun_agent::probe::platform::entry_points(&root, &py, "torchrun.logs_specs")
-            .contains(name)
-        {
-            bail!("ValueError: Could not find entrypoint under 'torchrun.logs_specs[{name}]' key (no package installed for {python} registers it)");
-        }
-        crate::console::say!("toporun: note: --logs-specs {name}: toporun writes torchrun's default log layout; the LogsSpecs class is not loaded");
+        check_logs_specs(name, &python)?;
     }
     let colocated = match typed_choice(m, Extra::Colocated, &parent_env)? {
         ColocatedChoice::Warn => colocation::Mode::Warn,
@@ -279,17 +312,7 @@ fn prepare(
     };
     let nccl_report = typed_choice::<OnOff>(m, Extra::NcclReport, &parent_env)? == OnOff::On;
     let termination_log = termination_log(m, &parent_env);
-    let status_port = match m.get_one::<u16>(Extra::StatusPort.id()) {
-        Some(p) => Some(*p),
-        None => match parent_env.get("TORCHELASTIC_HEALTH_CHECK_PORT") {
-            None => None,
-            Some(v) => Some(v.trim().parse::<u16>().map_err(|_| {
-                toporun_shared::torchrun::OptionsError::usage(format!(
-                    "TORCHELASTIC_HEALTH_CHECK_PORT={v}: expected a port number (0 to 65535)"
-                ))
-            })?),
-        },
-    };
+    let status_port = status_port(m, &parent_env)?;
     let hang = hang_watch(m, &parent_env)?;
     let flight_recorder =
         typed_choice::<OnOff>(m, Extra::FlightRecorder, &parent_env)? == OnOff::On;
