@@ -118,13 +118,14 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
 /// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited for
 /// before the missing ones are named; checked before anything binds a port.
 fn init_grace(env: &BTreeMap<String, String>) -> Result<std::time::Duration> {
-    let Some(v) = env.get("TOPORUN_INIT_WARN_SECS") else {
+    let Some(v) = env.get(job::INIT_WARN_VAR) else {
         return Ok(std::time::Duration::from_secs(30));
     };
-    let d = toporun_shared::torchrun::seconds("TOPORUN_INIT_WARN_SECS", v)?;
+    let d = toporun_shared::torchrun::seconds(job::INIT_WARN_VAR, v)?;
     if d.is_zero() {
         bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "TOPORUN_INIT_WARN_SECS={v}: expected a positive number of seconds"
+            "{}={v}: expected a positive number of seconds",
+            job::INIT_WARN_VAR
         )));
     }
     Ok(d)
@@ -333,7 +334,7 @@ fn prepare(
         root: toporun_agent::paths::Root::live(),
         straggler_window: straggler_window(m, &parent_env)?,
         init_grace: init_grace(&parent_env)?,
-        rdzv_token: parent_env.get("TOPORUN_RDZV_TOKEN").cloned(),
+        rdzv_token: parent_env.get(job::RDZV_TOKEN_VAR).cloned(),
         xid_replay: parent_env
             .get(toporun_agent::job::XID_REPLAY_VAR)
             .map(std::path::PathBuf::from),

@@ -33,4 +33,4 @@ pub use failure::recorder::{gpu_timing_line, recorder_vars};
 pub use hang::stacks_socket;
 pub use lifecycle::run;
 pub use preemption::STOP_FILE_VAR;
-pub use spec::{FileTimerSetting, HangWatch, Job, NodePlace};
+pub use spec::{FileTimerSetting, HangWatch, Job, NodePlace, INIT_WARN_VAR, RDZV_TOKEN_VAR};

@@ -13,6 +13,12 @@ use toporun_shared::preflight::PreflightOptions;
 use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
 use toporun_shared::torchrun::{LaunchOptions, OptionsError};
 
+/// How long every worker's store handshake is waited for before the missing ones are
+/// named (seconds; no option of its own).
+pub const INIT_WARN_VAR: &str = "TOPORUN_INIT_WARN_SECS";
+/// The secret that moves the rendezvous keys, where `--rdzv-conf token=` sets none.
+pub const RDZV_TOKEN_VAR: &str = "TOPORUN_RDZV_TOKEN";
+
 /// Everything a launch decided before starting ranks.
 pub struct Job {
     /// The file system the job's probes read (/proc, /sys, cgroups): "/" live.
