@@ -29,8 +29,9 @@ fn fifty_times_faster_than_torchrun_and_small() {
     eprintln!("startup benchmark: {v}");
     assert!(v["speedup"].as_f64().unwrap() >= 50.0, "{v}");
     // This is the debug build, whose peak grows with the code it maps: 24.2-24.3 MB
-    // here once the GPU straggler's modules came (the release build: 12.7 MB, the
-    // product's figure; scripts/bench_startup.py, docs/measurements.md). The bound
-    // catches a start-up that reads or allocates more, not a few more functions.
-    assert!(v["toporun_peak_rss_mb"].as_f64().unwrap() < 26.0, "{v}");
+    // once the GPU straggler's modules came, 26.2 MB once slow links and the option
+    // suggestions came (the release build: 12.7 MB, the product's figure;
+    // scripts/bench_startup.py, docs/measurements.md). The bound catches a start-up
+    // that reads or allocates more, not a few more functions.
+    assert!(v["toporun_peak_rss_mb"].as_f64().unwrap() < 28.0, "{v}");
 }
