@@ -173,10 +173,14 @@ impl Job {
     /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the
     /// GPU count share them round-robin).
     pub fn gpu_of(&self, local_rank: u32) -> Option<&Gpu> {
-        let idx = *self
-            .cuda_gpus
-            .get(local_rank as usize % self.cuda_gpus.len().max(1))?;
-        self.facts.gpus.devices.get(idx)
+        self.facts.gpus.devices.get(self.cuda_index(local_rank)?)
+    }
+
+    /// The index (into the facts' GPUs) of the GPU a local rank uses: ranks beyond
+    /// the visible GPUs share them in turn.
+    pub fn cuda_index(&self, local_rank: u32) -> Option<usize> {
+        let n = self.cuda_gpus.len().max(1);
+        self.cuda_gpus.get(local_rank as usize % n).copied()
     }
 
     /// The CPUs `--numa-binding` gives a local rank (None: no binding).

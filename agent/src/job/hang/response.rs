@@ -111,10 +111,7 @@ fn link_watch(p: &Job, node: &NodePlace) -> Option<LinkWatch> {
     if node.nnodes != 1 {
         return None;
     }
-    let n = p.cuda_gpus.len().max(1);
-    let mut gpus: Vec<usize> = (0..p.nproc as usize)
-        .filter_map(|l| p.cuda_gpus.get(l % n).copied())
-        .collect();
+    let mut gpus: Vec<usize> = (0..p.nproc).filter_map(|l| p.cuda_index(l)).collect();
     gpus.sort_unstable();
     gpus.dedup();
     let (r, a, b) = link_reference::slowest_pair(&p.facts.gpus, &gpus)?;
