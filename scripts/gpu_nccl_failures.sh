@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a 2-GPU machine: realistic NCCL failures (scripts/gpu_nccl_failure_rank.py), one
+# On a GPU machine (NPROC ranks, 2 by default): realistic NCCL failures (scripts/gpu_nccl_failure_rank.py), one
 # rank per GPU, as a user runs them: --exit-codes classified, and --hang-timeout 15
 # --on-hang stop except for the watchdog case (no hang timeout, NCCL's own 25 s).
 # A case NAME-default runs with toporun's defaults (no hang options). Keeps each case's
@@ -23,7 +23,7 @@ for case in $cases; do
   [ "${case%-default}" != "$case" ] && deadline=${DEFAULT_DEADLINE:-40}
   d=$OUT/$case; rm -rf "$d"; mkdir -p "$d"
   ran=$(CASE=${case%-default} python3 scripts/timed_run.py "$deadline" "$d/stdout" "$d/stderr" \
-    "$BIN" --standalone --nproc-per-node=2 --exit-codes=classified "${hang[@]}" \
+    "$BIN" --standalone --nproc-per-node="${NPROC:-2}" --exit-codes=classified "${hang[@]}" \
     --log-dir "$d/run" scripts/gpu_nccl_failure_rank.py)
   for a in "$d"/run/*/attempt_0; do
     [ -f "$a/hang.json" ] && cp "$a/hang.json" "$d/"

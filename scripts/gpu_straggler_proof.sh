@@ -21,10 +21,10 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 R=scripts/gpu_nccl_straggler_rank.py LIMIT=${LIMIT:-560}
 left() { echo $((LIMIT - SECONDS)); }
 S=$OUT/summary.txt
-named() {  # NAME SECS VAR=VALUE...: a 2-rank job under toporun's defaults, its straggler lines
+named() {  # NAME SECS VAR=VALUE...: an NPROC-rank job (2 by default) under toporun's defaults, its straggler lines
   local name=$1 secs=$2; shift 2
   env "$@" SECS="$secs" python3 scripts/timed_run.py $((secs + 40)) "$OUT/$name.out" "$OUT/$name.err" \
-    "$T" --standalone --nproc-per-node=2 --straggler-window=30 --status-port=29555 \
+    "$T" --standalone --nproc-per-node="${NPROC:-2}" --straggler-window=30 --status-port=29555 \
     ${GPU_TIMING:+--gpu-timing=$GPU_TIMING} $R > "$OUT/$name.exit" &
   local pid=$!
   sleep $((secs - 5)); curl -s localhost:29555/metrics | grep -E "^toporun_(rank_gpu_wait_share|collective_busbw|rank_wait_share|straggler)" > "$OUT/$name.metrics"
@@ -55,7 +55,7 @@ stalls() {  # each step timed, alternating STALLS variants (tag|flags|env), STAL
       [ "$(left)" -gt $((${STALL_SECS:-35} + 40)) ] || break 2
       dumps_seen "$OUT/logs-$tag" > "$OUT/dumps-$tag.txt" & n=$!
       env ${STEP_VARS:-SIZE=8192 WORK=40 BUCKET_MIB=25} ${vars//,/ } SECS=${STALL_SECS:-35} \
-        STEP_LOG=$OUT/steps-$tag.txt timeout 90 "$T" --standalone --nproc-per-node=2 \
+        STEP_LOG=$OUT/steps-$tag.txt timeout 90 "$T" --standalone --nproc-per-node="${NPROC:-2}" \
         --log-dir "$OUT/logs-$tag" ${flags//,/ } $R > /dev/null 2> "$OUT/stall-$tag.err"
       kill $n; args+=("$OUT/steps-$tag.txt:$(sort -u "$OUT/dumps-$tag.txt" | grep -c .)")
     done
@@ -70,7 +70,7 @@ stalls() {  # each step timed, alternating STALLS variants (tag|flags|env), STAL
   for run in 1 2 3; do
     for timing in on off; do
       [ "$(left)" -gt 110 ] || break 3
-      ms=$(env $vars ${COST_ENV:-} SECS=18 timeout 60 "$T" --standalone --nproc-per-node=2 --gpu-timing=$timing $R 2>/dev/null | grep -o 'step_ms [0-9.]*')
+      ms=$(env $vars ${COST_ENV:-} SECS=18 timeout 60 "$T" --standalone --nproc-per-node="${NPROC:-2}" --gpu-timing=$timing $R 2>/dev/null | grep -o 'step_ms [0-9.]*')
       echo "$tag gpu-timing=$timing run $run: $ms" | tee -a "$S"
     done
   done
