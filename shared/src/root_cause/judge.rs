@@ -316,15 +316,22 @@ pub fn judge(
             .first()
             .map(|x| format!("; {}: the code's own fault", xid_text(x, e)))
             .unwrap_or_default();
-        if let Some(sig) = e.signal.filter(|s| native_signal(s)) {
+        // A crash in the interpreter's teardown after an uncaught exception follows
+        // from that exception: the exception is the cause.
+        let on_exit = e.exception.is_some() && e.native.is_some_and(|n| n.on_exit);
+        if let Some(sig) = e.signal.filter(|s| native_signal(s) && !on_exit) {
             causes.push(crashed(e, sig, &own_fault));
         } else if e.cuda_oom.is_some() {
             // CUDA's out-of-memory exception is said once, by the gpu-memory cause.
         } else if let Some(x) = e.exception {
+            let then = match e.signal.filter(|_| on_exit) {
+                Some(sig) => format!("; the process then crashed with {sig} as Python exited (no Python frame: a library's teardown), which follows from it"),
+                None => String::new(),
+            };
             causes.push(Cause::new(
                 CauseKind::Code,
                 r,
-                format!("rank {} raised {}{own_fault}", e.rank, x.line()),
+                format!("rank {} raised {}{then}{own_fault}", e.rank, x.line()),
             ));
         } else if e.exitcode > 0 || !own_fault.is_empty() {
             causes.push(Cause::new(
@@ -435,6 +442,7 @@ mod tests {
         let crash = NativeCrash {
             fatal: "Segmentation fault".into(),
             frame: Some(("/app/t.py".into(), 6, "decode_native_record".into())),
+            on_exit: false,
         };
         let mut e = end(3, Some("SIGSEGV"), -11);
         e.native = Some(&crash);
@@ -458,6 +466,30 @@ mod tests {
             "{}",
             c[0].summary
         );
+    }
+
+    /// 4x H200: a ValueError and a CUDA OOM, each followed by SIGSEGV in the
+    /// interpreter's teardown. The exception is the cause; the crash is not another.
+    #[test]
+    fn a_crash_as_python_exits_after_an_exception_is_not_the_cause() {
+        use crate::root_cause::gpu_memory::cuda_oom;
+        use crate::root_cause::native_crash::last_native_crash;
+        use crate::root_cause::native_crash::tests::{job_stderr, TEARDOWN};
+        use crate::root_cause::python_error::last_exception;
+        let oom = include_str!("../../../tests/fixtures/device/x4-h200/failures/oom/stderr");
+        for (text, expected) in [
+            (TEARDOWN, "rank 1 raised ValueError: batch 12: expected 16 features, got 15 (gpu_nccl_failure_rank.py:55); the process then crashed with SIGSEGV as Python exited"),
+            (oom, "rank 1 ran out of GPU memory in build_activations (gpu_nccl_failure_rank.py:59): asked 200.00 GiB"),
+        ] {
+            let text = job_stderr(text);
+            let (x, native, cuda) = (last_exception(&text), last_native_crash(&text), cuda_oom(&text));
+            let mut e = end(1, Some("SIGSEGV"), -11);
+            (e.exception, e.native, e.cuda_oom) = (x.as_ref(), native.as_ref(), cuda.as_ref());
+            let c = judge(&[e], &[], None, None, &[]);
+            assert_eq!(c.len(), 1, "{c:?}");
+            assert!(c[0].summary.starts_with(expected), "{}", c[0].summary);
+            assert!(!c[0].line().contains("gdb"), "{}", c[0].line());
+        }
     }
 
     #[test]

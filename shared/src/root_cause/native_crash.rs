@@ -3,7 +3,7 @@
 //! the fatal error and every thread's Python frames, the crashing thread's first.
 //! Without that block, the rank's last sampled stack says where it last stood.
 
-use super::python_error::{library, unprefixed};
+use super::python_error::{last_exception, library, unprefixed};
 use crate::stacks::ThreadStack;
 use serde::{Deserialize, Serialize};
 
@@ -14,6 +14,12 @@ pub struct NativeCrash {
     /// The innermost frame of the user's code in the crashing thread (else its
     /// innermost): (file, line, function).
     pub frame: Option<(String, u32, String)>,
+    /// No thread held a Python frame and an uncaught traceback came first: the
+    /// interpreter crashed on its way out, in a library's teardown (PyTorch's NCCL
+    /// process group, left without destroy_process_group), after the exception that
+    /// ended the rank. Seen on 4x H200: a ValueError, then SIGSEGV.
+    #[serde(default)]
+    pub on_exit: bool,
 }
 
 /// `  File "/app/train.py", line 6 in decode_native_record` (faulthandler's form).
@@ -52,9 +58,15 @@ pub fn last_native_crash(text: &str) -> Option<NativeCrash> {
         .map(|h| after[h + 1..].iter().map_while(|l| frame(l)).collect())
         .unwrap_or_default();
     let user = frames.iter().find(|(file, ..)| !library(file));
+    let no_python = head.is_some()
+        && after
+            .iter()
+            .take_while(|l| !l.starts_with("Extension modules"))
+            .all(|l| frame(l).is_none());
     Some(NativeCrash {
         fatal,
         frame: user.or(frames.first()).cloned(),
+        on_exit: no_python && last_exception(&lines[..start].join("\n")).is_some(),
     })
 }
 
@@ -83,7 +95,7 @@ pub fn native_signal(signal: &str) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::stacks::Frame;
 
@@ -109,6 +121,43 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
         assert_eq!(c.fatal, "Segmentation fault");
         let f = c.frame.unwrap();
         assert_eq!(frame_text(&f), "decode_native_record (first_cause.py:6)");
+    }
+
+    /// A job's stderr as scripts/timed_run.py kept it (`[  7.80] ` before each line).
+    pub(crate) fn job_stderr(stamped: &str) -> String {
+        stamped
+            .lines()
+            .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// 4x H200, torch 2.11: rank 1's uncaught ValueError, then SIGSEGV with no Python
+    /// frame as the interpreter exited (ProcessGroupNCCL left alive).
+    pub(crate) const TEARDOWN: &str =
+        include_str!("../../../tests/fixtures/device/x4-h200/failures/valueerror/stderr");
+
+    #[test]
+    fn a_crash_after_an_uncaught_exception_with_no_python_frame_is_on_exit() {
+        let c = last_native_crash(&job_stderr(TEARDOWN)).unwrap();
+        assert_eq!(
+            (c.fatal.as_str(), c.frame, c.on_exit),
+            ("Segmentation fault", None, true)
+        );
+        // A crash in the code itself (the same run's segv case), a block without any
+        // thread, a frameless block with no traceback before it: not on exit.
+        let segv = include_str!("../../../tests/fixtures/device/x4-h200/failures/segv/stderr");
+        let c = last_native_crash(&job_stderr(segv)).unwrap();
+        assert_eq!(
+            frame_text(&c.frame.unwrap()),
+            "decode_native_record (gpu_nccl_failure_rank.py:51)"
+        );
+        assert!(!c.on_exit);
+        assert!(!last_native_crash(&format!("{SEGV}")).unwrap().on_exit);
+        let frameless = "Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n  <no Python frame>\n";
+        assert!(!last_native_crash(frameless).unwrap().on_exit);
+        let cut = format!("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nKeyError: 'x'\nFatal Python error: Aborted\n");
+        assert!(!last_native_crash(&cut).unwrap().on_exit, "no thread shown");
     }
 
     #[test]
