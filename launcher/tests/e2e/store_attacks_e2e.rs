@@ -175,9 +175,10 @@ fn reply_bombs_leave_the_job_and_the_store_standing() {
     assert!(alive(&mut child), "the launcher died");
     assert!(peak < 512, "launcher RSS peaked at {peak} MB");
     // A starved store answers in seconds or not at all; while 16 GiB of replies are
-    // refused on this 2-core machine a PING took up to 107 ms once (CI, alone).
+    // refused on this 2-core machine a PING took up to 107 ms (CI alone) and 312 ms
+    // (CI while a build shared the cores).
     assert!(
-        worst < Duration::from_millis(250),
+        worst < Duration::from_secs(1),
         "a legitimate PING took {worst:?}"
     );
     eprintln!("reply bombs: launcher RSS peak {peak} MB, slowest PING {worst:?}");
