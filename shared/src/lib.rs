@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod colocation;
+pub mod copy_rounds;
 pub mod cpu_binding;
 pub mod cpulist;
 pub mod facts;

@@ -7,6 +7,7 @@
 use cudarc::driver::{result, sys};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
+use toporun_shared::copy_rounds::copy_rounds;
 use toporun_shared::cpulist;
 use toporun_shared::facts::{same_bus, GpuFacts, HostCopy, LinkBandwidth, PairCopy};
 
@@ -84,6 +85,7 @@ fn cuda(what: &str, source: result::DriverError) -> MeasureError {
 
 fn run(gpus: &GpuFacts, t0: Instant, m: &mut LinkBandwidth) -> Result<(), MeasureError> {
     result::init().map_err(|e| cuda("cuInit", e))?;
+    m.driver_seconds = t0.elapsed().as_secs_f64();
     let mut version = 0;
     // SAFETY: an out-parameter.
     if unsafe { sys::cuDriverGetVersion(&mut version) } == sys::CUresult::CUDA_SUCCESS {
@@ -110,7 +112,7 @@ fn run(gpus: &GpuFacts, t0: Instant, m: &mut LinkBandwidth) -> Result<(), Measur
     m.init_seconds = t0.elapsed().as_secs_f64();
     let outcome = match failed {
         Some(e) => Err(e),
-        None => measure_all(&all, t0, m),
+        None => measure_all(gpus, &all, t0, m),
     };
     for g in all {
         teardown(g);
@@ -194,41 +196,45 @@ fn teardown(g: Gpu) {
     }
 }
 
-fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), MeasureError> {
+fn measure_all(
+    gpus: &GpuFacts,
+    all: &[Gpu],
+    t0: Instant,
+    m: &mut LinkBandwidth,
+) -> Result<(), MeasureError> {
     let over = || t0.elapsed() > BUDGET;
-    let peer = |a: &Gpu, b: &Gpu| -> Result<bool, MeasureError> {
-        let mut can = 0;
-        // SAFETY: out-parameter; devices from cuDeviceGet.
-        unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.dev, b.dev) }
-            .result()
-            .map_err(|e| cuda("cuDeviceCanAccessPeer", e))?;
-        if can == 1 {
-            // SAFETY: a's context current; enabling twice answers "already enabled".
-            unsafe {
-                result::ctx::set_current(a.ctx).map_err(|e| cuda("cuCtxSetCurrent", e))?;
-                let rc = sys::cuCtxEnablePeerAccess(b.ctx, 0);
-                if rc != sys::CUresult::CUDA_SUCCESS
-                    && rc != sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED
-                {
-                    return Ok(false);
-                }
-            }
-        }
-        Ok(can == 1)
+    let visible: Vec<u32> = all.iter().map(|g| g.index).collect();
+    let of = |index: u32| {
+        all.iter()
+            .find(|g| g.index == index)
+            .expect("a visible GPU")
     };
-    for a in all {
-        for b in all {
-            if a.index == b.index {
-                continue;
-            }
-            if over() {
-                return Err(MeasureError::OverBudget);
-            }
-            let peer_access = peer(a, b)?;
-            // The copy runs on the source GPU's stream, as PyTorch's tensor.to() does.
-            let gbps = time(a, |s| unsafe {
-                result::memcpy_peer_async(b.ctx, b.dst, a.ctx, a.src, BUFFER_BYTES, s)
-            })?;
+    for round in copy_rounds(gpus, &visible) {
+        if over() {
+            return Err(MeasureError::OverBudget);
+        }
+        let pairs: Vec<(&Gpu, &Gpu)> = round.iter().map(|&(a, b)| (of(a), of(b))).collect();
+        let mapping = Instant::now();
+        let mut peer_access = Vec::new();
+        for (a, b) in &pairs {
+            peer_access.push(enable_peer(a, b)?);
+        }
+        m.peer_seconds += mapping.elapsed().as_secs_f64();
+        // Each copy runs on its source GPU's stream, as PyTorch's tensor.to() does.
+        let copies: Vec<LinkCopy> = pairs
+            .iter()
+            .map(|&(a, b)| -> LinkCopy {
+                (
+                    a,
+                    // SAFETY: both GPUs' buffers hold BUFFER_BYTES until teardown.
+                    Box::new(move |s| unsafe {
+                        result::memcpy_peer_async(b.ctx, b.dst, a.ctx, a.src, BUFFER_BYTES, s)
+                    }),
+                )
+            })
+            .collect();
+        let gbps = time(&copies)?;
+        for (((a, b), gbps), peer_access) in pairs.iter().zip(gbps).zip(peer_access) {
             m.pairs.push(PairCopy {
                 src: a.index,
                 dst: b.index,
@@ -237,21 +243,28 @@ fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), Me
             });
         }
     }
+    // Host links one at a time: GPUs may share a PCIe switch's uplink.
     for g in all {
         if over() {
             return Err(MeasureError::OverBudget);
         }
         // SAFETY: pinned host buffer and device buffers of BUFFER_BYTES each.
-        let h2d = time(g, |s| unsafe {
-            sys::cuMemcpyHtoDAsync_v2(g.dst, g.host, BUFFER_BYTES, s).result()
-        })?;
-        let d2h = time(g, |s| unsafe {
-            sys::cuMemcpyDtoHAsync_v2(g.host, g.src, BUFFER_BYTES, s).result()
-        })?;
+        let h2d: LinkCopy = (
+            g,
+            Box::new(|s| unsafe {
+                sys::cuMemcpyHtoDAsync_v2(g.dst, g.host, BUFFER_BYTES, s).result()
+            }),
+        );
+        let d2h: LinkCopy = (
+            g,
+            Box::new(|s| unsafe {
+                sys::cuMemcpyDtoHAsync_v2(g.host, g.src, BUFFER_BYTES, s).result()
+            }),
+        );
         m.host.push(HostCopy {
             gpu: g.index,
-            h2d_gbps: h2d,
-            d2h_gbps: d2h,
+            h2d_gbps: time(&[h2d])?[0],
+            d2h_gbps: time(&[d2h])?[0],
             cpus: g.cpus.clone(),
         });
     }
@@ -260,41 +273,85 @@ fn measure_all(all: &[Gpu], t0: Instant, m: &mut LinkBandwidth) -> Result<(), Me
     Ok(())
 }
 
-/// GB/s of `copy` on `g`'s stream. An idle GPU's PCIe link runs at a low generation
-/// and retrains under load, and first use maps peer memory: copies run untimed for
-/// WARM_SECONDS first. Then two timed runs of about TARGET_SECONDS; the faster counts
-/// (a link does not run faster than it can, only slower when disturbed).
-fn time(
-    g: &Gpu,
-    copy: impl Fn(sys::CUstream) -> Result<(), result::DriverError>,
-) -> Result<f64, MeasureError> {
-    let timed = |reps: usize| -> Result<f64, result::DriverError> {
-        // SAFETY: g's context is made current; its events and stream live until teardown.
-        unsafe {
+/// Turns on peer access from `a` to `b` where CUDA allows it: whether it is on.
+fn enable_peer(a: &Gpu, b: &Gpu) -> Result<bool, MeasureError> {
+    let mut can = 0;
+    // SAFETY: out-parameter; devices from cuDeviceGet.
+    unsafe { sys::cuDeviceCanAccessPeer(&mut can, a.dev, b.dev) }
+        .result()
+        .map_err(|e| cuda("cuDeviceCanAccessPeer", e))?;
+    if can != 1 {
+        return Ok(false);
+    }
+    // SAFETY: a's context current; enabling twice answers "already enabled".
+    unsafe {
+        result::ctx::set_current(a.ctx).map_err(|e| cuda("cuCtxSetCurrent", e))?;
+        let rc = sys::cuCtxEnablePeerAccess(b.ctx, 0);
+        Ok(rc == sys::CUresult::CUDA_SUCCESS
+            || rc == sys::CUresult::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    }
+}
+
+/// One copy of BUFFER_BYTES, enqueued on the given stream of its GPU.
+type LinkCopy<'a> = (
+    &'a Gpu,
+    Box<dyn Fn(sys::CUstream) -> Result<(), result::DriverError> + 'a>,
+);
+
+/// GB/s of each copy, all running at once (one per GPU's stream). An idle GPU's PCIe
+/// link runs at a low generation and retrains under load, and first use maps peer
+/// memory: copies run untimed for WARM_SECONDS first. Then two timed runs of about
+/// TARGET_SECONDS; the faster counts (a link does not run faster than it can, only
+/// slower when disturbed).
+fn time(copies: &[LinkCopy]) -> Result<Vec<f64>, MeasureError> {
+    let err = |e| cuda(&format!("GPU{} copy", copies[0].0.index), e);
+    let mut warm = 0.0;
+    let mut one = f64::MAX;
+    for _ in 0..MAX_REPS {
+        let slowest = timed(copies, 1)
+            .map_err(err)?
+            .into_iter()
+            .fold(0.0, f64::max);
+        one = one.min(slowest);
+        warm += slowest;
+        if warm >= WARM_SECONDS {
+            break;
+        }
+    }
+    let reps = ((TARGET_SECONDS / one).ceil() as usize).clamp(1, MAX_REPS);
+    let (first, second) = (
+        timed(copies, reps).map_err(err)?,
+        timed(copies, reps).map_err(err)?,
+    );
+    Ok(first
+        .iter()
+        .zip(second)
+        .map(|(a, b)| (BUFFER_BYTES * reps) as f64 / a.min(b) / 1e9)
+        .collect())
+}
+
+/// Seconds each copy's `reps` repetitions took on its GPU, every GPU's enqueued
+/// before any is waited for.
+fn timed(copies: &[LinkCopy], reps: usize) -> Result<Vec<f64>, result::DriverError> {
+    // SAFETY: each GPU's context is made current before its calls; its events and
+    // stream live until teardown.
+    unsafe {
+        for (g, copy) in copies {
             result::ctx::set_current(g.ctx)?;
             result::event::record(g.start, g.stream)?;
             for _ in 0..reps {
                 copy(g.stream)?;
             }
             result::event::record(g.stop, g.stream)?;
+        }
+        let mut secs = Vec::with_capacity(copies.len());
+        for (g, _) in copies {
+            result::ctx::set_current(g.ctx)?;
             result::event::synchronize(g.stop)?;
-            Ok((result::event::elapsed(g.start, g.stop)? as f64 / 1e3).max(1e-9))
+            secs.push((result::event::elapsed(g.start, g.stop)? as f64 / 1e3).max(1e-9));
         }
-    };
-    let err = |e| cuda(&format!("GPU{} copy", g.index), e);
-    let mut warm = 0.0;
-    let mut one = f64::MAX;
-    for _ in 0..MAX_REPS {
-        let t = timed(1).map_err(err)?;
-        one = one.min(t);
-        warm += t;
-        if warm >= WARM_SECONDS {
-            break;
-        }
+        Ok(secs)
     }
-    let reps = ((TARGET_SECONDS / one).ceil() as usize).clamp(1, MAX_REPS);
-    let secs = timed(reps).map_err(err)?.min(timed(reps).map_err(err)?);
-    Ok((BUFFER_BYTES * reps) as f64 / secs / 1e9)
 }
 
 #[cfg(test)]

@@ -14,6 +14,10 @@ pub struct LinkBandwidth {
     pub buffer_bytes: u64,
     /// Driver load, contexts on every GPU and buffers, in seconds.
     pub init_seconds: f64,
+    /// Of which the driver's load and cuInit.
+    pub driver_seconds: f64,
+    /// Turning on peer access between the GPUs (the driver maps each peer's memory).
+    pub peer_seconds: f64,
     /// All of it, initialisation included.
     pub seconds: f64,
     /// One entry per ordered pair (src, dst), in GPU index order (NVML's, as facts).

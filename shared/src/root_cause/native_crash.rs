@@ -153,11 +153,11 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
             "decode_native_record (gpu_nccl_failure_rank.py:51)"
         );
         assert!(!c.on_exit);
-        assert!(!last_native_crash(&format!("{SEGV}")).unwrap().on_exit);
+        assert!(!last_native_crash(SEGV).unwrap().on_exit);
         let frameless = "Fatal Python error: Aborted\n\nThread 0x1 (most recent call first):\n  <no Python frame>\n";
         assert!(!last_native_crash(frameless).unwrap().on_exit);
-        let cut = format!("Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nKeyError: 'x'\nFatal Python error: Aborted\n");
-        assert!(!last_native_crash(&cut).unwrap().on_exit, "no thread shown");
+        let cut = "Traceback (most recent call last):\n  File \"a.py\", line 1, in f\nKeyError: 'x'\nFatal Python error: Aborted\n";
+        assert!(!last_native_crash(cut).unwrap().on_exit, "no thread shown");
     }
 
     #[test]
