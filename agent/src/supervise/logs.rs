@@ -9,8 +9,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::Stdio;
-use std::sync::mpsc;
-use std::sync::OnceLock;
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use super::tail::Tail;
 use toporun_shared::torchrun::line_filters;
@@ -44,29 +43,91 @@ enum Line {
     Flush(mpsc::Sender<()>),
 }
 
-/// Forwarders still copying a pipe; each reports on its channel when its pipe closed.
-fn forwarders() -> &'static std::sync::Mutex<Vec<mpsc::Receiver<()>>> {
-    static F: OnceLock<std::sync::Mutex<Vec<mpsc::Receiver<()>>>> = OnceLock::new();
-    F.get_or_init(Default::default)
+/// The console of one attempt: a queue of whole lines from every rank's pipes,
+/// written by one thread (lines of different ranks never interleave), with a byte
+/// budget, and the forwarders still copying a pipe. Cloned into each forwarder; the
+/// writer thread ends when the last clone and forwarder are gone.
+#[derive(Clone)]
+pub struct Console {
+    tx: mpsc::Sender<Line>,
+    budget: Arc<Budget>,
+    /// Each forwarder reports on its channel when its pipe closed.
+    forwarders: Arc<Mutex<Vec<mpsc::Receiver<()>>>>,
 }
 
-/// Waits until every rank's output has reached the console and log files: the pipes'
-/// forwarders finish at EOF, then the console queue is flushed. Bounded by `limit`,
-/// in case a detached grandchild keeps a pipe open.
-pub fn drain(limit: std::time::Duration) {
-    let deadline = std::time::Instant::now() + limit;
-    let pending: Vec<mpsc::Receiver<()>> = std::mem::take(
-        &mut *forwarders()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner),
-    );
-    for done in pending {
-        let _ = done.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+impl Console {
+    /// Starts the writer thread.
+    pub fn start() -> Console {
+        let (tx, rx) = mpsc::channel::<Line>();
+        let budget = Arc::new(Budget::default());
+        let room = budget.clone();
+        std::thread::spawn(move || {
+            for line in rx {
+                let (bytes, to_stderr) = match line {
+                    Line::Out(b) => (b, false),
+                    Line::Err(b) => (b, true),
+                    Line::Flush(ack) => {
+                        let _ = std::io::stdout().flush();
+                        let _ = ack.send(());
+                        continue;
+                    }
+                };
+                // Written or not (a closed console), the line leaves the queue.
+                let _ = if to_stderr {
+                    std::io::stderr().lock().write_all(&bytes)
+                } else {
+                    std::io::stdout().lock().write_all(&bytes)
+                };
+                room.give(bytes.len());
+            }
+        });
+        Console {
+            tx,
+            budget,
+            forwarders: Default::default(),
+        }
     }
-    let (tx, rx) = mpsc::channel();
-    // Bounded: a console that does not drain must not hold the exit past the limit.
-    if console().send(Line::Flush(tx)).is_ok() {
-        let _ = rx.recv_timeout(deadline.saturating_duration_since(std::time::Instant::now()));
+
+    /// Waits until every rank's output has reached the console and log files: the
+    /// pipes' forwarders finish at EOF, then the queue is flushed. Bounded by `limit`,
+    /// in case a detached grandchild keeps a pipe open.
+    pub fn drain(&self, limit: std::time::Duration) {
+        let deadline = std::time::Instant::now() + limit;
+        let left = || deadline.saturating_duration_since(std::time::Instant::now());
+        let pending = std::mem::take(
+            &mut *self
+                .forwarders
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for done in pending {
+            let _ = done.recv_timeout(left());
+        }
+        let (tx, rx) = mpsc::channel();
+        // Bounded: a console that does not drain must not hold the exit past the limit.
+        if self.tx.send(Line::Flush(tx)).is_ok() {
+            let _ = rx.recv_timeout(left());
+        }
+    }
+
+    /// A new forwarder: the channel it reports its end on.
+    fn forwarder(&self) -> mpsc::Sender<()> {
+        let (done_tx, done_rx) = mpsc::channel();
+        self.forwarders
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(done_rx);
+        done_tx
+    }
+
+    /// Queues `line` once the budget has room for it.
+    fn send(&self, line: Vec<u8>, to_stderr: bool) {
+        self.budget.take(line.len());
+        let _ = self.tx.send(if to_stderr {
+            Line::Err(line)
+        } else {
+            Line::Out(line)
+        });
     }
 }
 
@@ -100,72 +161,27 @@ const CONSOLE_BYTES: usize = 16 << 20;
 const MAX_PIECE: usize = 64 << 10;
 
 /// The bytes queued for the console, and a wake-up for forwarders waiting on room.
+#[derive(Default)]
 struct Budget {
-    queued: std::sync::Mutex<usize>,
+    queued: Mutex<usize>,
     room: std::sync::Condvar,
-}
-
-fn budget() -> &'static Budget {
-    static B: OnceLock<Budget> = OnceLock::new();
-    B.get_or_init(|| Budget {
-        queued: std::sync::Mutex::new(0),
-        room: std::sync::Condvar::new(),
-    })
 }
 
 impl Budget {
     /// Waits until `n` more bytes fit (a lone line always fits).
     fn take(&self, n: usize) {
-        let mut q = self
-            .queued
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut q = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
         while *q > 0 && *q + n > CONSOLE_BYTES {
-            q = self
-                .room
-                .wait(q)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            q = self.room.wait(q).unwrap_or_else(PoisonError::into_inner);
         }
         *q += n;
     }
 
     fn give(&self, n: usize) {
-        let mut q = self
-            .queued
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut q = self.queued.lock().unwrap_or_else(PoisonError::into_inner);
         *q = q.saturating_sub(n);
         self.room.notify_all();
     }
-}
-
-fn console() -> &'static mpsc::Sender<Line> {
-    static CONSOLE: OnceLock<mpsc::Sender<Line>> = OnceLock::new();
-    CONSOLE.get_or_init(|| {
-        let (tx, rx) = mpsc::channel::<Line>();
-        std::thread::spawn(move || {
-            for line in rx {
-                // One write per whole line: lines of different ranks never interleave.
-                let (bytes, to_stderr) = match line {
-                    Line::Out(b) => (b, false),
-                    Line::Err(b) => (b, true),
-                    Line::Flush(ack) => {
-                        let _ = std::io::stdout().flush();
-                        let _ = ack.send(());
-                        continue;
-                    }
-                };
-                // Written or not (a closed console), the line leaves the queue.
-                let _ = if to_stderr {
-                    std::io::stderr().lock().write_all(&bytes)
-                } else {
-                    std::io::stdout().lock().write_all(&bytes)
-                };
-                budget().give(bytes.len());
-            }
-        });
-        tx
-    })
 }
 
 impl Sink {
@@ -179,7 +195,13 @@ impl Sink {
     }
 
     /// Copies the pipe to its destinations; a stderr pipe's bytes also go to `tail`.
-    pub(super) fn forward(&self, pipe: Option<File>, piped: bool, tail: Option<Tail>) {
+    pub(super) fn forward(
+        &self,
+        pipe: Option<File>,
+        piped: bool,
+        tail: Option<Tail>,
+        console: &Console,
+    ) {
         let (Some(pipe), true) = (pipe, piped) else {
             return;
         };
@@ -206,12 +228,8 @@ impl Sink {
         if let Some(t) = &tail {
             t.feeding();
         }
-        let tx = console().clone();
-        let (done_tx, done_rx) = mpsc::channel();
-        forwarders()
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(done_rx);
+        let console = console.clone();
+        let done_tx = console.forwarder();
         std::thread::spawn(move || {
             let _done = done_tx;
             let mut reader = BufReader::with_capacity(64 * 1024, pipe);
@@ -246,12 +264,7 @@ impl Sink {
                         let _ = f.write_all(&line);
                     }
                 }
-                budget().take(line.len());
-                let _ = tx.send(if is_err {
-                    Line::Err(line)
-                } else {
-                    Line::Out(line)
-                });
+                console.send(line, is_err);
             }
         });
     }
@@ -364,6 +377,31 @@ pub fn private_file(path: &std::path::Path) -> std::io::Result<File> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A forwarder whose pipe stays open (a grandchild holding it) holds only its own
+    /// attempt's drain, for the limit, and no other console's.
+    #[test]
+    fn each_console_drains_its_own_forwarders() {
+        let held = Console::start();
+        let (reader, _writer) = std::io::pipe().unwrap();
+        let pipe = File::from(std::os::fd::OwnedFd::from(reader));
+        Sink::Watched.forward(Some(pipe), true, None, &held);
+        let other = Console::start();
+        let t = std::time::Instant::now();
+        other.drain(std::time::Duration::from_secs(5));
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(1),
+            "{:?}",
+            t.elapsed()
+        );
+        let t = std::time::Instant::now();
+        held.drain(std::time::Duration::from_millis(300));
+        assert!(
+            t.elapsed() >= std::time::Duration::from_millis(300),
+            "{:?}",
+            t.elapsed()
+        );
+    }
 
     #[test]
     fn prefix_template() {

@@ -10,7 +10,7 @@ mod summary;
 mod tail;
 
 pub use events::{Event, Events};
-pub use logs::{drain, line_prefix, private_file, Duplicate, LogPlan, Sink};
+pub use logs::{line_prefix, private_file, Console, Duplicate, LogPlan, Sink};
 pub use spawn::RankCmd;
 pub use summary::{
     dump_error_file, failure_summary, first_failure, leave_termination_message, record_error,
@@ -128,14 +128,16 @@ pub async fn run_attempt<R: StopRequest>(
     stop_request: impl std::future::Future<Output = R>,
     on_rank: &dyn Fn(RankEvent),
 ) -> std::io::Result<Outcome<R>> {
-    let outcome = attempt(cmds, events, how, stop_request, on_rank).await;
+    let console = Console::start();
+    let outcome = attempt(cmds, &console, events, how, stop_request, on_rank).await;
     // Every line the ranks wrote reaches the console before anything else is said.
-    drain(Duration::from_secs(2));
+    console.drain(Duration::from_secs(2));
     outcome
 }
 
 async fn attempt<R: StopRequest>(
     cmds: Vec<RankCmd>,
+    console: &Console,
     events: &mut Events,
     how: StopHow,
     stop_request: impl std::future::Future<Output = R>,
@@ -144,7 +146,7 @@ async fn attempt<R: StopRequest>(
     let mut stop_request = std::pin::pin!(stop_request);
     let mut ranks: Vec<Running> = Vec::with_capacity(cmds.len());
     for cmd in cmds {
-        match cmd.spawn() {
+        match cmd.spawn(console) {
             Ok(pid) => {
                 on_rank(RankEvent::Started {
                     local_rank: cmd.local_rank,

@@ -1,7 +1,7 @@
 //! Starting one rank: its own session (process group), a parent-death signal, its
 //! CPUs, its output sinks.
 
-use super::logs::Sink;
+use super::logs::{Console, Sink};
 use super::tail::Tail;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
@@ -28,7 +28,7 @@ pub struct RankCmd {
 impl RankCmd {
     /// Forks and execs the rank. Must run on a thread that lives as long as the job:
     /// PR_SET_PDEATHSIG fires when the forking *thread* exits.
-    pub fn spawn(&self) -> std::io::Result<Pid> {
+    pub fn spawn(&self, console: &Console) -> std::io::Result<Pid> {
         let (prog, args) = self
             .argv
             .split_first()
@@ -75,6 +75,7 @@ impl RankCmd {
                 .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
             out_pipe,
             None,
+            console,
         );
         self.stderr.forward(
             child
@@ -83,6 +84,7 @@ impl RankCmd {
                 .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
             err_pipe,
             Some(self.stderr_tail.clone()),
+            console,
         );
         Ok(Pid::from_raw(child.id() as i32))
     }
