@@ -5,10 +5,11 @@
 use super::cause::{by_precedence, Cause, CauseKind};
 use super::disk::{Volume, FIX as DISK_FIX};
 use super::gpu_memory::CudaOom;
-use super::native_crash::{frame_text, native_signal, NativeCrash};
+use super::native_crash::{frame_text, NativeCrash};
 use super::oom::{MemoryReading, FIX as OOM_FIX};
 use super::python_error::PythonError;
 use super::shm::FIX as SHM_FIX;
+use super::signal::RankSignal;
 use super::watchdog::WatchdogTimeout;
 use super::xid::{info, Verdict, XidEvent, FIX as XID_FIX};
 use crate::units::format_size as fmt_bytes;
@@ -18,8 +19,8 @@ use crate::units::format_size as fmt_bytes;
 pub struct RankEnd<'a> {
     pub rank: u32,
     pub exitcode: i32,
-    /// SIGKILL, SIGBUS...
-    pub signal: Option<&'a str>,
+    /// The signal that killed it.
+    pub signal: Option<RankSignal>,
     pub exception: Option<&'a PythonError>,
     pub shm_line: Option<&'a str>,
     /// Its line saying a peer went away (gloo's "Connection closed by peer"...), and
@@ -219,7 +220,7 @@ fn seen(e: &RankEnd) -> String {
 
 /// A rank killed by its own crash (SIGSEGV...): where faulthandler saw it strike,
 /// else where it was last sampled.
-fn crashed(e: &RankEnd, sig: &str, own_fault: &str) -> Cause {
+fn crashed(e: &RankEnd, sig: RankSignal, own_fault: &str) -> Cause {
     let native = "a native crash in C/C++/CUDA code";
     let summary = match e.native.and_then(|n| n.frame.as_ref()) {
         Some(f) => format!("rank {} crashed with {sig} ({native}) in {}", e.rank, frame_text(f)),
@@ -267,12 +268,12 @@ pub fn judge(
     for e in ends {
         let r = Some(e.rank);
         match (e.signal, oom_kills) {
-            (Some("SIGKILL"), Some(n)) if n > 0 => {
+            (Some(RankSignal::Kill), Some(n)) if n > 0 => {
                 let m = memory.expect("read");
                 causes.push(Cause::new(CauseKind::Oom, r, format!("rank {} was killed by the kernel OOM killer ({n} OOM kill(s) in the container's memory cgroup during this attempt; {})", e.rank, limits(&m.now))).fix(OOM_FIX));
                 oom_named = true;
             }
-            (Some("SIGKILL"), known) => {
+            (Some(RankSignal::Kill), known) => {
                 let how = if known.is_some() {
                     "not the OOM killer: the container's memory cgroup counted no OOM kill"
                 } else {
@@ -282,7 +283,7 @@ pub fn judge(
             }
             _ => {}
         }
-        if e.shm_line.is_some() || e.signal == Some("SIGBUS") {
+        if e.shm_line.is_some() || e.signal == Some(RankSignal::Bus) {
             let what = e.shm_line.unwrap_or("killed by SIGBUS");
             causes.push(
                 Cause::new(
@@ -319,7 +320,7 @@ pub fn judge(
         // A crash in the interpreter's teardown after an uncaught exception follows
         // from that exception: the exception is the cause.
         let on_exit = e.exception.is_some() && e.native.is_some_and(|n| n.on_exit);
-        if let Some(sig) = e.signal.filter(|s| native_signal(s) && !on_exit) {
+        if let Some(sig) = e.signal.filter(|s| s.is_crash() && !on_exit) {
             causes.push(crashed(e, sig, &own_fault));
         } else if e.cuda_oom.is_some() {
             // CUDA's out-of-memory exception is said once, by the gpu-memory cause.
@@ -359,7 +360,7 @@ pub fn judge(
 mod tests {
     use super::*;
 
-    fn end(rank: u32, signal: Option<&'static str>, exitcode: i32) -> RankEnd<'static> {
+    fn end(rank: u32, signal: Option<RankSignal>, exitcode: i32) -> RankEnd<'static> {
         RankEnd {
             rank,
             exitcode,
@@ -396,7 +397,7 @@ mod tests {
     fn the_watchdogs_victim_is_the_messenger_not_a_native_crash() {
         let w = crate::root_cause::watchdog::last_timeout("[rank0]:[E1125 ProcessGroupNCCL.cpp:685] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=17, OpType=ALLREDUCE, NumelIn=4194304, NumelOut=4194304, Timeout(ms)=25000) ran for 25012 milliseconds before timing out.\n").unwrap();
         let hang = "rank 1 is in no collective: rank 1 is blocked outside PyTorch (I/O, a lock or a sleep) in read_next_shard (train.py:44), while rank 0 waits on its GPU at .item() in main (train.py:107): it most likely holds them up";
-        let mut e = end(0, Some("SIGABRT"), -6);
+        let mut e = end(0, Some(RankSignal::Abrt), -6);
         e.watchdog = Some(&w);
         e.hang = Some(hang);
         let c = judge(&[e], &[], None, None, &[]);
@@ -444,7 +445,7 @@ mod tests {
             frame: Some(("/app/t.py".into(), 6, "decode_native_record".into())),
             on_exit: false,
         };
-        let mut e = end(3, Some("SIGSEGV"), -11);
+        let mut e = end(3, Some(RankSignal::Segv), -11);
         e.native = Some(&crash);
         let c = judge(&[e], &[], None, None, &[]);
         assert_eq!(c[0].summary, "rank 3 crashed with SIGSEGV (a native crash in C/C++/CUDA code) in decode_native_record (t.py:6)");
@@ -483,7 +484,7 @@ mod tests {
         ] {
             let text = job_stderr(text);
             let (x, native, cuda) = (last_exception(&text), last_native_crash(&text), cuda_oom(&text));
-            let mut e = end(1, Some("SIGSEGV"), -11);
+            let mut e = end(1, Some(RankSignal::Segv), -11);
             (e.exception, e.native, e.cuda_oom) = (x.as_ref(), native.as_ref(), cuda.as_ref());
             let c = judge(&[e], &[], None, None, &[]);
             assert_eq!(c.len(), 1, "{c:?}");
@@ -568,7 +569,13 @@ mod tests {
 
     #[test]
     fn a_sigkill_with_an_oom_kill_is_the_oom_killer_and_without_one_from_outside() {
-        let c = judge(&[end(2, Some("SIGKILL"), -9)], &[], memory(1), None, &[]);
+        let c = judge(
+            &[end(2, Some(RankSignal::Kill), -9)],
+            &[],
+            memory(1),
+            None,
+            &[],
+        );
         assert_eq!(c[0].kind, CauseKind::Oom);
         assert!(
             c[0].summary
@@ -577,7 +584,13 @@ mod tests {
             c[0].summary
         );
         assert!(c[0].summary.contains("limit 256 MiB"), "{}", c[0].summary);
-        let c = judge(&[end(2, Some("SIGKILL"), -9)], &[], memory(0), None, &[]);
+        let c = judge(
+            &[end(2, Some(RankSignal::Kill), -9)],
+            &[],
+            memory(0),
+            None,
+            &[],
+        );
         assert_eq!(c[0].kind, CauseKind::External);
         assert!(c[0].summary.contains("from outside"));
     }
@@ -617,7 +630,7 @@ mod tests {
     fn a_plain_exit_code_is_the_codes_and_ranks_stopped_after_are_not_causes() {
         let stopped = RankEnd {
             first: false,
-            ..end(1, Some("SIGTERM"), -15)
+            ..end(1, Some(RankSignal::Other(15)), -15)
         };
         let c = judge(&[end(0, None, 3), stopped], &[], None, None, &[]);
         assert_eq!(c.len(), 1);
@@ -637,7 +650,7 @@ mod tests {
     #[test]
     fn a_node_fatal_xid_before_the_failure_leads_and_a_code_xid_stays_the_codes() {
         let c = judge(
-            &[end(1, Some("SIGABRT"), -6)],
+            &[end(1, Some(RankSignal::Abrt), -6)],
             &[],
             None,
             None,

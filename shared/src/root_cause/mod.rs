@@ -14,6 +14,7 @@ pub mod oom;
 pub mod peer;
 pub mod python_error;
 pub mod shm;
+pub mod signal;
 pub mod watchdog;
 pub mod xid;
 

@@ -86,14 +86,6 @@ pub fn where_sampled(thread: &ThreadStack) -> Option<String> {
     Some(f.short())
 }
 
-/// What a signal that ended a rank means, where it is a crash of the process itself.
-pub fn native_signal(signal: &str) -> bool {
-    matches!(
-        signal,
-        "SIGSEGV" | "SIGFPE" | "SIGABRT" | "SIGILL" | "SIGBUS"
-    )
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -191,6 +183,5 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
             idle: false,
         };
         assert_eq!(where_sampled(&t).unwrap(), "flush_shards (train.py:12)");
-        assert!(native_signal("SIGSEGV") && !native_signal("SIGTERM"));
     }
 }

@@ -19,6 +19,7 @@ use toporun_shared::root_cause::disk::Volume;
 use toporun_shared::root_cause::gpu_health::degraded;
 use toporun_shared::root_cause::judge::{judge, Left, Memory, RankEnd, ShmUse};
 use toporun_shared::root_cause::oom::MemoryReading;
+use toporun_shared::root_cause::signal::RankSignal;
 use toporun_shared::root_cause::xid::XidEvent;
 use toporun_shared::root_cause::{by_precedence, Cause};
 
@@ -142,7 +143,10 @@ pub fn of(
         .map(|(f, volume)| RankEnd {
             rank: f.rank,
             exitcode: f.exitcode,
-            signal: f.signal.as_deref(),
+            signal: f
+                .signal
+                .is_some()
+                .then(|| RankSignal::from_number(-f.exitcode)),
             exception: f.exception.as_ref(),
             shm_line: f.shm.as_deref(),
             lost_peer: f.peer_lost.as_ref().map(|(line, _)| line.as_str()),
