@@ -7,7 +7,8 @@ use crate::measured::{self, slowdown};
 use crate::nccl_vars;
 use std::collections::BTreeMap;
 
-const ID: &str = "nccl.env";
+/// The id of the findings on the user's NCCL variables.
+pub const ID: &str = "nccl.env";
 
 /// NCCL reads its switches as integers: "true" is 0 to it.
 fn truthy(v: &str) -> bool {

@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toporun_shared::finding::{Finding, Severity};
+use toporun_shared::nccl_log::TRANSPORT_ID;
 use toporun_shared::nccl_log::{self, Digest, Topology};
 
 /// How this launch learns what NCCL did.
@@ -235,7 +236,7 @@ impl Reporter {
         judged(&g, &self.facts)
             .1
             .into_iter()
-            .filter(|f| f.severity == Severity::Error && f.id != "nccl.transport")
+            .filter(|f| f.severity == Severity::Error && f.id != TRANSPORT_ID)
             .collect()
     }
 }
@@ -270,7 +271,7 @@ fn same_machine_net(d: &mut Digest, machines: &[Option<String>]) -> Option<Findi
     }
     c.below_best.extend(hit.iter().cloned());
     Some(
-        Finding::new("nccl.transport", Severity::Warning, format!("ranks {} run on one machine but NCCL connected them over the network: the hardware allows P2P between them", hit.join(", ")))
+        Finding::new(TRANSPORT_ID, Severity::Warning, format!("ranks {} run on one machine but NCCL connected them over the network: the hardware allows P2P between them", hit.join(", ")))
             .fact("cost", format!("measured on 2x H200: {} GB/s between two such pods instead of {} GB/s joined", toporun_shared::measured::POD_SOCKET_GBPS, toporun_shared::measured::POD_JOINED_GBPS))
             .remedy("one pod per node with all its GPUs; where pods must stay separate, give them one /dev/shm (hostIPC or a hostPath mount) and let toporun join them (--colocated join, the default)"),
     )

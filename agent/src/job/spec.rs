@@ -136,7 +136,7 @@ impl Job {
         let mut all: Vec<Finding> =
             toporun_shared::preflight::run(&self.facts, &PreflightOptions::default())
                 .into_iter()
-                .filter(|f| f.id != "nccl.env")
+                .filter(|f| f.id != toporun_shared::nccl_env_check::ID)
                 .collect();
         all.extend(self.plan.findings.iter().cloned());
         all.retain(|f| f.severity >= Severity::Warning);

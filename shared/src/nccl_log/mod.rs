@@ -18,6 +18,7 @@ pub use line::{parse as parse_line, Level, Line, MAX_LINE};
 pub use matrix::render as render_matrix;
 pub use report::{Comm, Failure, Link, LogReport, RankInfo, Verdict, UNIDENTIFIED};
 pub use signature::{match_line as known_failure, Known};
+pub use summary::TRANSPORT_ID;
 pub use summary::{comm_line, findings};
 pub use transport::{Class, Transport};
 

@@ -6,6 +6,9 @@ use crate::finding::{Finding, Severity};
 use crate::measured;
 use std::collections::BTreeMap;
 
+/// The id of the findings on a link NCCL took below what the hardware allows.
+pub const TRANSPORT_ID: &str = "nccl.transport";
+
 fn plural(n: usize, one: &str) -> String {
     format!("{n} {one}{}", if n == 1 { "" } else { "s" })
 }
@@ -105,7 +108,7 @@ pub fn findings(r: &LogReport) -> Vec<Finding> {
             .map(|l| format!("{}->{}", l.from, l.to))
             .collect();
         let mut f = Finding::new(
-            "nccl.transport",
+            TRANSPORT_ID,
             Severity::Warning,
             format!(
                 "communicator {}: {} between ranks {}{}: the hardware allows {}",

@@ -9,6 +9,8 @@ use crate::host_buffers::{cumem_host, CumemHost};
 use crate::units::format_size;
 use std::collections::BTreeMap;
 
+const SYS_NICE_ID: &str = "caps.sys_nice";
+
 /// The fix for a missing capability, in the words of the place: the pod spec's
 /// securityContext, or docker's flag.
 fn add_cap(facts: &HostFacts, cap: &str) -> String {
@@ -76,7 +78,7 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
 
 fn sys_nice(facts: &HostFacts) -> Finding {
     let f = |sev, s: String| {
-        Finding::new("caps.sys_nice", sev, s)
+        Finding::new(SYS_NICE_ID, sev, s)
             .fact(
                 "nccl_version",
                 facts.platform.nccl_version.as_deref().unwrap_or("unknown"),
@@ -176,7 +178,7 @@ mod tests {
         f.rdma.clear();
         assert!(check(&f)
             .iter()
-            .filter(|x| x.id != "caps.sys_nice")
+            .filter(|x| x.id != SYS_NICE_ID)
             .all(|x| x.severity < Severity::Warning));
     }
 
