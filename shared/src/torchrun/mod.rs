@@ -4,6 +4,7 @@
 pub mod endpoint;
 pub mod interpreter;
 pub mod line_filters;
+pub mod option_table;
 pub mod options;
 pub mod rdzv_conf;
 pub mod std_spec;
