@@ -15,7 +15,8 @@ skipped=target/tmp/skipped-tests.txt log=target/tmp/test-output.log
 rm -f "$skipped"
 summary() {
   echo "== test summary (full output: $log)"
-  awk '/^     Running / { bin = $2 } /^   Doc-tests / { bin = "doc-tests " $2 }
+  awk '/^     Running / { bin = $2; if ($2 == "unittests" && match($0, /deps\/[^ )]+-/)) bin = substr($0, RSTART + 5, RLENGTH - 6) " (unit tests)" }
+       /^   Doc-tests / { bin = "doc-tests " $2 }
        /^test result: / { printf "  %-60s %s\n", bin, $0 }' "$log"
   grep -E "^test .* \.\.\. FAILED$" "$log" | sed 's/^test /  FAILED: /; s/ \.\.\. FAILED$//' || true
   grep -E "^error: (could not compile|test failed)" "$log" | sed 's/^/  /' || true

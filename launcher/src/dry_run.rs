@@ -8,7 +8,7 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::nccl_report;
-use toporun_agent::job::{gpu_timing_line, recorder_vars, Job, NodePlace};
+use toporun_agent::job::{attempt_env, gpu_timing_line, AttemptPlaces, Job, NodePlace};
 use toporun_shared::finding::Finding;
 use toporun_shared::plan::Source;
 use toporun_shared::torchrun::worker::{self, layout};
@@ -44,27 +44,29 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         extra_env: Default::default(),
     };
     let job = p.job_env(&node, 0, Path::new("<run dir>"));
-    let mut report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
+    let report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
         nccl_report::Capture::Files { env, .. } => env,
         nccl_report::Capture::Off(_) => BTreeMap::new(),
     };
-    // What every rank gets besides: the flight recorder's dump prefix and settings,
-    // the file timer toporun serves (the same lists the launch uses).
-    report_env.extend(recorder_vars(p, Path::new(&job.attempt_dir)));
-    if p.file_timer.serve {
-        let path = p.file_timer.path.as_ref().map_or_else(
+    let timer_file = p.file_timer.serve.then(|| {
+        p.file_timer.path.as_ref().map_or_else(
             || "<$TMPDIR/watchdog_timer_<random at start>>".to_string(),
             |f| f.display().to_string(),
-        );
-        report_env.insert("TORCHELASTIC_TIMER_FILE".into(), path);
-    }
+        )
+    });
+    // The launch's own function, with the places it would use.
+    let places = AttemptPlaces {
+        run_dir: Path::new("<run dir>"),
+        attempt_dir: Path::new(&job.attempt_dir),
+        timer_file,
+        cache_home: None,
+    };
+    let extras = attempt_env(p, &places, &report_env);
     let views = node
         .places
         .iter()
         .map(|place| {
-            let mut env = p.rank_env(place, &job, &[&report_env, &p.diagnostics_env()]);
-            let stop_file = p.stop_file(Path::new("<run dir>"));
-            env.insert("TOPORUN_STOP_FILE".into(), stop_file.display().to_string());
+            let mut env = p.rank_env(place, &job, &[&extras]);
             if o.standalone {
                 env.insert("MASTER_PORT".into(), "<free port at start>".into());
             }

@@ -344,7 +344,7 @@ fn prepare(
             serve: parent_env
                 .get("TORCHELASTIC_ENABLE_FILE_TIMER")
                 .is_some_and(|v| v == "1"),
-            path: parent_env.get("TORCHELASTIC_TIMER_FILE").map(PathBuf::from),
+            path: parent_env.get(job::TIMER_FILE_VAR).map(PathBuf::from),
         },
         watch_preemption,
         stop_grace,

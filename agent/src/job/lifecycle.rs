@@ -2,26 +2,26 @@
 //! start the local ranks, supervise them, report NCCL, and restart, stop or finish
 //! with the other nodes, the way torchrun's elastic agent does.
 
+use crate::job::attempt_timer::{file_timer, file_timer_fired, timer_expired};
+use crate::job::attempt_watches::{hang_watch, nccl_reporter};
 use crate::job::entry::Entered;
 use crate::job::error::JobError;
 use crate::job::failure::causes;
-use crate::job::failure::recorder::{self, flight_recorder_env, say_flight_recorder};
+use crate::job::failure::recorder::{self, say_flight_recorder};
 use crate::job::failure::{gpus_released, heard_stop, rank_failed, Failed};
 use crate::job::hang::exchange;
-use crate::job::hang::response::{watch_hangs, AfterHang};
 use crate::job::hang::stacks_socket;
 use crate::job::hang::watch::{HangReport, LiveRanks};
-use crate::job::nccl_report::{self, Capture, Reporter};
+use crate::job::nccl_report::Reporter;
 use crate::job::preemption;
+use crate::job::rank_env::{attempt_env, AttemptPlaces};
 use crate::job::rank_events::{Heard, Seen};
 use crate::job::ranks::rank_commands;
 use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
-use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
 use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
-use crate::paths::random_id;
 use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::probe::NvmlProbe;
@@ -29,25 +29,10 @@ use crate::rendezvous::{StopKind, StopReason};
 use crate::status::JobStatus;
 use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
 use nix::sys::signal::Signal;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::time::Duration;
 use toporun_shared::root_cause::{Cause, CauseKind};
-
-/// torch's FileTimerServer when `TORCHELASTIC_ENABLE_FILE_TIMER=1`.
-fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
-    if !p.file_timer.serve {
-        return Ok(None);
-    }
-    let path =
-        p.file_timer.path.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("watchdog_timer_{}", random_id()))
-        });
-    FileTimer::create(&path)
-        .map(Some)
-        .map_err(|e| JobError::failed("TORCHELASTIC_ENABLE_FILE_TIMER=1", e))
-}
 
 /// The status endpoint, when asked for: never a reason for the job to fail (a port
 /// already taken is said, and the job runs without it).
@@ -272,34 +257,48 @@ fn attempt_dirs(
     Ok((dir, attempt_dir))
 }
 
-/// The NCCL report of this attempt, when on: the ranks' extra variables and the
-/// reporter that reads their logs.
-fn nccl_reporter(
+/// An attempt's directories, rank commands and what reads their output, before the
+/// ranks start.
+struct Prepared {
+    attempt_dir: PathBuf,
+    reporter: Option<Reporter>,
+    fr_dir: Option<PathBuf>,
+    stop_file: preemption::StopFile,
+    cmds: Vec<crate::supervise::RankCmd>,
+    /// The attempt directory if unused, the stop file: removed when the attempt ends.
+    _left_at_end: (crate::job::run_dir::UnusedRemoved, preemption::RemovedAtEnd),
+}
+
+fn prepare(
     p: &Job,
+    life: &mut Life,
     session: &Session,
     node: &NodePlace,
-    dir: &Path,
-    attempt_dir: &Path,
-) -> (BTreeMap<String, String>, Option<Reporter>) {
-    match nccl_report::capture(p, attempt_dir) {
-        Capture::Files {
-            dir: ndir,
-            prefix,
-            env,
-        } => {
-            let store = session.report_store(node.round, node);
-            (
-                env,
-                Some(Reporter::start(p, &ndir, &prefix, p.nproc, dir, store)),
-            )
-        }
-        Capture::Off(why) => {
-            if p.nccl_report && node.round == 0 {
-                crate::console::say!("toporun: nccl report off: {why}");
-            }
-            (BTreeMap::new(), None)
-        }
-    }
+    restarts: Restarts,
+) -> Result<Prepared, JobError> {
+    report_place(&life.status, node);
+    let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
+    let unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
+    serve_stacks(p, life, &dir);
+    say_colocation(node);
+    let (report_env, reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
+    let places = AttemptPlaces {
+        run_dir: &dir,
+        attempt_dir: &attempt_dir,
+        timer_file: life.timer_file.clone(),
+        cache_home: recorder::prepare_dumps(p, &dir, &attempt_dir, node.round == 0),
+    };
+    let extras = attempt_env(p, &places, &report_env);
+    let stop_file = preemption::StopFile::armed(p, &dir);
+    let cmds = rank_commands(p, node, &dir, restarts.used, &extras)?;
+    Ok(Prepared {
+        fr_dir: recorder::dump_dir(p, &attempt_dir),
+        _left_at_end: (unused_removed, preemption::RemovedAtEnd(stop_file.clone())),
+        attempt_dir,
+        reporter,
+        stop_file,
+        cmds,
+    })
 }
 
 /// One attempt of this node's ranks in the round `node` placed it in, and what the
@@ -313,20 +312,15 @@ async fn attempt(
     events: &mut Events,
 ) -> Result<Attempted, JobError> {
     let (round, status) = (node.round, life.status.clone());
-    report_place(&status, node);
-    let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
-    let _unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
-    serve_stacks(p, life, &dir);
-    say_colocation(node);
-    let (mut report_env, mut reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
-    if let Some(f) = &life.timer_file {
-        report_env.insert("TORCHELASTIC_TIMER_FILE".into(), f.clone());
-    }
-    let fr_dir = flight_recorder_env(p, &dir, &attempt_dir, &mut report_env, round == 0);
-    let stop_file = preemption::StopFile::armed(p, &dir, &mut report_env);
-    let _stop_file_removed = preemption::RemovedAtEnd(stop_file.clone());
+    let Prepared {
+        attempt_dir,
+        mut reporter,
+        fr_dir,
+        stop_file,
+        cmds,
+        _left_at_end,
+    } = prepare(p, life, session, node, restarts)?;
     let announce = session.announcer(round).await;
-    let cmds = rank_commands(p, node, &dir, restarts.used, &report_env)?;
     let stop = session.stop_watch(round, node).await?;
     let world = node.places.first().map_or(0, |r| r.world_size);
     let init_watch = session.watch_init(world, life.grace);
@@ -334,33 +328,11 @@ async fn attempt(
     let hangs_before = status.snapshot().hangs;
     let memory = causes::memory_at_start(&p.root, life.memory.as_ref());
     let heard = Heard::default();
-    let tails = cmds
-        .iter()
-        .map(|c| (c.rank, c.stderr_tail.clone()))
-        .collect();
-    let dumps_paused = DumpsPaused::default();
-    let gpu_dumps = recorder::gpu_dump_places(p, &attempt_dir, fr_dir.as_deref())
-        .map(|places| GpuDumps::new(places, dumps_paused.clone()));
-    let (watcher, exchange, hangs) = watch_hangs(
-        p,
-        session,
-        node,
-        (&live, heard.leavers.shared(), tails),
-        &status,
-        gpu_dumps,
-    );
-    let _exchange: Vec<AbortOnDrop> = exchange.into_iter().map(AbortOnDrop).collect();
+    let place = (attempt_dir.as_path(), fr_dir.as_deref());
+    let (watcher, _exchange, hangs, on_hang) =
+        hang_watch(p, session, node, (&live, &heard, &cmds), &status, place);
     let timer = &mut life.timer;
-    let on_hang = AfterHang {
-        root: p.root.clone(),
-        watch: p.hang,
-        attempt_dir: attempt_dir.clone(),
-        fr_dir: fr_dir.clone(),
-        store: session.workers_store(),
-        ranks: live.clone(),
-        monitor_polls: recorder::monitor_polls(p),
-        dumps_paused: dumps_paused.clone(),
-    };
+    let dumps_paused = on_hang.dumps_paused.clone();
     let notice = preemption::notice(p, node, announce.clone());
     let stop = async move {
         tokio::select! {
@@ -562,52 +534,8 @@ impl std::fmt::Display for AttemptStop {
     }
 }
 
-/// The file timer's expiry as a stop reason (never, without a timer).
-async fn timer_expired(timer: &mut Option<FileTimer>) -> StopReason {
-    match timer.as_mut() {
-        Some(t) => {
-            let e = t.expired().await;
-            // The killed rank's exit normally ends the attempt first (and names its
-            // rank); a pid that is no rank of ours stops it here.
-            tokio::time::sleep(Duration::from_secs(2)).await;
-            StopReason::fail(format!(
-                "the file timer of pid {} (scope {}) expired",
-                e.pid, e.scope_id
-            ))
-        }
-        None => std::future::pending().await,
-    }
-}
-
-/// torchrun's FileTimerServer kills the worker, then its own agent with the same
-/// signal: no restart, exit 128 + signal.
-async fn file_timer_fired(
-    session: &mut Session,
-    node: &NodePlace,
-    outcome: &Outcome<AttemptStop>,
-    e: supervise::file_timer::Expired,
-) -> AttemptEnd {
-    let who = match outcome {
-        Outcome::Failed(fs) => fs.iter().find(|f| f.pid == e.pid).map(|f| {
-            format!(
-                "rank {} (local rank {}, pid {})",
-                f.rank, f.local_rank, f.pid
-            )
-        }),
-        _ => None,
-    }
-    .unwrap_or_else(|| format!("pid {}", e.pid));
-    let sig = Signal::try_from(e.signal)
-        .map(|s| s.as_str().to_string())
-        .unwrap_or_else(|_| e.signal.to_string());
-    crate::console::say!("toporun: file timer: scope '{}' of {who} expired {:.1}s ago; killed it with {sig} and stopped every rank, as torchrun's FileTimerServer does", e.scope_id, e.overrun.as_secs_f64());
-    let why = format!("file timer expired on node {}", node.node_rank);
-    session.stop_all(node.round, StopReason::fail(why)).await;
-    AttemptEnd::FileTimer { signal: e.signal }
-}
-
 /// Aborts a background task when the job ends.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
+pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

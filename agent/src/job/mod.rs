@@ -11,6 +11,8 @@
 //! rank_events, session, failure, hang -> straggler -> spec, error) and never on this
 //! file.
 
+mod attempt_timer;
+mod attempt_watches;
 mod entry;
 mod error;
 mod failure;
@@ -18,6 +20,7 @@ mod hang;
 mod lifecycle;
 pub mod nccl_report;
 mod preemption;
+mod rank_env;
 mod rank_events;
 mod ranks;
 mod round_loop;
@@ -29,8 +32,9 @@ mod transitions;
 
 pub use error::JobError;
 pub use failure::causes::XID_REPLAY_VAR;
-pub use failure::recorder::{gpu_timing_line, recorder_vars};
+pub use failure::recorder::gpu_timing_line;
 pub use hang::stacks_socket;
 pub use lifecycle::run;
 pub use preemption::STOP_FILE_VAR;
+pub use rank_env::{attempt_env, AttemptPlaces, TIMER_FILE_VAR};
 pub use spec::{FileTimerSetting, HangWatch, Job, NodePlace, INIT_WARN_VAR, RDZV_TOKEN_VAR};

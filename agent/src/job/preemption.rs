@@ -25,19 +25,12 @@ impl StopFile {
 
     /// The attempt's stop file, cleared of the last attempt's, named in `env` (the
     /// ranks' additions).
-    pub fn armed(
-        p: &Job,
-        run_dir: &Path,
-        env: &mut std::collections::BTreeMap<String, String>,
-    ) -> StopFile {
+    /// This attempt's stop file, cleared (the ranks learn its path from
+    /// `rank_env::attempt_env`).
+    pub fn armed(p: &Job, run_dir: &Path) -> StopFile {
         let f = StopFile::of(p, run_dir);
         f.clear();
-        env.insert(STOP_FILE_VAR.into(), f.path().display().to_string());
         f
-    }
-
-    pub fn path(&self) -> &Path {
-        &self.0
     }
 
     /// A new attempt starts without the last one's stop.
@@ -189,8 +182,8 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = StopFile(d.path().join("stop"));
         f.make();
-        assert!(f.path().exists());
+        assert!(f.0.exists());
         f.clear();
-        assert!(!f.path().exists());
+        assert!(!f.0.exists());
     }
 }

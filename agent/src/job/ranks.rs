@@ -12,7 +12,7 @@ pub fn rank_commands(
     node: &NodePlace,
     run_dir: &Path,
     attempt: u32,
-    report_env: &BTreeMap<String, String>,
+    extras: &BTreeMap<String, String>,
 ) -> Result<Vec<RankCmd>, JobError> {
     let job = p.job_env(node, attempt, run_dir);
     let template = p.opts.log_line_prefix_template.as_deref();
@@ -30,12 +30,7 @@ pub fn rank_commands(
                 path: dir.clone(),
                 source,
             })?;
-            let diagnostics = p.diagnostics_env();
-            let env = p.rank_env(
-                place,
-                &job,
-                &[&node.extra_env.vars, report_env, &diagnostics],
-            );
+            let env = p.rank_env(place, &job, &[&node.extra_env.vars, extras]);
             let (r, t) = (
                 p.opts.redirects.for_rank(place.local_rank),
                 p.opts.tee.for_rank(place.local_rank),

@@ -297,8 +297,10 @@ fn survived(job: &Job, survivors: &[(i32, String)], next: f64, what: &str) {
         }
     }
     assert_eq!(job.finished(2).len(), 2, "survivors finish as a 2-rank job");
-    // Keep-alives of 1 s x 2 misses, the hold's margin, a new round and torch's start.
-    assert!(next < 15.0, "{next}");
+    // Keep-alives of 1 s x 2 misses, the hold's margin, a new round and torch's start:
+    // 6-12 s alone on 2 cores, 19.0 s once while a build shared them. A verdict that
+    // waited for a lease or read timeout instead takes 30 s or more.
+    assert!(next < 25.0, "{next}");
 }
 
 #[test]

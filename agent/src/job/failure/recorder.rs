@@ -158,54 +158,43 @@ pub const PIPE_VARS: [&str; 2] = [
 /// The buffer size the pipe needs set under this name (torch 2.11).
 pub const PIPE_BUFFER_VAR: &str = "TORCH_NCCL_TRACE_BUFFER_SIZE";
 
-/// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr/rank_<N>` unless the
-/// user chose (TORCH_FR_DUMP_TEMP_FILE). torch first creates `<cache root>/torch`
-/// ($XDG_CACHE_HOME, else $HOME/.cache) and fails the dump when it cannot, even with
-/// a writable prefix; where that root cannot be written (HOME=/proc, a read-only
-/// home) the ranks get XDG_CACHE_HOME under the run directory: other libraries'
-/// caches move only where they could not be written anyway.
-pub fn flight_recorder_env(
-    p: &Job,
-    run_dir: &Path,
-    attempt_dir: &Path,
-    env: &mut BTreeMap<String, String>,
-    say: bool,
-) -> Option<PathBuf> {
+/// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr` unless the user chose
+/// (TORCH_FR_DUMP_TEMP_FILE, its directory); None with the recorder off.
+pub fn dump_dir(p: &Job, attempt_dir: &Path) -> Option<PathBuf> {
     let user = |k: &str| p.inherited_env.get(k);
     if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
         return Path::new(prefix).parent().map(Path::to_path_buf);
     }
-    if !p.flight_recorder {
+    p.flight_recorder.then(|| attempt_dir.join("fr"))
+}
+
+/// Makes the directories the recorder's variables name (the dumps', the dump pipes'),
+/// and finds whether the ranks' cache root can be written: torch first creates
+/// `<cache root>/torch` ($XDG_CACHE_HOME, else $HOME/.cache) and fails the dump when it
+/// cannot, even with a writable prefix. Where it cannot (HOME=/proc, a read-only home)
+/// the answer is an XDG_CACHE_HOME under the run directory for the ranks: other
+/// libraries' caches move only where they could not be written anyway.
+pub fn prepare_dumps(p: &Job, run_dir: &Path, attempt_dir: &Path, say: bool) -> Option<PathBuf> {
+    if recorder_vars(p, attempt_dir).is_empty() {
         return None;
     }
-    let dir = attempt_dir.join("fr");
-    if std::fs::create_dir_all(&dir).is_err() {
+    let _ = std::fs::create_dir_all(attempt_dir.join("fr"));
+    if let (true, Some(pipes)) = (gpu_timed(p), pipe_prefix(p, attempt_dir).parent()) {
+        let _ = std::fs::create_dir_all(pipes);
+    }
+    let env = |k: &str| p.inherited_env.get(k);
+    if env("XDG_CACHE_HOME").is_some() {
         return None;
     }
-    if gpu_timed(p) {
-        if let Some(pipes) = pipe_prefix(p, attempt_dir).parent() {
-            let _ = std::fs::create_dir_all(pipes);
-        }
+    let cache_root = env("HOME").map(|h| Path::new(h).join(".cache"));
+    if cache_root.is_some_and(|c| std::fs::create_dir_all(c.join("torch")).is_ok()) {
+        return None;
     }
-    env.extend(recorder_vars(p, attempt_dir));
-    let cache_root = p
-        .inherited_env
-        .get("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| {
-            p.inherited_env
-                .get("HOME")
-                .map(|h| Path::new(h).join(".cache"))
-        });
-    let writable = cache_root.is_some_and(|c| std::fs::create_dir_all(c.join("torch")).is_ok());
-    if !writable && !p.inherited_env.contains_key("XDG_CACHE_HOME") {
-        let cache = run_dir.join("cache");
-        if say {
-            crate::console::say!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
-        }
-        env.insert("XDG_CACHE_HOME".into(), cache.display().to_string());
+    let cache = run_dir.join("cache");
+    if say {
+        crate::console::say!("toporun: note: the ranks' cache root ($HOME/.cache) cannot be written, so PyTorch's flight recorder could not dump: the ranks get XDG_CACHE_HOME={}", cache.display());
     }
-    Some(dir)
+    Some(cache)
 }
 
 /// Entries of each rank a node sends to the others (the recorder keeps 2000).
