@@ -57,9 +57,9 @@ fn torch_requires_nccl(root: &Root, dir: &str, listing: &[String]) -> Option<boo
 }
 
 /// The version of the system's libnccl.so.X.Y.Z, from the real file's name.
-fn disk_nccl(root: &Root) -> Option<String> {
-    paths::LIB_DIRS.iter().find_map(|dir| {
-        root.list(dir).into_iter().find_map(|f| {
+fn disk_nccl(libs: &[(&str, Vec<String>)]) -> Option<String> {
+    libs.iter().find_map(|(_, files)| {
+        files.iter().find_map(|f| {
             f.strip_prefix("libnccl.so.")
                 .filter(|v| v.matches('.').count() == 2)
                 .map(str::to_string)
@@ -77,8 +77,8 @@ struct RankNccl {
 
 /// pip's beside the ranks' Python where its torch requires it (or no torch is there
 /// to say), else the library on disk (an NGC image's torch links it).
-fn rank_nccl(root: &Root, python: Option<&Path>) -> RankNccl {
-    let disk = disk_nccl(root);
+fn rank_nccl(root: &Root, python: Option<&Path>, libs: &[(&str, Vec<String>)]) -> RankNccl {
+    let disk = disk_nccl(libs);
     match pip_nccl(root, python) {
         Some(p) if p.torch_requires != Some(false) || disk.is_none() => RankNccl {
             from: Some(match p.torch_requires {
@@ -175,15 +175,21 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
             topology_files.push(format!("/{dir}/{f}"));
         }
     }
-    let mut ofi_nccl_plugins = Vec::new();
-    for dir in paths::LIB_DIRS {
-        for f in root.list(dir) {
-            if f.starts_with("libnccl-net") && f.contains(".so") {
-                ofi_nccl_plugins.push(format!("/{dir}/{f}"));
-            }
-        }
-    }
-    let nccl = rank_nccl(root, python);
+    // Each directory listed once (a distribution's holds a thousand files).
+    let libs: Vec<(&str, Vec<String>)> = paths::LIB_DIRS
+        .iter()
+        .map(|dir| (*dir, root.list(dir)))
+        .collect();
+    let ofi_nccl_plugins = libs
+        .iter()
+        .flat_map(|(dir, files)| {
+            files
+                .iter()
+                .filter(|f| f.starts_with("libnccl-net") && f.contains(".so"))
+                .map(move |f| format!("/{dir}/{f}"))
+        })
+        .collect();
+    let nccl = rank_nccl(root, python, &libs);
     let nccl_conf = root
         .read(paths::ETC_NCCL_CONF)
         .unwrap_or_default()

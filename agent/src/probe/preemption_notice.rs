@@ -87,8 +87,10 @@ async fn look(http: &reqwest::Client, at: &Endpoints) -> Option<String> {
 /// Resolves with the first notice; never, off-cloud or where no service answers.
 pub async fn watch(at: Endpoints) -> String {
     crate::tls::install_provider();
+    // Plain HTTP to link-local services: no root certificates to load.
     let Ok(http) = reqwest::Client::builder()
         .no_proxy()
+        .tls_certs_only([])
         .timeout(ASK)
         .connect_timeout(ASK)
         .build()
