@@ -77,19 +77,7 @@ mod tests {
     #[test]
     fn nvswitch_gpus_copy_eight_at_a_time() {
         let n = 8;
-        let links = (0..n)
-            .map(|i| {
-                (0..n)
-                    .map(|j| {
-                        if i == j {
-                            LinkKind::Own
-                        } else {
-                            LinkKind::NvLink(18)
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        let links = LinkKind::mesh(n, LinkKind::NvLink(18));
         let visible: Vec<u32> = (0..n as u32).collect();
         let r = copy_rounds(&facts(links), &visible);
         assert_eq!(r.len(), 7);

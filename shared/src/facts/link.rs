@@ -24,6 +24,18 @@ pub enum LinkKind {
 }
 
 impl LinkKind {
+    /// Every GPU of `n` reaching every other by `kind` (an NVSwitch node): test hosts.
+    #[cfg(test)]
+    pub fn mesh(n: usize, kind: LinkKind) -> Vec<Vec<LinkKind>> {
+        (0..n)
+            .map(|i| {
+                (0..n)
+                    .map(|j| if i == j { LinkKind::Own } else { kind })
+                    .collect()
+            })
+            .collect()
+    }
+
     pub fn is_nvlink(self) -> bool {
         matches!(self, LinkKind::NvLink(_))
     }

@@ -82,19 +82,7 @@ pub(crate) mod testutil {
                 ..Default::default()
             })
             .collect();
-        f.gpus.links = (0..n as usize)
-            .map(|i| {
-                (0..n as usize)
-                    .map(|j| {
-                        if i == j {
-                            LinkKind::Own
-                        } else {
-                            LinkKind::NvLink(18)
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
+        f.gpus.links = LinkKind::mesh(n as usize, LinkKind::NvLink(18));
         f.gpus.device_nodes = [
             "/dev/nvidiactl",
             "/dev/nvidia0",
