@@ -4,12 +4,12 @@
 use crate::job::failure::recorder;
 use crate::job::hang::response::{watch_hangs, AfterHang};
 use crate::job::hang::watch::{HangReport, LiveRanks, Watcher};
-use crate::job::lifecycle::AbortOnDrop;
 use crate::job::nccl_report::{self, Capture, Reporter};
 use crate::job::rank_events::Heard;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
 use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
+use crate::job::task_guard::AbortOnDrop;
 use crate::status::JobStatus;
 use crate::supervise::RankCmd;
 use std::collections::BTreeMap;

@@ -21,6 +21,7 @@ use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
+use crate::job::task_guard::AbortOnDrop;
 use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
 use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
@@ -531,14 +532,5 @@ impl std::fmt::Display for AttemptStop {
             AttemptStop::Rendezvous(r) => write!(f, "{r}"),
             AttemptStop::Hang(_) => write!(f, "a hang (--on-hang stop)"),
         }
-    }
-}
-
-/// Aborts a background task when the job ends.
-pub(super) struct AbortOnDrop(pub(super) tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -28,6 +28,7 @@ mod run_dir;
 mod session;
 mod spec;
 pub mod straggler;
+mod task_guard;
 mod transitions;
 
 pub use error::JobError;
