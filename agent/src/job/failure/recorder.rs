@@ -20,11 +20,7 @@ use toporun_shared::flight_recorder::Dump;
 pub fn recorder_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
     let user = |k: &str| p.inherited_env.get(k);
     let mut env = BTreeMap::new();
-    if !p.flight_recorder
-        || user(DUMP_PREFIX_VAR)
-            .or_else(|| user(OLD_DUMP_PREFIX_VAR))
-            .is_some()
-    {
+    if !toporun_dumps(p) {
         return env;
     }
     let dir = attempt_dir.join("fr");
@@ -38,6 +34,16 @@ pub fn recorder_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
         env.extend(timing_vars(p, attempt_dir));
     }
     env
+}
+
+/// toporun chooses where the ranks dump: the recorder is on and the user set no
+/// dump prefix of their own.
+fn toporun_dumps(p: &Job) -> bool {
+    let user = |k: &str| p.inherited_env.get(k);
+    p.flight_recorder
+        && user(DUMP_PREFIX_VAR)
+            .or_else(|| user(OLD_DUMP_PREFIX_VAR))
+            .is_none()
 }
 
 /// The ranks time their collectives for the GPU straggler rule: `--gpu-timing on`,
@@ -175,7 +181,7 @@ pub fn dump_dir(p: &Job, attempt_dir: &Path) -> Option<PathBuf> {
 /// the answer is an XDG_CACHE_HOME under the run directory for the ranks: other
 /// libraries' caches move only where they could not be written anyway.
 pub fn prepare_dumps(p: &Job, run_dir: &Path, attempt_dir: &Path, say: bool) -> Option<PathBuf> {
-    if recorder_vars(p, attempt_dir).is_empty() {
+    if !toporun_dumps(p) {
         return None;
     }
     let _ = std::fs::create_dir_all(attempt_dir.join("fr"));
