@@ -87,9 +87,20 @@ impl Root {
 
     /// Names in a directory, sorted; empty when it does not exist.
     pub fn list(&self, rel: impl AsRef<Path>) -> Vec<String> {
+        self.list_starting(rel, "")
+    }
+
+    /// The names in `rel` that start with `prefix`, sorted: a distribution's library
+    /// directory holds a thousand names, of which a probe wants a few.
+    pub fn list_starting(&self, rel: impl AsRef<Path>, prefix: &str) -> Vec<String> {
         let mut names: Vec<String> = std::fs::read_dir(self.join(rel))
             .map(|rd| {
                 rd.filter_map(|e| e.ok())
+                    .filter(|e| {
+                        e.file_name()
+                            .as_encoded_bytes()
+                            .starts_with(prefix.as_bytes())
+                    })
                     .map(|e| e.file_name().to_string_lossy().into_owned())
                     .collect()
             })
@@ -114,4 +125,24 @@ pub fn write_under(root: &Path, rel: &str, text: &str) {
     std::fs::create_dir_all(p.parent().expect("a relative path under the root"))
         .expect("a writable test tree");
     std::fs::write(p, text).expect("a writable test tree");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lists_sorted_names_with_a_prefix_or_all() {
+        let d = tempfile::tempdir().unwrap();
+        for f in ["libz.so", "libnccl.so.2", "libnccl-net.so", "libc.so.6"] {
+            write_under(d.path(), &format!("usr/lib/{f}"), "");
+        }
+        let root = Root::at(d.path());
+        assert_eq!(
+            root.list_starting("usr/lib", "libnccl"),
+            ["libnccl-net.so", "libnccl.so.2"]
+        );
+        assert_eq!(root.list("usr/lib").len(), 4);
+        assert!(root.list("usr/nowhere").is_empty());
+    }
 }

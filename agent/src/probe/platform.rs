@@ -175,10 +175,10 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
             topology_files.push(format!("/{dir}/{f}"));
         }
     }
-    // Each directory listed once (a distribution's holds a thousand files).
+    // Each directory listed once, NCCL's names only (a distribution's holds a thousand).
     let libs: Vec<(&str, Vec<String>)> = paths::LIB_DIRS
         .iter()
-        .map(|dir| (*dir, root.list(dir)))
+        .map(|dir| (*dir, root.list_starting(dir, "libnccl")))
         .collect();
     let ofi_nccl_plugins = libs
         .iter()

@@ -7,8 +7,8 @@
 
 use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::{mpsc, Arc, Mutex, PoisonError};
 
 use super::tail::Tail;
@@ -33,6 +33,14 @@ pub enum Sink {
     /// stderr to the console byte for byte, through a pipe toporun reads (the rank's
     /// last exception): the default where toporun's own stderr is no terminal.
     Watched,
+}
+
+/// A rank's stream as spawned: what the rank writes to (None: toporun's own) and the
+/// end toporun reads.
+#[derive(Default)]
+pub(super) struct Ends {
+    pub child: Option<OwnedFd>,
+    pub read: Option<File>,
 }
 
 /// Which console stream a line goes to; Flush is acknowledged once all before it are
@@ -185,24 +193,37 @@ impl Budget {
 }
 
 impl Sink {
-    pub(super) fn stdio(&self) -> std::io::Result<(Stdio, bool)> {
+    /// The rank's end of this stream (None: toporun's own) and, where toporun reads
+    /// it, the pipe's other end.
+    pub(super) fn ends(&self) -> std::io::Result<Ends> {
         Ok(match self {
-            Sink::Inherit => (Stdio::inherit(), false),
-            Sink::Null => (Stdio::null(), false),
-            Sink::File(p) => (Stdio::from(private_file(p)?), false),
-            Sink::Prefixed { .. } | Sink::Watched => (Stdio::piped(), true),
+            Sink::Inherit => Ends::default(),
+            Sink::Null => Ends {
+                child: Some(
+                    std::fs::File::options()
+                        .write(true)
+                        .open("/dev/null")?
+                        .into(),
+                ),
+                read: None,
+            },
+            Sink::File(p) => Ends {
+                child: Some(private_file(p)?.into()),
+                read: None,
+            },
+            Sink::Prefixed { .. } | Sink::Watched => {
+                let (read, write) = std::io::pipe()?;
+                Ends {
+                    child: Some(write.into()),
+                    read: Some(File::from(OwnedFd::from(read))),
+                }
+            }
         })
     }
 
     /// Copies the pipe to its destinations; a stderr pipe's bytes also go to `tail`.
-    pub(super) fn forward(
-        &self,
-        pipe: Option<File>,
-        piped: bool,
-        tail: Option<Tail>,
-        console: &Console,
-    ) {
-        let (Some(pipe), true) = (pipe, piped) else {
+    pub(super) fn forward(&self, pipe: Option<File>, tail: Option<Tail>, console: &Console) {
+        let Some(pipe) = pipe else {
             return;
         };
         let (prefix, file, is_err, exact, duplicate) = match self {
@@ -385,7 +406,7 @@ mod tests {
         let held = Console::start();
         let (reader, _writer) = std::io::pipe().unwrap();
         let pipe = File::from(std::os::fd::OwnedFd::from(reader));
-        Sink::Watched.forward(Some(pipe), true, None, &held);
+        Sink::Watched.forward(Some(pipe), None, &held);
         let other = Console::start();
         let t = std::time::Instant::now();
         other.drain(std::time::Duration::from_secs(5));

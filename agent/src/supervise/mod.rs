@@ -8,6 +8,7 @@ pub mod open_files;
 mod spawn;
 mod summary;
 mod tail;
+mod vfork_exec;
 
 pub use events::{Event, Events};
 pub use logs::{line_prefix, private_file, Console, Duplicate, LogPlan, Sink};

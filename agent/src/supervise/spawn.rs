@@ -3,12 +3,10 @@
 
 use super::logs::{Console, Sink};
 use super::tail::Tail;
-use nix::sys::signal::Signal;
+use super::vfork_exec::Setup;
 use nix::unistd::Pid;
 use std::collections::BTreeMap;
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 
 #[derive(Debug, Clone)]
 pub struct RankCmd {
@@ -26,66 +24,31 @@ pub struct RankCmd {
 }
 
 impl RankCmd {
-    /// Forks and execs the rank. Must run on a thread that lives as long as the job:
-    /// PR_SET_PDEATHSIG fires when the forking *thread* exits.
+    /// Starts the rank (super::vfork_exec). Must run on a thread that lives as long as
+    /// the job: PR_SET_PDEATHSIG fires when the starting *thread* exits.
     pub fn spawn(&self, console: &Console) -> std::io::Result<Pid> {
-        let (prog, args) = self
-            .argv
-            .split_first()
-            .ok_or_else(|| std::io::Error::other("empty command line"))?;
-        let mut cmd = Command::new(prog);
-        cmd.args(args).envs(&self.env).stdin(Stdio::null());
-        let (out, out_pipe) = self.stdout.stdio()?;
-        let (err, err_pipe) = self.stderr.stdio()?;
-        cmd.stdout(out).stderr(err);
-        let parent = nix::unistd::getpid();
-        let cpus = self.cpus.clone();
-        let nofile = super::open_files::for_ranks();
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            cmd.pre_exec(move || {
-                nix::unistd::setsid()?;
-                nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
-                // toporun died between fork and prctl: the signal would never come.
-                if nix::unistd::getppid() != parent {
-                    nix::sys::signal::raise(Signal::SIGKILL)?;
+        let out = self.stdout.ends()?;
+        let err = self.stderr.ends()?;
+        let stdin = std::fs::File::open("/dev/null")?;
+        let cpus = match &self.cpus {
+            Some(cpus) => {
+                let mut set = nix::sched::CpuSet::new();
+                for c in cpus {
+                    set.set(*c as usize)?;
                 }
-                if let Some((soft, hard)) = nofile {
-                    nix::sys::resource::setrlimit(
-                        nix::sys::resource::Resource::RLIMIT_NOFILE,
-                        soft,
-                        hard,
-                    )?;
-                }
-                if let Some(cpus) = &cpus {
-                    let mut set = nix::sched::CpuSet::new();
-                    for c in cpus {
-                        set.set(*c as usize)?;
-                    }
-                    nix::sched::sched_setaffinity(Pid::from_raw(0), &set)?;
-                }
-                Ok(())
-            });
-        }
-        let mut child = cmd.spawn()?;
-        self.stdout.forward(
-            child
-                .stdout
-                .take()
-                .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
-            out_pipe,
-            None,
-            console,
-        );
-        self.stderr.forward(
-            child
-                .stderr
-                .take()
-                .map(|p| std::fs::File::from(std::os::fd::OwnedFd::from(p))),
-            err_pipe,
-            Some(self.stderr_tail.clone()),
-            console,
-        );
-        Ok(Pid::from_raw(child.id() as i32))
+                Some(set)
+            }
+            None => None,
+        };
+        let setup = Setup {
+            stdio: [Some(stdin.into()), out.child, err.child],
+            cpus,
+            nofile: super::open_files::for_ranks(),
+        };
+        let pid = super::vfork_exec::spawn(&self.argv, &self.env, setup)?;
+        self.stdout.forward(out.read, None, console);
+        self.stderr
+            .forward(err.read, Some(self.stderr_tail.clone()), console);
+        Ok(pid)
     }
 }
