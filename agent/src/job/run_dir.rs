@@ -10,7 +10,6 @@ fn private() -> std::fs::Permissions {
     std::fs::Permissions::from_mode(0o700)
 }
 
-/// Creates a directory (and its parents) that only the job's user can enter.
 /// Writes a report of the run directory as pretty JSON; best effort (a report that
 /// cannot be written never fails the job).
 pub fn write_json(path: &std::path::Path, v: &impl serde::Serialize) {
@@ -19,6 +18,7 @@ pub fn write_json(path: &std::path::Path, v: &impl serde::Serialize) {
     }
 }
 
+/// Creates a directory (and its parents) that only the job's user can enter.
 pub fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
