@@ -45,7 +45,7 @@ pub(super) async fn timer_expired(timer: &mut Option<FileTimer>) -> StopReason {
 /// torchrun's FileTimerServer kills the worker, then its own agent with the same
 /// signal: no restart, exit 128 + signal.
 pub(super) async fn file_timer_fired<R>(
-    session: &mut Session,
+    session: &mut impl Session,
     node: &NodePlace,
     outcome: &Outcome<R>,
     e: supervise::file_timer::Expired,

@@ -20,7 +20,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 /// reporter that reads their logs.
 pub(super) fn nccl_reporter(
     p: &Job,
-    session: &Session,
+    session: &impl Session,
     node: &NodePlace,
     dir: &Path,
     attempt_dir: &Path,
@@ -51,7 +51,7 @@ pub(super) fn nccl_reporter(
 /// does once reported.
 pub(super) fn hang_watch(
     p: &Job,
-    session: &Session,
+    session: &impl Session,
     node: &NodePlace,
     (live, heard, cmds): (&LiveRanks, &Heard, &[RankCmd]),
     status: &JobStatus,

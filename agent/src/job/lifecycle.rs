@@ -19,7 +19,7 @@ use crate::job::rank_events::{Heard, Seen};
 use crate::job::ranks::rank_commands;
 use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
-use crate::job::session::Session;
+use crate::job::session::{Session, Started};
 use crate::job::spec::{Job, NodePlace};
 use crate::job::task_guard::AbortOnDrop;
 use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
@@ -62,7 +62,7 @@ fn status_endpoint(p: &Job) -> JobStatus {
 }
 
 /// The supervisor's heartbeat and the store's counters, for the endpoint.
-fn status_beat(p: &Job, status: &JobStatus, session: &Session) -> Option<AbortOnDrop> {
+fn status_beat(p: &Job, status: &JobStatus, session: &impl Session) -> Option<AbortOnDrop> {
     p.status_port?;
     let (status, store) = (status.clone(), session.store());
     Some(AbortOnDrop(tokio::spawn(async move {
@@ -108,12 +108,27 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         .as_ref()
         .map(|t| t.path().display().to_string())
         .or_else(|| Some(p.file_timer.path.as_ref()?.display().to_string()));
-    let Some(session) = Session::start(p, events).await? else {
+    let Some(started) = Started::start(p, events).await? else {
         crate::console::say!(
             "toporun: received a signal while connecting to the rendezvous; exiting"
         );
         return Ok(signal_before_round(p.classified));
     };
+    match started {
+        Started::Single(s) => run_with(p, events, status, timer, timer_file, s).await,
+        Started::Multi(m) => run_with(p, events, status, timer, timer_file, *m).await,
+    }
+}
+
+/// The job on this node, with the session it started.
+async fn run_with(
+    p: &Job,
+    events: &mut Events,
+    status: JobStatus,
+    timer: Option<FileTimer>,
+    timer_file: Option<String>,
+    session: impl Session,
+) -> Result<u8, JobError> {
     let _beat = status_beat(p, &status, &session);
     let live = LiveRanks::default();
     let (ranks, root) = (live.clone(), p.root.clone());
@@ -144,14 +159,14 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
 }
 
 /// This node as the round loop's host: the rendezvous, the ranks, the GPUs.
-struct LiveNode<'a> {
+struct LiveNode<'a, S> {
     p: &'a Job,
     life: Life,
-    session: Session,
+    session: S,
     events: &'a mut Events,
 }
 
-impl Host for LiveNode<'_> {
+impl<S: Session> Host for LiveNode<'_, S> {
     fn round_begins(&mut self, min_round: u32, restarts: Restarts) {
         self.life.status.round(min_round, restarts.used);
     }
@@ -273,7 +288,7 @@ struct Prepared {
 fn prepare(
     p: &Job,
     life: &mut Life,
-    session: &Session,
+    session: &impl Session,
     node: &NodePlace,
     restarts: Restarts,
 ) -> Result<Prepared, JobError> {
@@ -307,7 +322,7 @@ fn prepare(
 async fn attempt(
     p: &Job,
     life: &mut Life,
-    session: &mut Session,
+    session: &mut impl Session,
     node: &NodePlace,
     restarts: Restarts,
     events: &mut Events,
@@ -427,7 +442,7 @@ fn report_place(status: &JobStatus, node: &NodePlace) {
 /// Another node, or the keep-alives, stopped the round: its cause is said here, and a
 /// hang this node had not seen decided is printed from the job-wide view.
 async fn stopped_by_others(
-    session: &mut Session,
+    session: &mut impl Session,
     node: &NodePlace,
     reason: &StopReason,
     unseen_hang: bool,
@@ -446,7 +461,7 @@ async fn stopped_by_others(
 /// recorder read, the hang said in the termination message.
 async fn hang_stopped(
     p: &Job,
-    session: &mut Session,
+    session: &mut impl Session,
     node: &NodePlace,
     report: &HangReport,
     (fr_dir, attempt_dir): (Option<&Path>, &Path),

@@ -89,7 +89,7 @@ fn hang_headline(text: &str) -> Option<String> {
 /// report to write if the job ends with it.
 pub async fn rank_failed(
     p: &Job,
-    session: &mut Session,
+    session: &mut impl Session,
     node: &NodePlace,
     restarts: Restarts,
     reporter: Option<&Reporter>,
@@ -179,7 +179,7 @@ pub async fn rank_failed(
 /// the job as a lost peer when too few remain; a stop the peer's node sent for its
 /// own failure is that node's verdict. The stop that decided, and how long it took.
 async fn peer_verdict(
-    session: &Session,
+    session: &impl Session,
     node: &NodePlace,
     failures: &[supervise::Failure],
     left_here: bool,
@@ -187,7 +187,7 @@ async fn peer_verdict(
     // Only where losing a peer came first: a rank of this node that failed on its own
     // before (its peers then lose it) is this node's failure, not to be held.
     let (line, addr) = supervise::first_failure(failures)?.peer_lost.clone()?;
-    if matches!(session, Session::Single(_)) || left_here {
+    if !session.has_peers() || left_here {
         return None;
     }
     let at = match addr {
@@ -215,7 +215,7 @@ async fn peer_verdict(
 /// dumps join the job's (a failure or hang elsewhere), and the store's host, which
 /// waits for that word before it leaves, hears that this node saw it.
 pub async fn heard_stop(
-    session: &mut Session,
+    session: &mut impl Session,
     node: &NodePlace,
     reason: &StopReason,
     after: &str,

@@ -28,7 +28,7 @@ use toporun_shared::link_reference;
 /// (--hang-timeout) and straggler decisions; the hangs found come on the receiver.
 pub fn watch_hangs(
     p: &Job,
-    session: &Session,
+    session: &impl Session,
     node: &NodePlace,
     (live, left, tails): (&LiveRanks, LeftRanks, watch::RankTails),
     status: &JobStatus,
@@ -79,7 +79,7 @@ pub fn watch_hangs(
 /// rows for the job-wide decision.
 fn straggler_tracker(
     p: &Job,
-    session: &Session,
+    session: &impl Session,
     node: &NodePlace,
     status: &JobStatus,
     span: Duration,

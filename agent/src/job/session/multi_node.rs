@@ -3,20 +3,21 @@
 //! besides joining (`multi_node_join`): the workers' store, stop requests, the
 //! NCCL report's place and the exit barrier.
 
-use crate::job::entry::StopFuture;
+use crate::job::entry::{Entered, StopFuture};
 use crate::job::error::JobError;
 use crate::job::nccl_report::ReportStore;
 use crate::job::session::meeting::Meeting;
+use crate::job::session::node_session::Session;
 use crate::job::session::node_table::node_table;
 use crate::job::session::rdzv_connect::{connect_etcd, connect_store};
+use crate::job::session::rdzv_state::RdzvState;
 use crate::job::session::store_host::{bind, bind_c10d, endpoint_is_here};
 use crate::job::spec::{Job, NodePlace};
-use crate::rendezvous::etcd_client::Etcd;
 use crate::rendezvous::{
     barrier, key_space, request_stop, Backend, BarrierNode, Config, EtcdKv, Key, Kv, NodeInfo,
     NodeMachine, Shape, StopReason, StopWatch, StoreKv,
 };
-use crate::store::{Reach, StoreClient, StoreServer};
+use crate::store::{Reach, StoreServer};
 use crate::supervise::Events;
 use std::time::Duration;
 use toporun_shared::colocation;
@@ -44,19 +45,15 @@ const LINGER: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct MultiNode {
     pub(super) run_id: String,
-    pub(super) store_host: String,
-    pub(super) port: u16,
+    /// Where the rendezvous state lives.
+    pub(super) state: RdzvState,
     /// The rendezvous store this node hosts (static, c10d).
     pub(super) server: Option<StoreServer>,
     /// etcd: the workers' store this node hosts as node rank 0 of the current round.
     pub(super) round_server: Option<StoreServer>,
     pub(super) cfg: Config,
-    /// Hosts the rendezvous store (static and c10d).
-    pub(super) is_host: bool,
     pub(super) client: Kv,
     pub(super) info: NodeInfo,
-    /// The etcd cluster, when the rendezvous lives there.
-    pub(super) etcd: Option<Etcd>,
     /// NCCL hosts the co-location model expects from the last round (host only).
     expected_nccl_nodes: Option<u32>,
     /// The machine (boot_id) of every global rank in the last round (host only).
@@ -166,59 +163,36 @@ impl MultiNode {
         let server = host_store(p, &store_host, port).await?;
         let is_host = server.is_some();
         let cfg = config(p, &run_id);
-        let (client, etcd) = if p.opts.rdzv_backend == RdzvBackend::Etcd {
+        let (client, state) = if p.opts.rdzv_backend == RdzvBackend::Etcd {
             match connect_etcd(p, &cfg, events).await? {
-                Some(e) => (Kv::Etcd(EtcdKv::new(e.clone())), Some(e)),
+                Some(e) => (Kv::Etcd(EtcdKv::new(e.clone())), RdzvState::Etcd(e)),
                 None => return Ok(None),
             }
         } else {
             match connect_store(&store_host, port, is_host, &cfg, events).await? {
-                Some(c) => (Kv::Store(StoreKv(c)), None),
+                Some(c) => {
+                    let (host, hosted) = (store_host, is_host);
+                    (
+                        Kv::Store(StoreKv(c)),
+                        RdzvState::Store { host, port, hosted },
+                    )
+                }
                 None => return Ok(None),
             }
         };
         let info = node_info(p, cfg.shape);
         Ok(Some(MultiNode {
             run_id,
-            store_host,
-            port,
+            state,
             server,
             round_server: None,
             cfg,
-            is_host,
             client,
             info,
-            etcd,
             expected_nccl_nodes: None,
             rank_machines: Vec::new(),
             nodes: Vec::new(),
         }))
-    }
-
-    /// Another connection to the rendezvous state (its own lease in etcd).
-    pub(super) async fn connect(&self, host: &str) -> Result<Kv> {
-        if let Some(e) = &self.etcd {
-            return Ok(Kv::Etcd(EtcdKv::new(e.clone())));
-        }
-        let mut c = StoreClient::connect(host, self.port, Duration::from_secs(30))
-            .await
-            .map_err(|e| JobError::failed("connecting to the rendezvous store", e))?;
-        c.set_deadline(self.cfg.read_timeout);
-        Ok(Kv::Store(StoreKv(c)))
-    }
-
-    /// Whether this node looks at the others' keep-alives: the store's host, or every
-    /// node where no node hosts the state.
-    fn watches(&self) -> bool {
-        self.is_host || self.etcd.is_some()
-    }
-
-    /// Where the rendezvous lives, for messages.
-    pub(super) fn rendezvous_where(&self) -> String {
-        match &self.etcd {
-            Some(e) => format!("etcd at {}", e.endpoints()),
-            None => self.store_host.clone(),
-        }
     }
 
     /// What the coordinator learnt: the node table, the co-location findings, and
@@ -240,8 +214,8 @@ impl MultiNode {
     /// The workers' store for round `round`: the rendezvous store (static, c10d), or
     /// in etcd one that node rank 0 of the round starts and publishes.
     pub(super) async fn master(&mut self, round: u32, node_rank: u32) -> Result<(String, u16)> {
-        if self.etcd.is_none() {
-            return Ok((self.store_host.clone(), self.port));
+        if let Some(fixed) = self.state.fixed_workers_store() {
+            return Ok(fixed);
         }
         let key = self.cfg.round_keys(round).master();
         if node_rank == 0 {
@@ -277,44 +251,58 @@ impl MultiNode {
                 ))
             })
     }
+}
+
+impl Session for MultiNode {
+    fn store(&self) -> Option<StoreServer> {
+        self.server.clone()
+    }
+
+    fn workers_store(&self) -> Option<StoreServer> {
+        self.server.clone().or_else(|| self.round_server.clone())
+    }
+
+    fn has_peers(&self) -> bool {
+        true
+    }
+
+    async fn join(&mut self, p: &Job, min_round: u32, events: &mut Events) -> Result<Entered> {
+        self.join_first(p, min_round, events).await
+    }
 
     /// Where this node publishes its NCCL digest.
-    pub fn report_store(&self, round: u32, node: &NodePlace) -> ReportStore {
+    fn report_store(&self, round: u32, node: &NodePlace) -> Option<ReportStore> {
         // Digests meet in the workers' store (the rendezvous store, or in etcd the
         // one node rank 0 runs), which the node hosting it reads.
-        ReportStore {
+        Some(ReportStore {
             host: node.master_addr.clone(),
             port: node.master_port,
             keys: self.cfg.round_keys(round),
             node_rank: node.node_rank,
             nnodes: node.nnodes,
-            is_host: if self.etcd.is_some() {
-                node.node_rank == 0
-            } else {
-                self.is_host
-            },
+            is_host: self.state.hosts_workers_store(node.node_rank),
             expected_nccl_nodes: self.expected_nccl_nodes,
             rank_machines: self.rank_machines.clone(),
-        }
+        })
     }
 
     /// Where this node meets the others after the rendezvous: as the NCCL digests,
     /// in the workers' store, decided by the node that hosts it.
-    pub fn meeting(&self, round: u32, node: &NodePlace) -> Meeting {
-        let r = self.report_store(round, node);
-        Meeting {
+    fn meeting(&self, round: u32, node: &NodePlace) -> Option<Meeting> {
+        let r = self.report_store(round, node)?;
+        Some(Meeting {
             host: r.host,
             port: r.port,
             keys: self.cfg.round_keys(round),
             node_rank: node.node_rank,
             nnodes: node.nnodes,
             decides: r.is_host,
-        }
+        })
     }
 
     /// A future that resolves when another node asks every node to stop.
-    pub async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
-        let mut client = self.connect(&self.store_host).await?;
+    async fn stop_watch(&self, round: u32, node: &NodePlace) -> Result<StopFuture> {
+        let mut client = self.state.connect(&self.cfg).await?;
         if let Kv::Store(StoreKv(c)) = &mut client {
             c.set_deadline(self.cut_off_after());
         }
@@ -324,22 +312,14 @@ impl MultiNode {
             round,
             node_rank: node.node_rank,
             nnodes: node.nnodes,
-            watches: self.watches(),
+            watches: self.state.watches(),
             note: |m| crate::console::say!("toporun: {m}"),
         };
         Ok(Box::pin(watch.run()))
     }
 
-    /// How long a keep-alive may go unanswered by a node-hosted store: as long as
-    /// that host waits before it counts this node lost (it has, by then), not the
-    /// read timeout, so a node cut off from it says so in seconds, not a minute.
-    fn cut_off_after(&self) -> Duration {
-        let limit = self.cfg.keepalive_interval * self.cfg.keepalive_misses + HOLD_MARGIN;
-        limit.max(CUT_OFF_FLOOR).min(self.cfg.read_timeout)
-    }
-
     /// Tells every node to stop (first reason wins); returns the reason that won.
-    pub async fn stop_all(&mut self, round: u32, reason: StopReason) -> StopReason {
+    async fn stop_all(&mut self, round: u32, reason: StopReason) -> StopReason {
         match request_stop(&mut self.client, &self.cfg, round, &reason).await {
             Ok(won) => {
                 self.stop_seen(round).await;
@@ -353,11 +333,11 @@ impl MultiNode {
     /// A channel whose first stop reason goes to every node at once, on a connection of
     /// its own made now (a preemption is announced the moment the signal arrives,
     /// while this node's ranks are still being stopped).
-    pub async fn announcer(
+    async fn announcer(
         &self,
         round: u32,
     ) -> Option<tokio::sync::mpsc::UnboundedSender<StopReason>> {
-        let mut client = self.connect(&self.store_host).await.ok()?;
+        let mut client = self.state.connect(&self.cfg).await.ok()?;
         let cfg = self.cfg.clone();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<StopReason>();
         tokio::spawn(async move {
@@ -370,8 +350,8 @@ impl MultiNode {
 
     /// Tells the store's host that this node is done with a stopped round's keys
     /// (best effort): it waits for every node's word before it leaves.
-    pub async fn stop_seen(&mut self, round: u32) {
-        if !self.is_host {
+    async fn stop_seen(&mut self, round: u32) {
+        if !self.state.hosted_here() {
             let seen = self.cfg.round_keys(round).stop_seen();
             // A store cut off answers no more: not worth another read timeout.
             let _ = tokio::time::timeout(STOP_SEEN_WAIT, self.client.tally(&seen)).await;
@@ -380,7 +360,7 @@ impl MultiNode {
 
     /// The nodes of round `round` at a peer's address, named: from the table where
     /// this node coordinated the round, else as the coordinator published it.
-    pub async fn nodes_at(&self, round: u32, peer: &str) -> Vec<String> {
+    async fn nodes_at(&self, round: u32, peer: &str) -> Vec<String> {
         let table = match self.nodes.is_empty() {
             true => self.published_nodes(round).await,
             false => self.nodes.clone(),
@@ -389,6 +369,58 @@ impl MultiNode {
             .into_iter()
             .filter_map(|n| Some(format!("node {n} ({})", table.get(n as usize)?.name)))
             .collect()
+    }
+
+    /// A rank failed as a peer went away: watches (keep-alives, leases) for as long as
+    /// a lost node takes to be declared; the stop that came, if one did.
+    async fn hold_for_peer(&self, node: &NodePlace) -> Option<StopReason> {
+        let limit = self.cfg.keepalive_interval * self.cfg.keepalive_misses + HOLD_MARGIN;
+        let watch = self.stop_watch(node.round, node).await.ok()?;
+        tokio::time::timeout(limit, watch).await.ok()
+    }
+
+    /// Before this node leaves a stopped job: where it hosts the store the others
+    /// watch, it waits (at most a few seconds) until they have seen the stop, so they
+    /// act on its reason instead of on a store gone.
+    async fn linger(&mut self, node: &NodePlace, lost: usize) {
+        if !self.state.hosted_here() {
+            return;
+        }
+        let nnodes = node.nnodes;
+        let seen = self.cfg.round_keys(node.round).stop_seen();
+        let start = std::time::Instant::now();
+        while start.elapsed() < LINGER {
+            match self.client.tally_count(&seen).await {
+                // Every node but this one (which never counts itself) and the lost.
+                Ok(n) if n + 1 + lost as u64 >= u64::from(nnodes) => return,
+                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The exit barrier; None when every node finished.
+    async fn finish(&mut self, round: u32, node: &NodePlace) -> Result<Option<StopReason>> {
+        crate::console::say!("toporun: this node's ranks finished; waiting for the other nodes (as long as they are alive)");
+        let me = BarrierNode {
+            node_rank: node.node_rank,
+            nnodes: node.nnodes,
+            watches: self.state.watches(),
+            is_host: self.state.hosted_here(),
+        };
+        barrier(&mut self.client, &self.cfg, round, me)
+            .await
+            .map_err(|e| JobError::failed("the exit barrier", e))
+    }
+}
+
+impl MultiNode {
+    /// How long a keep-alive may go unanswered by a node-hosted store: as long as
+    /// that host waits before it counts this node lost (it has, by then), not the
+    /// read timeout, so a node cut off from it says so in seconds, not a minute.
+    fn cut_off_after(&self) -> Duration {
+        let limit = self.cfg.keepalive_interval * self.cfg.keepalive_misses + HOLD_MARGIN;
+        limit.max(CUT_OFF_FLOOR).min(self.cfg.read_timeout)
     }
 
     /// The round's table of nodes as its coordinator published it; empty where the
@@ -408,7 +440,7 @@ impl MultiNode {
     /// state does not answer within [`PEERS_WAIT`].
     async fn published<T: serde::de::DeserializeOwned + Default>(&self, key: Key<T>) -> T {
         let read = async {
-            let mut c = self.connect(&self.store_host).await.ok()?;
+            let mut c = self.state.connect(&self.cfg).await.ok()?;
             if !c.check(&[key.name()]).await.ok()? {
                 return None;
             }
@@ -417,46 +449,5 @@ impl MultiNode {
         };
         let value = tokio::time::timeout(PEERS_WAIT, read).await.ok().flatten();
         value.unwrap_or_default()
-    }
-
-    /// A rank failed as a peer went away: watches (keep-alives, leases) for as long as
-    /// a lost node takes to be declared; the stop that came, if one did.
-    pub async fn hold_for_peer(&self, round: u32, node: &NodePlace) -> Option<StopReason> {
-        let limit = self.cfg.keepalive_interval * self.cfg.keepalive_misses + HOLD_MARGIN;
-        let watch = self.stop_watch(round, node).await.ok()?;
-        tokio::time::timeout(limit, watch).await.ok()
-    }
-
-    /// Before this node leaves a stopped job: where it hosts the store the others
-    /// watch, it waits (at most a few seconds) until they have seen the stop, so they
-    /// act on its reason instead of on a store gone.
-    pub async fn linger(&mut self, round: u32, nnodes: u32, lost: usize) {
-        if !self.is_host || self.etcd.is_some() {
-            return;
-        }
-        let seen = self.cfg.round_keys(round).stop_seen();
-        let start = std::time::Instant::now();
-        while start.elapsed() < LINGER {
-            match self.client.tally_count(&seen).await {
-                // Every node but this one (which never counts itself) and the lost.
-                Ok(n) if n + 1 + lost as u64 >= u64::from(nnodes) => return,
-                Ok(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
-                Err(_) => return,
-            }
-        }
-    }
-
-    /// The exit barrier; None when every node finished.
-    pub async fn finish(&mut self, round: u32, node: &NodePlace) -> Result<Option<StopReason>> {
-        crate::console::say!("toporun: this node's ranks finished; waiting for the other nodes (as long as they are alive)");
-        let me = BarrierNode {
-            node_rank: node.node_rank,
-            nnodes: node.nnodes,
-            watches: self.watches(),
-            is_host: self.is_host,
-        };
-        barrier(&mut self.client, &self.cfg, round, me)
-            .await
-            .map_err(|e| JobError::failed("the exit barrier", e))
     }
 }

@@ -41,7 +41,12 @@ impl MultiNode {
     /// This node's place in the first round at or after `min_round` that it can take
     /// part in: a node arriving while a round runs waits for the next one (the
     /// running nodes admit it, or it waits as a spare).
-    pub async fn join(&mut self, p: &Job, min_round: u32, events: &mut Events) -> Result<Entered> {
+    pub(super) async fn join_first(
+        &mut self,
+        p: &Job,
+        min_round: u32,
+        events: &mut Events,
+    ) -> Result<Entered> {
         if min_round == 0 {
             self.refuse_finished_run().await?;
         }
@@ -81,18 +86,11 @@ impl MultiNode {
         if !done {
             return Ok(());
         }
-        let hint = if self.etcd.is_some() {
-            format!(
-                " (etcd keeps a run's keys: etcdctl del --prefix toporun/{} removes them)",
-                printable(&self.run_id)
-            )
-        } else {
-            String::new()
-        };
+        let hint = self.state.clear_hint(&self.run_id);
         Err(JobError::Failed(format!(
             "rendezvous {} already finished: a job with this --rdzv-id completed at {}; give every job its own --rdzv-id{hint}",
             self.run_id,
-            self.rendezvous_where()
+            self.state.describe()
         )))
     }
 
@@ -167,7 +165,7 @@ impl MultiNode {
     /// that claims the round first.
     async fn coordinates(&mut self, round: u32) -> Result<bool> {
         let Some(me) = self.client.identity().map(str::to_string) else {
-            return Ok(self.is_host);
+            return Ok(self.state.hosted_here());
         };
         let key = self.cfg.round_keys(round).coordinator();
         let holder = self
@@ -180,7 +178,7 @@ impl MultiNode {
 
     /// The coordinator of round `round`, on a task of its own.
     async fn spawn_coordinator(&self, round: u32) -> Result<Coordinator> {
-        let mut c = self.connect("127.0.0.1").await?;
+        let mut c = self.state.connect_here(&self.cfg).await?;
         let cfg = self.cfg.clone();
         // The store's host gives each round's workers a clean store (etcd rounds get
         // a new one on node rank 0).
@@ -210,7 +208,7 @@ impl MultiNode {
             true => Some(self.spawn_coordinator(round).await?),
             false => None,
         };
-        let (run_id, place_where) = (self.run_id.clone(), self.rendezvous_where());
+        let (run_id, place_where) = (self.run_id.clone(), self.state.describe());
         let failed = |e: CoordinateError| coordinator_failed(&run_id, &place_where, e);
         let run_id = self.run_id.clone();
         // The coordinator reports progress; the others say they are waiting.

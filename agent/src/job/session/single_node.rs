@@ -1,16 +1,19 @@
 //! A one-node job: it hosts its own store, loopback-only unless the user named an
 //! address others can reach, and every round places all ranks on this node.
 
+use crate::job::entry::Entered;
 use crate::job::error::JobError;
+use crate::job::session::node_session::Session;
 use crate::job::session::store_host::{bind, is_loopback};
 use crate::job::spec::{Job, NodePlace};
 use crate::store::{Reach, StoreServer};
+use crate::supervise::Events;
 use toporun_shared::torchrun::worker::layout;
 
 pub struct SingleNode {
     run_id: String,
     store_host: String,
-    pub(super) server: StoreServer,
+    server: StoreServer,
 }
 
 impl SingleNode {
@@ -40,5 +43,15 @@ impl SingleNode {
             nnodes: 1,
             extra_env: Default::default(),
         }
+    }
+}
+
+impl Session for SingleNode {
+    async fn join(&mut self, p: &Job, min_round: u32, _: &mut Events) -> Result<Entered, JobError> {
+        Ok(Entered::Placed(self.place(p, min_round)))
+    }
+
+    fn store(&self) -> Option<StoreServer> {
+        Some(self.server.clone())
     }
 }
