@@ -14,7 +14,10 @@ use clap::ValueEnum;
 use nix::sys::signal::Signal;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use toporun_agent::job::{self, FileTimerSetting, HangWatch, Job};
+use toporun_agent::job::{
+    self, FileTimerSetting, HangWatch, Job, RdzvSettings, ReportSettings, StopSettings,
+    WatchSettings,
+};
 use toporun_agent::supervise::{self, Events};
 use toporun_shared::colocation;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
@@ -330,36 +333,47 @@ fn prepare(
     let watch_preemption = flag_or_env(m, Extra::WatchPreemption, &parent_env).then(|| {
         toporun_agent::probe::cloud_metadata::Endpoints::from_env(|k| parent_env.get(k).cloned())
     });
-    Ok(Job {
-        root: toporun_agent::paths::Root::live(),
+    let watch = WatchSettings {
+        hang,
         straggler_window: straggler_window(m, &parent_env)?,
+        nccl_report,
+        flight_recorder,
+        gpu_timing,
+        // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
+        // progress bars) and toporun does not read their exceptions.
+        stderr: typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? == OnOff::On
+            && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
         init_grace: init_grace(&parent_env)?,
-        rdzv_token: parent_env.get(job::RDZV_TOKEN_VAR).cloned(),
         xid_replay: parent_env
             .get(toporun_agent::job::XID_REPLAY_VAR)
-            .map(std::path::PathBuf::from),
-        user_stop_file: parent_env.get(job::STOP_FILE_VAR).map(PathBuf::from),
-        error_file: parent_env.get("TORCHELASTIC_ERROR_FILE").map(PathBuf::from),
+            .map(PathBuf::from),
+    };
+    Ok(Job {
+        root: toporun_agent::paths::Root::live(),
+        stop: StopSettings {
+            grace: stop_grace,
+            signal_group: stop_signal_group,
+            watch_preemption,
+            user_file: parent_env.get(job::STOP_FILE_VAR).map(PathBuf::from),
+        },
+        report: ReportSettings {
+            classified,
+            termination_log,
+            status_port,
+            error_file: parent_env.get("TORCHELASTIC_ERROR_FILE").map(PathBuf::from),
+        },
+        watch,
+        rdzv: RdzvSettings {
+            token: parent_env.get(job::RDZV_TOKEN_VAR).cloned(),
+            colocated,
+        },
         file_timer: FileTimerSetting {
             serve: parent_env
                 .get("TORCHELASTIC_ENABLE_FILE_TIMER")
                 .is_some_and(|v| v == "1"),
             path: parent_env.get(job::TIMER_FILE_VAR).map(PathBuf::from),
         },
-        watch_preemption,
-        stop_grace,
-        stop_signal_group,
         faulthandler,
-        flight_recorder,
-        gpu_timing,
-        classified,
-        // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
-        // progress bars) and toporun does not read their exceptions.
-        watch_stderr: typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? == OnOff::On
-            && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
-        hang,
-        status_port,
-        termination_log,
         opts,
         facts,
         nproc,
@@ -368,8 +382,6 @@ fn prepare(
         python,
         python_why: interpreter.why,
         cuda_gpus,
-        colocated,
-        nccl_report,
     })
 }
 
@@ -434,7 +446,7 @@ async fn launch(m: &ArgMatches) -> Result<ExitStatus> {
             ));
         }
         crate::console::say_raw!("{why}");
-        termination_message(p.termination_log.clone(), &why);
+        termination_message(p.report.termination_log.clone(), &why);
         return Ok(ExitStatus::Failed);
     }
     let mode = preflight_mode(m, &p.inherited_env)?;
@@ -490,7 +502,7 @@ async fn launch(m: &ArgMatches) -> Result<ExitStatus> {
             why.push_str(&format!("- {} [{}]{}\n", f.summary, f.id, fix(f)));
         }
         crate::console::say_raw!("{why}");
-        termination_message(p.termination_log.clone(), &why);
+        termination_message(p.report.termination_log.clone(), &why);
         return Ok(ExitStatus::Unfit);
     }
     // torchrun's warning, when it (and so toporun) sets OMP_NUM_THREADS=1 itself.

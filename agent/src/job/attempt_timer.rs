@@ -3,7 +3,7 @@
 
 use crate::job::error::JobError;
 use crate::job::session::Session;
-use crate::job::spec::{Job, NodePlace};
+use crate::job::spec::{FileTimerSetting, NodePlace};
 use crate::job::transitions::AttemptEnd;
 use crate::paths::random_id;
 use crate::rendezvous::StopReason;
@@ -12,14 +12,14 @@ use nix::sys::signal::Signal;
 use std::time::Duration;
 
 /// torch's FileTimerServer when `TORCHELASTIC_ENABLE_FILE_TIMER=1`.
-pub(super) fn file_timer(p: &Job) -> Result<Option<FileTimer>, JobError> {
-    if !p.file_timer.serve {
+pub(super) fn file_timer(setting: &FileTimerSetting) -> Result<Option<FileTimer>, JobError> {
+    if !setting.serve {
         return Ok(None);
     }
-    let path =
-        p.file_timer.path.clone().unwrap_or_else(|| {
-            std::env::temp_dir().join(format!("watchdog_timer_{}", random_id()))
-        });
+    let path = setting
+        .path
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("watchdog_timer_{}", random_id())));
     FileTimer::create(&path)
         .map(Some)
         .map_err(|e| JobError::failed("TORCHELASTIC_ENABLE_FILE_TIMER=1", e))

@@ -38,7 +38,7 @@ pub(super) fn nccl_reporter(
             )
         }
         Capture::Off(why) => {
-            if p.nccl_report && node.round == 0 {
+            if p.watch.nccl_report && node.round == 0 {
                 crate::console::say!("toporun: nccl report off: {why}");
             }
             (BTreeMap::new(), None)
@@ -79,7 +79,7 @@ pub(super) fn hang_watch(
     );
     let on_hang = AfterHang {
         root: p.root.clone(),
-        watch: p.hang,
+        watch: p.watch.hang,
         attempt_dir: attempt_dir.to_path_buf(),
         fr_dir: fr_dir.map(Path::to_path_buf),
         store: session.workers_store(),

@@ -20,7 +20,7 @@ use crate::job::ranks::rank_commands;
 use crate::job::round_loop::{self, Attempted, Host};
 use crate::job::run_dir::RunDir;
 use crate::job::session::{Session, Started};
-use crate::job::spec::{Job, NodePlace};
+use crate::job::spec::{Job, NodePlace, ReportSettings};
 use crate::job::task_guard::AbortOnDrop;
 use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
 use crate::probe::gpu_events::XidLog;
@@ -39,7 +39,7 @@ use toporun_shared::root_cause::{Cause, CauseKind};
 /// already taken is said, and the job runs without it).
 fn status_endpoint(p: &Job) -> JobStatus {
     let status = JobStatus::new("", p.nproc);
-    if let Some(port) = p.status_port {
+    if let Some(port) = p.report.status_port {
         let mut by_severity = std::collections::BTreeMap::new();
         for f in p.findings() {
             *by_severity.entry(f.severity.to_string()).or_insert(0) += 1;
@@ -62,8 +62,12 @@ fn status_endpoint(p: &Job) -> JobStatus {
 }
 
 /// The supervisor's heartbeat and the store's counters, for the endpoint.
-fn status_beat(p: &Job, status: &JobStatus, session: &impl Session) -> Option<AbortOnDrop> {
-    p.status_port?;
+fn status_beat(
+    report: &ReportSettings,
+    status: &JobStatus,
+    session: &impl Session,
+) -> Option<AbortOnDrop> {
+    report.status_port?;
     let (status, store) = (status.clone(), session.store());
     Some(AbortOnDrop(tokio::spawn(async move {
         loop {
@@ -103,7 +107,7 @@ struct Life {
 /// Runs the job to its end on this node; the exit code torchrun would give.
 pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
     let status = status_endpoint(p);
-    let timer = file_timer(p)?;
+    let timer = file_timer(&p.file_timer)?;
     let timer_file: Option<String> = timer
         .as_ref()
         .map(|t| t.path().display().to_string())
@@ -112,7 +116,7 @@ pub async fn run(p: &Job, events: &mut Events) -> Result<u8, JobError> {
         crate::console::say!(
             "toporun: received a signal while connecting to the rendezvous; exiting"
         );
-        return Ok(signal_before_round(p.classified));
+        return Ok(signal_before_round(p.report.classified));
     };
     match started {
         Started::Single(s) => run_with(p, events, status, timer, timer_file, s).await,
@@ -129,7 +133,7 @@ async fn run_with(
     timer_file: Option<String>,
     session: impl Session,
 ) -> Result<u8, JobError> {
-    let _beat = status_beat(p, &status, &session);
+    let _beat = status_beat(&p.report, &status, &session);
     let live = LiveRanks::default();
     let (ranks, root) = (live.clone(), p.root.clone());
     status.set_stacks(std::sync::Arc::new(move |json| {
@@ -140,7 +144,7 @@ async fn run_with(
         status,
         timer,
         timer_file,
-        grace: p.init_grace,
+        grace: p.watch.init_grace,
         run_dir: None,
         live,
         stacks_socket: None,
@@ -148,7 +152,11 @@ async fn run_with(
         xids: causes::watch_xids(p)?,
         gpus: (!p.facts.gpus.devices.is_empty()).then_some(NvmlProbe),
     };
-    let machine = Machine::new(p.opts.max_restarts, p.classified, life.gpus.is_some());
+    let machine = Machine::new(
+        p.opts.max_restarts,
+        p.report.classified,
+        life.gpus.is_some(),
+    );
     let mut node = LiveNode {
         p,
         life,
@@ -193,7 +201,7 @@ impl<S: Session> Host for LiveNode<'_, S> {
         let ours = preemption::reason(signal, node.node_rank, host, preemption::now_ms());
         let won = self.session.stop_all(node.round, ours).await;
         let ending = preemption::Ending::default();
-        preempted(self.p, &won, &ending, &self.life.status);
+        preempted(&self.p.report, &won, &ending, &self.life.status);
         Attempted {
             end: AttemptEnd::Stopped(won),
             report: None,
@@ -217,7 +225,7 @@ impl<S: Session> Host for LiveNode<'_, S> {
         }
         if let Some(cause) = &exit.cause {
             crate::console::say!("{}", cause.line());
-            let log = self.p.termination_log.as_deref();
+            let log = self.p.report.termination_log.as_deref();
             supervise::leave_termination_message(log, &cause.line());
             self.life.status.update(|x| {
                 x.root_cause = Some(cause.kind);
@@ -391,7 +399,7 @@ async fn attempt(
         Outcome::Interrupted(sig) => {
             let won = session.stop_all(round, seen.our_preemption(sig)).await;
             crate::console::say!("toporun: stopped the ranks after {sig}");
-            preempted(p, &won, &seen.heard.ending, &status);
+            preempted(&p.report, &won, &seen.heard.ending, &status);
             AttemptEnd::Stopped(won)
         }
         Outcome::Failed(failures) => {
@@ -418,12 +426,12 @@ async fn attempt(
             let unseen_hang = status.snapshot().hangs == hangs_before;
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
             stopped_by_others(session, node, &reason, unseen_hang, place, &status).await;
-            preempted(p, &reason, &seen.heard.ending, &status);
+            preempted(&p.report, &reason, &seen.heard.ending, &status);
             AttemptEnd::Stopped(reason)
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
-            hang_stopped(p, session, node, &report, place, &status).await
+            hang_stopped(&p.report, session, node, &report, place, &status).await
         }
     };
     Ok(Attempted { end, report: None })
@@ -460,7 +468,7 @@ async fn stopped_by_others(
 /// `--on-hang stop` ended this node's attempt: every node is told, the flight
 /// recorder read, the hang said in the termination message.
 async fn hang_stopped(
-    p: &Job,
+    report_to: &ReportSettings,
     session: &mut impl Session,
     node: &NodePlace,
     report: &HangReport,
@@ -487,7 +495,10 @@ async fn hang_stopped(
         Some(c) => lead.push_str(&format!("toporun: flight recorder: {c}\n")),
         None => {}
     }
-    supervise::leave_termination_message(p.termination_log.as_deref(), &(lead + &report.text));
+    supervise::leave_termination_message(
+        report_to.termination_log.as_deref(),
+        &(lead + &report.text),
+    );
     AttemptEnd::Hang
 }
 
@@ -527,13 +538,18 @@ impl supervise::StopRequest for AttemptStop {
 
 /// A preempted attempt's end, said on stderr, in the termination message and in
 /// `/status` (root cause `preempted`).
-fn preempted(p: &Job, reason: &StopReason, ending: &preemption::Ending, status: &JobStatus) {
+fn preempted(
+    report: &ReportSettings,
+    reason: &StopReason,
+    ending: &preemption::Ending,
+    status: &JobStatus,
+) {
     if reason.kind != StopKind::Preempt {
         return;
     }
     let text = ending.message(reason);
     crate::console::say!("toporun: {text}");
-    let log = p.termination_log.as_deref();
+    let log = report.termination_log.as_deref();
     supervise::leave_termination_message(log, &format!("toporun: {text}"));
     status.update(|x| {
         x.root_cause = Some(CauseKind::Preempted);

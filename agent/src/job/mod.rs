@@ -38,4 +38,7 @@ pub use hang::stacks_socket;
 pub use lifecycle::run;
 pub use preemption::STOP_FILE_VAR;
 pub use rank_env::{attempt_env, AttemptPlaces, TIMER_FILE_VAR};
-pub use spec::{FileTimerSetting, HangWatch, Job, NodePlace, INIT_WARN_VAR, RDZV_TOKEN_VAR};
+pub use spec::{
+    FileTimerSetting, HangWatch, Job, NodePlace, RdzvSettings, ReportSettings, StopSettings,
+    WatchSettings, INIT_WARN_VAR, RDZV_TOKEN_VAR,
+};

@@ -27,13 +27,9 @@ pub enum Capture {
     },
 }
 
-pub fn enabled(p: &Job) -> bool {
-    p.nccl_report
-}
-
 /// Decides the capture for one attempt directory.
 pub fn capture(p: &Job, attempt_dir: &Path) -> Capture {
-    if !enabled(p) {
+    if !p.watch.nccl_report {
         return Capture::Off("--nccl-report off".into());
     }
     let user = |k: &str| p.inherited_env.get(k).filter(|v| !v.is_empty());

@@ -122,7 +122,7 @@ pub async fn notice(
     node: &NodePlace,
     announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
 ) -> StopReason {
-    let Some(at) = p.watch_preemption.clone() else {
+    let Some(at) = p.stop.watch_preemption.clone() else {
         return std::future::pending().await;
     };
     let what = crate::probe::preemption_notice::watch(at).await;

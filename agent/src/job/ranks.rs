@@ -48,7 +48,7 @@ pub fn rank_commands(
                 shown,
                 dir: &dir,
                 prefix: line_prefix(template, &p.opts.role, place.rank, place.local_rank),
-                watch_stderr: p.watch_stderr,
+                watch_stderr: p.watch.stderr,
                 duplicate: (duplicate.0.as_ref(), duplicate.1.as_ref()),
             };
             let (stdout, stderr) = plan.sinks();

@@ -36,54 +36,83 @@ pub struct Job {
     pub python_why: String,
     /// The GPUs CUDA will show the ranks (CUDA_VISIBLE_DEVICES applied), in order.
     pub cuda_gpus: Vec<usize>,
-    /// `--colocated join|warn`.
-    pub colocated: colocation::Mode,
-    /// `--nccl-report on|off`.
-    pub nccl_report: bool,
+    /// How the ranks are stopped early (a preemption, a signal).
+    pub stop: StopSettings,
+    /// What a failure leaves for people and Kubernetes.
+    pub report: ReportSettings,
+    /// What toporun watches while the ranks run.
+    pub watch: WatchSettings,
+    /// Among the nodes: the rendezvous keys' secret, co-location.
+    pub rdzv: RdzvSettings,
+    /// `--faulthandler on`: the ranks get PYTHONFAULTHANDLER=1 (a native crash prints
+    /// the Python stacks toporun reads).
+    pub faulthandler: bool,
+    /// `TORCHELASTIC_ENABLE_FILE_TIMER` and `TORCHELASTIC_TIMER_FILE`.
+    pub file_timer: FileTimerSetting,
+}
+
+/// How the ranks are stopped when an attempt ends early.
+#[derive(Debug, Clone, Default)]
+pub struct StopSettings {
+    /// `--stop-grace`: on a preemption, how long the ranks get after the stop file
+    /// before the signal.
+    pub grace: std::time::Duration,
+    /// `--stop-signal-to group`: the signal goes to each rank's process group.
+    pub signal_group: bool,
+    /// `--watch-preemption`: where the cloud's preemption notice is polled.
+    pub watch_preemption: Option<crate::probe::cloud_metadata::Endpoints>,
+    /// `TOPORUN_STOP_FILE`: the user's stop file, where set.
+    pub user_file: Option<PathBuf>,
+}
+
+/// What a failure leaves behind: the exit code, the termination message, the status
+/// endpoint, torchrun's error file.
+#[derive(Debug, Clone, Default)]
+pub struct ReportSettings {
+    /// `--exit-codes classified`: one exit code per cause of a failure.
+    pub classified: bool,
     /// Where the root cause of a failure goes for Kubernetes (termination message).
     pub termination_log: Option<PathBuf>,
     /// The status endpoint's port (`--status-port`, TORCHELASTIC_HEALTH_CHECK_PORT).
     pub status_port: Option<u16>,
+    /// `TORCHELASTIC_ERROR_FILE`: where torchrun's `@record` would write the failure.
+    pub error_file: Option<PathBuf>,
+}
+
+/// What toporun watches while the ranks run.
+#[derive(Debug, Clone, Default)]
+pub struct WatchSettings {
     /// `--hang-timeout` and `--on-hang`: when no rank has made progress for this
     /// long, report (and with `stop`, end the job).
     pub hang: Option<HangWatch>,
+    /// `--straggler-window`: the window over which each rank's wait share is
+    /// judged (None: `--stragglers off`).
+    pub straggler_window: Option<std::time::Duration>,
+    /// `--nccl-report on|off`.
+    pub nccl_report: bool,
     /// `--flight-recorder on`: the ranks' dumps go to the run directory and are read
     /// after a failure or hang.
     pub flight_recorder: bool,
     /// `--gpu-timing on`: NCCL ranks time their collectives and dump their recorder
     /// through a pipe while they train (the GPU straggler rule reads the dumps).
     pub gpu_timing: bool,
-    /// `--stop-grace`: on a preemption, how long the ranks get after the stop file
-    /// before the signal.
-    pub stop_grace: std::time::Duration,
-    /// `--stop-signal-to group`: the signal goes to each rank's process group.
-    pub stop_signal_group: bool,
-    /// `--watch-preemption`: where the cloud's preemption notice is polled.
-    pub watch_preemption: Option<crate::probe::cloud_metadata::Endpoints>,
-    /// `--faulthandler on`: the ranks get PYTHONFAULTHANDLER=1 (a native crash prints
-    /// the Python stacks toporun reads).
-    pub faulthandler: bool,
-    /// `--exit-codes classified`: one exit code per cause of a failure.
-    pub classified: bool,
     /// The ranks' stderr goes through toporun (their last exception is read).
-    pub watch_stderr: bool,
-    /// `--straggler-window`: the window over which each rank's wait share is
-    /// judged (None: `--stragglers off`).
-    pub straggler_window: Option<std::time::Duration>,
+    pub stderr: bool,
     /// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited
     /// for before the missing ones are named.
     pub init_grace: std::time::Duration,
-    /// `TOPORUN_RDZV_TOKEN`: the secret that moves the rendezvous keys (where
-    /// `--rdzv-conf token=` does not set one).
-    pub rdzv_token: Option<String>,
     /// `TOPORUN_XID_REPLAY`: a file of Xid events followed instead of NVML's.
     pub xid_replay: Option<PathBuf>,
-    /// `TOPORUN_STOP_FILE`: the user's stop file, where set.
-    pub user_stop_file: Option<PathBuf>,
-    /// `TORCHELASTIC_ERROR_FILE`: where torchrun's `@record` would write the failure.
-    pub error_file: Option<PathBuf>,
-    /// `TORCHELASTIC_ENABLE_FILE_TIMER` and `TORCHELASTIC_TIMER_FILE`.
-    pub file_timer: FileTimerSetting,
+}
+
+/// Among the nodes of a multi-node job.
+#[derive(Debug, Clone)]
+pub struct RdzvSettings {
+    /// `TOPORUN_RDZV_TOKEN`: the secret that moves the rendezvous keys (where
+    /// `--rdzv-conf token=` does not set one).
+    pub token: Option<String>,
+    /// `--colocated join|warn`.
+    pub colocated: colocation::Mode,
 }
 
 /// torch's file timer as the environment asks for it.
@@ -146,7 +175,8 @@ impl Job {
     /// The stop file every rank is told of (`TOPORUN_STOP_FILE`): the user's, else
     /// `stop-requested` in the run directory.
     pub fn stop_file(&self, run_dir: &Path) -> PathBuf {
-        self.user_stop_file
+        self.stop
+            .user_file
             .clone()
             .unwrap_or_else(|| run_dir.join("stop-requested"))
     }
@@ -155,8 +185,8 @@ impl Job {
     pub fn stop_how(&self) -> crate::supervise::StopHow {
         crate::supervise::StopHow {
             timeout: self.opts.shutdown_timeout,
-            grace: self.stop_grace,
-            group: self.stop_signal_group,
+            grace: self.stop.grace,
+            group: self.stop.signal_group,
         }
     }
 

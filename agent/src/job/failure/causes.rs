@@ -202,7 +202,7 @@ fn volume_of(paths: &[String]) -> Option<Volume> {
 /// The node's GPU faults for the whole job: a replay file where
 /// `TOPORUN_XID_REPLAY` names one, else NVML's events where there are GPUs.
 pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
-    if let Some(path) = &p.xid_replay {
+    if let Some(path) = &p.watch.xid_replay {
         let source = ReplayXids::open(path)
             .map_err(|e| JobError::bad_input(format!("{XID_REPLAY_VAR}={}", path.display()), e))?;
         return Ok(Some(XidLog::watch(Box::new(source))));

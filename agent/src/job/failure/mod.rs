@@ -151,7 +151,7 @@ pub async fn rank_failed(
     let collective = say_flight_recorder(failed.fr_dir, meeting, failed.attempt_dir, status).await;
     let mut lead: Vec<String> = found.iter().map(Cause::line).collect();
     lead.extend(collective.map(|c| format!("toporun: flight recorder: {c}")));
-    if p.classified {
+    if p.report.classified {
         // The class the exit code takes: the cause of the stop this node acts on.
         let acted = transitions::acted_on(&ours, &won);
         let class = class_of(acted.cause.unwrap_or(CauseKind::Code));
@@ -250,8 +250,8 @@ impl FailureReport {
         let mut message: String = self.lead.iter().map(|l| format!("{l}\n")).collect();
         message.push_str(&summary);
         crate::console::say_raw!("{message}");
-        supervise::leave_termination_message(p.termination_log.as_deref(), &message);
-        if let Some(dest) = &p.error_file {
+        supervise::leave_termination_message(p.report.termination_log.as_deref(), &message);
+        if let Some(dest) = &p.report.error_file {
             if let Err(e) = supervise::dump_error_file(dest, &self.first, &summary) {
                 let dest = dest.display();
                 crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");

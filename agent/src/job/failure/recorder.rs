@@ -40,7 +40,7 @@ pub fn recorder_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
 /// dump prefix of their own.
 fn toporun_dumps(p: &Job) -> bool {
     let user = |k: &str| p.inherited_env.get(k);
-    p.flight_recorder
+    p.watch.flight_recorder
         && user(DUMP_PREFIX_VAR)
             .or_else(|| user(OLD_DUMP_PREFIX_VAR))
             .is_none()
@@ -49,7 +49,7 @@ fn toporun_dumps(p: &Job) -> bool {
 /// The ranks time their collectives for the GPU straggler rule: `--gpu-timing on`,
 /// the straggler watch on, and GPUs to time.
 pub fn gpu_timed(p: &Job) -> bool {
-    p.gpu_timing && p.straggler_window.is_some() && p.gpu_of(0).is_some()
+    p.watch.gpu_timing && p.watch.straggler_window.is_some() && p.gpu_of(0).is_some()
 }
 
 /// Where each rank's dump pipe is (`<prefix><rank>.pipe`): the user's, else
@@ -91,16 +91,16 @@ fn timing_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
 pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
     let user = |k: &str| p.inherited_env.get(k);
     let off = |why: &str| format!("off ({why})");
-    if !p.gpu_timing {
+    if !p.watch.gpu_timing {
         return off("--gpu-timing off");
     }
-    if p.straggler_window.is_none() {
+    if p.watch.straggler_window.is_none() {
         return off("--stragglers off");
     }
     if p.gpu_of(0).is_none() {
         return off("no GPU: the stacks name the straggler");
     }
-    if !p.flight_recorder {
+    if !p.watch.flight_recorder {
         return off("--flight-recorder off");
     }
     if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
@@ -113,7 +113,10 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
         .iter()
         .filter_map(|k| Some(format!("{k}={}", user(k)?)))
         .collect();
-    let every = p.straggler_window.map_or(0, |w| dump_every(w).as_secs());
+    let every = p
+        .watch
+        .straggler_window
+        .map_or(0, |w| dump_every(w).as_secs());
     let mut line = format!(
         "on, a dump every {every}s read for the straggler: {}",
         set.iter()
@@ -138,7 +141,7 @@ fn dump_every(window: Duration) -> Duration {
 
 /// Where the straggler's dumps are asked for and read, where the ranks are timed.
 pub fn gpu_dump_places(p: &Job, attempt_dir: &Path, fr_dir: Option<&Path>) -> Option<DumpPlaces> {
-    let span = p.straggler_window?;
+    let span = p.watch.straggler_window?;
     if !gpu_timed(p) {
         return None;
     }
@@ -171,7 +174,7 @@ pub fn dump_dir(p: &Job, attempt_dir: &Path) -> Option<PathBuf> {
     if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
         return Path::new(prefix).parent().map(Path::to_path_buf);
     }
-    p.flight_recorder.then(|| attempt_dir.join("fr"))
+    p.watch.flight_recorder.then(|| attempt_dir.join("fr"))
 }
 
 /// Makes the directories the recorder's variables name (the dumps', the dump pipes'),

@@ -46,7 +46,7 @@ pub fn watch_hangs(
         })
     });
     let mut tasks = Vec::new();
-    let decide = match p.hang.zip(session.meeting(node.round, node)) {
+    let decide = match p.watch.hang.zip(session.meeting(node.round, node)) {
         Some((w, x)) => {
             let (tx, rx) = tokio::sync::watch::channel(NodeSample::default());
             let host = p.facts.container.hostname.clone();
@@ -55,7 +55,7 @@ pub fn watch_hangs(
         }
         None => Decide::Here,
     };
-    let tracker = p.straggler_window.map(|span| {
+    let tracker = p.watch.straggler_window.map(|span| {
         let (t, task) = straggler_tracker(p, session, node, status, span);
         tasks.extend(task);
         let links = gpu_dumps.as_ref().and_then(|_| link_watch(p, node));
@@ -65,7 +65,7 @@ pub fn watch_hangs(
         watch::start(
             p.root.clone(),
             (live.clone(), left, tails),
-            p.hang,
+            p.watch.hang,
             decide,
             sink,
             tracker,

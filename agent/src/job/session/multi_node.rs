@@ -78,7 +78,7 @@ fn config(p: &Job, run_id: &str) -> Config {
     let token = conf
         .token
         .as_ref()
-        .or(p.rdzv_token.as_ref())
+        .or(p.rdzv.token.as_ref())
         .filter(|t| !t.is_empty());
     Config {
         run_id: run_id.to_string(),
@@ -89,7 +89,7 @@ fn config(p: &Job, run_id: &str) -> Config {
         read_timeout: conf.read_timeout,
         keepalive_interval: conf.keep_alive_interval,
         keepalive_misses: conf.keep_alive_max_attempt,
-        colocated: p.colocated,
+        colocated: p.rdzv.colocated,
         key_space: token.map(|t| key_space(run_id, t)),
     }
 }
@@ -200,7 +200,7 @@ impl MultiNode {
     pub(super) fn coordinated(&mut self, p: &Job, round: u32, infos: &[NodeInfo]) {
         crate::console::say_raw!("{}", node_table(&self.run_id, round, infos));
         let views: Vec<_> = infos.iter().map(NodeInfo::colocation).collect();
-        let decision = colocation::decide(&views, p.colocated);
+        let decision = colocation::decide(&views, p.rdzv.colocated);
         self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
         self.nodes = infos.iter().map(NodeInfo::addrs).collect();
         let machines: Vec<_> = infos.iter().map(NodeInfo::machine).collect();
