@@ -175,13 +175,14 @@ pub fn matrix_text(f: &HostFacts) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toporun_shared::finding::FindingId;
 
     #[test]
     fn junit_has_a_failure_per_error() {
         // Control characters (an escape code in a finding) must not break the XML.
         let f = vec![
-            Finding::new("shm.size", Severity::Error, "small <shm>"),
-            Finding::new("gpu.visible", Severity::Ok, "4 \u{1b}[31m"),
+            Finding::new(FindingId::ShmSize, Severity::Error, "small <shm>"),
+            Finding::new(FindingId::GpuVisible, Severity::Ok, "4 \u{1b}[31m"),
         ];
         let x = junit(&f);
         assert_eq!(x.matches("<failure").count(), 1);

@@ -8,6 +8,7 @@
 //! collective with cuMem (its handles travel over abstract Unix sockets), and work at
 //! full speed over legacy CUDA IPC with NCCL_CUMEM_ENABLE=0.
 
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::measured;
 use serde::{Deserialize, Serialize};
@@ -191,7 +192,7 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
             .all(|n| n.gpu_nodes.is_empty() || n.gpu_nodes == group[0].gpu_nodes);
         let before = worst(&group);
         let finding = |sev, s: String| {
-            Finding::new("rdzv.colocated", sev, s)
+            Finding::new(FindingId::RdzvColocated, sev, s)
                 .fact("node_ranks", format!("{idx:?}"))
                 .fact("boot_id", boot)
                 .fact("shared_dev_shm", shared_shm)

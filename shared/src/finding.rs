@@ -1,5 +1,6 @@
 //! Findings: what toporun says about the host, each with the evidence and the fix.
 
+pub use crate::finding_id::FindingId;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,7 +28,7 @@ impl fmt::Display for Severity {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Finding {
     /// Stable id (`shm.size`), for filters and dashboards.
-    pub id: String,
+    pub id: FindingId,
     pub severity: Severity,
     /// One line for a human.
     pub summary: String,
@@ -39,9 +40,9 @@ pub struct Finding {
 }
 
 impl Finding {
-    pub fn new(id: &str, severity: Severity, summary: impl Into<String>) -> Self {
+    pub fn new(id: FindingId, severity: Severity, summary: impl Into<String>) -> Self {
         Finding {
-            id: id.to_string(),
+            id,
             severity,
             summary: summary.into(),
             facts: BTreeMap::new(),

@@ -8,6 +8,7 @@ pub mod cpu_binding;
 pub mod cpulist;
 pub mod facts;
 pub mod finding;
+pub mod finding_id;
 pub mod flags;
 pub mod flight_recorder;
 pub mod host_buffers;

@@ -2,13 +2,14 @@
 //! harmful values give warnings with evidence; nothing here changes a value.
 
 use crate::facts::HostFacts;
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::measured::{self, slowdown};
 use crate::nccl_vars;
 use std::collections::BTreeMap;
 
 /// The id of the findings on the user's NCCL variables.
-pub const ID: &str = "nccl.env";
+pub const ID: FindingId = FindingId::NcclEnv;
 
 /// NCCL reads its switches as integers: "true" is 0 to it.
 fn truthy(v: &str) -> bool {

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use toporun_shared::finding::FindingId;
 use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::nccl_log::TRANSPORT_ID;
 use toporun_shared::nccl_log::{self, Digest, Topology};
@@ -291,7 +292,7 @@ fn job_report(
     findings.extend(same_machine);
     if let (Some(want), Some(got)) = (expected_nodes, d.world().and_then(|c| c.nnodes)) {
         if want != got {
-            findings.push(Finding::new("nccl.prediction", Severity::Warning, format!("toporun predicted {want} NCCL host(s) for this job, NCCL counted {got}: toporun's co-location model missed how NCCL identified the hosts (NCCL_HOSTID, hostname, /dev/shm); the run directory's nccl-report-job.json has the details")));
+            findings.push(Finding::new(FindingId::NcclPrediction, Severity::Warning, format!("toporun predicted {want} NCCL host(s) for this job, NCCL counted {got}: toporun's co-location model missed how NCCL identified the hosts (NCCL_HOSTID, hostname, /dev/shm); the run directory's nccl-report-job.json has the details")));
         }
     }
     crate::console::say!("toporun: nccl: {}", d.line());
@@ -377,7 +378,7 @@ mod tests {
             "{}",
             d.line()
         );
-        assert_eq!(f.map(|f| f.id), Some("nccl.transport".to_string()));
+        assert_eq!(f.map(|f| f.id), Some(FindingId::NcclTransport));
     }
 
     #[test]

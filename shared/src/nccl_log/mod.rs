@@ -22,6 +22,7 @@ pub use summary::TRANSPORT_ID;
 pub use summary::{comm_line, findings};
 pub use transport::{Class, Transport};
 
+use crate::finding::FindingId;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 #[derive(Default)]
@@ -50,7 +51,7 @@ pub struct Analyzer {
     version: Option<String>,
     plugins: BTreeSet<String>,
     failures: Vec<Failure>,
-    seen_failures: BTreeSet<(String, u32, &'static str)>,
+    seen_failures: BTreeSet<(String, u32, FindingId)>,
     nccl_lines: usize,
     completed: BTreeSet<(String, u32)>,
     linked: BTreeSet<(String, u32)>,

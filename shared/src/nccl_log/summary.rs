@@ -2,12 +2,13 @@
 
 use super::report::{Comm, Link, LogReport};
 use super::transport::Class;
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::measured;
 use std::collections::BTreeMap;
 
 /// The id of the findings on a link NCCL took below what the hardware allows.
-pub const TRANSPORT_ID: &str = "nccl.transport";
+pub const TRANSPORT_ID: FindingId = FindingId::NcclTransport;
 
 fn plural(n: usize, one: &str) -> String {
     format!("{n} {one}{}", if n == 1 { "" } else { "s" })

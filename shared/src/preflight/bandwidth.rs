@@ -2,6 +2,7 @@
 //! each against its class (`link_reference`), with the cause a slow one suggests.
 
 use crate::facts::{Gpu, HostFacts, LinkBandwidth, PairCopy};
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::link_reference::{self, Reference, SLOW_FRACTION};
 
@@ -11,7 +12,7 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
     };
     if m.pairs.is_empty() && m.host.is_empty() {
         return vec![Finding::new(
-            "gpu.bandwidth",
+            FindingId::GpuBandwidth,
             Severity::Info,
             format!(
                 "links not measured: {}",
@@ -28,7 +29,7 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
     }
     if let Some(e) = &m.error {
         out.push(Finding::new(
-            "gpu.bandwidth",
+            FindingId::GpuBandwidth,
             Severity::Warning,
             format!("measurement stopped early: {e}"),
         ));
@@ -90,7 +91,7 @@ fn pairs(facts: &HostFacts, m: &LinkBandwidth) -> Finding {
     let lo = gbps.iter().copied().fold(f64::INFINITY, f64::min);
     let hi = gbps.iter().copied().fold(0.0, f64::max);
     let base = |sev, s: String| {
-        Finding::new("gpu.bandwidth", sev, s)
+        Finding::new(FindingId::GpuBandwidth, sev, s)
             .fact("pairs", m.pairs.len())
             .fact("min_gbps", format!("{lo:.1}"))
             .fact("max_gbps", format!("{hi:.1}"))
@@ -206,7 +207,7 @@ fn host(facts: &HostFacts, m: &LinkBandwidth) -> Finding {
         }
     }
     let f = |sev, s: String| {
-        Finding::new("gpu.host_bandwidth", sev, s)
+        Finding::new(FindingId::GpuHostBandwidth, sev, s)
             .fact("gpus", m.host.len())
             .fact("h2d_d2h_gbps", figures.join(", "))
     };

@@ -4,12 +4,13 @@
 //! seccomp profile allows only with SYS_NICE.
 
 use crate::facts::{cap, HostFacts};
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::host_buffers::{cumem_host, CumemHost};
 use crate::units::format_size;
 use std::collections::BTreeMap;
 
-const SYS_NICE_ID: &str = "caps.sys_nice";
+const SYS_NICE_ID: FindingId = FindingId::CapsSysNice;
 
 /// The fix for a missing capability, in the words of the place: the pod spec's
 /// securityContext, or docker's flag.
@@ -43,7 +44,7 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
         (false, true, true) => "no CAP_IPC_LOCK, but memlock is unlimited, which is enough for RDMA".to_string(),
         (false, false, _) => "no CAP_IPC_LOCK; not needed without RDMA devices".to_string(),
     };
-    let mut ipc = Finding::new("caps.ipc_lock", sev(ipc_lock), ipc_summary)
+    let mut ipc = Finding::new(FindingId::CapsIpcLock, sev(ipc_lock), ipc_summary)
         .fact("cap_eff", format!("{:016x}", c.caps.effective))
         .fact("rdma_devices", rdma);
     if ipc.severity == Severity::Error {
@@ -56,7 +57,7 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
     } else {
         format!("memlock is {}", memlock_text(c.rlimits.memlock.soft))
     };
-    let mut memlock = Finding::new("memlock", sev(memlock_unlimited), memlock_summary)
+    let mut memlock = Finding::new(FindingId::Memlock, sev(memlock_unlimited), memlock_summary)
         .fact("soft", memlock_text(c.rlimits.memlock.soft))
         .fact("hard", memlock_text(c.rlimits.memlock.hard));
     if memlock.severity == Severity::Error {

@@ -3,6 +3,7 @@
 //! dry run warns (the image may differ from the machine it runs on); a real launch
 //! refuses, before any rank starts, what would fail every rank the same way.
 
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 
 /// What the agent read about the entrypoint, where the ranks would start it.
@@ -60,7 +61,7 @@ pub fn check(e: &EntrypointFacts, python: &str, dry_run: bool) -> Vec<Finding> {
         };
         out.push(
             Finding::new(
-                "launch.entrypoint",
+                FindingId::LaunchEntrypoint,
                 severity,
                 format!(
                     "the {what} {} {problem} in {}{place}",
@@ -75,7 +76,7 @@ pub fn check(e: &EntrypointFacts, python: &str, dry_run: bool) -> Vec<Finding> {
     if let (Some(line), Some(false)) = (e.imports_torch_at, e.python_has_torch) {
         out.push(
             Finding::new(
-                "launch.python_torch",
+                FindingId::LaunchPythonTorch,
                 severity,
                 format!(
                     "{python} cannot import torch, which {} imports at line {line}: every rank would fail with ModuleNotFoundError{}",

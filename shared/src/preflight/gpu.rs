@@ -3,6 +3,7 @@
 
 use super::options::{PreflightOptions, Requirement};
 use crate::facts::{FabricState, GpuSource, HostFacts, LinkKind};
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::measured;
 use crate::visible_devices::{self, VisibleDevices};
@@ -20,7 +21,7 @@ fn visible(facts: &HostFacts, opts: &PreflightOptions) -> Finding {
     let nvd = facts.env("NVIDIA_VISIBLE_DEVICES");
     let cvd = facts.env("CUDA_VISIBLE_DEVICES");
     let f = |sev, s: String| {
-        Finding::new("gpu.visible", sev, s)
+        Finding::new(FindingId::GpuVisible, sev, s)
             .fact("visible_gpus", n)
             .fact("NVIDIA_VISIBLE_DEVICES", nvd.unwrap_or("(unset)"))
             .fact("CUDA_VISIBLE_DEVICES", cvd.unwrap_or("(unset)"))
@@ -120,7 +121,7 @@ fn fabric(facts: &HostFacts) -> Option<Finding> {
         .collect();
     if !not_ready.is_empty() {
         return Some(
-            Finding::new("gpu.fabric", Severity::Error, format!("NVSwitch fabric not ready on {}: CUDA reports \"system not ready\" (error 802) and NVLink is unusable", not_ready.join(", ")))
+            Finding::new(FindingId::GpuFabric, Severity::Error, format!("NVSwitch fabric not ready on {}: CUDA reports \"system not ready\" (error 802) and NVLink is unusable", not_ready.join(", ")))
                 .fact("gpus_not_ready", not_ready.len())
                 .remedy("start the fabric manager on the host (systemctl enable --now nvidia-fabricmanager; the GPU operator's fabric-manager daemonset) and wait for `nvidia-smi -q` to show Fabric State: Completed"),
         );
@@ -131,7 +132,7 @@ fn fabric(facts: &HostFacts) -> Option<Finding> {
         .count();
     (completed > 0).then(|| {
         Finding::new(
-            "gpu.fabric",
+            FindingId::GpuFabric,
             Severity::Ok,
             format!("NVSwitch fabric completed on {completed} GPU(s)"),
         )
@@ -151,7 +152,7 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         .collect();
     if !broken.is_empty() {
         return Some(
-            Finding::new("gpu.p2p", Severity::Error, format!("NVLink-connected GPUs report P2P read/write not supported: {}; NCCL aborts (\"P2P is disabled between NVLINK connected GPUs\") unless told to ignore it, and then stages through /dev/shm", broken.join(", ")))
+            Finding::new(FindingId::GpuP2p, Severity::Error, format!("NVLink-connected GPUs report P2P read/write not supported: {}; NCCL aborts (\"P2P is disabled between NVLINK connected GPUs\") unless told to ignore it, and then stages through /dev/shm", broken.join(", ")))
                 .fact("pairs", broken.len())
                 .fact("cost", format!("SHM {} GB/s vs NVLink {} GB/s ({})", measured::SHM_GBPS, measured::NVLINK_P2P_GBPS, measured::slowdown(measured::NVLINK_P2P_GBPS, measured::SHM_GBPS)))
                 .remedy("the hypervisor or driver blocks P2P: ask the platform for a passthrough with P2P enabled (check `nvidia-smi topo -p2p rw`); toporun's plan sets NCCL_P2P_DISABLE=1 so the job runs, slowly"),
@@ -171,7 +172,7 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     };
     Some(if all_nvlink {
         Finding::new(
-            "gpu.p2p",
+            FindingId::GpuP2p,
             Severity::Ok,
             format!(
                 "all {} GPU pairs NVLink-connected with P2P read/write OK",
@@ -180,7 +181,7 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         )
     } else if !no_p2p.is_empty() {
         Finding::new(
-            "gpu.p2p",
+            FindingId::GpuP2p,
             sev_if_required,
             format!("{} GPU pair(s) cross a host bridge or socket, where NCCL uses no P2P and stages through host memory: {}", no_p2p.len(), no_p2p.join(", ")),
         )
@@ -188,14 +189,14 @@ fn p2p(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
         .remedy(if any_nvlink { "place the job on GPUs of one NVLink domain" } else { "PCIe-only host: expect SHM-speed collectives; choose an NVLink instance type for tensor parallelism" })
     } else if opts.requires(Requirement::Nvlink) {
         Finding::new(
-            "gpu.p2p",
+            FindingId::GpuP2p,
             Severity::Error,
             "not every GPU pair is NVLink-connected (P2P over PCIe switches only)",
         )
         .remedy("schedule on an NVLink host")
     } else {
         Finding::new(
-            "gpu.p2p",
+            FindingId::GpuP2p,
             Severity::Info,
             "PCIe host: P2P through PCIe switches (PIX/PXB) only",
         )

@@ -4,6 +4,7 @@
 //! cut for heat, a dead NVLink, another process on it.
 
 use crate::facts::{Gpu, GpuSource, HostFacts};
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 
 /// The drain-and-report fix for faults no container setting can mend.
@@ -34,7 +35,7 @@ fn per_gpu(devs: &[Gpu], what: impl Fn(&Gpu) -> Option<String>) -> Vec<String> {
 fn memory(devs: &[Gpu]) -> Finding {
     let faults = per_gpu(devs, |d| d.health.memory_fault());
     if !faults.is_empty() {
-        return Finding::new("gpu.memory", Severity::Error, format!("GPU memory fault: {}; a job on it can die with Xid 48/63/94/95 or compute on bad data", faults.join("; ")))
+        return Finding::new(FindingId::GpuMemory, Severity::Error, format!("GPU memory fault: {}; a job on it can die with Xid 48/63/94/95 or compute on bad data", faults.join("; ")))
             .fact("gpus", faults.len())
             .remedy(DRAIN);
     }
@@ -46,7 +47,7 @@ fn memory(devs: &[Gpu]) -> Finding {
     });
     if !pending.is_empty() {
         return Finding::new(
-            "gpu.memory",
+            FindingId::GpuMemory,
             Severity::Warning,
             format!(
                 "{}: retired pages take effect only after a GPU reset",
@@ -68,7 +69,7 @@ fn memory(devs: &[Gpu]) -> Finding {
     });
     if !history.is_empty() {
         return Finding::new(
-            "gpu.memory",
+            FindingId::GpuMemory,
             Severity::Info,
             format!("{} (handled: no fault pending now)", history.join("; ")),
         );
@@ -77,7 +78,7 @@ fn memory(devs: &[Gpu]) -> Finding {
         .iter()
         .any(|d| d.health.remapped_rows.is_some() || d.health.ecc_uncorrected_volatile.is_some());
     Finding::new(
-        "gpu.memory",
+        FindingId::GpuMemory,
         if known { Severity::Ok } else { Severity::Info },
         if known {
             "no pending or failed row remap, no uncorrectable ECC error"
@@ -93,7 +94,7 @@ fn pcie(devs: &[Gpu]) -> Finding {
         (p.width < p.max_width).then(|| format!("x{} of x{}", p.width, p.max_width))
     });
     if !narrow.is_empty() {
-        return Finding::new("gpu.pcie", Severity::Warning, format!("PCIe link trained below its width: {}; host<->device copies (and P2P over PCIe) run at that fraction", narrow.join("; ")))
+        return Finding::new(FindingId::GpuPcie, Severity::Warning, format!("PCIe link trained below its width: {}; host<->device copies (and P2P over PCIe) run at that fraction", narrow.join("; ")))
             .fact("gpus", narrow.len())
             .remedy(format!("a riser, cable or slot fault: {DRAIN}"));
     }
@@ -104,7 +105,7 @@ fn pcie(devs: &[Gpu]) -> Finding {
         .collect();
     if links.is_empty() {
         return Finding::new(
-            "gpu.pcie",
+            FindingId::GpuPcie,
             Severity::Info,
             "PCIe link unknown (NVML did not say)",
         );
@@ -112,7 +113,7 @@ fn pcie(devs: &[Gpu]) -> Finding {
     let mut kinds = links.clone();
     kinds.dedup();
     Finding::new(
-        "gpu.pcie",
+        FindingId::GpuPcie,
         Severity::Ok,
         format!(
             "every GPU's PCIe link at its full width ({})",
@@ -134,12 +135,12 @@ fn throttle(devs: &[Gpu]) -> Finding {
     });
     if hot.is_empty() {
         return Finding::new(
-            "gpu.throttle",
+            FindingId::GpuThrottle,
             Severity::Ok,
             "no clock throttling for hardware reasons",
         );
     }
-    Finding::new("gpu.throttle", Severity::Warning, format!("clocks throttled: {}; every collective waits for the slowest GPU", hot.join("; ")))
+    Finding::new(FindingId::GpuThrottle, Severity::Warning, format!("clocks throttled: {}; every collective waits for the slowest GPU", hot.join("; ")))
         .fact("gpus", hot.len())
         .remedy("check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER); if it persists at rest, drain the node and report it")
 }
@@ -163,7 +164,7 @@ fn nvlink(devs: &[Gpu]) -> Finding {
     });
     if !down.is_empty() {
         return Finding::new(
-            "gpu.nvlink",
+            FindingId::GpuNvlink,
             Severity::Warning,
             format!(
                 "NVLink degraded: {}; traffic through the missing links goes slower or over PCIe",
@@ -174,10 +175,14 @@ fn nvlink(devs: &[Gpu]) -> Finding {
         .remedy(format!("nvidia-smi nvlink -s shows each link; {DRAIN}"));
     }
     if most == 0 {
-        return Finding::new("gpu.nvlink", Severity::Ok, "no NVLink on these GPUs");
+        return Finding::new(
+            FindingId::GpuNvlink,
+            Severity::Ok,
+            "no NVLink on these GPUs",
+        );
     }
     Finding::new(
-        "gpu.nvlink",
+        FindingId::GpuNvlink,
         Severity::Ok,
         format!("all {most} NVLink links up on every GPU"),
     )
@@ -191,7 +196,7 @@ fn mode(devs: &[Gpu]) -> Finding {
         .map(|d| format!("GPU{}", d.index))
         .collect();
     if mig.contains(&true) && mig.contains(&false) {
-        return Finding::new("gpu.mode", Severity::Error, format!("MIG mode differs across GPUs (on for {}): ranks on MIG instances see a slice of a GPU, with no NVLink/P2P between instances", mig_on.join(", ")))
+        return Finding::new(FindingId::GpuMode, Severity::Error, format!("MIG mode differs across GPUs (on for {}): ranks on MIG instances see a slice of a GPU, with no NVLink/P2P between instances", mig_on.join(", ")))
             .remedy("give the job GPUs of one MIG mode: nvidia-smi -mig 0 on the host, or a node pool with MIG disabled (nvidia.com/mig.config: all-disabled)");
     }
     let no_persistence = per_gpu(devs, |d| {
@@ -199,7 +204,7 @@ fn mode(devs: &[Gpu]) -> Finding {
     });
     if !no_persistence.is_empty() {
         return Finding::new(
-            "gpu.mode",
+            FindingId::GpuMode,
             Severity::Info,
             format!(
                 "{}: each job's CUDA start pays the driver's GPU initialisation",
@@ -209,7 +214,7 @@ fn mode(devs: &[Gpu]) -> Finding {
         .remedy("run nvidia-persistenced on the host (the GPU operator does)");
     }
     Finding::new(
-        "gpu.mode",
+        FindingId::GpuMode,
         Severity::Ok,
         if mig_on.is_empty() {
             "MIG off, persistence on"
@@ -228,12 +233,12 @@ fn processes(devs: &[Gpu]) -> Finding {
     });
     if busy.is_empty() {
         return Finding::new(
-            "gpu.processes",
+            FindingId::GpuProcesses,
             Severity::Ok,
             "no other process holds a GPU",
         );
     }
-    Finding::new("gpu.processes", Severity::Warning, format!("GPUs already in use: {}; their memory and compute are shared with this job (a leftover rank of an earlier job, or another pod given the same GPU)", busy.join("; ")))
+    Finding::new(FindingId::GpuProcesses, Severity::Warning, format!("GPUs already in use: {}; their memory and compute are shared with this job (a leftover rank of an earlier job, or another pod given the same GPU)", busy.join("; ")))
         .fact("gpus", busy.len())
         .remedy("nvidia-smi shows the processes; end the leftover job, or check that the device plugin does not share GPUs (time-slicing/MPS) with this pod")
 }

@@ -3,6 +3,7 @@
 //! Silent off-cloud and for instance types without GPUs in the table.
 
 use crate::facts::{HostFacts, RdmaKind};
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::instance_types::{self, InstanceType, Rdma};
 
@@ -19,7 +20,7 @@ pub fn instance_type(facts: &HostFacts) -> Option<(String, String)> {
 pub fn check(facts: &HostFacts) -> Option<Finding> {
     let (name, from) = instance_type(facts)?;
     let f = |sev, s: String| {
-        Finding::new("instance.devices", sev, s)
+        Finding::new(FindingId::InstanceDevices, sev, s)
             .fact("instance_type", &name)
             .fact("from", &from)
     };

@@ -2,13 +2,14 @@
 //! container all local ranks share it; it matters when a host's ranks span pods.
 
 use crate::facts::HostFacts;
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 
 pub fn check(facts: &HostFacts) -> Option<Finding> {
     let ns = facts.container.namespaces.get("ipc")?;
     let gpus = facts.gpus.count();
     let f = |sev, s: &str| {
-        Finding::new("ipc.namespace", sev, s)
+        Finding::new(FindingId::IpcNamespace, sev, s)
             .fact("ipc_inode", ns.inode)
             .fact("visible_gpus", gpus)
     };

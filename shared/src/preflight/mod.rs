@@ -116,7 +116,7 @@ pub(crate) mod testutil {
         findings
             .iter()
             .filter(|f| f.severity == sev)
-            .map(|f| f.id.clone())
+            .map(|f| f.id.to_string())
             .collect()
     }
 }

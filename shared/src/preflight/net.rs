@@ -2,6 +2,7 @@
 //! bootstrap and socket transport between nodes.
 
 use crate::facts::HostFacts;
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 
 pub fn check(facts: &HostFacts) -> Finding {
@@ -12,7 +13,8 @@ pub fn check(facts: &HostFacts) -> Finding {
         .map(|n| n.name.as_str())
         .collect();
     let all: Vec<&str> = facts.nics.iter().map(|n| n.name.as_str()).collect();
-    let f = Finding::new("net.interface", Severity::Ok, "").fact("interfaces", all.join(","));
+    let f =
+        Finding::new(FindingId::NetInterface, Severity::Ok, "").fact("interfaces", all.join(","));
     match usable.as_slice() {
         [] => Finding { severity: Severity::Warning, summary: "no usable non-virtual network interface (up, with an address): other nodes cannot be reached; a single-node job still runs over lo".into(), ..f }
             .remedy("check the pod's network (CNI) or hostNetwork settings"),

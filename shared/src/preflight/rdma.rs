@@ -2,13 +2,14 @@
 
 use super::options::{PreflightOptions, Requirement};
 use crate::facts::{HostFacts, RdmaKind};
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 
 pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let efa: Vec<_> = facts.efa_devices().collect();
     let gpus = facts.gpus.count();
     let f = |sev, s: String| {
-        Finding::new("efa.devices", sev, s)
+        Finding::new(FindingId::EfaDevices, sev, s)
             .fact("efa", efa.len())
             .fact("rdma", facts.rdma.len())
             .fact("gpus", gpus)

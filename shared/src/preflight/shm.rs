@@ -6,6 +6,7 @@
 
 use super::options::PreflightOptions;
 use crate::facts::HostFacts;
+use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::host_buffers::{cumem_host, shm_needed, shm_transport, CumemHost, ShmTransport};
 use crate::units::format_size;
@@ -28,7 +29,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let Some(shm) = &facts.container.shm else {
         return Some(
             Finding::new(
-                "shm.size",
+                FindingId::ShmSize,
                 Severity::Error,
                 "/dev/shm is not mounted: NCCL's SHM transport and DataLoader workers will fail",
             )
@@ -39,7 +40,7 @@ pub fn check(facts: &HostFacts, opts: &PreflightOptions) -> Option<Finding> {
     let env = &facts.container.env;
     let local = facts.gpus.count().max(1) as u32;
     let f = |sev, summary: String| {
-        Finding::new("shm.size", sev, summary)
+        Finding::new(FindingId::ShmSize, sev, summary)
             .fact("total", format_size(shm.total_bytes))
             .fact("free", format_size(shm.free_bytes))
             .fact("fs_type", shm.fs_type.as_deref().unwrap_or("unknown"))
