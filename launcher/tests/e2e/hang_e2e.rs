@@ -466,3 +466,40 @@ fn with_two_ranks_the_rank_in_its_own_read_is_named() {
         start.elapsed()
     );
 }
+
+/// A hang already said is not said again as a straggler: the stuck rank waits least
+/// (the others wait in all_reduce), which the straggler windows, left running, would
+/// read as the rank the others wait for (seen on 2x H100, watchdog case:
+/// tests/fixtures/device/spawn-check-h100x2).
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn a_standing_hang_is_not_also_a_straggler() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu_nccl_failure_rank.py");
+    let child = toporun()
+        .args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
+        .args([
+            "--hang-timeout=3",
+            "--on-hang=report",
+            "--straggler-window=5",
+        ])
+        .arg(&script)
+        .env("CASE", "stuck")
+        .env("DEVICE", "cpu")
+        .env("PYTHON_EXEC", python())
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // The hang is said ~3 s after the ranks stand still; the windows fill in 5 s.
+    std::thread::sleep(Duration::from_secs(25));
+    sigterm(&child);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let hang_at = err
+        .find("toporun: hang:")
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        !err[hang_at..].contains("toporun: straggler:"),
+        "a straggler named after the hang was said:\n{err}"
+    );
+}

@@ -415,10 +415,13 @@ pub fn start(
                 }
             }
             note_ports(&root, &held, &live);
-            if let Some(j) = judge.as_mut() {
+            let hang_said = judge.as_mut().is_some_and(|j| {
                 j.judge(&live, &stacks);
-            }
-            if let Some(t) = tracker.as_mut() {
+                j.reported
+            });
+            // A hang said here stands until a rank moves again: the rank it names
+            // waits least, which the straggler windows would name again as slow.
+            if let Some(t) = tracker.as_mut().filter(|_| !hang_said) {
                 t.observe(&live, &stacks);
             }
         }
