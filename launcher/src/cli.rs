@@ -8,6 +8,7 @@ use crate::subcommands::{
 use clap::builder::EnumValueParser;
 use clap::{Arg, ArgAction, ArgMatches, Command};
 use std::collections::BTreeMap;
+use toporun_shared::toporun_vars::ToporunVar;
 use toporun_shared::torchrun::{Opt, OPTIONS};
 
 pub const SUBCOMMANDS: &[&str] = &[
@@ -84,27 +85,27 @@ impl Extra {
         }
     }
 
-    /// The variable a manifest sets it with, where it has one (spelt out: the docs
-    /// test finds every TOPORUN_ variable in the sources).
+    /// The variable a manifest sets it with, where it has one (the one table of them:
+    /// `toporun_shared::toporun_vars`).
     pub const fn var(self) -> Option<&'static str> {
         match self {
-            Extra::NcclReport => Some("TOPORUN_NCCL_REPORT"),
-            Extra::Colocated => Some("TOPORUN_COLOCATED"),
-            Extra::Preflight => Some("TOPORUN_PREFLIGHT"),
-            Extra::PreflightMeasure => Some("TOPORUN_PREFLIGHT_MEASURE"),
-            Extra::FlightRecorder => Some("TOPORUN_FLIGHT_RECORDER"),
-            Extra::GpuTiming => Some("TOPORUN_GPU_TIMING"),
-            Extra::StopGrace => Some("TOPORUN_STOP_GRACE"),
-            Extra::StopSignalTo => Some("TOPORUN_STOP_SIGNAL_TO"),
-            Extra::WatchPreemption => Some("TOPORUN_WATCH_PREEMPTION"),
-            Extra::Faulthandler => Some("TOPORUN_FAULTHANDLER"),
-            Extra::ReadStderr => Some("TOPORUN_READ_STDERR"),
-            Extra::ExitCodes => Some("TOPORUN_EXIT_CODES"),
-            Extra::HangTimeout => Some("TOPORUN_HANG_TIMEOUT"),
-            Extra::Stragglers => Some("TOPORUN_STRAGGLERS"),
-            Extra::StragglerWindow => Some("TOPORUN_STRAGGLER_WINDOW"),
-            Extra::OnHang => Some("TOPORUN_ON_HANG"),
-            Extra::TerminationLog => Some("TOPORUN_TERMINATION_LOG"),
+            Extra::NcclReport => Some(ToporunVar::NcclReport.name()),
+            Extra::Colocated => Some(ToporunVar::Colocated.name()),
+            Extra::Preflight => Some(ToporunVar::Preflight.name()),
+            Extra::PreflightMeasure => Some(ToporunVar::PreflightMeasure.name()),
+            Extra::FlightRecorder => Some(ToporunVar::FlightRecorder.name()),
+            Extra::GpuTiming => Some(ToporunVar::GpuTiming.name()),
+            Extra::StopGrace => Some(ToporunVar::StopGrace.name()),
+            Extra::StopSignalTo => Some(ToporunVar::StopSignalTo.name()),
+            Extra::WatchPreemption => Some(ToporunVar::WatchPreemption.name()),
+            Extra::Faulthandler => Some(ToporunVar::Faulthandler.name()),
+            Extra::ReadStderr => Some(ToporunVar::ReadStderr.name()),
+            Extra::ExitCodes => Some(ToporunVar::ExitCodes.name()),
+            Extra::HangTimeout => Some(ToporunVar::HangTimeout.name()),
+            Extra::Stragglers => Some(ToporunVar::Stragglers.name()),
+            Extra::StragglerWindow => Some(ToporunVar::StragglerWindow.name()),
+            Extra::OnHang => Some(ToporunVar::OnHang.name()),
+            Extra::TerminationLog => Some(ToporunVar::TerminationLog.name()),
             Extra::Facts
             | Extra::NvidiaSmiTopo
             | Extra::Format

@@ -6,6 +6,7 @@
 use clap::builder::TypedValueParser;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use toporun_shared::preflight::Requirement;
+use toporun_shared::toporun_vars::ToporunVar;
 
 /// A yes/no from the environment by torch's rule (`flags::torch_bool`).
 fn torch_bool() -> impl TypedValueParser<Value = bool> {
@@ -140,7 +141,7 @@ pub struct Globals {
 #[derive(Args, Debug, Clone)]
 pub struct Metadata {
     /// do not ask the cloud's metadata service (AWS IMDSv2, GCP, Azure; at most 300 ms, silent off-cloud) for the instance type
-    #[arg(long = "no-metadata", env = "TOPORUN_NO_METADATA", value_parser = torch_bool(), num_args = 0, default_missing_value = "true", default_value = "false")]
+    #[arg(long = "no-metadata", env = ToporunVar::NoMetadata.name(), value_parser = torch_bool(), num_args = 0, default_missing_value = "true", default_value = "false")]
     pub no_metadata: bool,
 }
 

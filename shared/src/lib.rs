@@ -25,6 +25,7 @@ pub mod root_cause;
 pub mod smi_topo;
 pub mod stacks;
 pub mod store;
+pub mod toporun_vars;
 pub mod torchrun;
 pub mod units;
 pub mod untrusted;

@@ -9,9 +9,10 @@ use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use toporun_shared::toporun_vars::ToporunVar;
 
 /// The variable that names the stop file in every rank's environment.
-pub const STOP_FILE_VAR: &str = "TOPORUN_STOP_FILE";
+pub const STOP_FILE_VAR: &str = ToporunVar::StopFile.name();
 
 /// The file every rank can poll: made when a stop is requested, on every node.
 #[derive(Debug, Clone)]

@@ -10,14 +10,15 @@ use toporun_shared::facts::{Gpu, HostFacts};
 use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::plan::Plan;
 use toporun_shared::preflight::PreflightOptions;
+use toporun_shared::toporun_vars::ToporunVar;
 use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
 use toporun_shared::torchrun::{LaunchOptions, OptionsError};
 
 /// How long every worker's store handshake is waited for before the missing ones are
 /// named (seconds; no option of its own).
-pub const INIT_WARN_VAR: &str = "TOPORUN_INIT_WARN_SECS";
+pub const INIT_WARN_VAR: &str = ToporunVar::InitWarnSecs.name();
 /// The secret that moves the rendezvous keys, where `--rdzv-conf token=` sets none.
-pub const RDZV_TOKEN_VAR: &str = "TOPORUN_RDZV_TOKEN";
+pub const RDZV_TOKEN_VAR: &str = ToporunVar::RdzvToken.name();
 
 /// Everything a launch decided before starting ranks.
 pub struct Job {

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 use toporun_shared::facts::CloudInstance;
+use toporun_shared::toporun_vars::ToporunVar;
 
 /// All three services together get this long; a slow one is abandoned.
 pub const BUDGET: Duration = Duration::from_millis(300);
@@ -38,7 +39,7 @@ impl Endpoints {
             gcp: Some(base(
                 get("GCE_METADATA_HOST").map(|h| format!("http://{}", h.trim())),
             )),
-            azure: Some(base(get("TOPORUN_AZURE_METADATA_ENDPOINT"))),
+            azure: Some(base(get(ToporunVar::AzureMetadataEndpoint.name()))),
         }
     }
 }

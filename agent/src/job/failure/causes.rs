@@ -22,6 +22,7 @@ use toporun_shared::root_cause::oom::MemoryReading;
 use toporun_shared::root_cause::signal::RankSignal;
 use toporun_shared::root_cause::xid::XidEvent;
 use toporun_shared::root_cause::{by_precedence, Cause};
+use toporun_shared::toporun_vars::ToporunVar;
 
 /// The ranks that exited 0 while others of the attempt still ran: the cause when a
 /// rank still running then fails for a lost peer.
@@ -220,4 +221,4 @@ pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
 }
 
 /// A file of Xid events (JSON lines) toporun follows instead of NVML's.
-pub const XID_REPLAY_VAR: &str = "TOPORUN_XID_REPLAY";
+pub const XID_REPLAY_VAR: &str = ToporunVar::XidReplay.name();
