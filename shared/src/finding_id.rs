@@ -2,66 +2,50 @@
 //! and docs/findings.md name. A new finding is a new variant (and a catalogue row:
 //! docs_e2e checks every id is there).
 
+use crate::named_enum::named_enum;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 
-macro_rules! finding_ids {
-    ($($variant:ident => $id:literal,)+) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum FindingId {
-            $($variant,)+
-        }
-
-        impl FindingId {
-            /// Every id, in the catalogue's order.
-            pub const ALL: &'static [FindingId] = &[$(FindingId::$variant,)+];
-
-            pub const fn as_str(self) -> &'static str {
-                match self {
-                    $(FindingId::$variant => $id,)+
-                }
-            }
-        }
-    };
-}
-
-finding_ids! {
-    ShmSize => "shm.size",
-    IpcNamespace => "ipc.namespace",
-    CapsIpcLock => "caps.ipc_lock",
-    CapsSysNice => "caps.sys_nice",
-    Memlock => "memlock",
-    NetInterface => "net.interface",
-    EfaDevices => "efa.devices",
-    InstanceDevices => "instance.devices",
-    GpuVisible => "gpu.visible",
-    GpuFabric => "gpu.fabric",
-    GpuP2p => "gpu.p2p",
-    GpuMemory => "gpu.memory",
-    GpuPcie => "gpu.pcie",
-    GpuThrottle => "gpu.throttle",
-    GpuNvlink => "gpu.nvlink",
-    GpuMode => "gpu.mode",
-    GpuProcesses => "gpu.processes",
-    GpuBandwidth => "gpu.bandwidth",
-    GpuHostBandwidth => "gpu.host_bandwidth",
-    LaunchEntrypoint => "launch.entrypoint",
-    LaunchPythonTorch => "launch.python_torch",
-    NcclEnv => "nccl.env",
-    RdzvColocated => "rdzv.colocated",
-    NcclPrediction => "nccl.prediction",
-    NcclTransport => "nccl.transport",
-    NcclShmFull => "nccl.shm_full",
-    NcclSplitNetns => "nccl.split_netns",
-    NcclMemlock => "nccl.memlock",
-    NcclPeerAccess => "nccl.peer_access",
-    NcclPeerGpu => "nccl.peer_gpu",
-    NcclNotPermitted => "nccl.not_permitted",
-    NcclSystemNotReady => "nccl.system_not_ready",
-    NcclEfaMissing => "nccl.efa_missing",
-    NcclNoInterface => "nccl.no_interface",
-    NcclConnect => "nccl.connect",
-    NcclCumemHostOff => "nccl.cumem_host_off",
+named_enum! {
+    /// A finding's stable id.
+    FindingId, as_str {
+        ShmSize => "shm.size",
+        IpcNamespace => "ipc.namespace",
+        CapsIpcLock => "caps.ipc_lock",
+        CapsSysNice => "caps.sys_nice",
+        Memlock => "memlock",
+        NetInterface => "net.interface",
+        EfaDevices => "efa.devices",
+        InstanceDevices => "instance.devices",
+        GpuVisible => "gpu.visible",
+        GpuFabric => "gpu.fabric",
+        GpuP2p => "gpu.p2p",
+        GpuMemory => "gpu.memory",
+        GpuPcie => "gpu.pcie",
+        GpuThrottle => "gpu.throttle",
+        GpuNvlink => "gpu.nvlink",
+        GpuMode => "gpu.mode",
+        GpuProcesses => "gpu.processes",
+        GpuBandwidth => "gpu.bandwidth",
+        GpuHostBandwidth => "gpu.host_bandwidth",
+        LaunchEntrypoint => "launch.entrypoint",
+        LaunchPythonTorch => "launch.python_torch",
+        NcclEnv => "nccl.env",
+        RdzvColocated => "rdzv.colocated",
+        NcclPrediction => "nccl.prediction",
+        NcclTransport => "nccl.transport",
+        NcclShmFull => "nccl.shm_full",
+        NcclSplitNetns => "nccl.split_netns",
+        NcclMemlock => "nccl.memlock",
+        NcclPeerAccess => "nccl.peer_access",
+        NcclPeerGpu => "nccl.peer_gpu",
+        NcclNotPermitted => "nccl.not_permitted",
+        NcclSystemNotReady => "nccl.system_not_ready",
+        NcclEfaMissing => "nccl.efa_missing",
+        NcclNoInterface => "nccl.no_interface",
+        NcclConnect => "nccl.connect",
+        NcclCumemHostOff => "nccl.cumem_host_off",
+    }
 }
 
 impl FindingId {

@@ -15,6 +15,7 @@ pub mod host_buffers;
 pub mod instance_types;
 pub mod link_reference;
 pub mod measured;
+mod named_enum;
 pub mod nccl_env_check;
 pub mod nccl_expect;
 pub mod nccl_log;

@@ -2,50 +2,35 @@
 //! launcher's `Extra::var` names its entry here) or a setting of its own. The README's
 //! table documents each (docs_e2e checks `ToporunVar::ALL` against it).
 
-macro_rules! toporun_vars {
-    ($($variant:ident => $name:literal,)+) => {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum ToporunVar {
-            $($variant,)+
-        }
+use crate::named_enum::named_enum;
 
-        impl ToporunVar {
-            /// Every variable, in the README's order.
-            pub const ALL: &'static [ToporunVar] = &[$(ToporunVar::$variant,)+];
-
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $(ToporunVar::$variant => $name,)+
-                }
-            }
-        }
-    };
-}
-
-toporun_vars! {
-    Preflight => "TOPORUN_PREFLIGHT",
-    PreflightMeasure => "TOPORUN_PREFLIGHT_MEASURE",
-    NcclReport => "TOPORUN_NCCL_REPORT",
-    Colocated => "TOPORUN_COLOCATED",
-    TerminationLog => "TOPORUN_TERMINATION_LOG",
-    RdzvToken => "TOPORUN_RDZV_TOKEN",
-    FlightRecorder => "TOPORUN_FLIGHT_RECORDER",
-    GpuTiming => "TOPORUN_GPU_TIMING",
-    ExitCodes => "TOPORUN_EXIT_CODES",
-    XidReplay => "TOPORUN_XID_REPLAY",
-    StopFile => "TOPORUN_STOP_FILE",
-    StopGrace => "TOPORUN_STOP_GRACE",
-    WatchPreemption => "TOPORUN_WATCH_PREEMPTION",
-    StopSignalTo => "TOPORUN_STOP_SIGNAL_TO",
-    Faulthandler => "TOPORUN_FAULTHANDLER",
-    ReadStderr => "TOPORUN_READ_STDERR",
-    HangTimeout => "TOPORUN_HANG_TIMEOUT",
-    Stragglers => "TOPORUN_STRAGGLERS",
-    StragglerWindow => "TOPORUN_STRAGGLER_WINDOW",
-    OnHang => "TOPORUN_ON_HANG",
-    InitWarnSecs => "TOPORUN_INIT_WARN_SECS",
-    NoMetadata => "TOPORUN_NO_METADATA",
-    AzureMetadataEndpoint => "TOPORUN_AZURE_METADATA_ENDPOINT",
+named_enum! {
+    /// A `TOPORUN_*` variable.
+    ToporunVar, name {
+        Preflight => "TOPORUN_PREFLIGHT",
+        PreflightMeasure => "TOPORUN_PREFLIGHT_MEASURE",
+        NcclReport => "TOPORUN_NCCL_REPORT",
+        Colocated => "TOPORUN_COLOCATED",
+        TerminationLog => "TOPORUN_TERMINATION_LOG",
+        RdzvToken => "TOPORUN_RDZV_TOKEN",
+        FlightRecorder => "TOPORUN_FLIGHT_RECORDER",
+        GpuTiming => "TOPORUN_GPU_TIMING",
+        ExitCodes => "TOPORUN_EXIT_CODES",
+        XidReplay => "TOPORUN_XID_REPLAY",
+        StopFile => "TOPORUN_STOP_FILE",
+        StopGrace => "TOPORUN_STOP_GRACE",
+        WatchPreemption => "TOPORUN_WATCH_PREEMPTION",
+        StopSignalTo => "TOPORUN_STOP_SIGNAL_TO",
+        Faulthandler => "TOPORUN_FAULTHANDLER",
+        ReadStderr => "TOPORUN_READ_STDERR",
+        HangTimeout => "TOPORUN_HANG_TIMEOUT",
+        Stragglers => "TOPORUN_STRAGGLERS",
+        StragglerWindow => "TOPORUN_STRAGGLER_WINDOW",
+        OnHang => "TOPORUN_ON_HANG",
+        InitWarnSecs => "TOPORUN_INIT_WARN_SECS",
+        NoMetadata => "TOPORUN_NO_METADATA",
+        AzureMetadataEndpoint => "TOPORUN_AZURE_METADATA_ENDPOINT",
+    }
 }
 
 #[cfg(test)]
