@@ -91,17 +91,13 @@ pub trait Session {
     /// says when some workers connected but others did not: the signature of a rank
     /// hung in init_process_group.
     fn watch_init(&self, world: u32, grace: Duration) -> Option<tokio::task::JoinHandle<()>> {
-        watch_init(self.workers_store()?, world, grace)
+        Some(watch_init(self.workers_store()?, world, grace))
     }
 }
 
 /// Says, each `grace`, how many of `world` workers have connected to `server` while
 /// some but not all have (see [`Session::watch_init`]).
-fn watch_init(
-    server: StoreServer,
-    world: u32,
-    grace: Duration,
-) -> Option<tokio::task::JoinHandle<()>> {
+fn watch_init(server: StoreServer, world: u32, grace: Duration) -> tokio::task::JoinHandle<()> {
     let count = move || {
         server
             .get(b"init/")
@@ -109,7 +105,7 @@ fn watch_init(
             .unwrap_or(0)
     };
     let base = count();
-    Some(tokio::spawn(async move {
+    tokio::spawn(async move {
         let mut waited = Duration::ZERO;
         loop {
             tokio::time::sleep(grace).await;
@@ -122,5 +118,5 @@ fn watch_init(
                 crate::console::say_warning!("only {n} of {world} workers have connected to the store after {:.0?}: the others are hung before or in init_process_group (crashed early, wrong MASTER_ADDR/MASTER_PORT, or blocked on a GPU); check their output", waited);
             }
         }
-    }))
+    })
 }
