@@ -61,34 +61,6 @@ pub fn read(paths: &[String]) -> (Vec<Dump>, Vec<String>) {
     (dumps, unreadable)
 }
 
-/// The variable torch reads the dump prefix from.
-pub const DUMP_PREFIX_VAR: &str = "TORCH_FR_DUMP_TEMP_FILE";
-
-/// Its name before torch 2.7, which torch still reads.
-pub const OLD_DUMP_PREFIX_VAR: &str = "TORCH_NCCL_DEBUG_INFO_TEMP_FILE";
-
-/// Whether stock ProcessGroupNCCL's monitor dumps on a timeout and polls the
-/// workers' store for `exception_dump`.
-pub const DUMP_ON_TIMEOUT_VAR: &str = "TORCH_NCCL_DUMP_ON_TIMEOUT";
-
-/// What toporun sets beside the prefix, unless the user set them (or their older
-/// names): entries kept (torch's default since 2.5; 0 before, which records nothing),
-/// and stock ProcessGroupNCCL's monitor polling the store for `exception_dump`
-/// (off by default in some releases), so that every rank dumps on a timeout or when
-/// toporun asks at a hang stop.
-pub const RECORDER_DEFAULTS: [(&str, &str, &str); 2] = [
-    (
-        "TORCH_FR_BUFFER_SIZE",
-        "TORCH_NCCL_TRACE_BUFFER_SIZE",
-        "2000",
-    ),
-    (
-        "TORCH_NCCL_DUMP_ON_TIMEOUT",
-        "TORCH_NCCL_DUMP_ON_TIMEOUT",
-        "1",
-    ),
-];
-
 #[cfg(test)]
 mod tests {
     use super::*;

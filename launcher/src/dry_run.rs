@@ -8,9 +8,10 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::nccl_report;
-use toporun_agent::job::{attempt_env, gpu_timing_line, AttemptPlaces, Job, NodePlace};
+use toporun_agent::job::{gpu_timing_line, Job, NodePlace};
 use toporun_shared::finding::Finding;
 use toporun_shared::plan::Source;
+use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
 use toporun_shared::torchrun::worker::{self, layout};
 use toporun_shared::torchrun::RdzvBackend;
 
@@ -55,13 +56,14 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         )
     });
     // The launch's own function, with the places it would use.
+    let stop_file = p.stop_file(Path::new("<run dir>"));
     let places = AttemptPlaces {
-        run_dir: Path::new("<run dir>"),
         attempt_dir: Path::new(&job.attempt_dir),
+        stop_file: &stop_file,
         timer_file,
         cache_home: None,
     };
-    let extras = attempt_env(p, &places, &report_env);
+    let extras = attempt_env(&p.inherited_env, p.rank_switches(), &places, &report_env);
     let views = node
         .places
         .iter()

@@ -371,7 +371,9 @@ fn prepare(
             serve: parent_env
                 .get("TORCHELASTIC_ENABLE_FILE_TIMER")
                 .is_some_and(|v| v == "1"),
-            path: parent_env.get(job::TIMER_FILE_VAR).map(PathBuf::from),
+            path: parent_env
+                .get(toporun_shared::rank_env::TIMER_FILE_VAR)
+                .map(PathBuf::from),
         },
         faulthandler,
         opts,

@@ -22,6 +22,7 @@ pub mod nccl_log;
 pub mod nccl_vars;
 pub mod plan;
 pub mod preflight;
+pub mod rank_env;
 pub mod root_cause;
 pub mod smi_topo;
 pub mod stacks;

@@ -67,8 +67,14 @@ pub(super) fn hang_watch(
         .map(|c| (c.rank, c.stderr_tail.clone()))
         .collect();
     let dumps_paused = DumpsPaused::default();
-    let gpu_dumps = recorder::gpu_dump_places(p, attempt_dir, fr_dir)
-        .map(|places| GpuDumps::new(places, dumps_paused.clone()));
+    let gpu_dumps = recorder::gpu_dump_places(
+        &p.inherited_env,
+        p.recorder_switches(),
+        p.watch.straggler_window,
+        attempt_dir,
+        fr_dir,
+    )
+    .map(|places| GpuDumps::new(places, dumps_paused.clone()));
     let (watcher, exchange, hangs) = watch_hangs(
         p,
         session,
@@ -84,7 +90,7 @@ pub(super) fn hang_watch(
         fr_dir: fr_dir.map(Path::to_path_buf),
         store: session.workers_store(),
         ranks: live.clone(),
-        monitor_polls: recorder::monitor_polls(p),
+        monitor_polls: toporun_shared::flight_recorder::monitor_polls(&p.inherited_env),
         dumps_paused,
     };
     let exchange = exchange.into_iter().map(AbortOnDrop).collect();

@@ -14,7 +14,6 @@ use crate::job::hang::stacks_socket;
 use crate::job::hang::watch::{HangReport, LiveRanks};
 use crate::job::nccl_report::Reporter;
 use crate::job::preemption;
-use crate::job::rank_env::{attempt_env, AttemptPlaces};
 use crate::job::rank_events::{Heard, Seen};
 use crate::job::ranks::rank_commands;
 use crate::job::round_loop::{self, Attempted, Host};
@@ -33,6 +32,8 @@ use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::time::Duration;
+use toporun_shared::flight_recorder::dump_dir;
+use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
 use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// The status endpoint, when asked for: never a reason for the job to fail (a port
@@ -306,17 +307,19 @@ fn prepare(
     serve_stacks(p, life, &dir);
     say_colocation(node);
     let (report_env, reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
-    let places = AttemptPlaces {
-        run_dir: &dir,
-        attempt_dir: &attempt_dir,
-        timer_file: life.timer_file.clone(),
-        cache_home: recorder::prepare_dumps(p, &dir, &attempt_dir, node.round == 0),
-    };
-    let extras = attempt_env(p, &places, &report_env);
     let stop_file = preemption::StopFile::armed(p, &dir);
+    let user = &p.inherited_env;
+    let sw = p.rank_switches();
+    let places = AttemptPlaces {
+        attempt_dir: &attempt_dir,
+        stop_file: stop_file.path(),
+        timer_file: life.timer_file.clone(),
+        cache_home: recorder::prepare_dumps(user, sw.recorder, &dir, &attempt_dir, node.round == 0),
+    };
+    let extras = attempt_env(user, sw, &places, &report_env);
     let cmds = rank_commands(p, node, &dir, restarts.used, &extras)?;
     Ok(Prepared {
-        fr_dir: recorder::dump_dir(p, &attempt_dir),
+        fr_dir: dump_dir(user, sw.recorder.on, &attempt_dir),
         _left_at_end: (unused_removed, preemption::RemovedAtEnd(stop_file.clone())),
         attempt_dir,
         reporter,

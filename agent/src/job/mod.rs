@@ -20,7 +20,6 @@ mod hang;
 mod lifecycle;
 pub mod nccl_report;
 mod preemption;
-mod rank_env;
 mod rank_events;
 mod ranks;
 mod round_loop;
@@ -37,7 +36,6 @@ pub use failure::recorder::gpu_timing_line;
 pub use hang::stacks_socket;
 pub use lifecycle::run;
 pub use preemption::STOP_FILE_VAR;
-pub use rank_env::{attempt_env, AttemptPlaces, TIMER_FILE_VAR};
 pub use spec::{
     FileTimerSetting, HangWatch, Job, NodePlace, RdzvSettings, ReportSettings, StopSettings,
     WatchSettings, INIT_WARN_VAR, RDZV_TOKEN_VAR,

@@ -24,14 +24,16 @@ impl StopFile {
         StopFile(p.stop_file(run_dir))
     }
 
-    /// The attempt's stop file, cleared of the last attempt's, named in `env` (the
-    /// ranks' additions).
-    /// This attempt's stop file, cleared (the ranks learn its path from
-    /// `rank_env::attempt_env`).
+    /// This attempt's stop file, cleared of the last attempt's (the ranks learn its
+    /// path from `rank_env::attempt_env`).
     pub fn armed(p: &Job, run_dir: &Path) -> StopFile {
         let f = StopFile::of(p, run_dir);
         f.clear();
         f
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
     }
 
     /// A new attempt starts without the last one's stop.

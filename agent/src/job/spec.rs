@@ -8,10 +8,12 @@ use std::path::{Path, PathBuf};
 use toporun_shared::colocation;
 use toporun_shared::facts::{Gpu, HostFacts};
 use toporun_shared::finding::{Finding, Severity};
+use toporun_shared::flight_recorder::RecorderSwitches;
 use toporun_shared::plan::Plan;
 use toporun_shared::preflight::PreflightOptions;
+use toporun_shared::rank_env::{self, RankSwitches};
 use toporun_shared::toporun_vars::ToporunVar;
-use toporun_shared::torchrun::worker::{self, JobEnv, RankPlace};
+use toporun_shared::torchrun::worker::{JobEnv, RankPlace};
 use toporun_shared::torchrun::{LaunchOptions, OptionsError};
 
 /// How long every worker's store handshake is waited for before the missing ones are
@@ -191,14 +193,22 @@ impl Job {
         }
     }
 
-    /// What toporun adds to every rank's environment for its diagnostics (the user's
-    /// own values win, in `rank_env`): faulthandler, which costs nothing until a crash.
-    pub fn diagnostics_env(&self) -> BTreeMap<String, String> {
-        let mut env = BTreeMap::new();
-        if self.faulthandler {
-            env.insert("PYTHONFAULTHANDLER".to_string(), "1".to_string());
+    /// What the job asks of the ranks' flight recorder.
+    pub fn recorder_switches(&self) -> RecorderSwitches {
+        RecorderSwitches {
+            on: self.watch.flight_recorder,
+            gpu_timed: self.watch.gpu_timing
+                && self.watch.straggler_window.is_some()
+                && self.gpu_of(0).is_some(),
         }
-        env
+    }
+
+    /// What the job asks toporun to give every rank (`rank_env::attempt_env`).
+    pub fn rank_switches(&self) -> RankSwitches {
+        RankSwitches {
+            recorder: self.recorder_switches(),
+            faulthandler: self.faulthandler,
+        }
     }
 
     /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the
@@ -259,13 +269,7 @@ impl Job {
         job: &JobEnv,
         additions: &[&BTreeMap<String, String>],
     ) -> BTreeMap<String, String> {
-        let mut env = self.plan.planned();
-        for (k, v) in additions.iter().flat_map(|m| m.iter()) {
-            if !self.inherited_env.contains_key(k) {
-                env.insert(k.clone(), v.clone());
-            }
-        }
-        env.extend(worker::worker_env(place, job, &self.inherited_env));
-        env
+        let user = &self.inherited_env;
+        rank_env::rank_env(self.plan.planned(), user, additions, place, job)
     }
 }

@@ -1,90 +1,18 @@
 //! The ranks' PyTorch flight recorder: where their dumps go (and what makes them
 //! dump), and the dumps of an attempt read and matched after a failure or a hang.
 
-use crate::flight_recorder::{
-    DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR, OLD_DUMP_PREFIX_VAR, RECORDER_DEFAULTS,
-};
 use crate::job::run_dir::write_json;
 use crate::job::session::meeting::Meeting;
 use crate::job::spec::Job;
 use crate::job::straggler::gpu_dumps::DumpPlaces;
 use crate::status::JobStatus;
 use crate::store::StoreError;
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
-use toporun_shared::flight_recorder::Dump;
-
-/// The flight recorder's variables the ranks get (none where the user chose the dump
-/// prefix or the recorder is off): the one list the launch and the dry run use.
-pub fn recorder_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
-    let user = |k: &str| p.inherited_env.get(k);
-    let mut env = BTreeMap::new();
-    if !toporun_dumps(p) {
-        return env;
-    }
-    let dir = attempt_dir.join("fr");
-    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
-    for (name, old, value) in RECORDER_DEFAULTS {
-        if user(name).is_none() && user(old).is_none() {
-            env.insert(name.into(), value.into());
-        }
-    }
-    if gpu_timed(p) {
-        env.extend(timing_vars(p, attempt_dir));
-    }
-    env
-}
-
-/// toporun chooses where the ranks dump: the recorder is on and the user set no
-/// dump prefix of their own.
-fn toporun_dumps(p: &Job) -> bool {
-    let user = |k: &str| p.inherited_env.get(k);
-    p.watch.flight_recorder
-        && user(DUMP_PREFIX_VAR)
-            .or_else(|| user(OLD_DUMP_PREFIX_VAR))
-            .is_none()
-}
-
-/// The ranks time their collectives for the GPU straggler rule: `--gpu-timing on`,
-/// the straggler watch on, and GPUs to time.
-pub fn gpu_timed(p: &Job) -> bool {
-    p.watch.gpu_timing && p.watch.straggler_window.is_some() && p.gpu_of(0).is_some()
-}
-
-/// Where each rank's dump pipe is (`<prefix><rank>.pipe`): the user's, else
-/// `<attempt dir>/fr-pipe/rank_`.
-pub fn pipe_prefix(p: &Job, attempt_dir: &Path) -> PathBuf {
-    PIPE_VARS
-        .iter()
-        .find_map(|v| p.inherited_env.get(*v))
-        .map(PathBuf::from)
-        .unwrap_or_else(|| attempt_dir.join("fr-pipe").join("rank_"))
-}
-
-/// What makes the ranks time their collectives and dump on a write to their pipe,
-/// each unless the user set it: the timing, the pipe (both names: torch 2.11 reads
-/// TORCH_NCCL_DEBUG_INFO_PIPE_FILE, later releases TORCH_FR_DEBUG_INFO_PIPE_FILE),
-/// and the buffer size under the name the pipe needs (torch 2.11 opens no pipe
-/// without TORCH_NCCL_TRACE_BUFFER_SIZE).
-fn timing_vars(p: &Job, attempt_dir: &Path) -> BTreeMap<String, String> {
-    let user = |k: &str| p.inherited_env.get(k);
-    let mut env = BTreeMap::new();
-    if user(TIMING_VAR).is_none() {
-        env.insert(TIMING_VAR.into(), "1".into());
-    }
-    if PIPE_VARS.iter().all(|v| user(v).is_none()) {
-        let prefix = pipe_prefix(p, attempt_dir).display().to_string();
-        for v in PIPE_VARS {
-            env.insert(v.into(), prefix.clone());
-        }
-    }
-    if user(PIPE_BUFFER_VAR).is_none() {
-        let size = user(RECORDER_DEFAULTS[0].0).map_or(RECORDER_DEFAULTS[0].2, |s| s.as_str());
-        env.insert(PIPE_BUFFER_VAR.into(), size.into());
-    }
-    env
-}
+use toporun_shared::flight_recorder::{
+    pipe_prefix, timing_vars, toporun_dumps, user_dump_prefix, Dump, RecorderSwitches, UserEnv,
+    PIPE_BUFFER_VAR, PIPE_VARS, TIMING_VAR,
+};
 
 /// The dry run's line on the GPU timing: what the ranks get, the user's values it
 /// keeps, or why it is off.
@@ -103,12 +31,12 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
     if !p.watch.flight_recorder {
         return off("--flight-recorder off");
     }
-    if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
+    if let Some(prefix) = user_dump_prefix(&p.inherited_env) {
         return off(&format!(
             "your flight-recorder prefix {prefix}: toporun leaves the recorder to you"
         ));
     }
-    let set = timing_vars(p, attempt_dir);
+    let set = timing_vars(&p.inherited_env, attempt_dir);
     let kept: Vec<String> = [TIMING_VAR, PIPE_BUFFER_VAR, PIPE_VARS[0], PIPE_VARS[1]]
         .iter()
         .filter_map(|k| Some(format!("{k}={}", user(k)?)))
@@ -140,41 +68,25 @@ fn dump_every(window: Duration) -> Duration {
 }
 
 /// Where the straggler's dumps are asked for and read, where the ranks are timed.
-pub fn gpu_dump_places(p: &Job, attempt_dir: &Path, fr_dir: Option<&Path>) -> Option<DumpPlaces> {
-    let span = p.watch.straggler_window?;
-    if !gpu_timed(p) {
-        return None;
-    }
-    let dump_prefix = match p.inherited_env.get(DUMP_PREFIX_VAR) {
-        Some(user) => PathBuf::from(user),
+/// `span` is the straggler window.
+pub fn gpu_dump_places(
+    user: &UserEnv,
+    sw: RecorderSwitches,
+    span: Option<Duration>,
+    attempt_dir: &Path,
+    fr_dir: Option<&Path>,
+) -> Option<DumpPlaces> {
+    let span = span.filter(|_| sw.gpu_timed)?;
+    let dump_prefix = match user_dump_prefix(user) {
+        Some(theirs) => PathBuf::from(theirs),
         None => fr_dir?.join("rank_"),
     };
     Some(DumpPlaces {
-        pipe_prefix: pipe_prefix(p, attempt_dir),
+        pipe_prefix: pipe_prefix(user, attempt_dir),
         dump_prefix,
         taken: attempt_dir.join("fr-sampled"),
         every: dump_every(span),
     })
-}
-
-/// ProcessGroupNCCL times each collective on the GPU (its entries' `duration_ms`).
-pub const TIMING_VAR: &str = "TORCH_NCCL_ENABLE_TIMING";
-/// The dump pipe's prefix, by its torch 2.11 name and its later one.
-pub const PIPE_VARS: [&str; 2] = [
-    "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
-    "TORCH_FR_DEBUG_INFO_PIPE_FILE",
-];
-/// The buffer size the pipe needs set under this name (torch 2.11).
-pub const PIPE_BUFFER_VAR: &str = "TORCH_NCCL_TRACE_BUFFER_SIZE";
-
-/// Where the ranks' flight-recorder dumps go: `<attempt dir>/fr` unless the user chose
-/// (TORCH_FR_DUMP_TEMP_FILE, its directory); None with the recorder off.
-pub fn dump_dir(p: &Job, attempt_dir: &Path) -> Option<PathBuf> {
-    let user = |k: &str| p.inherited_env.get(k);
-    if let Some(prefix) = user(DUMP_PREFIX_VAR).or_else(|| user(OLD_DUMP_PREFIX_VAR)) {
-        return Path::new(prefix).parent().map(Path::to_path_buf);
-    }
-    p.watch.flight_recorder.then(|| attempt_dir.join("fr"))
 }
 
 /// Makes the directories the recorder's variables name (the dumps', the dump pipes'),
@@ -183,15 +95,21 @@ pub fn dump_dir(p: &Job, attempt_dir: &Path) -> Option<PathBuf> {
 /// cannot, even with a writable prefix. Where it cannot (HOME=/proc, a read-only home)
 /// the answer is an XDG_CACHE_HOME under the run directory for the ranks: other
 /// libraries' caches move only where they could not be written anyway.
-pub fn prepare_dumps(p: &Job, run_dir: &Path, attempt_dir: &Path, say: bool) -> Option<PathBuf> {
-    if !toporun_dumps(p) {
+pub fn prepare_dumps(
+    user: &UserEnv,
+    sw: RecorderSwitches,
+    run_dir: &Path,
+    attempt_dir: &Path,
+    say: bool,
+) -> Option<PathBuf> {
+    if !toporun_dumps(user, sw) {
         return None;
     }
     let _ = std::fs::create_dir_all(attempt_dir.join("fr"));
-    if let (true, Some(pipes)) = (gpu_timed(p), pipe_prefix(p, attempt_dir).parent()) {
+    if let (true, Some(pipes)) = (sw.gpu_timed, pipe_prefix(user, attempt_dir).parent()) {
         let _ = std::fs::create_dir_all(pipes);
     }
-    let env = |k: &str| p.inherited_env.get(k);
+    let env = |k: &str| user.get(k);
     if env("XDG_CACHE_HOME").is_some() {
         return None;
     }
@@ -275,13 +193,4 @@ async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, Sto
     all.sort_by_key(|d| d.rank);
     all.dedup_by_key(|d| d.rank);
     Ok(Some(all))
-}
-
-/// Whether stock ProcessGroupNCCL's monitor looks for `exception_dump`: not when the
-/// user turned its store polling off.
-pub fn monitor_polls(p: &Job) -> bool {
-    p.inherited_env
-        .get(DUMP_ON_TIMEOUT_VAR)
-        .and_then(|v| toporun_shared::flags::torch_bool(v))
-        != Some(false)
 }

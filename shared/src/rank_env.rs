@@ -1,0 +1,169 @@
+//! Every rank's whole environment, in one place and without I/O: the launch and the
+//! dry run call it alike, and the launch makes the directories it names beforehand.
+//! Layers, each applied where the user set nothing: the NCCL plan, toporun's
+//! additions (the NCCL report's capture, the file timer, the flight recorder, the
+//! stop file, faulthandler, co-location), then torchrun's own variables.
+
+use crate::flight_recorder::{recorder_vars, RecorderSwitches, UserEnv};
+use crate::toporun_vars::ToporunVar;
+use crate::torchrun::worker::{worker_env, JobEnv, RankPlace};
+use std::path::{Path, PathBuf};
+
+/// torch's file timer: the file the ranks' FileTimerClient writes to.
+pub const TIMER_FILE_VAR: &str = "TORCHELASTIC_TIMER_FILE";
+
+/// Where an attempt's files are, as the ranks' variables name them.
+pub struct AttemptPlaces<'a> {
+    pub attempt_dir: &'a Path,
+    /// The file the ranks watch for a stop request (`TOPORUN_STOP_FILE`).
+    pub stop_file: &'a Path,
+    /// The file timer's file, where toporun serves one.
+    pub timer_file: Option<String>,
+    /// XDG_CACHE_HOME for the ranks, where their cache root cannot be written.
+    pub cache_home: Option<PathBuf>,
+}
+
+/// What the job asks toporun to give every rank.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankSwitches {
+    pub recorder: RecorderSwitches,
+    /// PYTHONFAULTHANDLER=1: costs nothing until a crash, then gives its stacks.
+    pub faulthandler: bool,
+}
+
+/// What every rank of the attempt gets from toporun besides the plan: `report` (the
+/// NCCL report's capture), the file timer, the flight recorder's settings, the stop
+/// file, the diagnostics. The user's own values win later, in `rank_env`.
+pub fn attempt_env(
+    user: &UserEnv,
+    sw: RankSwitches,
+    at: &AttemptPlaces,
+    report: &UserEnv,
+) -> UserEnv {
+    let mut env = report.clone();
+    if let Some(f) = &at.timer_file {
+        env.insert(TIMER_FILE_VAR.into(), f.clone());
+    }
+    let recorder = recorder_vars(user, sw.recorder, at.attempt_dir);
+    if let (false, Some(cache)) = (recorder.is_empty(), &at.cache_home) {
+        env.insert("XDG_CACHE_HOME".into(), cache.display().to_string());
+    }
+    env.extend(recorder);
+    let stop = at.stop_file.display().to_string();
+    env.insert(ToporunVar::StopFile.name().into(), stop);
+    if sw.faulthandler {
+        env.insert("PYTHONFAULTHANDLER".into(), "1".into());
+    }
+    env
+}
+
+/// What one rank gets on top of the environment it inherits: the plan, then
+/// toporun's additions where the user set nothing, then torchrun's own.
+pub fn rank_env(
+    planned: UserEnv,
+    user: &UserEnv,
+    additions: &[&UserEnv],
+    place: &RankPlace,
+    job: &JobEnv,
+) -> UserEnv {
+    let mut env = planned;
+    for (k, v) in additions.iter().flat_map(|m| m.iter()) {
+        if !user.contains_key(k) {
+            env.insert(k.clone(), v.clone());
+        }
+    }
+    env.extend(worker_env(place, job, user));
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::torchrun::worker::layout;
+
+    fn env(pairs: &[(&str, &str)]) -> UserEnv {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn switches(recorder: bool, faulthandler: bool) -> RankSwitches {
+        RankSwitches {
+            recorder: RecorderSwitches {
+                on: recorder,
+                gpu_timed: false,
+            },
+            faulthandler,
+        }
+    }
+
+    fn places(cache_home: Option<PathBuf>) -> AttemptPlaces<'static> {
+        AttemptPlaces {
+            attempt_dir: Path::new("/run/attempt_1"),
+            stop_file: Path::new("/run/stop-requested"),
+            timer_file: Some("/tmp/timer".into()),
+            cache_home,
+        }
+    }
+
+    fn job() -> JobEnv {
+        JobEnv {
+            master_addr: "h0".into(),
+            master_port: 29500,
+            run_id: "r".into(),
+            restart_count: 1,
+            max_restarts: 3,
+            role: "default".into(),
+            use_agent_store: true,
+            signals: "SIGTERM".into(),
+            attempt_dir: "/run/attempt_1".into(),
+            virtual_local_rank: false,
+        }
+    }
+
+    #[test]
+    fn an_attempt_gets_the_report_timer_recorder_stop_file_and_faulthandler() {
+        let report = env(&[("NCCL_DEBUG", "INFO")]);
+        let cache = Some(PathBuf::from("/run/cache"));
+        let got = attempt_env(&env(&[]), switches(true, true), &places(cache), &report);
+        assert_eq!(got["NCCL_DEBUG"], "INFO");
+        assert_eq!(got[TIMER_FILE_VAR], "/tmp/timer");
+        assert_eq!(got["TORCH_FR_DUMP_TEMP_FILE"], "/run/attempt_1/fr/rank_");
+        assert_eq!(got["XDG_CACHE_HOME"], "/run/cache");
+        assert_eq!(got["TOPORUN_STOP_FILE"], "/run/stop-requested");
+        assert_eq!(got["PYTHONFAULTHANDLER"], "1");
+    }
+
+    #[test]
+    fn without_the_recorder_the_cache_home_and_faulthandler_stay_out() {
+        let cache = Some(PathBuf::from("/run/cache"));
+        let got = attempt_env(&env(&[]), switches(false, false), &places(cache), &env(&[]));
+        for k in [
+            "XDG_CACHE_HOME",
+            "TORCH_FR_DUMP_TEMP_FILE",
+            "PYTHONFAULTHANDLER",
+        ] {
+            assert!(!got.contains_key(k), "{k} in {got:?}");
+        }
+        assert!(got.contains_key("TOPORUN_STOP_FILE"));
+    }
+
+    #[test]
+    fn the_users_values_win_over_the_plan_and_additions_but_not_torchruns() {
+        let user = env(&[("NCCL_P2P_LEVEL", "SYS"), ("PYTHONFAULTHANDLER", "0")]);
+        let planned = env(&[("NCCL_SOCKET_IFNAME", "eth0"), ("LOCAL_RANK", "9")]);
+        let adds = env(&[("PYTHONFAULTHANDLER", "1"), ("NCCL_P2P_LEVEL", "NVL")]);
+        let place = &layout(&[2, 2], 1)[1];
+        let got = rank_env(planned, &user, &[&adds], place, &job());
+        assert_eq!(got["NCCL_SOCKET_IFNAME"], "eth0");
+        assert!(
+            !got.contains_key("PYTHONFAULTHANDLER"),
+            "inherited, not set"
+        );
+        assert!(!got.contains_key("NCCL_P2P_LEVEL"), "inherited, not set");
+        assert_eq!(got["LOCAL_RANK"], "1");
+        assert_eq!(got["RANK"], "3");
+        assert_eq!(got["WORLD_SIZE"], "4");
+    }
+}
