@@ -7,9 +7,9 @@ use crate::subcommands::DryRunFormat;
 use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
-use toporun_agent::job::nccl_report;
 use toporun_agent::job::{gpu_timing_line, Job, NodePlace};
 use toporun_shared::finding::Finding;
+use toporun_shared::nccl_log::{capture, Capture};
 use toporun_shared::plan::Source;
 use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
 use toporun_shared::torchrun::worker::{self, layout};
@@ -45,9 +45,13 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         extra_env: Default::default(),
     };
     let job = p.job_env(&node, 0, Path::new("<run dir>"));
-    let report_env = match nccl_report::capture(p, Path::new(&job.attempt_dir)) {
-        nccl_report::Capture::Files { env, .. } => env,
-        nccl_report::Capture::Off(_) => BTreeMap::new(),
+    let report_env = match capture(
+        p.watch.nccl_report,
+        &p.inherited_env,
+        Path::new(&job.attempt_dir),
+    ) {
+        Capture::Files { env, .. } => env,
+        Capture::Off(_) => BTreeMap::new(),
     };
     let timer_file = p.file_timer.serve.then(|| {
         p.file_timer.path.as_ref().map_or_else(
@@ -104,12 +108,16 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
 
 /// The report's settings and what toporun expects NCCL to do.
 fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
-    let report = match nccl_report::capture(p, Path::new("<run dir>/attempt_N")) {
-        nccl_report::Capture::Off(why) => format!("off ({why})"),
-        nccl_report::Capture::Files { env, dir, .. } if env.is_empty() => {
+    let report = match capture(
+        p.watch.nccl_report,
+        &p.inherited_env,
+        Path::new("<run dir>/attempt_N"),
+    ) {
+        Capture::Off(why) => format!("off ({why})"),
+        Capture::Files { env, dir, .. } if env.is_empty() => {
             format!("on, following your NCCL_DEBUG_FILE in {}", dir.display())
         }
-        nccl_report::Capture::Files { env, .. } => format!(
+        Capture::Files { env, .. } => format!(
             "on: {}",
             env.iter()
                 .map(|(k, v)| format!("{k}={v}"))

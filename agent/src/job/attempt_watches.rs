@@ -4,7 +4,7 @@
 use crate::job::failure::recorder;
 use crate::job::hang::response::{watch_hangs, AfterHang};
 use crate::job::hang::watch::{HangReport, LiveRanks, Watcher};
-use crate::job::nccl_report::{self, Capture, Reporter};
+use crate::job::nccl_report::Reporter;
 use crate::job::rank_events::Heard;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
@@ -15,6 +15,7 @@ use crate::supervise::RankCmd;
 use std::collections::BTreeMap;
 use std::path::Path;
 use tokio::sync::mpsc::UnboundedReceiver;
+use toporun_shared::nccl_log::{capture, Capture};
 
 /// The NCCL report of this attempt, when on: the ranks' extra variables and the
 /// reporter that reads their logs.
@@ -25,7 +26,7 @@ pub(super) fn nccl_reporter(
     dir: &Path,
     attempt_dir: &Path,
 ) -> (BTreeMap<String, String>, Option<Reporter>) {
-    match nccl_report::capture(p, attempt_dir) {
+    match capture(p.watch.nccl_report, &p.inherited_env, attempt_dir) {
         Capture::Files {
             dir: ndir,
             prefix,

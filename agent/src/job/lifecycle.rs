@@ -150,7 +150,10 @@ async fn run_with(
         live,
         stacks_socket: None,
         memory: MemoryCgroup::find(&p.root),
-        xids: causes::watch_xids(p)?,
+        xids: causes::watch_xids(
+            p.watch.xid_replay.as_deref(),
+            !p.facts.gpus.devices.is_empty(),
+        )?,
         gpus: (!p.facts.gpus.devices.is_empty()).then_some(NvmlProbe),
     };
     let machine = Machine::new(
@@ -222,7 +225,11 @@ impl<S: Session> Host for LiveNode<'_, S> {
             crate::console::say!("toporun: {say}");
         }
         if let (true, Some(report)) = (exit.summary, &attempted.report) {
-            report.write(self.p);
+            report.write(
+                &self.p.opts.entrypoint,
+                &self.p.facts.container.hostname,
+                &self.p.report,
+            );
         }
         if let Some(cause) = &exit.cause {
             crate::console::say!("{}", cause.line());
@@ -307,7 +314,7 @@ fn prepare(
     serve_stacks(p, life, &dir);
     say_colocation(node);
     let (report_env, reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
-    let stop_file = preemption::StopFile::armed(p, &dir);
+    let stop_file = preemption::StopFile::armed(&p.stop, &dir);
     let user = &p.inherited_env;
     let sw = p.rank_switches();
     let places = AttemptPlaces {
@@ -360,7 +367,11 @@ async fn attempt(
         hang_watch(p, session, node, (&live, &heard, &cmds), &status, place);
     let timer = &mut life.timer;
     let dumps_paused = on_hang.dumps_paused.clone();
-    let notice = preemption::notice(p, node, announce.clone());
+    let notice = preemption::notice(
+        p.stop.watch_preemption.clone(),
+        (node, &p.facts.container.hostname),
+        announce.clone(),
+    );
     let stop = async move {
         tokio::select! {
             r = stop => AttemptStop::Rendezvous(r),

@@ -7,8 +7,7 @@ use crate::job::run_dir::write_json;
 use crate::job::spec::Job;
 use crate::nccl_watch::NcclWatch;
 use crate::store::StoreClient;
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,61 +15,6 @@ use toporun_shared::finding::FindingId;
 use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::nccl_log::TRANSPORT_ID;
 use toporun_shared::nccl_log::{self, Digest, Topology};
-
-/// How this launch learns what NCCL did.
-pub enum Capture {
-    Off(String),
-    Files {
-        dir: PathBuf,
-        prefix: String,
-        /// Variables toporun adds to the ranks (none when the user set the file).
-        env: BTreeMap<String, String>,
-    },
-}
-
-/// Decides the capture for one attempt directory.
-pub fn capture(p: &Job, attempt_dir: &Path) -> Capture {
-    if !p.watch.nccl_report {
-        return Capture::Off("--nccl-report off".into());
-    }
-    let user = |k: &str| p.inherited_env.get(k).filter(|v| !v.is_empty());
-    if let Some(pattern) = user("NCCL_DEBUG_FILE") {
-        let path = Path::new(pattern);
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        return Capture::Files {
-            dir: path
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."))
-                .to_path_buf(),
-            prefix: name.split('%').next().unwrap_or("").to_string(),
-            env: BTreeMap::new(),
-        };
-    }
-    if let Some(level) = user("NCCL_DEBUG") {
-        return Capture::Off(format!("NCCL_DEBUG={level} set by you without NCCL_DEBUG_FILE: NCCL prints to the ranks' console, toporun reads no file"));
-    }
-    let dir = attempt_dir.join("nccl");
-    let mut env = BTreeMap::from([
-        ("NCCL_DEBUG".to_string(), "INFO".to_string()),
-        (
-            "NCCL_DEBUG_FILE".to_string(),
-            dir.join("nccl.%h.%p.log").display().to_string(),
-        ),
-    ]);
-    if user("NCCL_DEBUG_SUBSYS").is_none() {
-        // INIT carries the version, the communicators and every `via` line.
-        env.insert("NCCL_DEBUG_SUBSYS".into(), "INIT".into());
-    }
-    Capture::Files {
-        dir,
-        prefix: "nccl.".into(),
-        env,
-    }
-}
 
 /// Where the node digests meet: the round's `nccl/<node>` keys in the workers' store.
 pub struct ReportStore {

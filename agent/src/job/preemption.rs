@@ -3,7 +3,8 @@
 //! file every rank can poll (`TOPORUN_STOP_FILE`) made on every node before its ranks
 //! are signalled, and a shutdown deadline counted from that first signal everywhere.
 
-use crate::job::spec::{Job, NodePlace};
+use crate::job::spec::{NodePlace, StopSettings};
+use crate::probe::cloud_metadata::Endpoints;
 use crate::rendezvous::{StopKind, StopReason};
 use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
@@ -20,14 +21,14 @@ pub struct StopFile(PathBuf);
 
 impl StopFile {
     /// The user's `TOPORUN_STOP_FILE`, else `stop-requested` in the run directory.
-    pub fn of(p: &Job, run_dir: &Path) -> StopFile {
-        StopFile(p.stop_file(run_dir))
+    pub fn of(s: &StopSettings, run_dir: &Path) -> StopFile {
+        StopFile(s.stop_file(run_dir))
     }
 
     /// This attempt's stop file, cleared of the last attempt's (the ranks learn its
     /// path from `rank_env::attempt_env`).
-    pub fn armed(p: &Job, run_dir: &Path) -> StopFile {
-        let f = StopFile::of(p, run_dir);
+    pub fn armed(s: &StopSettings, run_dir: &Path) -> StopFile {
+        let f = StopFile::of(s, run_dir);
         f.clear();
         f
     }
@@ -120,16 +121,16 @@ fn called(reason: &StopReason) -> &'static str {
 
 /// With `--watch-preemption`, resolves with the cloud's notice as this node's
 /// preemption, announced to the other nodes; never without it.
+/// `host`: this node's hostname.
 pub async fn notice(
-    p: &Job,
-    node: &NodePlace,
+    watch: Option<Endpoints>,
+    (node, host): (&NodePlace, &str),
     announce: Option<tokio::sync::mpsc::UnboundedSender<StopReason>>,
 ) -> StopReason {
-    let Some(at) = p.stop.watch_preemption.clone() else {
+    let Some(at) = watch else {
         return std::future::pending().await;
     };
     let what = crate::probe::preemption_notice::watch(at).await;
-    let host = &p.facts.container.hostname;
     let r = StopReason::preempted(&what, false, node.node_rank, host, now_ms());
     crate::console::say!("toporun: {what}: stopping the job as a preemption");
     if let Some(tx) = announce {

@@ -68,6 +68,16 @@ pub struct StopSettings {
     pub user_file: Option<PathBuf>,
 }
 
+impl StopSettings {
+    /// The stop file every rank is told of (`TOPORUN_STOP_FILE`): the user's, else
+    /// `stop-requested` in the run directory.
+    pub fn stop_file(&self, run_dir: &Path) -> PathBuf {
+        self.user_file
+            .clone()
+            .unwrap_or_else(|| run_dir.join("stop-requested"))
+    }
+}
+
 /// What a failure leaves behind: the exit code, the termination message, the status
 /// endpoint, torchrun's error file.
 #[derive(Debug, Clone, Default)]
@@ -175,13 +185,9 @@ impl Job {
         all
     }
 
-    /// The stop file every rank is told of (`TOPORUN_STOP_FILE`): the user's, else
-    /// `stop-requested` in the run directory.
+    /// The stop file every rank is told of (`TOPORUN_STOP_FILE`).
     pub fn stop_file(&self, run_dir: &Path) -> PathBuf {
-        self.stop
-            .user_file
-            .clone()
-            .unwrap_or_else(|| run_dir.join("stop-requested"))
+        self.stop.stop_file(run_dir)
     }
 
     /// How the ranks are stopped when an attempt ends early.

@@ -1,8 +1,10 @@
 //! Reading NCCL's INFO/WARN log: which communicators formed, which ranks they hold
 //! and on which hosts, the transport of every channel between two ranks, the network
-//! plugin, and known failure lines with their cause. Pure: fed line by line, from
+//! plugin, and known failure lines with their cause; and how a launch captures that
+//! log (`capture`). Pure: fed line by line, from
 //! files, a rank's console or a ticket, in any order and interleaving.
 
+mod capture;
 mod digest;
 mod judge;
 mod line;
@@ -12,6 +14,7 @@ mod signature;
 mod summary;
 mod transport;
 
+pub use capture::{capture, Capture};
 pub use digest::{CommDigest, Digest};
 pub use judge::{judge, Topology};
 pub use line::{parse as parse_line, Level, Line, MAX_LINE};

@@ -13,6 +13,7 @@ use crate::probe::GpuProbe;
 use crate::stacks::RankPid;
 use crate::supervise::{self, Failure};
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::PoisonError;
 use std::time::SystemTime;
 use toporun_shared::root_cause::disk::Volume;
@@ -202,13 +203,14 @@ fn volume_of(paths: &[String]) -> Option<Volume> {
 
 /// The node's GPU faults for the whole job: a replay file where
 /// `TOPORUN_XID_REPLAY` names one, else NVML's events where there are GPUs.
-pub fn watch_xids(p: &Job) -> Result<Option<XidLog>, JobError> {
-    if let Some(path) = &p.watch.xid_replay {
+/// `replay`: the replay file; `gpus`: the node has GPUs.
+pub fn watch_xids(replay: Option<&Path>, gpus: bool) -> Result<Option<XidLog>, JobError> {
+    if let Some(path) = replay {
         let source = ReplayXids::open(path)
             .map_err(|e| JobError::bad_input(format!("{XID_REPLAY_VAR}={}", path.display()), e))?;
         return Ok(Some(XidLog::watch(Box::new(source))));
     }
-    if p.facts.gpus.devices.is_empty() {
+    if !gpus {
         return Ok(None);
     }
     match NvmlXids::start() {

@@ -11,7 +11,7 @@ use crate::job::failure::gpu_release::{wait_released, Holder, RELEASE_WAIT};
 use crate::job::failure::recorder::say_flight_recorder;
 use crate::job::nccl_report::Reporter;
 use crate::job::session::Session;
-use crate::job::spec::{Job, NodePlace};
+use crate::job::spec::{Job, NodePlace, ReportSettings};
 use crate::job::transitions::{self, AttemptEnd, Restarts};
 use crate::paths::Root;
 use crate::probe::gpu_events::XidLog;
@@ -243,15 +243,16 @@ impl FailureReport {
     /// torchrun's failure summary, on stderr, in the termination message and in
     /// TORCHELASTIC_ERROR_FILE; on stderr and in the termination message toporun's
     /// causes come first, the leading one at the top.
-    pub fn write(&self, p: &Job) {
+    /// `hostname`: this node's; `entrypoint`: the ranks' program.
+    pub fn write(&self, entrypoint: &str, hostname: &str, to: &ReportSettings) {
         // torch prints socket.getfqdn() there.
-        let host = crate::probe::fqdn::fqdn(&p.facts.container.hostname);
-        let summary = failure_summary(&p.opts.entrypoint, &host, &self.failures);
+        let host = crate::probe::fqdn::fqdn(hostname);
+        let summary = failure_summary(entrypoint, &host, &self.failures);
         let mut message: String = self.lead.iter().map(|l| format!("{l}\n")).collect();
         message.push_str(&summary);
         crate::console::say_raw!("{message}");
-        supervise::leave_termination_message(p.report.termination_log.as_deref(), &message);
-        if let Some(dest) = &p.report.error_file {
+        supervise::leave_termination_message(to.termination_log.as_deref(), &message);
+        if let Some(dest) = &to.error_file {
             if let Err(e) = supervise::dump_error_file(dest, &self.first, &summary) {
                 let dest = dest.display();
                 crate::console::say!("toporun: cannot write TORCHELASTIC_ERROR_FILE {dest}: {e}");
