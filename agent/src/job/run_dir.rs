@@ -43,21 +43,25 @@ impl Drop for UnusedRemoved {
     }
 }
 
+/// The job's run directory: `--log-dir`, else `torchelastic_*` in $TMPDIR, with
+/// `<run id>_*` in it. Kept after the job, as torchrun keeps it: the failure summary
+/// names the error files there, `--redirects` logs go there, and the reports and dumps
+/// read after a failure stay for the user (toporun removes only the folders it made
+/// and nobody used).
 pub struct RunDir {
     pub path: PathBuf,
-    _temp: Option<tempfile::TempDir>,
 }
 
 impl RunDir {
     pub fn create(log_dir: Option<&str>, run_id: &str) -> Result<RunDir, JobError> {
-        let (base, temp) = match log_dir {
+        let base = match log_dir {
             Some(d) => {
                 std::fs::create_dir_all(d).map_err(|source| JobError::Path {
                     what: "cannot create --log-dir",
                     path: d.into(),
                     source,
                 })?;
-                (PathBuf::from(d), None)
+                PathBuf::from(d)
             }
             None => {
                 let t = tempfile::Builder::new()
@@ -69,7 +73,7 @@ impl RunDir {
                         path: std::env::temp_dir(),
                         source,
                     })?;
-                (t.path().to_path_buf(), Some(t))
+                t.keep()
             }
         };
         let run = tempfile::Builder::new()
@@ -81,10 +85,7 @@ impl RunDir {
                 path: base.clone(),
                 source,
             })?;
-        Ok(RunDir {
-            path: run.keep(),
-            _temp: temp,
-        })
+        Ok(RunDir { path: run.keep() })
     }
 }
 

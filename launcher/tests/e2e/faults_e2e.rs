@@ -200,6 +200,41 @@ fn launcher_error_file_holds_the_root_cause_like_torchrun() {
         .contains("ValueError: boom from rank 0"));
 }
 
+/// The error files the failure summary names are still there after the job, with
+/// the rank's traceback, as torchrun leaves its run directory (toporun removed it at
+/// exit once, and the summary named files that were gone).
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_error_files_the_summary_names_outlive_the_job_like_torchruns() {
+    for ours in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut c = if ours {
+            toporun()
+        } else {
+            Command::new(torchrun())
+        };
+        c.args(["--standalone", "--nproc-per-node=3", "worker.py"])
+            .env("MODE", "raise")
+            .env("PROBE_OUT", tmp.path())
+            .env("PYTHON_EXEC", python())
+            .env("TMPDIR", tmp.path())
+            .current_dir(scripts());
+        let (code, _, err) = run(&mut c);
+        assert_eq!(code, 1, "{err}");
+        let named: Vec<&str> = err
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("error_file: "))
+            .filter(|f| f.starts_with('/'))
+            .collect();
+        assert!(!named.is_empty(), "ours={ours}: no error file named: {err}");
+        for f in named {
+            let text = std::fs::read_to_string(f)
+                .unwrap_or_else(|e| panic!("ours={ours}: {f} named but {e}: {err}"));
+            assert!(text.contains("boom from rank"), "{f}: {text}");
+        }
+    }
+}
+
 #[test]
 #[ignore = "needs PyTorch: run scripts/test.sh"]
 fn grandchildren_of_a_failed_rank_are_killed() {
