@@ -13,19 +13,31 @@ pub fn toporun() -> Command {
     let bin = std::env::var("TOPORUN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_toporun").into());
     let mut c = Command::new(bin);
     c.env_remove("NO_COLOR");
-    for (k, _) in std::env::vars() {
-        if k.starts_with("PET_")
-            || k.starts_with("NCCL_")
-            || k == "CUDA_VISIBLE_DEVICES"
-            || k == "OMP_NUM_THREADS"
-            // The ranks' Python: a test that needs one sets it (README's "Try it"
-            // leaves no PYTHON_EXEC behind, a user's shell may).
-            || k == "PYTHON_EXEC"
-        {
-            c.env_remove(k);
-        }
+    for (k, _) in std::env::vars().filter(|(k, _)| changes_toporun(k)) {
+        c.env_remove(k);
     }
     c
+}
+
+/// A variable of the test's own shell that changes what toporun or its ranks do, so
+/// the harness clears it (a test that needs one sets it): torchrun's `PET_*`, every
+/// `TOPORUN_*` toporun reads, PyTorch's and NCCL's own, the GPUs shown, the ranks'
+/// Python (README's "Try it" leaves no PYTHON_EXEC behind, a user's shell may).
+fn changes_toporun(k: &str) -> bool {
+    const PREFIXES: [&str; 4] = ["PET_", "NCCL_", "TORCH_", "TORCHELASTIC_"];
+    const NAMES: [&str; 6] = [
+        "CUDA_VISIBLE_DEVICES",
+        "HIP_VISIBLE_DEVICES",
+        "OMP_NUM_THREADS",
+        "PYTHON_EXEC",
+        "PYTHONFAULTHANDLER",
+        "LOGLEVEL",
+    ];
+    PREFIXES.iter().any(|p| k.starts_with(p))
+        || NAMES.contains(&k)
+        || toporun_shared::toporun_vars::ToporunVar::ALL
+            .iter()
+            .any(|v| v.name() == k)
 }
 
 pub fn fixtures() -> PathBuf {
