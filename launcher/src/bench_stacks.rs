@@ -31,7 +31,7 @@ fn tracker(n: u32) -> Tracker {
         gpus: Default::default(),
     };
     let status = toporun_agent::status::JobStatus::new("bench", n);
-    let clocks = Box::new(toporun_agent::probe::gpu_clocks::NvmlClocks::default());
+    let clocks = Box::new(toporun_agent::probe::gpu_clocks::NvmlClocks);
     let decide = StragglerDecide::Here(Default::default());
     Tracker::new(
         Root::live(),

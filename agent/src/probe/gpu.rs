@@ -2,6 +2,7 @@
 //! machine without it yields facts saying so, not an error).
 
 use crate::paths::{self, Root};
+use crate::probe::nvml_session;
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::{
     ComputeMode, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, RetirementCause,
@@ -52,7 +53,7 @@ impl GpuProbe for FixedGpus {
 
 impl GpuProbe for NvmlProbe {
     fn processes(&self) -> Vec<GpuProcess> {
-        let Ok(nvml) = Nvml::init() else {
+        let Ok(nvml) = nvml_session::nvml() else {
             return Vec::new();
         };
         let count = nvml.device_count().unwrap_or(0);
@@ -91,8 +92,8 @@ impl GpuProbe for NvmlProbe {
 fn with_nvml(
     read: impl FnOnce(&Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError>,
 ) -> GpuFacts {
-    match Nvml::init() {
-        Ok(nvml) => read(&nvml).unwrap_or_else(|e| GpuFacts {
+    match nvml_session::nvml() {
+        Ok(nvml) => read(nvml).unwrap_or_else(|e| GpuFacts {
             nvml_error: Some(format!("NVML query failed: {e}")),
             ..Default::default()
         }),

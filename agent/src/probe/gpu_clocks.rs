@@ -5,7 +5,7 @@
 use nvml_wrapper::bitmasks::device::ThrottleReasons;
 use nvml_wrapper::enum_wrappers::device::Clock;
 use nvml_wrapper::enum_wrappers::nv_link::ErrorCounter;
-use nvml_wrapper::{Device, Nvml};
+use nvml_wrapper::Device;
 use toporun_shared::stacks::rank_window::{ClockLimit, GpuNow};
 
 /// NVML behind a trait: the sampler thread reads through it; tests hand in readings.
@@ -14,18 +14,16 @@ pub trait GpuClocks: Send {
     fn read(&mut self, indices: &[u32]) -> Vec<GpuNow>;
 }
 
-/// NVML, initialised once on first use (none where it cannot be: no GPU here).
+/// The process's NVML (none where it cannot be: no GPU here).
 #[derive(Default)]
-pub struct NvmlClocks {
-    nvml: Option<Option<Nvml>>,
-}
+pub struct NvmlClocks;
 
 impl GpuClocks for NvmlClocks {
     fn read(&mut self, indices: &[u32]) -> Vec<GpuNow> {
         if indices.is_empty() {
             return Vec::new();
         }
-        let Some(nvml) = self.nvml.get_or_insert_with(|| Nvml::init().ok()) else {
+        let Ok(nvml) = crate::probe::nvml_session::nvml() else {
             return Vec::new();
         };
         indices
@@ -103,8 +101,8 @@ mod tests {
     #[test]
     fn no_nvml_reads_no_gpu() {
         // This machine has no driver: nothing is read, nothing fails.
-        let mut c = NvmlClocks::default();
-        if Nvml::init().is_err() {
+        let mut c = NvmlClocks;
+        if crate::probe::nvml_session::nvml().is_err() {
             assert!(c.read(&[0, 1]).is_empty());
         }
         assert!(c.read(&[]).is_empty());

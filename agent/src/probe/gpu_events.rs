@@ -4,9 +4,11 @@
 //! source, the job sees an [`XidSource`] and keeps every event in an [`XidLog`].
 
 use crate::clock::now_secs;
+use crate::probe::nvml_session;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
+use nvml_wrapper::event::EventSet;
 use nvml_wrapper::Nvml;
 use std::io::BufRead;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,8 +31,9 @@ pub enum XidSourceError {
     // appear twice.
     #[error("GPU {gpu}: {cause}")]
     Register { gpu: u32, cause: NvmlError },
-    #[error("NVML did not answer within 10 s")]
-    NoAnswer,
+    /// The watch never started (NVML or a GPU's registration refused).
+    #[error("{0}")]
+    NotWatched(Box<XidSourceError>),
     #[error("the NVML event thread ended")]
     ThreadEnded,
     #[error("{}: {cause}", .path.display())]
@@ -45,49 +48,38 @@ pub enum XidSourceError {
     },
 }
 
-/// NVML's critical-error events of every GPU, read on a thread of its own (the event
-/// set borrows the NVML handle, which lives there).
+/// NVML's critical-error events of every GPU, read on a thread of its own.
 pub struct NvmlXids {
-    rx: mpsc::Receiver<XidEvent>,
+    rx: mpsc::Receiver<Result<XidEvent, XidSourceError>>,
     stop: Arc<AtomicBool>,
 }
 
 impl NvmlXids {
-    /// Registers every GPU; an error when NVML or the registration fails.
-    pub fn start() -> Result<NvmlXids, XidSourceError> {
+    /// Registers every GPU on the watch's own thread, so that the ranks need not
+    /// wait for it (a few ms a GPU); a failure there is the source's first answer.
+    pub fn start() -> NvmlXids {
         let (tx, rx) = mpsc::channel();
-        let (ready_tx, ready_rx) = mpsc::channel();
         let stop = Arc::new(AtomicBool::new(false));
         let done = stop.clone();
         std::thread::spawn(move || {
-            let nvml = match Nvml::init() {
-                Ok(n) => n,
-                Err(e) => return ready_tx.send(Err(e.into())).unwrap_or(()),
-            };
-            let set = match register(&nvml) {
+            let set = match nvml_session::nvml()
+                .map_err(XidSourceError::from)
+                .and_then(register)
+            {
                 Ok(s) => s,
-                Err(e) => return ready_tx.send(Err(e)).unwrap_or(()),
+                Err(e) => {
+                    return tx
+                        .send(Err(XidSourceError::NotWatched(Box::new(e))))
+                        .unwrap_or(())
+                }
             };
-            let _ = ready_tx.send(Ok(()));
             while !done.load(Ordering::Relaxed) {
                 match set.wait(500) {
                     Ok(data) => {
-                        let xid = match data.event_data {
-                            Some(XidError::Value(x)) => x,
-                            _ => continue,
+                        let Some(XidError::Value(xid)) = data.event_data else {
+                            continue;
                         };
-                        let event = XidEvent {
-                            gpu: data.device.index().unwrap_or(u32::MAX),
-                            uuid: data.device.uuid().unwrap_or_default(),
-                            pci_bus_id: data
-                                .device
-                                .pci_info()
-                                .map(|p| p.bus_id)
-                                .unwrap_or_default(),
-                            xid,
-                            at: now_secs(),
-                        };
-                        if tx.send(event).is_err() {
+                        if tx.send(Ok(xid_event(&data.device, xid))).is_err() {
                             return;
                         }
                     }
@@ -96,14 +88,21 @@ impl NvmlXids {
                 }
             }
         });
-        ready_rx
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| XidSourceError::NoAnswer)??;
-        Ok(NvmlXids { rx, stop })
+        NvmlXids { rx, stop }
     }
 }
 
-fn register(nvml: &Nvml) -> Result<nvml_wrapper::event::EventSet<'_>, XidSourceError> {
+fn xid_event(device: &nvml_wrapper::Device, xid: u64) -> XidEvent {
+    XidEvent {
+        gpu: device.index().unwrap_or(u32::MAX),
+        uuid: device.uuid().unwrap_or_default(),
+        pci_bus_id: device.pci_info().map(|p| p.bus_id).unwrap_or_default(),
+        xid,
+        at: now_secs(),
+    }
+}
+
+fn register(nvml: &'static Nvml) -> Result<EventSet<'static>, XidSourceError> {
     let mut set = nvml.create_event_set()?;
     let count = nvml.device_count()?;
     for i in 0..count {
@@ -127,7 +126,7 @@ impl Drop for NvmlXids {
 impl XidSource for NvmlXids {
     fn next(&mut self, timeout: Duration) -> Result<Option<XidEvent>, XidSourceError> {
         match self.rx.recv_timeout(timeout) {
-            Ok(e) => Ok(Some(e)),
+            Ok(e) => e.map(Some),
             Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
             Err(mpsc::RecvTimeoutError::Disconnected) => Err(XidSourceError::ThreadEnded),
         }
@@ -222,6 +221,12 @@ impl XidLog {
                         }
                     }
                     Ok(None) => {}
+                    Err(XidSourceError::NotWatched(e)) => {
+                        crate::console::say!(
+                            "toporun: note: GPU faults (Xid) are not watched: {e}"
+                        );
+                        return;
+                    }
                     Err(e) => {
                         crate::console::say_warning!("GPU faults are no longer watched: {e}");
                         return;
@@ -247,6 +252,23 @@ impl Drop for XidLog {
 mod tests {
     use super::*;
     use std::io::Write;
+
+    /// The watch starts at once, without waiting for NVML; without a driver (this
+    /// machine) its first answer says it never started, on a GPU host it listens.
+    #[test]
+    fn the_watch_starts_at_once_and_says_when_it_never_did() {
+        let started = std::time::Instant::now();
+        let mut xids = NvmlXids::start();
+        assert!(started.elapsed() < Duration::from_millis(100));
+        let first = xids.next(Duration::from_secs(2));
+        match (nvml_session::nvml(), first) {
+            (Err(_), Err(XidSourceError::NotWatched(e))) => {
+                assert!(matches!(*e, XidSourceError::Nvml(_)), "{e}")
+            }
+            (Ok(_), Ok(None)) => {}
+            (nvml, first) => panic!("NVML {:?}, first answer {first:?}", nvml.is_ok()),
+        }
+    }
 
     /// A source a test feeds.
     struct Fed(mpsc::Receiver<XidEvent>);

@@ -10,6 +10,7 @@ pub mod gpu_events;
 pub mod link_bandwidth;
 pub mod memory_cgroup;
 mod net;
+pub mod nvml_session;
 pub mod open_writes;
 pub mod platform;
 pub mod port_owner;

@@ -213,13 +213,7 @@ pub fn watch_xids(replay: Option<&Path>, gpus: bool) -> Result<Option<XidLog>, J
     if !gpus {
         return Ok(None);
     }
-    match NvmlXids::start() {
-        Ok(s) => Ok(Some(XidLog::watch(Box::new(s)))),
-        Err(e) => {
-            crate::console::say!("toporun: note: GPU faults (Xid) are not watched: {e}");
-            Ok(None)
-        }
-    }
+    Ok(Some(XidLog::watch(Box::new(NvmlXids::start()))))
 }
 
 /// A file of Xid events (JSON lines) toporun follows instead of NVML's.

@@ -99,7 +99,7 @@ fn straggler_tracker(
         }
         None => (StragglerDecide::Here(Default::default()), None),
     };
-    let clocks = Box::new(crate::probe::gpu_clocks::NvmlClocks::default());
+    let clocks = Box::new(crate::probe::gpu_clocks::NvmlClocks);
     let t = Tracker::new(p.root.clone(), span, seat, clocks, decide, status.clone());
     (t, task)
 }
