@@ -8,6 +8,7 @@ use nvml_wrapper::enum_wrappers::device::{
     ComputeMode, EccCounter, MemoryError, P2pCapabilitiesIndex, P2pStatus, RetirementCause,
     TopologyLevel,
 };
+use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use toporun_shared::cpulist;
 use toporun_shared::facts::{
@@ -104,17 +105,25 @@ fn with_nvml(
     }
 }
 
-/// Every device NVML sees, and its facts.
-fn devices(nvml: &Nvml) -> Result<(Vec<Device<'_>>, Vec<Gpu>), nvml_wrapper::error::NvmlError> {
+/// Every device NVML sees, and its facts: each GPU read on a thread of its own, as
+/// NVML answers them side by side (a handle's first lookup alone took 6.6 ms an H100).
+fn devices(nvml: &Nvml) -> Result<(Vec<Device<'_>>, Vec<Gpu>), NvmlError> {
     let count = nvml.device_count()?;
-    let devices: Vec<Device> = (0..count)
-        .map(|i| nvml.device_by_index(i))
-        .collect::<Result<_, _>>()?;
-    let gpus = (0u32..)
-        .zip(&devices)
-        .map(|(i, d)| gpu(nvml, i, d))
-        .collect();
-    Ok((devices, gpus))
+    let read = |i: u32| -> Result<(Device, Gpu), NvmlError> {
+        let d = nvml.device_by_index(i)?;
+        let g = gpu(nvml, i, &d);
+        Ok((d, g))
+    };
+    let each: Vec<Result<(Device, Gpu), NvmlError>> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..count).map(|i| s.spawn(move || read(i))).collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or(Err(NvmlError::Unknown)))
+            .collect()
+    });
+    each.into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .map(|v| v.into_iter().unzip())
 }
 
 /// NVLink links a GPU can have (NVML_NVLINK_MAX_LINKS).
@@ -165,14 +174,15 @@ fn probe_nvml(nvml: &Nvml) -> Result<GpuFacts, nvml_wrapper::error::NvmlError> {
 
 fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
     let words = 16; // affinity words of 64 CPUs: up to 1024 CPUs
-    let link_states: Vec<bool> = (0..MAX_NVLINKS)
-        .filter_map(|l| d.link_wrapper_for(l).is_active().ok())
+    let link_states: Vec<(u32, bool)> = (0..MAX_NVLINKS)
+        .filter_map(|l| Some((l, d.link_wrapper_for(l).is_active().ok()?)))
         .collect();
-    let remotes: Vec<String> = (0..MAX_NVLINKS)
-        .map(|l| d.link_wrapper_for(l))
-        .filter(|l| l.is_active().unwrap_or(false))
-        .map(|l| {
-            l.remote_pci_info()
+    let remotes: Vec<String> = link_states
+        .iter()
+        .filter(|(_, active)| *active)
+        .map(|(l, _)| {
+            d.link_wrapper_for(*l)
+                .remote_pci_info()
                 .map(|p| p.bus_id)
                 .unwrap_or_else(|_| toporun_shared::facts::INVISIBLE_REMOTE.to_string())
         })
@@ -204,12 +214,13 @@ fn gpu(nvml: &Nvml, index: u32, d: &Device) -> Gpu {
             active_links: remotes.len() as u32,
             remotes,
         },
-        health: health(nvml, d, &link_states),
+        health: health(nvml, d, link_states.len()),
     }
 }
 
 /// NVML's health answers; "not supported" leaves a field empty.
-fn health(nvml: &Nvml, d: &Device, link_states: &[bool]) -> GpuHealth {
+/// `links`: the NVLink links that answered.
+fn health(nvml: &Nvml, d: &Device, links: usize) -> GpuHealth {
     let retired = [
         RetirementCause::MultipleSingleBitEccErrors,
         RetirementCause::DoubleBitEccError,
@@ -242,7 +253,7 @@ fn health(nvml: &Nvml, d: &Device, link_states: &[bool]) -> GpuHealth {
             .current_throttle_reasons()
             .map(throttle_reasons)
             .unwrap_or_default(),
-        nvlink_supported: (!link_states.is_empty()).then_some(link_states.len() as u32),
+        nvlink_supported: (links > 0).then_some(links as u32),
         compute_processes: d.running_compute_processes().ok().map(|p| p.len() as u32),
     }
 }
