@@ -45,7 +45,13 @@ fn option_or_env(m: &ArgMatches, o: Extra, env: &BTreeMap<String, String>) -> Op
 /// The option's variable and its value, where it has one and it is set.
 fn from_env(o: Extra, env: &BTreeMap<String, String>) -> Option<(&'static str, &String)> {
     let var = o.var()?;
-    env.get(var).map(|v| (var, v))
+    set_var(env, var).map(|v| (var, v))
+}
+
+/// A variable's value; one set to the empty string counts as unset (a pod spec's
+/// `value: ""`, a template that filled nothing in), as torch reads its own.
+fn set_var<'a>(env: &'a BTreeMap<String, String>, name: &str) -> Option<&'a String> {
+    env.get(name).filter(|v| !v.is_empty())
 }
 
 /// A toporun flag: on the command line, or its variable true as torch reads one.
@@ -121,7 +127,7 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
 /// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited for
 /// before the missing ones are named; checked before anything binds a port.
 fn init_grace(env: &BTreeMap<String, String>) -> Result<std::time::Duration> {
-    let Some(v) = env.get(job::INIT_WARN_VAR) else {
+    let Some(v) = set_var(env, job::INIT_WARN_VAR) else {
         return Ok(std::time::Duration::from_secs(30));
     };
     let d = toporun_shared::torchrun::seconds(job::INIT_WARN_VAR, v)?;
@@ -344,9 +350,7 @@ fn prepare(
         stderr: typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? == OnOff::On
             && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
         init_grace: init_grace(&parent_env)?,
-        xid_replay: parent_env
-            .get(toporun_agent::job::XID_REPLAY_VAR)
-            .map(PathBuf::from),
+        xid_replay: set_var(&parent_env, job::XID_REPLAY_VAR).map(PathBuf::from),
     };
     Ok(Job {
         root: toporun_agent::paths::Root::live(),
@@ -354,26 +358,24 @@ fn prepare(
             grace: stop_grace,
             signal_group: stop_signal_group,
             watch_preemption,
-            user_file: parent_env.get(job::STOP_FILE_VAR).map(PathBuf::from),
+            user_file: set_var(&parent_env, job::STOP_FILE_VAR).map(PathBuf::from),
         },
         report: ReportSettings {
             classified,
             termination_log,
             status_port,
-            error_file: parent_env.get("TORCHELASTIC_ERROR_FILE").map(PathBuf::from),
+            error_file: set_var(&parent_env, "TORCHELASTIC_ERROR_FILE").map(PathBuf::from),
         },
         watch,
         rdzv: RdzvSettings {
-            token: parent_env.get(job::RDZV_TOKEN_VAR).cloned(),
+            token: set_var(&parent_env, job::RDZV_TOKEN_VAR).cloned(),
             colocated,
         },
         file_timer: FileTimerSetting {
             serve: parent_env
                 .get("TORCHELASTIC_ENABLE_FILE_TIMER")
                 .is_some_and(|v| v == "1"),
-            path: parent_env
-                .get(toporun_shared::rank_env::TIMER_FILE_VAR)
-                .map(PathBuf::from),
+            path: set_var(&parent_env, toporun_shared::rank_env::TIMER_FILE_VAR).map(PathBuf::from),
         },
         faulthandler,
         opts,

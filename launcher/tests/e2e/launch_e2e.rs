@@ -236,6 +236,19 @@ fn same_worker_environment_and_argv_as_torchrun() {
     );
 }
 
+/// A TOPORUN_* variable set to the empty string (a pod spec's `value: ""`) counts as
+/// unset: `TOPORUN_XID_REPLAY=` once failed the launch as a file named "".
+#[test]
+fn toporun_variables_set_empty_count_as_unset() {
+    let mut c = toporun();
+    c.args(["--standalone", "--nproc-per-node=2", "--no-python", "true"]);
+    for v in toporun_shared::toporun_vars::ToporunVar::ALL {
+        c.env(v.name(), "");
+    }
+    let (code, out, err) = run(&mut c);
+    assert_eq!(code, 0, "{out}{err}");
+}
+
 #[test]
 #[ignore = "needs PyTorch: run scripts/test.sh"]
 fn no_python_runs_the_program_directly() {
