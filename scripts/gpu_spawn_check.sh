@@ -19,4 +19,4 @@ stage() {
 }
 stage numa bash scripts/gpu_numa_binding.sh "$BIN" /tmp/spawn-check/numa
 stage failures env NPROC=2 bash scripts/gpu_nccl_failures.sh "$BIN" /tmp/spawn-check/failures leaver segv watchdog stuck
-stage straggler env NPROC=2 JOBS=slow COST=none GRAPH_STAGE=0 LIMIT=110 bash scripts/gpu_straggler_proof.sh "$BIN" /tmp/spawn-check/straggler
+stage straggler env NPROC=2 JOBS=slow COST=none GRAPH_STAGE=0 LIMIT=135 bash scripts/gpu_straggler_proof.sh "$BIN" /tmp/spawn-check/straggler
