@@ -34,6 +34,7 @@ mod preflight_e2e;
 mod rendezvous_e2e;
 mod rendezvous_faults_e2e;
 mod root_cause_e2e;
+mod source_sizes;
 mod status_endpoint_e2e;
 mod store_attacks_e2e;
 mod store_port_e2e;
