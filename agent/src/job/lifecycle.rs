@@ -2,39 +2,28 @@
 //! start the local ranks, supervise them, report NCCL, and restart, stop or finish
 //! with the other nodes, the way torchrun's elastic agent does.
 
-use crate::job::attempt_timer::{file_timer, file_timer_fired, timer_expired};
-use crate::job::attempt_watches::{hang_watch, nccl_reporter};
+use crate::job::attempt::{attempt, preempted, Life};
+use crate::job::attempt_timer::file_timer;
 use crate::job::entry::Entered;
 use crate::job::error::JobError;
 use crate::job::failure::causes;
-use crate::job::failure::recorder::{self, say_flight_recorder};
-use crate::job::failure::{gpus_released, heard_stop, rank_failed, Failed};
-use crate::job::hang::exchange;
+use crate::job::failure::gpus_released;
 use crate::job::hang::stacks_socket;
-use crate::job::hang::watch::{HangReport, LiveRanks};
-use crate::job::nccl_report::Reporter;
+use crate::job::hang::watch::LiveRanks;
 use crate::job::preemption;
-use crate::job::rank_events::{Heard, Seen};
-use crate::job::ranks::rank_commands;
 use crate::job::round_loop::{self, Attempted, Host};
-use crate::job::run_dir::RunDir;
 use crate::job::session::{Session, Started};
 use crate::job::spec::{Job, NodePlace, ReportSettings};
 use crate::job::task_guard::AbortOnDrop;
 use crate::job::transitions::{signal_before_round, AttemptEnd, Exit, Machine, Restarts};
-use crate::probe::gpu_events::XidLog;
 use crate::probe::memory_cgroup::MemoryCgroup;
 use crate::probe::NvmlProbe;
-use crate::rendezvous::{StopKind, StopReason};
 use crate::status::JobStatus;
-use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
+use crate::supervise::{self, file_timer::FileTimer, Events};
 use nix::sys::signal::Signal;
-use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::time::Duration;
-use toporun_shared::flight_recorder::dump_dir;
-use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
-use toporun_shared::root_cause::{Cause, CauseKind};
+use toporun_shared::root_cause::Cause;
 
 /// The status endpoint, when asked for: never a reason for the job to fail (a port
 /// already taken is said, and the job runs without it).
@@ -83,26 +72,6 @@ fn status_beat(
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     })))
-}
-
-/// What stays the same from one round to the next.
-struct Life {
-    status: JobStatus,
-    timer: Option<FileTimer>,
-    timer_file: Option<String>,
-    grace: Duration,
-    run_dir: Option<RunDir>,
-    /// The ranks running now, for the stack readers.
-    live: LiveRanks,
-    /// `toporun stacks`' socket, once the run directory exists.
-    stacks_socket: Option<stacks_socket::Served>,
-    /// The container's memory cgroup (the OOM killer's count), where readable.
-    memory: Option<MemoryCgroup>,
-    /// The node's GPU faults, watched for the whole job.
-    xids: Option<XidLog>,
-    /// NVML's process list, where this node has GPUs (memory released before a
-    /// restart).
-    gpus: Option<NvmlProbe>,
 }
 
 /// Runs the job to its end on this node; the exit code torchrun would give.
@@ -244,338 +213,6 @@ impl<S: Session> Host for LiveNode<'_, S> {
         // store's host itself, when its keep-alive watch lost a node).
         if let Some(lost) = exit.linger {
             self.session.linger(node, lost).await;
-        }
-    }
-}
-
-/// Says the co-location variables this node's ranks get.
-fn say_colocation(node: &NodePlace) {
-    if node.extra_env.vars.is_empty() {
-        return;
-    }
-    let vars: Vec<String> = node
-        .extra_env
-        .vars
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    crate::console::say!(
-        "toporun: co-location: {} on this node's ranks: {}",
-        vars.join(" "),
-        node.extra_env.reason
-    );
-}
-
-/// The run directory (made at the first round), with this attempt's emptied.
-fn attempt_dirs(
-    p: &Job,
-    life: &mut Life,
-    node: &NodePlace,
-    restarts: Restarts,
-) -> Result<(PathBuf, PathBuf), JobError> {
-    let dir = match &life.run_dir {
-        Some(d) => d.path.clone(),
-        None => life
-            .run_dir
-            .insert(RunDir::create(p.opts.log_dir.as_deref(), &node.run_id)?)
-            .path
-            .clone(),
-    };
-    let attempt_dir = PathBuf::from(p.job_env(node, restarts.used, &dir).attempt_dir);
-    // torchrun reuses attempt_<restart count> after a membership change, emptied.
-    if attempt_dir.exists() {
-        let _ = std::fs::remove_dir_all(&attempt_dir);
-    }
-    Ok((dir, attempt_dir))
-}
-
-/// An attempt's directories, rank commands and what reads their output, before the
-/// ranks start.
-struct Prepared {
-    attempt_dir: PathBuf,
-    reporter: Option<Reporter>,
-    fr_dir: Option<PathBuf>,
-    stop_file: preemption::StopFile,
-    cmds: Vec<crate::supervise::RankCmd>,
-    /// The attempt directory if unused, the stop file: removed when the attempt ends.
-    _left_at_end: (crate::job::run_dir::UnusedRemoved, preemption::RemovedAtEnd),
-}
-
-fn prepare(
-    p: &Job,
-    life: &mut Life,
-    session: &impl Session,
-    node: &NodePlace,
-    restarts: Restarts,
-) -> Result<Prepared, JobError> {
-    report_place(&life.status, node);
-    let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
-    let unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
-    serve_stacks(p, life, &dir);
-    say_colocation(node);
-    let (report_env, reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
-    let stop_file = preemption::StopFile::armed(&p.stop, &dir);
-    let user = &p.inherited_env;
-    let sw = p.rank_switches();
-    let places = AttemptPlaces {
-        attempt_dir: &attempt_dir,
-        stop_file: stop_file.path(),
-        timer_file: life.timer_file.clone(),
-        cache_home: recorder::prepare_dumps(user, sw.recorder, &dir, &attempt_dir, node.round == 0),
-    };
-    let extras = attempt_env(user, sw, &places, &report_env);
-    let cmds = rank_commands(p, node, &dir, restarts.used, &extras)?;
-    Ok(Prepared {
-        fr_dir: dump_dir(user, sw.recorder.on, &attempt_dir),
-        _left_at_end: (unused_removed, preemption::RemovedAtEnd(stop_file.clone())),
-        attempt_dir,
-        reporter,
-        stop_file,
-        cmds,
-    })
-}
-
-/// One attempt of this node's ranks in the round `node` placed it in, and what the
-/// rendezvous said about its end.
-async fn attempt(
-    p: &Job,
-    life: &mut Life,
-    session: &mut impl Session,
-    node: &NodePlace,
-    restarts: Restarts,
-    events: &mut Events,
-) -> Result<Attempted, JobError> {
-    let (round, status) = (node.round, life.status.clone());
-    let Prepared {
-        attempt_dir,
-        mut reporter,
-        fr_dir,
-        stop_file,
-        cmds,
-        _left_at_end,
-    } = prepare(p, life, session, node, restarts)?;
-    let announce = session.announcer(round).await;
-    let stop = session.stop_watch(round, node).await?;
-    let world = node.places.first().map_or(0, |r| r.world_size);
-    let init_watch = session.watch_init(world, life.grace);
-    let live = life.live.clone();
-    let hangs_before = status.snapshot().hangs;
-    let memory = causes::memory_at_start(&p.root, life.memory.as_ref());
-    let heard = Heard::default();
-    let place = (attempt_dir.as_path(), fr_dir.as_deref());
-    let (watcher, _exchange, hangs, on_hang) =
-        hang_watch(p, session, node, (&live, &heard, &cmds), &status, place);
-    let timer = &mut life.timer;
-    let dumps_paused = on_hang.dumps_paused.clone();
-    let notice = preemption::notice(
-        p.stop.watch_preemption.clone(),
-        (node, &p.facts.container.hostname),
-        announce.clone(),
-    );
-    let stop = async move {
-        tokio::select! {
-            r = stop => AttemptStop::Rendezvous(r),
-            r = timer_expired(timer) => AttemptStop::Rendezvous(r),
-            r = on_hang.events(hangs) => AttemptStop::Hang(r),
-            r = notice => AttemptStop::Rendezvous(r),
-        }
-    };
-    let seen = Seen {
-        p,
-        node,
-        status: &status,
-        live: &live,
-        watcher: &watcher,
-        stop_file: &stop_file,
-        announce,
-        heard,
-    };
-    let on_rank = |e: RankEvent| seen.on(e);
-    let outcome = supervise::run_attempt(cmds, events, p.stop_how(), stop, &on_rank)
-        .await
-        .map_err(|e| JobError::failed("supervising the ranks", e))?;
-    if let Some(w) = init_watch {
-        w.abort();
-    }
-    // The dumps the ranks leave now are the failure's or the stop's.
-    dumps_paused.pause();
-    if let Some(e) = life.timer.as_mut().and_then(|t| t.fired.take()) {
-        let end = file_timer_fired(session, node, &outcome, e).await;
-        return Ok(Attempted { end, report: None });
-    }
-    if let Some(r) = reporter.as_mut() {
-        r.finish().await;
-    }
-    let end = match outcome {
-        Outcome::Succeeded => AttemptEnd::Succeeded {
-            barrier: session.finish(round, node).await?,
-        },
-        Outcome::Interrupted(sig) => {
-            let won = session.stop_all(round, seen.our_preemption(sig)).await;
-            crate::console::say!("toporun: stopped the ranks after {sig}");
-            preempted(&p.report, &won, &seen.heard.ending, &status);
-            AttemptEnd::Stopped(won)
-        }
-        Outcome::Failed(failures) => {
-            seen.say_where_the_others_stood();
-            let failed = Failed {
-                failures: &failures,
-                left: &seen.heard.leavers.list(),
-                last_seen: &watcher.last_seen(),
-                writing: &watcher.writing(),
-                ports: &watcher.ports(),
-                fr_dir: fr_dir.as_deref(),
-                attempt_dir: &attempt_dir,
-                memory,
-                xids: life.xids.as_ref(),
-                gpus: life.gpus.as_ref(),
-            };
-            let reporter = reporter.as_ref();
-            let (end, report) =
-                rank_failed(p, session, node, restarts, reporter, failed, &life.status).await;
-            return Ok(Attempted { end, report });
-        }
-        Outcome::Stopped(AttemptStop::Rendezvous(reason)) => {
-            // Stopped for a hang before this node read the view: it prints it too.
-            let unseen_hang = status.snapshot().hangs == hangs_before;
-            let place = (fr_dir.as_deref(), attempt_dir.as_path());
-            stopped_by_others(session, node, &reason, unseen_hang, place, &status).await;
-            preempted(&p.report, &reason, &seen.heard.ending, &status);
-            AttemptEnd::Stopped(reason)
-        }
-        Outcome::Stopped(AttemptStop::Hang(report)) => {
-            let place = (fr_dir.as_deref(), attempt_dir.as_path());
-            hang_stopped(&p.report, session, node, &report, place, &status).await
-        }
-    };
-    Ok(Attempted { end, report: None })
-}
-
-/// The status says which round this node runs, and where (a spare reports the round
-/// it joined).
-fn report_place(status: &JobStatus, node: &NodePlace) {
-    status.update(|x| {
-        x.round = Some(node.round);
-        x.run_id = node.run_id.clone();
-    });
-    status.placed(node.node_rank, node.nnodes);
-}
-
-/// Another node, or the keep-alives, stopped the round: its cause is said here, and a
-/// hang this node had not seen decided is printed from the job-wide view.
-async fn stopped_by_others(
-    session: &mut impl Session,
-    node: &NodePlace,
-    reason: &StopReason,
-    unseen_hang: bool,
-    place: (Option<&Path>, &Path),
-    status: &JobStatus,
-) {
-    if reason.kind == StopKind::Hang && unseen_hang {
-        if let Some(m) = session.meeting(node.round, node) {
-            exchange::print_decided(&m).await;
-        }
-    }
-    heard_stop(session, node, reason, "", place, status).await;
-}
-
-/// `--on-hang stop` ended this node's attempt: every node is told, the flight
-/// recorder read, the hang said in the termination message.
-async fn hang_stopped(
-    report_to: &ReportSettings,
-    session: &mut impl Session,
-    node: &NodePlace,
-    report: &HangReport,
-    (fr_dir, attempt_dir): (Option<&Path>, &Path),
-    status: &JobStatus,
-) -> AttemptEnd {
-    let why = format!(
-        "no rank made progress for --hang-timeout: {}",
-        report.hang.headline
-    );
-    session
-        .stop_all(node.round, StopReason::new(StopKind::Hang, why))
-        .await;
-    let meeting = session.meeting(node.round, node);
-    let collective = say_flight_recorder(fr_dir, meeting, attempt_dir, status).await;
-    let mut lead = format!("toporun: hang: {}\n", report.hang.headline);
-    match collective {
-        // No rank stood apart in the stacks: the collective that did not match is
-        // the cause, said last on the console and first in the message.
-        Some(c) if report.hang.odd.is_empty() => {
-            crate::console::say!("toporun: hang: cause: {c}");
-            lead = format!("toporun: hang: cause: {c}\n{lead}");
-        }
-        Some(c) => lead.push_str(&format!("toporun: flight recorder: {c}\n")),
-        None => {}
-    }
-    supervise::leave_termination_message(
-        report_to.termination_log.as_deref(),
-        &(lead + &report.text),
-    );
-    AttemptEnd::Hang
-}
-
-/// Serves `toporun stacks` from the run directory, once per job.
-fn serve_stacks(p: &Job, life: &mut Life, dir: &Path) {
-    if life.stacks_socket.is_some() {
-        return;
-    }
-    match stacks_socket::serve(p.root.clone(), dir, life.live.clone(), life.status.clone()) {
-        Ok(s) => life.stacks_socket = Some(s),
-        Err(e) => {
-            crate::console::say_warning!("no `toporun stacks` socket in {}: {e}", dir.display())
-        }
-    }
-}
-
-/// What stopped an attempt from outside its ranks.
-enum AttemptStop {
-    /// Another node, the keep-alive check or the file timer.
-    Rendezvous(StopReason),
-    /// `--on-hang stop`, with the hang report.
-    Hang(HangReport),
-}
-
-impl supervise::StopRequest for AttemptStop {
-    fn spent(&self) -> Duration {
-        match self {
-            AttemptStop::Rendezvous(r) => preemption::spent(r),
-            AttemptStop::Hang(_) => Duration::ZERO,
-        }
-    }
-
-    fn graceful(&self) -> bool {
-        matches!(self, AttemptStop::Rendezvous(r) if r.kind == StopKind::Preempt)
-    }
-}
-
-/// A preempted attempt's end, said on stderr, in the termination message and in
-/// `/status` (root cause `preempted`).
-fn preempted(
-    report: &ReportSettings,
-    reason: &StopReason,
-    ending: &preemption::Ending,
-    status: &JobStatus,
-) {
-    if reason.kind != StopKind::Preempt {
-        return;
-    }
-    let text = ending.message(reason);
-    crate::console::say!("toporun: {text}");
-    let log = report.termination_log.as_deref();
-    supervise::leave_termination_message(log, &format!("toporun: {text}"));
-    status.update(|x| {
-        x.root_cause = Some(CauseKind::Preempted);
-        x.last_failure = Some(reason.to_string());
-    });
-}
-
-impl std::fmt::Display for AttemptStop {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            AttemptStop::Rendezvous(r) => write!(f, "{r}"),
-            AttemptStop::Hang(_) => write!(f, "a hang (--on-hang stop)"),
         }
     }
 }

@@ -2,15 +2,16 @@
 //! (options, facts, plan, interpreter) and hands it to [`run`] with its signal
 //! [`Events`](crate::supervise::Events); rendezvous, attempts, restarts, supervision
 //! and the NCCL report happen here. The core (`spec`, `error`, `entry`,
-//! `transitions`, `round_loop`, `lifecycle`, `rank_events`, `ranks`, `run_dir`,
+//! `transitions`, `round_loop`, `lifecycle`, `attempt`, `rank_events`, `ranks`, `run_dir`,
 //! `nccl_report`, `preemption`) beside four rooms: `session/` (hosting or joining the
 //! store, rounds, stops across nodes), `failure/` (why a rank failed, what it leads
 //! to), `hang/` (stacks sampled, hangs decided and answered), `straggler/` (the rank
 //! the others wait for, from the same samples). Submodules depend on each other in one
-//! direction (lifecycle -> round_loop -> transitions, failure; lifecycle ->
+//! direction (lifecycle -> round_loop -> transitions, failure; lifecycle -> attempt ->
 //! rank_events, session, failure, hang -> straggler -> spec, error) and never on this
 //! file.
 
+mod attempt;
 mod attempt_timer;
 mod attempt_watches;
 mod entry;
