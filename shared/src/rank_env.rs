@@ -81,12 +81,7 @@ mod tests {
     use super::*;
     use crate::torchrun::worker::layout;
 
-    fn env(pairs: &[(&str, &str)]) -> UserEnv {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::env_of as env;
 
     fn switches(recorder: bool, faulthandler: bool) -> RankSwitches {
         RankSwitches {

@@ -159,6 +159,22 @@ fn record_traceback_is_the_root_cause() {
     assert!(root.contains("error.json"), "{root}");
 }
 
+/// Three ranks whose rank 0 raises under @record, started by toporun (`ours`) or the
+/// installed torchrun, writing what they probe to `out`.
+fn raising(ours: bool, out: &Path) -> Command {
+    let mut c = if ours {
+        toporun()
+    } else {
+        Command::new(torchrun())
+    };
+    c.args(["--standalone", "--nproc-per-node=3", "worker.py"])
+        .env("MODE", "raise")
+        .env("PROBE_OUT", out)
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts());
+    c
+}
+
 /// The launcher's TORCHELASTIC_ERROR_FILE gets the root cause's error.json, as
 /// torchrun's @record main writes it (compared with the installed torchrun).
 #[test]
@@ -168,18 +184,8 @@ fn launcher_error_file_holds_the_root_cause_like_torchrun() {
     for ours in [true, false] {
         let d = tempfile::tempdir().unwrap();
         let dest = d.path().join("launcher-error.json");
-        let mut c = if ours {
-            toporun()
-        } else {
-            Command::new(torchrun())
-        };
-        c.args(["--standalone", "--nproc-per-node=3", "worker.py"])
-            .env("MODE", "raise")
-            .env("PROBE_OUT", d.path())
-            .env("PYTHON_EXEC", python())
-            .env("TORCHELASTIC_ERROR_FILE", &dest)
-            .current_dir(scripts());
-        let (code, _, err) = run(&mut c);
+        let mut c = raising(ours, d.path());
+        let (code, _, err) = run(c.env("TORCHELASTIC_ERROR_FILE", &dest));
         assert_eq!(code, 1, "{err}");
         let v: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(&dest).unwrap_or_else(|e| panic!("{e}: {err}")),
@@ -208,18 +214,8 @@ fn launcher_error_file_holds_the_root_cause_like_torchrun() {
 fn the_error_files_the_summary_names_outlive_the_job_like_torchruns() {
     for ours in [true, false] {
         let tmp = tempfile::tempdir().unwrap();
-        let mut c = if ours {
-            toporun()
-        } else {
-            Command::new(torchrun())
-        };
-        c.args(["--standalone", "--nproc-per-node=3", "worker.py"])
-            .env("MODE", "raise")
-            .env("PROBE_OUT", tmp.path())
-            .env("PYTHON_EXEC", python())
-            .env("TMPDIR", tmp.path())
-            .current_dir(scripts());
-        let (code, _, err) = run(&mut c);
+        let mut c = raising(ours, tmp.path());
+        let (code, _, err) = run(c.env("TMPDIR", tmp.path()));
         assert_eq!(code, 1, "{err}");
         let named: Vec<&str> = err
             .lines()

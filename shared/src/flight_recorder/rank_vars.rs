@@ -148,12 +148,7 @@ mod tests {
         gpu_timed: true,
     };
 
-    fn user(pairs: &[(&str, &str)]) -> UserEnv {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::env_of as user;
 
     #[test]
     fn the_recorder_dumps_under_the_attempt_with_its_defaults() {

@@ -68,12 +68,7 @@ pub fn capture(on: bool, user: &UserEnv, attempt_dir: &Path) -> Capture {
 mod tests {
     use super::*;
 
-    fn user(pairs: &[(&str, &str)]) -> UserEnv {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
+    use crate::env_of as user;
 
     #[test]
     fn toporun_captures_init_lines_under_the_attempt() {
