@@ -19,6 +19,7 @@ mod faults_e2e;
 mod first_cause_e2e;
 mod gate_e2e;
 mod hang_e2e;
+mod harness;
 mod hostile_input_e2e;
 mod interpreter_e2e;
 mod json_documents_e2e;
