@@ -60,7 +60,7 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         )
     });
     // The launch's own function, with the places it would use.
-    let stop_file = p.stop_file(Path::new("<run dir>"));
+    let stop_file = p.stop.stop_file(Path::new("<run dir>"));
     let places = AttemptPlaces {
         attempt_dir: Path::new(&job.attempt_dir),
         stop_file: &stop_file,

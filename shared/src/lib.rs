@@ -31,14 +31,6 @@ pub mod toporun_vars;
 pub mod torchrun;
 pub mod units;
 pub mod untrusted;
+pub mod user_env;
 pub mod version;
 pub mod visible_devices;
-
-/// A user's environment from pairs, for tests.
-#[cfg(test)]
-pub(crate) fn env_of(pairs: &[(&str, &str)]) -> std::collections::BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}

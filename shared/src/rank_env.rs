@@ -4,9 +4,10 @@
 //! additions (the NCCL report's capture, the file timer, the flight recorder, the
 //! stop file, faulthandler, co-location), then torchrun's own variables.
 
-use crate::flight_recorder::{recorder_vars, RecorderSwitches, UserEnv};
+use crate::flight_recorder::{recorder_vars, RecorderSwitches};
 use crate::toporun_vars::ToporunVar;
 use crate::torchrun::worker::{worker_env, JobEnv, RankPlace};
+use crate::user_env::UserEnv;
 use std::path::{Path, PathBuf};
 
 /// torch's file timer: the file the ranks' FileTimerClient writes to.
@@ -81,7 +82,7 @@ mod tests {
     use super::*;
     use crate::torchrun::worker::layout;
 
-    use crate::env_of as env;
+    use crate::user_env::env_of as env;
 
     fn switches(recorder: bool, faulthandler: bool) -> RankSwitches {
         RankSwitches {

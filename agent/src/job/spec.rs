@@ -185,11 +185,6 @@ impl Job {
         all
     }
 
-    /// The stop file every rank is told of (`TOPORUN_STOP_FILE`).
-    pub fn stop_file(&self, run_dir: &Path) -> PathBuf {
-        self.stop.stop_file(run_dir)
-    }
-
     /// How the ranks are stopped when an attempt ends early.
     pub fn stop_how(&self) -> crate::supervise::StopHow {
         crate::supervise::StopHow {

@@ -15,7 +15,6 @@ pub trait GpuClocks: Send {
 }
 
 /// The process's NVML (none where it cannot be: no GPU here).
-#[derive(Default)]
 pub struct NvmlClocks;
 
 impl GpuClocks for NvmlClocks {

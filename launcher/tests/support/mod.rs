@@ -127,7 +127,7 @@ pub const EXPECTED_SKIPS: &[(&str, &str)] = &[];
 /// Whether a skip must fail the test: on CI (`CI` true, as CI services set it) or
 /// where TOPORUN_REQUIRE_PRIVILEGES is set, unless the test is an expected skip.
 pub fn skip_refused(test: &str, ci: Option<&str>, require: bool) -> Option<String> {
-    let on_ci = ci.is_some_and(|v| matches!(v.trim(), "true" | "1" | "yes"));
+    let on_ci = ci.and_then(toporun_shared::flags::torch_bool) == Some(true);
     if !(on_ci || require) || EXPECTED_SKIPS.iter().any(|(t, _)| *t == test) {
         return None;
     }

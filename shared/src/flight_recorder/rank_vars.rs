@@ -39,8 +39,7 @@ pub const PIPE_VARS: [&str; 2] = [
 /// The buffer size the pipe needs set under this name (torch 2.11).
 pub const PIPE_BUFFER_VAR: &str = "TORCH_NCCL_TRACE_BUFFER_SIZE";
 
-/// The environment the ranks inherit from the user, by name.
-pub type UserEnv = BTreeMap<String, String>;
+pub use crate::user_env::UserEnv;
 
 /// What the job asks of the ranks' recorder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -148,7 +147,7 @@ mod tests {
         gpu_timed: true,
     };
 
-    use crate::env_of as user;
+    use crate::user_env::env_of as user;
 
     #[test]
     fn the_recorder_dumps_under_the_attempt_with_its_defaults() {

@@ -3,11 +3,9 @@
 //! NCCL_DEBUG_FILE followed, or no report where the user's NCCL_DEBUG prints to the
 //! console.
 
+use crate::user_env::UserEnv;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// The environment the ranks inherit from the user, by name.
-type UserEnv = BTreeMap<String, String>;
 
 /// How this launch learns what NCCL did.
 pub enum Capture {
@@ -68,7 +66,7 @@ pub fn capture(on: bool, user: &UserEnv, attempt_dir: &Path) -> Capture {
 mod tests {
     use super::*;
 
-    use crate::env_of as user;
+    use crate::user_env::env_of as user;
 
     #[test]
     fn toporun_captures_init_lines_under_the_attempt() {
