@@ -27,6 +27,10 @@ SCENARIOS = {
     # The same with each step sleeping 0-80 ms as if on a GPU: the ranks leave CPU free.
     "log-gpu": {"PAUSE_AT": "22", "PAUSE": "10", "LOG_AT": "48", "LOG_SECS": "3",
                 "GPU_MS": "40"},
+    # The same with a third of the compute and longer GPU waits: four ranks use less
+    # than half of two cores, so a slower or shared CPU does not saturate them.
+    "log-gpu-light": {"PAUSE_AT": "22", "PAUSE": "10", "LOG_AT": "48", "LOG_SECS": "3",
+                      "GPU_MS": "60", "STEPS": "10"},
     "cgroup": {"CGROUP_RANK": "2"},
 }
 
@@ -45,6 +49,23 @@ def share(w):
         return "  -             "
     t = "/".join(f"{x * 100:2.0f}" for x in w.get("thirds", [0, 0, 0]))
     return f"{w['wait'] * 100:3.0f}% ({t}) cpu {w.get('cpu_pct') or 0:3.0f}"
+
+
+def gaps(windows):
+    """Each rank's points below the others' median: whole window / smallest of the
+    thirds (what the rule compares against 20 points)."""
+    def below(rank, pick):
+        others = sorted(pick(w) for r, w in windows.items() if r != rank)
+        mid = len(others) // 2
+        m = others[mid] if len(others) % 2 else (others[mid - 1] + others[mid]) / 2
+        return (m - pick(windows[rank])) * 100
+
+    out = []
+    for r in sorted(windows):
+        whole = below(r, lambda w: w["wait"])
+        third = min(below(r, lambda w, t=t: w["thirds"][t]) for t in range(3))
+        out.append(f"{r}:{whole:+4.0f}/{third:+4.0f}")
+    return "  ".join(out)
 
 
 def run(name, env_extra, window, secs, toporun, python):
@@ -76,6 +97,8 @@ def run(name, env_extra, window, secs, toporun, python):
         if any(v is not None for v in windows.values()):
             line = " ".join(f"{k}:" + share(v) for k, v in sorted(windows.items()))
             rows.append(f"  t={time.time() - start:5.1f}s {line}")
+            if all(v is not None for v in windows.values()):
+                rows.append("           gap " + gaps(windows))
     err = p.stderr.read()
     if cg is not None:
         try:

@@ -69,10 +69,10 @@ const NCCL_RECHECK: Duration = Duration::from_secs(5);
 const CGROUP_RECHECK: Duration = Duration::from_secs(10);
 
 impl Tracker {
-    /// How often ranks are sampled for the window: 60 samples a window, 4 to 1 a
-    /// second.
+    /// How often ranks are sampled for the window: 120 samples a window (40 a third:
+    /// the thirds rule needs them), 8 to 1 a second.
     pub fn interval(&self) -> Duration {
-        (self.span / 60).clamp(Duration::from_millis(250), Duration::from_secs(1))
+        (self.span / 120).clamp(Duration::from_millis(125), Duration::from_secs(1))
     }
 
     pub fn new(
@@ -342,6 +342,19 @@ mod tests {
             Decide::Here(Default::default()),
             JobStatus::default(),
         )
+    }
+
+    #[test]
+    fn a_window_is_sampled_120_times_within_bounds() {
+        let every = |secs| {
+            let mut t = tracker(std::path::Path::new("/"));
+            t.span = Duration::from_secs(secs);
+            t.interval()
+        };
+        assert_eq!(every(60), Duration::from_millis(500));
+        assert_eq!(every(20), Duration::from_nanos(166_666_666));
+        assert_eq!(every(10), Duration::from_millis(125));
+        assert_eq!(every(600), Duration::from_secs(1));
     }
 
     /// A rank spinning at `.item()` (the fast rank of the 2x H100 uneven job): with
