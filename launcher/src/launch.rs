@@ -36,10 +36,25 @@ enum PreflightMode {
 
 /// A toporun option from the command line, else its environment variable (so a
 /// manifest can set it without touching the job's command).
-fn option_or_env(m: &ArgMatches, o: Extra, env: &BTreeMap<String, String>) -> Option<String> {
-    m.get_one::<String>(o.id())
-        .cloned()
-        .or_else(|| from_env(o, env).map(|(_, v)| v.clone()))
+fn option_or_env(m: &ArgMatches, o: Extra, env: &BTreeMap<String, String>) -> Option<Given> {
+    if let Some(v) = m.get_one::<String>(o.id()) {
+        let what = format!("--{}", o.id().replace('_', "-"));
+        return Some(Given {
+            what,
+            value: v.clone(),
+        });
+    }
+    from_env(o, env).map(|(var, v)| Given {
+        what: var.to_string(),
+        value: v.clone(),
+    })
+}
+
+/// A value and the name it was given by (the option or its variable): an error
+/// names what the user wrote.
+struct Given {
+    what: String,
+    value: String,
 }
 
 /// The option's variable and its value, where it has one and it is set.
@@ -101,7 +116,7 @@ pub const DEFAULT_HANG_TIMEOUT: std::time::Duration = std::time::Duration::from_
 /// (TOPORUN_ON_HANG); unset, a report at [`DEFAULT_HANG_TIMEOUT`].
 fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<HangWatch>> {
     let on_hang = typed_choice::<OnHang>(m, Extra::OnHang, env)?;
-    let Some(v) = option_or_env(m, Extra::HangTimeout, env) else {
+    let Some(Given { what, value: v }) = option_or_env(m, Extra::HangTimeout, env) else {
         return Ok(Some(HangWatch {
             timeout: DEFAULT_HANG_TIMEOUT,
             stop: on_hang == OnHang::Stop,
@@ -110,12 +125,12 @@ fn hang_watch(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<H
     if v == "off" {
         return Ok(None);
     }
-    let timeout = toporun_shared::torchrun::seconds("--hang-timeout", &v)
+    let timeout = toporun_shared::torchrun::seconds(&what, &v)
         .ok()
         .filter(|t| !t.is_zero());
     let Some(timeout) = timeout else {
         bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "--hang-timeout {v}: expected a positive number of seconds (at most 30 days), or off to turn the hang watch off"
+            "{what}={v}: expected a positive number of seconds (at most 30 days), or off to turn the hang watch off"
         )));
     };
     Ok(Some(HangWatch {
@@ -140,7 +155,7 @@ fn init_grace(env: &BTreeMap<String, String>) -> Result<std::time::Duration> {
     Ok(d)
 }
 
-/// The shortest straggler window: 20 samples at 4 a second.
+/// The shortest straggler window: 40 samples at 8 a second, the fastest sampling.
 const MIN_STRAGGLER_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `--stragglers` (TOPORUN_STRAGGLERS) and `--straggler-window`
@@ -152,13 +167,13 @@ fn straggler_window(
     if typed_choice::<OnOff>(m, Extra::Stragglers, env)? == OnOff::Off {
         return Ok(None);
     }
-    let Some(v) = option_or_env(m, Extra::StragglerWindow, env) else {
+    let Some(Given { what, value: v }) = option_or_env(m, Extra::StragglerWindow, env) else {
         return Ok(Some(std::time::Duration::from_secs(60)));
     };
-    let w = toporun_shared::torchrun::seconds("--straggler-window", &v)?;
+    let w = toporun_shared::torchrun::seconds(&what, &v)?;
     if w < MIN_STRAGGLER_WINDOW {
         bail!(toporun_shared::torchrun::OptionsError::usage(format!(
-            "--straggler-window {v}: expected at least {} seconds (20 samples at 4 a second)",
+            "{what}={v}: expected at least {} seconds (40 samples at 8 a second, the fastest toporun samples)",
             MIN_STRAGGLER_WINDOW.as_secs()
         )));
     }
@@ -174,7 +189,7 @@ fn wants_measure(m: &ArgMatches, env: &BTreeMap<String, String>) -> bool {
 /// TOPORUN_TERMINATION_LOG, else the kubelet's file when it mounted one.
 fn termination_log(m: &ArgMatches, env: &BTreeMap<String, String>) -> Option<PathBuf> {
     option_or_env(m, Extra::TerminationLog, env)
-        .map(PathBuf::from)
+        .map(|g| PathBuf::from(g.value))
         .or_else(|| {
             let k8s = Path::new(TERMINATION_LOG);
             k8s.exists().then(|| k8s.to_path_buf())
@@ -330,7 +345,7 @@ fn prepare(
     let classified = typed_choice::<ExitCodesChoice>(m, Extra::ExitCodes, &parent_env)?
         == ExitCodesChoice::Classified;
     let stop_grace = match option_or_env(m, Extra::StopGrace, &parent_env) {
-        Some(v) => toporun_shared::torchrun::seconds("--stop-grace", &v)?,
+        Some(g) => toporun_shared::torchrun::seconds(&g.what, &g.value)?,
         None => std::time::Duration::ZERO,
     };
     let stop_signal_group =

@@ -244,16 +244,22 @@ fn the_node_hosting_the_store_matches_every_nodes_flight_recorder_dumps() {
 fn a_zero_hang_timeout_is_a_usage_error() {
     let (code, _, err) = run(toporun().args(["--hang-timeout=0", "--no-python", "true"]));
     assert_eq!(code, 2, "{err}");
-    assert!(err.contains("--hang-timeout 0"), "{err}");
+    assert!(err.contains("--hang-timeout=0"), "{err}");
     // A misspelt `off` says what is accepted; `off` itself runs with no hang watch.
     let (code, _, err) = run(toporun().args(["--hang-timeout=of", "--no-python", "true"]));
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains(
-            "--hang-timeout of: expected a positive number of seconds (at most 30 days), or off"
+            "--hang-timeout=of: expected a positive number of seconds (at most 30 days), or off"
         ),
         "{err}"
     );
+    // Set by its variable, the variable is named.
+    let (code, _, err) = run(toporun()
+        .args(["--no-python", "true"])
+        .env("TOPORUN_HANG_TIMEOUT", "0"));
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("TOPORUN_HANG_TIMEOUT=0: expected"), "{err}");
     let (code, _, err) =
         run(toporun().args(["--standalone", "--hang-timeout=off", "--no-python", "true"]));
     assert_eq!(code, 0, "{err}");
