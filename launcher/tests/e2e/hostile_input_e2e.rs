@@ -4,37 +4,12 @@
 use crate::support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 use support::*;
 
-/// Runs with a deadline; (exit code, stdout, stderr, how long).
-fn bounded(cmd: &mut Command, limit: Duration) -> (i32, String, String, Duration) {
-    let t = Instant::now();
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    while child.try_wait().unwrap().is_none() {
-        if t.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{cmd:?} still running after {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let took = t.elapsed();
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        took,
-    )
-}
-
 fn refused(args: &[&str], env: &[(&str, &str)], says: &str) {
-    let (code, _, err, _) = bounded(
+    let (code, _, err, _) = run_within(
         toporun().args(args).envs(env.iter().copied()),
         Duration::from_secs(20),
     );
@@ -114,7 +89,7 @@ fn counts_never_wrap() {
 
 #[test]
 fn oversized_files_are_refused_quickly() {
-    let (code, _, err, took) = bounded(
+    let (code, _, err, took) = run_within(
         toporun().args(["probe", "--facts", "/dev/zero"]),
         Duration::from_secs(20),
     );
@@ -139,7 +114,7 @@ fn oversized_files_are_refused_quickly() {
     }
     let cap = d.path().join("big.txt");
     std::fs::write(&cap, t).unwrap();
-    let (code, _, err, _) = bounded(
+    let (code, _, err, _) = run_within(
         toporun()
             .args(["launch", "--dry-run", "--nvidia-smi-topo"])
             .arg(&cap)
@@ -160,7 +135,7 @@ fn a_huge_cpulist_costs_what_one_range_does() {
     assert!(forged.len() > 100_000);
     let cap = d.path().join("a100.txt");
     std::fs::write(&cap, forged).unwrap();
-    let (code, _, err, took) = bounded(
+    let (code, _, err, took) = run_within(
         toporun()
             .args(["launch", "--dry-run", "--facts", &host("h200x4")])
             .arg("--nvidia-smi-topo")
@@ -176,7 +151,7 @@ fn a_huge_cpulist_costs_what_one_range_does() {
 #[test]
 fn sourced_output_gains_no_line_and_runs_nothing() {
     // A line break in a value cannot be carried by an env file: refused.
-    let (code, out, err, _) = bounded(
+    let (code, out, err, _) = run_within(
         toporun()
             .args(dry(&["--format", "env"]))
             .env("NCCL_SOCKET_IFNAME", "eth0\nLD_PRELOAD=/tmp/evil.so"),
@@ -191,7 +166,7 @@ fn sourced_output_gains_no_line_and_runs_nothing() {
     let d = tempfile::tempdir().unwrap();
     let marker = d.path().join("ran");
     let evil = format!("eth0'\n$(touch {m})\n`touch {m}`", m = marker.display());
-    let (code, out, err, _) = bounded(
+    let (code, out, err, _) = run_within(
         toporun()
             .args(dry(&["--format", "shell"]))
             .env("NCCL_SOCKET_IFNAME", &evil),
@@ -222,7 +197,7 @@ fn sourced_output_gains_no_line_and_runs_nothing() {
         serde_json::Value::String("eth0\nLD_PRELOAD=/tmp/evil.so".into());
     let forged = d.path().join("facts.json");
     std::fs::write(&forged, facts.to_string()).unwrap();
-    let (code, out, _, _) = bounded(
+    let (code, out, _, _) = run_within(
         toporun()
             .args(["launch", "--dry-run", "--format", "env", "--facts"])
             .arg(&forged)

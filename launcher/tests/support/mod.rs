@@ -4,8 +4,11 @@
 
 pub mod etcd;
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// The binary under test: this build's, or another one (`TOPORUN_BIN`: the portable
 /// release binary, the one inside the image).
@@ -53,16 +56,90 @@ pub fn host(name: &str) -> String {
 }
 
 pub fn run(cmd: &mut Command) -> (i32, String, String) {
-    let Output {
-        status,
-        stdout,
-        stderr,
-    } = cmd.output().expect("run toporun");
-    (
-        status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&stdout).into_owned(),
-        String::from_utf8_lossy(&stderr).into_owned(),
-    )
+    let (code, out, err, _) = run_within(cmd, RUN_DEADLINE);
+    (code, out, err)
+}
+
+/// How long one run may take: past it the test fails at once with what the run
+/// printed, instead of waiting out a timeout of toporun's (a join waits 600 s). The
+/// longest run of the suite takes about two minutes.
+pub const RUN_DEADLINE: Duration = Duration::from_secs(300);
+
+/// Runs `cmd` (stdin closed, output captured); (exit code, stdout, stderr, how long).
+/// Past `limit` it is asked to stop (SIGTERM, as a pod's deletion does), killed 15 s
+/// later, and the test fails naming the command and showing the stderr read so far
+/// (a process it left behind may hold the pipe open: the end of file is not waited).
+pub fn run_within(cmd: &mut Command, limit: Duration) -> (i32, String, String, Duration) {
+    let t = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run toporun");
+    let out = Captured::of(child.stdout.take());
+    let err = Captured::of(child.stderr.take());
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if t.elapsed() > limit {
+            stop(&mut child);
+            std::thread::sleep(Duration::from_millis(200));
+            let err = err.so_far();
+            panic!("{cmd:?} still running after {limit:?} (stopped)\n--- its stderr ---\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = t.elapsed();
+    (status.code().unwrap_or(-1), out.whole(), err.whole(), took)
+}
+
+/// One output of a child, read on its own thread as it comes.
+struct Captured {
+    text: Arc<Mutex<Vec<u8>>>,
+    reader: std::thread::JoinHandle<()>,
+}
+
+impl Captured {
+    fn of(r: Option<impl Read + Send + 'static>) -> Captured {
+        let text: Arc<Mutex<Vec<u8>>> = Arc::default();
+        let keep = text.clone();
+        let reader = std::thread::spawn(move || {
+            let Some(mut r) = r else { return };
+            let mut buf = [0u8; 8192];
+            while let Ok(n @ 1..) = r.read(&mut buf) {
+                keep.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        });
+        Captured { text, reader }
+    }
+
+    fn so_far(&self) -> String {
+        String::from_utf8_lossy(&self.text.lock().unwrap()).into_owned()
+    }
+
+    /// Everything, to the end of the file.
+    fn whole(self) -> String {
+        self.reader.join().unwrap();
+        let text = self.text.lock().unwrap();
+        String::from_utf8_lossy(&text).into_owned()
+    }
+}
+
+/// SIGTERM, then SIGKILL if it is still there 15 s later.
+fn stop(child: &mut Child) {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(15) {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }
 
 /// The python of the cached virtualenv with real PyTorch (scripts/setup-venv.sh).
