@@ -129,8 +129,8 @@ impl Captured {
 
 /// SIGTERM, then SIGKILL if it is still there 15 s later.
 fn stop(child: &mut Child) {
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+    // Not yet waited for, the child's pid is still its own even if it just ended.
+    sigterm(child);
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(15) {
         if child.try_wait().ok().flatten().is_some() {
