@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_shared::flight_recorder::dump_dir;
 use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
+use toporun_shared::root_cause::judge::{watchdog_cause, Left};
 use toporun_shared::root_cause::CauseKind;
 
 /// What stays the same from one round to the next.
@@ -250,7 +251,8 @@ pub(super) async fn attempt(
         }
         Outcome::Stopped(AttemptStop::Hang(report)) => {
             let place = (fr_dir.as_deref(), attempt_dir.as_path());
-            hang_stopped(&p.report, session, node, &report, place, &status).await
+            let left = seen.heard.leavers.list();
+            hang_stopped(&p.report, session, node, (&report, &left), place, &status).await
         }
     };
     Ok(Attempted { end, report: None })
@@ -284,20 +286,28 @@ async fn stopped_by_others(
     heard_stop(session, node, reason, "", place, status).await;
 }
 
-/// `--on-hang stop` ended this node's attempt: every node is told, the flight
-/// recorder read, the hang said in the termination message.
+/// `--on-hang stop`, or NCCL's watchdog, ended this node's attempt: every node is
+/// told, the flight recorder read, the hang said in the termination message (and,
+/// after the watchdog, as the root cause, as when the rank it stopped dies of it).
 async fn hang_stopped(
     report_to: &ReportSettings,
     session: &mut impl Session,
     node: &NodePlace,
-    report: &HangReport,
+    (report, left): (&HangReport, &[Left]),
     (fr_dir, attempt_dir): (Option<&Path>, &Path),
     status: &JobStatus,
 ) -> AttemptEnd {
-    let why = format!(
-        "no rank made progress for --hang-timeout: {}",
-        report.hang.headline
-    );
+    let why = match &report.watchdog {
+        Some((victim, w)) => format!(
+            "NCCL's watchdog stopped rank {victim} in {}: {}",
+            w.what(),
+            report.hang.headline
+        ),
+        None => format!(
+            "no rank made progress for --hang-timeout: {}",
+            report.hang.headline
+        ),
+    };
     session
         .stop_all(node.round, StopReason::new(StopKind::Hang, why))
         .await;
@@ -314,11 +324,19 @@ async fn hang_stopped(
         Some(c) => lead.push_str(&format!("toporun: flight recorder: {c}\n")),
         None => {}
     }
+    if let Some((victim, w)) = &report.watchdog {
+        let cause = watchdog_cause(*victim, w, Some(&report.hang.headline), left);
+        crate::console::say!("{}", cause.line());
+        lead = format!("{}\n{lead}", cause.line());
+        status.update(|x| x.root_cause = Some(CauseKind::Hang));
+    }
     supervise::leave_termination_message(
         report_to.termination_log.as_deref(),
         &(lead + &report.text),
     );
-    AttemptEnd::Hang
+    AttemptEnd::Hang {
+        by_watchdog: report.watchdog.is_some(),
+    }
 }
 
 /// Serves `toporun stacks` from the run directory, once per job.
@@ -380,6 +398,9 @@ impl std::fmt::Display for AttemptStop {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             AttemptStop::Rendezvous(r) => write!(f, "{r}"),
+            AttemptStop::Hang(r) if r.watchdog.is_some() => {
+                write!(f, "NCCL's watchdog timed a collective out")
+            }
             AttemptStop::Hang(_) => write!(f, "a hang (--on-hang stop)"),
         }
     }

@@ -36,8 +36,9 @@ pub enum AttemptEnd {
     Stopped(StopReason),
     /// torch's FileTimerServer killed a rank with this signal.
     FileTimer { signal: i32 },
-    /// No rank made progress for --hang-timeout, and --on-hang stop ended the job.
-    Hang,
+    /// No rank made progress for --hang-timeout, and --on-hang stop ended the job; or
+    /// NCCL's watchdog timed a collective out and toporun stopped the ranks.
+    Hang { by_watchdog: bool },
 }
 
 /// The exit code of `--on-hang stop` (timeout(1)'s "timed out").
@@ -252,9 +253,13 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
         }
         AttemptEnd::Stopped(reason) => go_on(reason, "restarting this node's ranks", restarts)
             .unwrap_or_else(|| exit(1, Some(format!("the job stopped: {reason}")))),
-        AttemptEnd::Hang => exit(
+        AttemptEnd::Hang { by_watchdog } => exit(
             HANG_EXIT,
-            Some("stopped every rank after the hang report (--on-hang stop)".into()),
+            Some(if *by_watchdog {
+                "stopped every rank once NCCL's watchdog had timed a collective out (the ranks could not go on)".into()
+            } else {
+                "stopped every rank after the hang report (--on-hang stop)".into()
+            }),
         ),
         AttemptEnd::FileTimer { signal } => exit(
             u8::try_from((128 + signal).clamp(0, 255)).unwrap_or(255),
@@ -514,7 +519,11 @@ mod tests {
     fn a_hang_stopped_by_on_hang_ends_with_its_own_code_never_a_restart() {
         // Here, or on another node that stopped every node for it.
         let elsewhere = AttemptEnd::Stopped(StopReason::new(StopKind::Hang, "no progress"));
-        for end in [AttemptEnd::Hang, elsewhere] {
+        for end in [
+            AttemptEnd::Hang { by_watchdog: false },
+            AttemptEnd::Hang { by_watchdog: true },
+            elsewhere,
+        ] {
             let e = exit_of(after(&end, ONE_LEFT, false).0);
             assert_eq!((e.code, e.summary), (HANG_EXIT, false), "{end:?}");
         }
@@ -549,6 +558,9 @@ mod tests {
             class_code(1, &AttemptEnd::Stopped(StopReason::fail("x"))),
             1
         );
-        assert_eq!(class_code(HANG_EXIT, &AttemptEnd::Hang), HANG_EXIT);
+        assert_eq!(
+            class_code(HANG_EXIT, &AttemptEnd::Hang { by_watchdog: true }),
+            HANG_EXIT
+        );
     }
 }

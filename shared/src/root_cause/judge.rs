@@ -235,17 +235,31 @@ const HANG_FIX: &str = "the rank the others waited for: make every rank run the 
 /// A rank NCCL's watchdog stopped waited for a peer: the cause is that peer (the hang
 /// report's rank outside any collective, a rank that left), the rank is the messenger.
 fn watchdog_victim(e: &RankEnd, w: &WatchdogTimeout, left: &[Left]) -> Cause {
-    let culprit = match (e.hang, left.first()) {
-        (_, Some(l)) => format!("rank {} left the job (exit 0 at {:.1}s into the attempt) while rank {} still needed it", l.rank, l.into_attempt, e.rank),
+    let mut c = watchdog_cause(e.rank, w, e.hang, left);
+    c.summary
+        .push_str(", its SIGABRT is NCCL's doing, not a crash");
+    c
+}
+
+/// The cause when NCCL's watchdog stopped `victim`: `hang`, where the ranks it waited
+/// for stood (the hang report's headline), or a rank that left. Said the same whether
+/// the rank died of it or toporun stopped the ranks once the watchdog had fired.
+pub fn watchdog_cause(
+    victim: u32,
+    w: &WatchdogTimeout,
+    hang: Option<&str>,
+    left: &[Left],
+) -> Cause {
+    let culprit = match (hang, left.first()) {
+        (_, Some(l)) => format!("rank {} left the job (exit 0 at {:.1}s into the attempt) while rank {victim} still needed it", l.rank, l.into_attempt),
         (Some(h), None) => h.to_string(),
         (None, None) => "no rank was seen outside the collective: look for a collective some rank skipped or called with other sizes".into(),
     };
     Cause::new(
         CauseKind::Hang,
-        Some(e.rank),
+        Some(victim),
         format!(
-            "{culprit}; NCCL's watchdog stopped rank {} in {} (\"{}\"): that rank waited for its peers, its SIGABRT is NCCL's doing, not a crash",
-            e.rank,
+            "{culprit}; NCCL's watchdog stopped rank {victim} in {} (\"{}\"): that rank waited for its peers",
             w.what(),
             w.line
         ),
@@ -329,11 +343,24 @@ pub fn judge(
                 Some(sig) => format!("; the process then crashed with {sig} as Python exited (no Python frame: a library's teardown), which follows from it"),
                 None => String::new(),
             };
-            causes.push(Cause::new(
-                CauseKind::Code,
-                r,
-                format!("rank {} raised {}{then}{own_fault}", e.rank, x.line()),
-            ));
+            causes.push(match &x.nccl {
+                Some(n) => Cause::new(
+                    CauseKind::Code,
+                    r,
+                    format!(
+                        "rank {} raised {}: {}{then}{own_fault}",
+                        e.rank,
+                        x.kind_and_place(),
+                        n.text()
+                    ),
+                )
+                .fix(n.fix()),
+                None => Cause::new(
+                    CauseKind::Code,
+                    r,
+                    format!("rank {} raised {}{then}{own_fault}", e.rank, x.line()),
+                ),
+            });
         } else if e.exitcode > 0 || !own_fault.is_empty() {
             causes.push(Cause::new(
                 CauseKind::Code,
@@ -501,11 +528,32 @@ mod tests {
         assert_eq!(c[0].summary, "rank 3 exited with code 3 without a Python traceback (os._exit, or a native library's exit()); last seen in flush_shards (t.py:12), sampled 0.3s before it ended");
     }
 
+    /// An NCCL error is said with NCCL's own reason and the fix it points to, not the
+    /// exception's first line (its file in PyTorch and the NCCL_DEBUG hint).
+    #[test]
+    fn an_nccl_error_is_said_with_ncclss_reason_and_its_fix() {
+        let text = "Traceback (most recent call last):\n  File \"/app/train.py\", line 12, in main\ntorch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\nncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 1 and rank 0 both on CUDA device 18000\n";
+        let x = crate::root_cause::python_error::last_exception(text).expect("a traceback");
+        let mut e = end(1, None, 1);
+        e.exception = Some(&x);
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].kind, CauseKind::Code);
+        assert!(c[0].summary.starts_with("rank 1 raised torch.distributed.DistBackendError (train.py:12): NCCL invalid usage ("), "{}", c[0].summary);
+        assert!(c[0].summary.ends_with("NCCL's reason: \"Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 18000\""), "{}", c[0].summary);
+        assert!(!c[0].summary.contains("NCCLUtils.cpp"), "{}", c[0].summary);
+        let fix = c[0].fix.as_deref().unwrap_or_default();
+        assert!(
+            fix.starts_with("ranks 1 and 0 run on one GPU (PCI bus 18000)"),
+            "{fix}"
+        );
+    }
+
     #[test]
     fn a_full_volume_and_cuda_oom_lead_the_codes_exception() {
         let x = PythonError {
             exception: "RuntimeError: [enforce fail at inline_container.cc:671] . unexpected pos 704 vs 598".into(),
             frame: Some(("/app/ckpt.py".into(), 9, "save".into())),
+            nccl: None,
         };
         let v = Volume {
             path: "/ckpt/step3.pt".into(),
@@ -527,6 +575,7 @@ mod tests {
         let x = PythonError {
             exception: "torch.OutOfMemoryError: CUDA out of memory.".into(),
             frame: Some(("/app/oom.py".into(), 3, "build_activations".into())),
+            nccl: None,
         };
         let mut e = end(0, None, 1);
         e.exception = Some(&x);
@@ -600,6 +649,7 @@ mod tests {
         let x = PythonError {
             exception: "RuntimeError: unable to allocate shared memory(shm) for file </torch_1>: No space left on device (28)".into(),
             frame: Some(("train.py".into(), 9, "main".into())),
+            nccl: None,
         };
         let e = RankEnd {
             exception: Some(&x),
@@ -675,6 +725,7 @@ mod tests {
         let x = PythonError {
             exception: "RuntimeError: CUDA error: an illegal memory access was encountered".into(),
             frame: None,
+            nccl: None,
         };
         let e = RankEnd {
             exception: Some(&x),

@@ -10,6 +10,7 @@ pub mod gpu_health;
 pub mod gpu_memory;
 pub mod judge;
 pub mod native_crash;
+pub mod nccl_error;
 pub mod oom;
 pub mod peer;
 pub mod python_error;

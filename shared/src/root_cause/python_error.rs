@@ -11,17 +11,32 @@ pub struct PythonError {
     /// The innermost frame of the user's code (not the standard library or an
     /// installed package): (file, line, function).
     pub frame: Option<(String, u32, String)>,
+    /// NCCL's own explanation, where the exception is NCCL's (the lines after the
+    /// first: its class and `Last error:`).
+    #[serde(default)]
+    pub nccl: Option<super::nccl_error::NcclError>,
 }
 
 impl PythonError {
     /// `ValueError: bad batch shape (3, 224) (train.py:4)`.
     pub fn line(&self) -> String {
+        self.with_place(&self.exception)
+    }
+
+    /// `torch.distributed.DistBackendError (train.py:4)`: the exception's type alone,
+    /// where its message is told another way.
+    pub fn kind_and_place(&self) -> String {
+        let kind = self.exception.split(':').next().unwrap_or(&self.exception);
+        self.with_place(kind.trim())
+    }
+
+    fn with_place(&self, text: &str) -> String {
         match &self.frame {
             Some((file, line, _)) => {
                 let name = file.rsplit('/').next().unwrap_or(file);
-                format!("{} ({name}:{line})", self.exception)
+                format!("{text} ({name}:{line})")
             }
-            None => self.exception.clone(),
+            None => text.to_string(),
         }
     }
 }
@@ -70,7 +85,7 @@ pub fn last_exception(text: &str) -> Option<PythonError> {
         .iter()
         .rposition(|l| l.starts_with("Traceback (most recent call last):"))?;
     let mut frames = Vec::new();
-    for l in &lines[start + 1..] {
+    for (i, l) in lines.iter().enumerate().skip(start + 1) {
         if let Some(f) = frame(l) {
             frames.push(f);
             continue;
@@ -82,6 +97,7 @@ pub fn last_exception(text: &str) -> Option<PythonError> {
         return Some(PythonError {
             exception: l.trim().to_string(),
             frame: user.or(frames.last()).cloned(),
+            nccl: super::nccl_error::parse(&lines[i..]),
         });
     }
     None
@@ -166,6 +182,32 @@ mod tests {
         ));
         assert!(!ends_in_exception("all fine\n"));
         assert!(!ends_in_exception(""));
+    }
+
+    /// NCCL's reason follows the exception's first line: kept with it.
+    #[test]
+    fn an_nccl_error_keeps_ncclss_own_reason() {
+        let text = "[rank1]: Traceback (most recent call last):
+[rank1]:   File \"/app/train.py\", line 12, in main
+[rank1]:     dist.all_reduce(t)
+[rank1]:   File \"/venv/lib/python3.12/site-packages/torch/distributed/distributed_c10d.py\", line 3068, in all_reduce
+[rank1]:     work = group.allreduce([tensor], opts)
+[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:93, invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9
+[rank1]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.
+[rank1]: Last error:
+[rank1]: Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 18000
+";
+        let e = last_exception(text).expect("a traceback");
+        assert_eq!(
+            e.kind_and_place(),
+            "torch.distributed.DistBackendError (train.py:12)"
+        );
+        let n = e.nccl.expect("NCCL's error");
+        assert_eq!(
+            n.last_error.as_deref(),
+            Some("Duplicate GPU detected : rank 1 and rank 0 both on CUDA device 18000")
+        );
+        assert_eq!(last_exception(TRACE).expect("a traceback").nccl, None);
     }
 
     #[test]

@@ -115,6 +115,7 @@ impl Meeting {
             sink.found(HangReport {
                 hang: n.hang,
                 text: n.text,
+                watchdog: None,
             });
         }
         Ok(())

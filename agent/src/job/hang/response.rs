@@ -148,14 +148,27 @@ pub struct AfterHang {
 /// stack traces can take seconds.
 const DUMP_WAIT: Duration = Duration::from_secs(60);
 
+/// How long the ranks may dump once NCCL's watchdog has fired, before toporun stops
+/// them: torch then waits 60 s on its own dump before it aborts (measured on 2x H100:
+/// the watchdog at 31.6 s, its abort at 97.8 s), but nothing more comes from ranks
+/// whose communicator timed out. The dumps took 6.6-7.4 s in the hang stops measured
+/// (tests/fixtures/device/nccl-failures-h100x2); with the report's second of sampling
+/// and the stop, the job ends within the watchdog's timeout + 15 s.
+const WATCHDOG_DUMP_WAIT: Duration = Duration::from_secs(11);
+
 impl AfterHang {
-    /// Records each hang in the attempt directory (hang.json); under `--on-hang
-    /// stop` asks the ranks for their flight-recorder dumps and resolves.
+    /// Records each hang in the attempt directory (hang.json); once NCCL's watchdog has
+    /// fired, or under `--on-hang stop`, asks the ranks for their flight-recorder
+    /// dumps and resolves (the ranks are then stopped).
     pub async fn events(self, mut hangs: mpsc::UnboundedReceiver<HangReport>) -> HangReport {
         while let Some(r) = hangs.recv().await {
             write_json(&self.attempt_dir.join("hang.json"), &r.hang);
+            if r.watchdog.is_some() {
+                self.ask_for_dumps(&r, WATCHDOG_DUMP_WAIT).await;
+                return r;
+            }
             if self.watch.is_some_and(|w| w.stop) {
-                self.ask_for_dumps(&r).await;
+                self.ask_for_dumps(&r, DUMP_WAIT).await;
                 return r;
             }
         }
@@ -165,7 +178,7 @@ impl AfterHang {
     /// Stock ProcessGroupNCCL makes every rank dump when `exception_dump` (the
     /// int32 rank that saw the failure) appears at the root of the workers' store,
     /// and then ends the ranks: only done when they are to be stopped anyway.
-    async fn ask_for_dumps(&self, r: &HangReport) {
+    async fn ask_for_dumps(&self, r: &HangReport, wait: Duration) {
         let Some(dir) = &self.fr_dir else { return };
         self.dumps_paused.pause();
         if !self.monitor_polls {
@@ -186,14 +199,19 @@ impl AfterHang {
         if monitored == 0 {
             return;
         }
+        let then = if r.watchdog.is_some() {
+            ", then stopping the ranks: NCCL's watchdog has fired, nothing more can come from them"
+        } else {
+            ""
+        };
         crate::console::say!(
-            "toporun: hang: asked the ranks for their flight-recorder dumps (exception_dump); waiting up to {}s for them",
-            DUMP_WAIT.as_secs()
+            "toporun: hang: asked the ranks for their flight-recorder dumps (exception_dump); waiting up to {}s for them{then}",
+            wait.as_secs()
         );
         let start = std::time::Instant::now();
         let mut sizes = BTreeMap::new();
         let mut done = 0;
-        while start.elapsed() < DUMP_WAIT && done < monitored {
+        while start.elapsed() < wait && done < monitored {
             tokio::time::sleep(Duration::from_millis(200)).await;
             (done, sizes) = dumps_done(dir, &sizes);
         }

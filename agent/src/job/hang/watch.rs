@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
+use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
 use toporun_shared::stacks::{Places, RankStack};
@@ -33,6 +34,8 @@ pub fn interval(timeout: Duration) -> Duration {
 pub struct HangReport {
     pub hang: Hang,
     pub text: String,
+    /// NCCL's watchdog timed a collective out on this rank: the ranks cannot go on.
+    pub watchdog: Option<(u32, WatchdogTimeout)>,
 }
 
 /// Where a found hang goes: stderr, the status counters, and the attempt.
@@ -276,7 +279,11 @@ impl Judge {
         let ctx = self.context(stacks);
         let hang = Hang::watchdog(stacks, &Places::new(), victim, &w.what(), &ctx);
         let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
-        self.sink.found(HangReport { hang, text });
+        self.sink.found(HangReport {
+            hang,
+            text,
+            watchdog: Some((victim, w)),
+        });
         self.reported = true;
         true
     }
@@ -350,7 +357,11 @@ impl Judge {
         }
         let hang = Hang::with(stacks, &Places::new(), stalled, timeout, &ctx);
         let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
-        self.sink.found(HangReport { hang, text });
+        self.sink.found(HangReport {
+            hang,
+            text,
+            watchdog: None,
+        });
         self.reported = true;
     }
 }
