@@ -10,8 +10,9 @@ if ! "$VENV/bin/python" -c "import torch, numpy" >/dev/null 2>&1; then
 fi
 # The status endpoint's tests parse /metrics with Prometheus' own Python parser; the
 # manifests' tests validate them with Kubernetes' own schemas and the Kubeflow Trainer's
-# API models; the lost-peer test makes its network namespace with pyroute2.
-if ! "$VENV/bin/python" -c "import prometheus_client, kubernetes_validate, kubeflow_trainer_api, pyroute2" >/dev/null 2>&1; then
-  "$VENV/bin/pip" install -q --disable-pip-version-check prometheus_client kubernetes-validate kubeflow-trainer-api pyroute2 >&2
+# API models; the lost-peer test makes its network namespace with pyroute2; the
+# terminal test draws a tqdm bar.
+if ! "$VENV/bin/python" -c "import prometheus_client, kubernetes_validate, kubeflow_trainer_api, pyroute2, tqdm" >/dev/null 2>&1; then
+  "$VENV/bin/pip" install -q --disable-pip-version-check prometheus_client kubernetes-validate kubeflow-trainer-api pyroute2 tqdm >&2
 fi
 echo "$VENV/bin/python"

@@ -272,7 +272,7 @@ fn diagnosis_args(cmd: Command) -> Command {
                 .long("read-stderr")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: where toporun's own stderr is no terminal (a pod), the ranks' stderr passes through toporun byte for byte, so a failure names the rank's last Python exception and a full /dev/shm; off: inherited, as torchrun [env: TOPORUN_READ_STDERR]"),
+                .help("on: the ranks' stderr passes through toporun byte for byte (on a terminal, through a pseudo-terminal per rank: colours and progress bars kept), so a failure names the rank's last Python exception and a full /dev/shm; off: inherited, as torchrun [env: TOPORUN_READ_STDERR]"),
         )
         .arg(
             Arg::new(Extra::ExitCodes.id())

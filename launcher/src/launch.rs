@@ -18,7 +18,7 @@ use toporun_agent::job::{
     self, FileTimerSetting, HangWatch, Job, RdzvSettings, ReportSettings, StopSettings,
     WatchSettings,
 };
-use toporun_agent::supervise::{self, Events};
+use toporun_agent::supervise::{self, Events, StderrRead};
 use toporun_shared::colocation;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
 use toporun_shared::torchrun::worker;
@@ -360,10 +360,15 @@ fn prepare(
         nccl_report,
         flight_recorder,
         gpu_timing,
-        // In a pod stderr is a pipe anyway; on a terminal the ranks keep it (colours,
-        // progress bars) and toporun does not read their exceptions.
-        stderr: typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? == OnOff::On
-            && !std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        // In a pod stderr is a pipe anyway; on a terminal each rank gets a
+        // pseudo-terminal (colours, progress bars) that toporun reads.
+        stderr: match typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? {
+            OnOff::Off => StderrRead::Off,
+            OnOff::On if std::io::IsTerminal::is_terminal(&std::io::stderr()) => {
+                StderrRead::Terminal
+            }
+            OnOff::On => StderrRead::Pipe,
+        },
         init_grace: init_grace(&parent_env)?,
         xid_replay: set_var(&parent_env, job::XID_REPLAY_VAR).map(PathBuf::from),
     };

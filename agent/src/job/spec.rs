@@ -109,8 +109,8 @@ pub struct WatchSettings {
     /// `--gpu-timing on`: NCCL ranks time their collectives and dump their recorder
     /// through a pipe while they train (the GPU straggler rule reads the dumps).
     pub gpu_timing: bool,
-    /// The ranks' stderr goes through toporun (their last exception is read).
-    pub stderr: bool,
+    /// How the ranks' stderr goes through toporun (their last exception is read).
+    pub stderr: crate::supervise::StderrRead,
     /// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited
     /// for before the missing ones are named.
     pub init_grace: std::time::Duration,

@@ -33,6 +33,22 @@ pub enum Sink {
     /// stderr to the console byte for byte, through a pipe toporun reads (the rank's
     /// last exception): the default where toporun's own stderr is no terminal.
     Watched,
+    /// As `Watched`, through a pseudo-terminal of the terminal's size: where toporun's
+    /// stderr is a terminal, the rank still sees one (colours, progress bars drawn in
+    /// place) and toporun still reads its exception.
+    Terminal,
+}
+
+/// How a rank's stderr shown on the console is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StderrRead {
+    /// Not at all: inherited, as torchrun (--read-stderr off).
+    #[default]
+    Off,
+    /// Through a pipe (toporun's stderr is no terminal: a pod).
+    Pipe,
+    /// Through a pseudo-terminal (toporun's stderr is a terminal).
+    Terminal,
 }
 
 /// A rank's stream as spawned: what the rank writes to (None: toporun's own) and the
@@ -218,6 +234,13 @@ impl Sink {
                     read: Some(File::from(OwnedFd::from(read))),
                 }
             }
+            Sink::Terminal => {
+                let (read, write) = super::pty::open()?;
+                Ends {
+                    child: Some(write),
+                    read: Some(read),
+                }
+            }
         })
     }
 
@@ -239,7 +262,7 @@ impl Sink {
                 false,
                 duplicate.clone(),
             ),
-            Sink::Watched => (Vec::new(), None, true, true, None),
+            Sink::Watched | Sink::Terminal => (Vec::new(), None, true, true, None),
             _ => return,
         };
         let mut log = file.as_ref().and_then(|p| private_file(p).ok());
@@ -329,8 +352,9 @@ pub struct LogPlan<'a> {
     pub shown: bool,
     pub dir: &'a std::path::Path,
     pub prefix: String,
-    /// stderr shown as is goes through toporun ([`Sink::Watched`]).
-    pub watch_stderr: bool,
+    /// How stderr shown as is goes through toporun ([`Sink::Watched`],
+    /// [`Sink::Terminal`]).
+    pub watch_stderr: StderrRead,
     /// The node's filtered stdout and stderr files, where filters were given.
     pub duplicate: (Option<&'a Duplicate>, Option<&'a Duplicate>),
 }
@@ -367,8 +391,10 @@ impl LogPlan<'_> {
                     stderr,
                     duplicate: None,
                 }
-            } else if stderr && self.watch_stderr {
+            } else if stderr && self.watch_stderr == StderrRead::Pipe {
                 Sink::Watched
+            } else if stderr && self.watch_stderr == StderrRead::Terminal {
+                Sink::Terminal
             } else {
                 Sink::Inherit
             }
@@ -449,18 +475,24 @@ mod tests {
             shown: true,
             dir,
             prefix: "[default0]:".into(),
-            watch_stderr: false,
+            watch_stderr: StderrRead::Off,
             duplicate: (None, None),
         };
         assert_eq!(base.sinks(), (Sink::Inherit, Sink::Inherit));
         let watched = LogPlan {
-            watch_stderr: true,
+            watch_stderr: StderrRead::Pipe,
             prefix: String::new(),
             ..base
         };
         assert_eq!(watched.sinks(), (Sink::Inherit, Sink::Watched));
+        let on_terminal = LogPlan {
+            watch_stderr: StderrRead::Terminal,
+            prefix: String::new(),
+            ..watched
+        };
+        assert_eq!(on_terminal.sinks(), (Sink::Inherit, Sink::Terminal));
         let base = LogPlan {
-            watch_stderr: false,
+            watch_stderr: StderrRead::Off,
             prefix: "[default0]:".into(),
             ..watched
         };

@@ -5,13 +5,14 @@ mod events;
 pub mod file_timer;
 mod logs;
 pub mod open_files;
+mod pty;
 mod spawn;
 mod summary;
 mod tail;
 mod vfork_exec;
 
 pub use events::{Event, Events};
-pub use logs::{line_prefix, private_file, Console, Duplicate, LogPlan, Sink};
+pub use logs::{line_prefix, private_file, Console, Duplicate, LogPlan, Sink, StderrRead};
 pub use spawn::RankCmd;
 pub use summary::{
     dump_error_file, failure_summary, first_failure, leave_termination_message, record_error,

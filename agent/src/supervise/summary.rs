@@ -42,6 +42,8 @@ pub struct Failure {
     pub cuda_oom: Option<CudaOom>,
     /// NCCL's watchdog stopped it (a collective timed out).
     pub watchdog: Option<toporun_shared::root_cause::watchdog::WatchdogTimeout>,
+    /// toporun read its stderr (else no exception can be known).
+    pub stderr_read: bool,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -122,6 +124,7 @@ impl Failure {
             paths: paths_named(&output),
             cuda_oom: cuda_oom(&output),
             watchdog: toporun_shared::root_cause::watchdog::last_timeout(&output),
+            stderr_read: !matches!(cmd.stderr, Sink::Inherit | Sink::Null),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
             pid,
@@ -340,6 +343,7 @@ mod tests {
             paths: Vec::new(),
             cuda_oom: None,
             watchdog: None,
+            stderr_read: true,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -373,6 +377,7 @@ mod tests {
             paths: Vec::new(),
             cuda_oom: None,
             watchdog: None,
+            stderr_read: true,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -406,6 +411,7 @@ mod tests {
             paths: Vec::new(),
             cuda_oom: None,
             watchdog: None,
+            stderr_read: true,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

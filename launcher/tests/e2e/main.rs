@@ -39,4 +39,5 @@ mod source_sizes;
 mod status_endpoint_e2e;
 mod store_attacks_e2e;
 mod store_port_e2e;
+mod terminal_e2e;
 mod torchrun_parity_e2e;

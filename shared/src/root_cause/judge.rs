@@ -22,6 +22,8 @@ pub struct RankEnd<'a> {
     /// The signal that killed it.
     pub signal: Option<RankSignal>,
     pub exception: Option<&'a PythonError>,
+    /// toporun read its stderr: without it, no exception can be known.
+    pub stderr_read: bool,
     pub shm_line: Option<&'a str>,
     /// Its line saying a peer went away (gloo's "Connection closed by peer"...), and
     /// the rank of this node that held the address the line names.
@@ -362,11 +364,16 @@ pub fn judge(
                 ),
             });
         } else if e.exitcode > 0 || !own_fault.is_empty() {
+            let how = if e.stderr_read {
+                "without a Python traceback (os._exit, or a native library's exit())"
+            } else {
+                "(toporun did not read its stderr: --read-stderr off; its traceback, if it raised, is in its output above)"
+            };
             causes.push(Cause::new(
                 CauseKind::Code,
                 r,
                 format!(
-                    "rank {} exited with code {} without a Python traceback (os._exit, or a native library's exit()){}{own_fault}",
+                    "rank {} exited with code {} {how}{}{own_fault}",
                     e.rank,
                     e.exitcode,
                     seen(e)
@@ -393,6 +400,7 @@ mod tests {
             exitcode,
             signal,
             exception: None,
+            stderr_read: true,
             shm_line: None,
             lost_peer: None,
             peer_rank: None,
@@ -545,6 +553,25 @@ mod tests {
         assert!(
             fix.starts_with("ranks 1 and 0 run on one GPU (PCI bus 18000)"),
             "{fix}"
+        );
+    }
+
+    /// Where toporun did not read the rank's stderr it cannot know there was no
+    /// traceback, and does not say so.
+    #[test]
+    fn an_unread_stderr_never_claims_there_was_no_traceback() {
+        let mut e = end(1, None, 1);
+        e.stderr_read = false;
+        let c = judge(&[e], &[], None, None, &[]);
+        assert!(
+            !c[0].summary.contains("without a Python traceback"),
+            "{}",
+            c[0].summary
+        );
+        assert!(
+            c[0].summary.contains("toporun did not read its stderr"),
+            "{}",
+            c[0].summary
         );
     }
 

@@ -150,6 +150,7 @@ pub fn of(
                 .is_some()
                 .then(|| RankSignal::from_number(-f.exitcode)),
             exception: f.exception.as_ref(),
+            stderr_read: f.stderr_read,
             shm_line: f.shm.as_deref(),
             lost_peer: f.peer_lost.as_ref().map(|(line, _)| line.as_str()),
             peer_rank: peer_rank(f, seen.ports),
