@@ -62,3 +62,46 @@ fn the_straggler_is_not_a_slow_link() {
     assert!((0.6..1.5).contains(&ratio), "{ar:?}");
     assert!(!ar.slow());
 }
+
+/// A 4x H200 job's dumps (tests/fixtures/device/x4-h200/failures): all four ranks after
+/// a hang stop (`metrics`), and three of four (`skip`: rank 1 never dumped).
+fn x4_dumps(case: &str) -> Vec<Dump> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../tests/fixtures/device/x4-h200/failures/{case}/fr"
+    ));
+    (0..4)
+        .filter_map(|rank| {
+            let bytes = std::fs::read(dir.join(format!("rank_{rank}"))).ok()?;
+            Some(parse(rank, &bytes).unwrap())
+        })
+        .collect()
+}
+
+/// The link rule counts only collectives whose time is the transfer: with every rank
+/// (past NCCL's connection in the first one, 300-490 ms here), 16 MiB all_reduces run
+/// at what NV18 gives; with a rank's dump missing, the others' waits could be all it
+/// holds, and nothing is judged (the sums' rule said 0.73 GB/s of `skip`).
+#[test]
+fn the_links_are_judged_on_every_ranks_transfers_only() {
+    use toporun_shared::flight_recorder::{link_speeds, LinkModel};
+    let nv18 = LinkModel {
+        class: "NV18 (Hopper)".into(),
+        gbps: 370.8,
+    };
+    let all = x4_dumps("metrics");
+    assert_eq!(all.len(), 4);
+    let s = link_speeds(&all, &nv18);
+    let ar = s
+        .iter()
+        .find(|s| s.kind == "all_reduce")
+        .expect("all_reduce");
+    let r = ar.gbps / ar.expected_gbps;
+    assert!((0.5..1.5).contains(&r), "{ar:?}");
+    let some = x4_dumps("skip");
+    assert_eq!(some.len(), 3);
+    assert!(
+        link_speeds(&some, &nv18).is_empty(),
+        "{:?}",
+        link_speeds(&some, &nv18)
+    );
+}

@@ -16,6 +16,9 @@ pub struct LinkWatch {
     against: u32,
     /// The finding said last (None: nothing, or the links came back).
     said: Option<String>,
+    /// The newest collective of the last set judged: a set without a newer one (the
+    /// ranks stood still between dumps) is no new evidence.
+    newest: u64,
 }
 
 impl LinkWatch {
@@ -25,11 +28,20 @@ impl LinkWatch {
             node,
             against: 0,
             said: None,
+            newest: 0,
         }
     }
 
     /// One set of dumps (one per local rank); the line to say, if any.
     pub fn observe(&mut self, dumps: &[Dump]) -> Option<String> {
+        let newest = dumps
+            .iter()
+            .flat_map(|d| d.entries.iter().map(|e| e.collective_seq_id))
+            .max()?;
+        if newest <= self.newest {
+            return None;
+        }
+        self.newest = newest;
         let speeds = link_speeds(dumps, &self.model);
         if speeds.is_empty() {
             return None;
@@ -66,13 +78,13 @@ mod tests {
     use super::*;
     use toporun_shared::flight_recorder::{Bytes, Entry};
 
-    /// Two ranks' dumps of 30 all_reduces of 64 MiB, each taking `us` us.
-    fn set(us: u64) -> Vec<Dump> {
+    /// Two ranks' dumps of 30 all_reduces of 64 MiB from `from` on, each taking `us` us.
+    fn set(us: u64, from: u64) -> Vec<Dump> {
         (0..2)
             .map(|rank| Dump {
                 rank,
                 version: "2.10".into(),
-                entries: (0..30)
+                entries: (from..from + 30)
                     .map(|seq| Entry {
                         group: "0".into(),
                         collective_seq_id: seq,
@@ -98,14 +110,23 @@ mod tests {
             gbps: 370.8,
         };
         let mut w = LinkWatch::new(model, "node 0 on vm".into());
-        // 64 MiB in 250 us (268 GB/s, as NV18 measured) and in 2.5 ms (through the host).
-        let (good, slow) = (set(250), set(2500));
-        assert_eq!(w.observe(&good), None);
-        assert_eq!(w.observe(&slow), None);
-        assert_eq!(w.observe(&good), None, "a single slow set resets");
-        assert_eq!(w.observe(&slow), None);
-        assert_eq!(w.observe(&slow), None);
-        let line = w.observe(&slow).expect("three slow sets in a row");
+        // 64 MiB in 250 us (268 GB/s, as NV18 measured) and in 2.5 ms (through the host),
+        // each set newer than the last.
+        let mut from = 0;
+        let mut next = |us| {
+            from += 30;
+            set(us, from)
+        };
+        let (good, slow) = (250, 2500);
+        assert_eq!(w.observe(&next(good)), None);
+        assert_eq!(w.observe(&next(slow)), None);
+        assert_eq!(w.observe(&next(good)), None, "a single slow set resets");
+        assert_eq!(w.observe(&next(slow)), None);
+        let stale = next(slow);
+        assert_eq!(w.observe(&stale), None);
+        assert_eq!(w.observe(&stale), None, "the same set again");
+        assert_eq!(w.observe(&stale), None, "is no new evidence");
+        let line = w.observe(&next(slow)).expect("three slow sets in a row");
         assert!(
             line.starts_with(
                 "toporun: warning: slow links (node 0 on vm): all_reduce of 64 MiB run at 27 GB/s"
@@ -113,11 +134,11 @@ mod tests {
             "{line}"
         );
         assert!(w.current().is_some());
-        assert_eq!(w.observe(&slow), None, "said once");
+        assert_eq!(w.observe(&next(slow)), None, "said once");
         for _ in 0..2 {
-            assert_eq!(w.observe(&good), None);
+            assert_eq!(w.observe(&next(good)), None);
         }
-        let back = w.observe(&good).unwrap();
+        let back = w.observe(&next(good)).unwrap();
         assert!(
             back.starts_with("toporun: links (node 0 on vm): the collectives run at what NV18"),
             "{back}"
