@@ -215,7 +215,7 @@ fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     assert_eq!(code, 0, "{err}");
     assert!(
         err.contains("toporun: straggler: rank 2 (node 0 on ")
-            && err.contains("it spends its time in compute: forward_backward (straggler_rank.py:"),
+            && err.contains("it spends its time in its own code (compute on the CPU): forward_backward (straggler_rank.py:"),
         "{err}"
     );
     let at = j.said_at("toporun: straggler: rank 2 ").unwrap();
@@ -404,7 +404,7 @@ fn on_two_nodes_the_stores_host_names_the_other_nodes_rank() {
     for (n, err) in [(0, &e0), (1, &e1)] {
         assert!(
             err.contains("toporun: straggler: rank 3 (node 1 on ")
-                && err.contains("it spends its time in compute"),
+                && err.contains("it spends its time in its own code (compute on the CPU)"),
             "node {n}:\n{err}"
         );
     }

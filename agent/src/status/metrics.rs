@@ -85,7 +85,7 @@ fn gpu_times(r: &mut Registry, s: &Snapshot, mine: &dyn Fn(u32) -> bool) {
     );
     r.register(
         "toporun_collective_busbw",
-        "Bus bandwidth of this node's ranks' collectives of 1 MiB or more, per kind, in bytes per second (nccl-tests' busbw), over the straggler window",
+        "Bus bandwidth of this node's ranks' collectives of 1 MiB or more, per kind, in bytes per second (nccl-tests' busbw), over the straggler window, with the rank's waits for its peers inside them: only the rank that waits least shows what the links carry",
         busbw,
     );
 }

@@ -15,6 +15,9 @@ pub enum Activity {
     Data,
     /// In torch.distributed.checkpoint or torch.save.
     Checkpoint,
+    /// In PyTorch's backward where its kernels run on the device's own thread (CUDA):
+    /// the caller waits there while the GPU works through the backward.
+    Backward,
     /// On a CPU, anywhere else: the model's forward/backward, the optimizer, the
     /// user's own code (with CUDA, also launching kernels and syncing on them).
     Compute,
@@ -30,6 +33,7 @@ impl Activity {
             Activity::Collective => "collective",
             Activity::Data => "data",
             Activity::Checkpoint => "checkpoint",
+            Activity::Backward => "backward",
             Activity::Compute => "compute",
             Activity::Blocked => "blocked",
         }
@@ -40,7 +44,8 @@ impl Activity {
             Activity::Collective => "collectives",
             Activity::Data => "data loading",
             Activity::Checkpoint => "checkpointing",
-            Activity::Compute => "compute",
+            Activity::Backward => "PyTorch's backward (autograd, its GPU kernels queued)",
+            Activity::Compute => "its own code (compute on the CPU)",
             Activity::Blocked => "blocked outside PyTorch (sleep, lock or I/O)",
         }
     }
@@ -86,7 +91,8 @@ fn communicating(t: &ThreadStack, backward: Backward) -> bool {
 /// What the thread was doing: data and checkpoints when any frame is theirs (a
 /// checkpoint's own collectives are its cost), a collective when the innermost
 /// PyTorch frame communicates (not a model's forward under DDP's `forward`), or
-/// when the rank idles in a backward it runs itself (DDP's reducer waiting).
+/// when the rank idles in a backward it runs itself (DDP's reducer waiting); in a
+/// backward the device runs, the backward (its caller idles while the GPU works).
 pub fn classify(t: &ThreadStack, backward: Backward) -> Activity {
     let any = |files: &[&str]| t.frames.iter().any(|f| in_any(f, files));
     if any(DATA_FILES) {
@@ -95,6 +101,8 @@ pub fn classify(t: &ThreadStack, backward: Backward) -> Activity {
         Activity::Checkpoint
     } else if communicating(t, backward) {
         Activity::Collective
+    } else if backward == Backward::OnDevice && any(AUTOGRAD_FILES) {
+        Activity::Backward
     } else if t.idle {
         Activity::Blocked
     } else {
@@ -191,8 +199,9 @@ mod tests {
         ];
         let waiting = thread(true, &frames);
         assert_eq!(classify(&waiting, Backward::OnCaller), Activity::Collective);
-        // With CUDA the caller idles through every backward: not a wait on peers.
-        assert_eq!(classify(&waiting, Backward::OnDevice), Activity::Blocked);
+        // With CUDA the caller idles through every backward: not a wait on peers, and
+        // not "blocked outside PyTorch" either.
+        assert_eq!(classify(&waiting, Backward::OnDevice), Activity::Backward);
         // A CPU backward computing on the caller is compute.
         let computing = thread(false, &frames);
         assert_eq!(classify(&computing, Backward::OnCaller), Activity::Compute);

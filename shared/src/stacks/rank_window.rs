@@ -251,6 +251,7 @@ impl RankWindow {
         let n = self.readings.len();
         let count = |a: Activity| self.readings.iter().filter(|r| r.activity == a).count();
         let spends = [
+            Activity::Backward,
             Activity::Compute,
             Activity::Data,
             Activity::Checkpoint,

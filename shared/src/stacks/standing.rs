@@ -40,6 +40,7 @@ impl Standing {
                 Activity::Blocked => "is blocked outside PyTorch (I/O, a lock or a sleep)".into(),
                 Activity::Data => "is loading data".into(),
                 Activity::Checkpoint => "is checkpointing".into(),
+                Activity::Backward => "is in PyTorch's backward".into(),
                 Activity::Compute | Activity::Collective => "runs its own code".into(),
             },
         }

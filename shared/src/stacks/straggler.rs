@@ -373,11 +373,13 @@ impl Straggler {
             }
         };
         if let Some(a) = self.spends {
+            // Its GPU is what is slow there: the samples say where its Python thread
+            // stands meanwhile, not where its time goes.
             let its = match self.basis {
-                Basis::GpuWaitShare { .. } => "its CPU time",
-                _ => "its time",
+                Basis::GpuWaitShare { .. } => "its Python thread is mostly in",
+                _ => "it spends its time in",
             };
-            s.push_str(&format!("; it spends {its} in {}", a.describe()));
+            s.push_str(&format!("; {its} {}", a.describe()));
             if let Some(p) = &self.place {
                 s.push_str(&format!(": {p}"));
             }
@@ -540,7 +542,7 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         let text = found[0].text(Duration::from_secs(60));
         assert!(
-            text.starts_with("toporun: straggler: rank 2 (node 1 on trainer-1, GPU 0) waits 3% of the time against a median of 41% for the other 3 over 60s: the others wait for it; it spends its time in compute: forward (model.py:12)"),
+            text.starts_with("toporun: straggler: rank 2 (node 1 on trainer-1, GPU 0) waits 3% of the time against a median of 41% for the other 3 over 60s: the others wait for it; it spends its time in its own code (compute on the CPU): forward (model.py:12)"),
             "{text}"
         );
         assert!(
@@ -581,7 +583,7 @@ mod tests {
         assert_eq!(found[0].rank, 1);
         let text = found[0].text(Duration::from_secs(60));
         assert!(
-            text.starts_with("toporun: straggler: rank 1 (node 0 on trainer-0, GPU 1): its GPU spends 15% of the time in collectives against 60% for the other 1 over 60s: they wait for its kernels; it spends its CPU time in compute: forward (model.py:12)"),
+            text.starts_with("toporun: straggler: rank 1 (node 0 on trainer-0, GPU 1): its GPU spends 15% of the time in collectives against 60% for the other 1 over 60s: they wait for its kernels; its Python thread is mostly in its own code (compute on the CPU): forward (model.py:12)"),
             "{text}"
         );
         let balanced = [

@@ -55,12 +55,12 @@ impl TopTable {
             "this node"
         };
         let mut out = format!(
-            "{} rank(s) of {scope}; WAIT is the share of samples in collectives over the last {}s, GPU WAIT its GPU's time inside collectives (NCCL), BUSBW its all_reduce bus bandwidth in GB/s (the straggler, marked *, waits least)\n",
+            "{} rank(s) of {scope}; WAIT is the share of samples in collectives over the last {}s, GPU WAIT its GPU's time inside collectives (NCCL), BUSBW+WAIT its all_reduce bus bandwidth in GB/s with its waits for the others inside them (only the rank that waits least shows what the links carry; the slow-links rule judges them); the straggler, marked *, waits least\n",
             self.ranks.len(),
             self.window_s
         );
         out.push_str(&format!(
-            "{:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>8} {:>6} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
+            "{:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>8} {:>10} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
             "",
             "RANK",
             "NODE",
@@ -69,7 +69,7 @@ impl TopTable {
             "NOW",
             "WAIT",
             "GPU WAIT",
-            "BUSBW",
+            "BUSBW+WAIT",
             "CPU%",
             "RSS",
             "GPU",
@@ -100,7 +100,7 @@ impl TopTable {
             l.join(",")
         });
         format!(
-            "{mark:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>8} {:>6} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
+            "{mark:<2}{:>5} {:>4} {:<16} {:>7}  {:<11} {:>5} {:>8} {:>10} {:>5} {:>8} {:>4} {:>5} {:>9}  {}\n",
             r.rank,
             r.node_rank,
             truncate(&r.host, 16),
@@ -181,7 +181,7 @@ mod tests {
         let text = t.text();
         let lines: Vec<&str> = text.lines().collect();
         assert!(
-            lines[1].contains("GPU WAIT") && lines[1].contains("BUSBW"),
+            lines[1].contains("GPU WAIT") && lines[1].contains("BUSBW+WAIT"),
             "{text}"
         );
         let cols = |l: &str| l.split_whitespace().map(String::from).collect::<Vec<_>>();
