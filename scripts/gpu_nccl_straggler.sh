@@ -19,7 +19,7 @@ job() {  # NAME VAR=VALUE...: one job with its dumps taken every DUMP_EVERY s
   local d=$OUT/$name; mkdir -p "$d/dumps" "$d/pipe"
   env "$@" TORCH_NCCL_ENABLE_TIMING=1 TORCH_FR_BUFFER_SIZE=${BUF:-4000} TORCH_NCCL_TRACE_BUFFER_SIZE=${BUF:-4000} \
     TORCH_NCCL_DEBUG_INFO_PIPE_FILE="$d/pipe/rank_" \
-    timeout 90 "$BIN" --standalone --nproc-per-node=2 --straggler-window=10 --log-dir "$d/run" $R > "$d/stdout" 2> "$d/stderr" &
+    timeout 90 "$BIN" --standalone --nproc-per-node=2 --straggler-window=15 --log-dir "$d/run" $R > "$d/stdout" 2> "$d/stderr" &
   local pid=$! k=0
   sleep 8
   while kill -0 $pid 2>/dev/null; do

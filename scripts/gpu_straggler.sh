@@ -13,7 +13,7 @@ export NCCL_NVLS_ENABLE=0
 logs=$(mktemp -d)
 work=$(mktemp -d)
 DEVICE=cuda SECS=40 SLOW_RANK=1 FACTOR=3 OUT="$work" "$T" --standalone --nproc-per-node=2 \
-  --straggler-window=10 --log-dir "$logs" launcher/tests/scripts/straggler_rank.py \
+  --straggler-window=15 --log-dir "$logs" launcher/tests/scripts/straggler_rank.py \
   >"$OUT/job.out" 2>"$OUT/job.err" &
 job=$!
 sleep 30

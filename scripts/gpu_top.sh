@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/gpu-top}
 mkdir -p "$OUT"
 export NCCL_NVLS_ENABLE=0
 logs=$(mktemp -d)
-STEPS=4000 "$T" --standalone --nproc-per-node=1 --straggler-window=10 --log-dir "$logs" \
+STEPS=4000 "$T" --standalone --nproc-per-node=1 --straggler-window=15 --log-dir "$logs" \
   scripts/gpu_step_rank.py >"$OUT/job.out" 2>"$OUT/job.err" &
 job=$!
 for i in $(seq 60); do

@@ -298,7 +298,7 @@ fn diagnosis_args(cmd: Command) -> Command {
             Arg::new(Extra::StragglerWindow.id())
                 .long("straggler-window")
                 .value_name("SECONDS")
-                .help("the window over which wait shares are compared, at least 5 (default 60) [env: TOPORUN_STRAGGLER_WINDOW]"),
+                .help("the window over which wait shares are compared, at least 15 (default 60) [env: TOPORUN_STRAGGLER_WINDOW]"),
         )
         .arg(
             Arg::new(Extra::OnHang.id())

@@ -55,18 +55,18 @@ fn durations_out_of_range_are_usage_errors() {
             "TOPORUN_INIT_WARN_SECS",
         );
     }
-    // Shorter than 40 samples at the fastest sampling: refused, by option or variable.
+    // Shorter than 120 samples at the fastest sampling: refused, by option or variable.
     let job = ["--standalone", "-m", "this_module_never_runs"];
-    let short = [&["--straggler-window=4.5"][..], &job].concat();
+    let short = [&["--straggler-window=14.5"][..], &job].concat();
     refused(
         &short,
         &[],
-        "--straggler-window=4.5: expected at least 5 seconds",
+        "--straggler-window=14.5: expected at least 15 seconds",
     );
     refused(
         &job,
         &[("TOPORUN_STRAGGLER_WINDOW", "2")],
-        "TOPORUN_STRAGGLER_WINDOW=2: expected at least 5 seconds (40 samples at 8 a second",
+        "TOPORUN_STRAGGLER_WINDOW=2: expected at least 15 seconds: the straggler rule decides on 120 samples",
     );
 }
 

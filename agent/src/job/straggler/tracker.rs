@@ -353,7 +353,7 @@ mod tests {
         };
         assert_eq!(every(60), Duration::from_millis(500));
         assert_eq!(every(20), Duration::from_nanos(166_666_666));
-        assert_eq!(every(10), Duration::from_millis(125));
+        assert_eq!(every(15), Duration::from_millis(125));
         assert_eq!(every(600), Duration::from_secs(1));
     }
 
