@@ -29,6 +29,7 @@ fn tracker(n: u32) -> Tracker {
         node_rank: 0,
         host: "bench".into(),
         gpus: Default::default(),
+        uuids: Default::default(),
     };
     let status = toporun_agent::status::JobStatus::new("bench", n);
     let clocks = Box::new(toporun_agent::probe::gpu_clocks::NvmlClocks);

@@ -244,6 +244,7 @@ mod tests {
             host: "h".into(),
             pid: 1,
             gpu: Some(rank),
+            gpu_uuid: None,
             now: None,
             cpu_pct: None,
             rss_bytes: None,

@@ -49,6 +49,10 @@ pub struct RankRow {
     pub pid: i32,
     /// The GPU (NVML index) the rank uses, where there are GPUs.
     pub gpu: Option<u32>,
+    /// That GPU's UUID: what names it on any host view (nvidia-smi -L, the Xid log),
+    /// whatever subset of GPUs the container sees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_uuid: Option<String>,
     /// What it was doing at the last sample.
     pub now: Option<Activity>,
     pub cpu_pct: Option<f64>,
@@ -92,6 +96,8 @@ pub struct Straggler {
     pub node_rank: u32,
     pub host: String,
     pub gpu: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_uuid: Option<String>,
     pub wait: f64,
     /// The other ranks' median wait share, and how many they are.
     pub median: f64,
@@ -216,6 +222,7 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
                 node_rank: row.node_rank,
                 host: row.host.clone(),
                 gpu: row.gpu,
+                gpu_uuid: row.gpu_uuid.clone(),
                 wait,
                 median: m,
                 others: full.len() as u32 - 1,
@@ -347,7 +354,11 @@ fn evidence(row: &RankRow, w: &WindowSummary) -> Vec<String> {
 impl Straggler {
     /// The finding's line and its evidence, as printed.
     pub fn text(&self, span: Duration) -> String {
-        let gpu = self.gpu.map(|g| format!(", GPU {g}")).unwrap_or_default();
+        let gpu = match (self.gpu, &self.gpu_uuid) {
+            (Some(g), Some(u)) => format!(", GPU {g} {u}"),
+            (Some(g), None) => format!(", GPU {g}"),
+            (None, _) => String::new(),
+        };
         let who = format!(
             "rank {} (node {} on {}{gpu})",
             self.rank, self.node_rank, self.host
@@ -510,6 +521,7 @@ mod tests {
             host: format!("trainer-{}", rank / 2),
             pid: 100 + rank as i32,
             gpu: Some(rank % 2),
+            gpu_uuid: None,
             now: Some(Activity::Compute),
             cpu_pct: Some(99.0),
             rss_bytes: None,
@@ -584,6 +596,17 @@ mod tests {
         let text = found[0].text(Duration::from_secs(60));
         assert!(
             text.starts_with("toporun: straggler: rank 1 (node 0 on trainer-0, GPU 1): its GPU spends 15% of the time in collectives against 60% for the other 1 over 60s: they wait for its kernels; its Python thread is mostly in its own code (compute on the CPU): forward (model.py:12)"),
+            "{text}"
+        );
+        // A node given host GPUs 2 and 3: the GPU is named by its NVML index and its
+        // UUID (4x H200, tests/fixtures/hosts/h200x4.json), which names it on the host
+        // whatever subset the container sees.
+        let mut on_3 = slow.clone();
+        on_3[1].gpu = Some(3);
+        on_3[1].gpu_uuid = Some("GPU-9d6e3212-dcc0-8ee3-de76-a270a62a5cbf".into());
+        let text = find(&on_3, &[])[0].text(Duration::from_secs(60));
+        assert!(
+            text.starts_with("toporun: straggler: rank 1 (node 0 on trainer-0, GPU 3 GPU-9d6e3212-dcc0-8ee3-de76-a270a62a5cbf): "),
             "{text}"
         );
         let balanced = [

@@ -90,6 +90,10 @@ fn straggler_tracker(
         gpus: (0..p.nproc)
             .filter_map(|l| Some((l, p.gpu_of(l)?.index)))
             .collect(),
+        uuids: (0..p.nproc)
+            .filter_map(|l| p.gpu_of(l))
+            .map(|g| (g.index, g.uuid.clone()))
+            .collect(),
     };
     let (decide, task) = match session.meeting(node.round, node) {
         Some(x) => {

@@ -35,6 +35,8 @@ pub struct NodeSeat {
     pub host: String,
     /// The GPU (NVML index) each local rank uses.
     pub gpus: HashMap<u32, u32>,
+    /// Each of those GPUs' UUID, by NVML index.
+    pub uuids: HashMap<u32, String>,
 }
 
 pub struct Tracker {
@@ -305,6 +307,7 @@ fn row(seat: &NodeSeat, r: &RankPid, gpu: Option<u32>, w: &RankWindow) -> RankRo
         host: seat.host.clone(),
         pid: r.pid,
         gpu,
+        gpu_uuid: gpu.and_then(|g| seat.uuids.get(&g).cloned()),
         now: last.map(|x| x.activity),
         cpu_pct: w.cpu_now(),
         rss_bytes: last.and_then(|x| x.rss_bytes),
@@ -333,6 +336,7 @@ mod tests {
             node_rank: 0,
             host: "h".into(),
             gpus: HashMap::new(),
+            uuids: HashMap::new(),
         };
         Tracker::new(
             Root::at(root),
