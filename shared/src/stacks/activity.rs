@@ -15,6 +15,11 @@ pub enum Activity {
     Data,
     /// In torch.distributed.checkpoint or torch.save.
     Checkpoint,
+    /// Under NCCL, at a line that waits for the GPU's queued work (`.item()`,
+    /// `synchronize()`): the GPU is computing, or waiting in a collective for its
+    /// peers. Counted as waiting, as a collective is (the tracker decides it from the
+    /// sampled line; `classify` never returns it).
+    GpuWait,
     /// In PyTorch's backward where its kernels run on the device's own thread (CUDA):
     /// the caller waits there while the GPU works through the backward.
     Backward,
@@ -33,10 +38,16 @@ impl Activity {
             Activity::Collective => "collective",
             Activity::Data => "data",
             Activity::Checkpoint => "checkpoint",
+            Activity::GpuWait => "gpu-wait",
             Activity::Backward => "backward",
             Activity::Compute => "compute",
             Activity::Blocked => "blocked",
         }
+    }
+
+    /// The rank waits for others here: in a collective, or (NCCL) at a GPU sync.
+    pub fn waits(self) -> bool {
+        matches!(self, Activity::Collective | Activity::GpuWait)
     }
 
     pub fn describe(self) -> &'static str {
@@ -44,6 +55,7 @@ impl Activity {
             Activity::Collective => "collectives",
             Activity::Data => "data loading",
             Activity::Checkpoint => "checkpointing",
+            Activity::GpuWait => "waiting for its GPU's queued work (.item(), synchronize)",
             Activity::Backward => "PyTorch's backward (autograd, its GPU kernels queued)",
             Activity::Compute => "its own code (compute on the CPU)",
             Activity::Blocked => "blocked outside PyTorch (sleep, lock or I/O)",

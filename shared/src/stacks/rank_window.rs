@@ -251,6 +251,7 @@ impl RankWindow {
         let n = self.readings.len();
         let count = |a: Activity| self.readings.iter().filter(|r| r.activity == a).count();
         let spends = [
+            Activity::GpuWait,
             Activity::Backward,
             Activity::Compute,
             Activity::Data,
@@ -262,7 +263,7 @@ impl RankWindow {
         .max_by_key(|a| count(*a));
         let delta = |f: fn(&Reading) -> Option<u64>| Some(f(last)?.saturating_sub(f(first)?));
         Some(WindowSummary {
-            wait: count(Activity::Collective) as f64 / n as f64,
+            wait: self.readings.iter().filter(|r| r.activity.waits()).count() as f64 / n as f64,
             thirds: self.thirds(last.at),
             samples: n as u32,
             spends,
@@ -291,7 +292,7 @@ impl RankWindow {
             let back = end.saturating_sub(r.at);
             let k = 2 - (back.as_nanos() / third.as_nanos().max(1)).min(2) as usize;
             counts[k].0 += 1;
-            counts[k].1 += usize::from(r.activity == Activity::Collective);
+            counts[k].1 += usize::from(r.activity.waits());
         }
         counts.map(|(n, waits)| if n == 0 { 0.0 } else { waits as f64 / n as f64 })
     }

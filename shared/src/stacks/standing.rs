@@ -41,6 +41,7 @@ impl Standing {
                 Activity::Data => "is loading data".into(),
                 Activity::Checkpoint => "is checkpointing".into(),
                 Activity::Backward => "is in PyTorch's backward".into(),
+                Activity::GpuWait => "waits on its GPU".into(),
                 Activity::Compute | Activity::Collective => "runs its own code".into(),
             },
         }

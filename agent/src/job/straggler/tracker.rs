@@ -173,7 +173,7 @@ impl Tracker {
             return activity;
         };
         match standing(main, self.lines.of(&self.root, f)) {
-            Standing::GpuWait { .. } => Activity::Collective,
+            Standing::GpuWait { .. } => Activity::GpuWait,
             _ => activity,
         }
     }
@@ -389,10 +389,7 @@ mod tests {
             }],
             idle: false,
         };
-        assert_eq!(
-            t.activity(8, &main, Backward::OnDevice),
-            Activity::Collective
-        );
+        assert_eq!(t.activity(8, &main, Backward::OnDevice), Activity::GpuWait);
         assert_eq!(t.activity(7, &main, Backward::OnDevice), Activity::Compute);
     }
 
