@@ -7,6 +7,8 @@
 #             within its timeout + 15 s (scripts/gpu_nccl_failures.sh's case)
 #   pause     a healthy NVLink job, 16 MiB gradients, rank 1 busy 35 s on its CPU in
 #             the middle: no slow-links warning; its sampled dumps kept
+#   pauseslow the same with ~0.7 s steps (8192-wide matmuls x500): few collectives in
+#             the dumps, the first (NCCL's connection) among them, as in the issue
 #   backward2 backward4  DDP with a real backward, rank 1 on 3x the batch: the
 #             straggler line names its backward; `toporun stacks` captured meanwhile
 #   node1     two nodes on one host, CUDA_VISIBLE_DEVICES 0,1 and 2,3, global rank 3
@@ -33,9 +35,9 @@ watchdog() {  # NPROC
   echo "== watchdog on $1 ranks" | tee -a "$S"; cat "$OUT/watchdog$1/summary.txt" | tee -a "$S"
   lines "$OUT/watchdog$1/watchdog/stderr" | tee -a "$S"
 }
-pause() {
-  local d=$OUT/pause; mkdir -p "$d"
-  echo "== pause: $(BUCKETS=1 BUCKET_MIB=16 WORK=8 SECS=75 PAUSE_RANK=1 PAUSE_AT=20 PAUSE_S=35 python3 scripts/timed_run.py 130 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node=2 --log-dir "$d/run" scripts/gpu_nccl_straggler_rank.py) $(cat "$d/stdout")" | tee -a "$S"
+pause() {  # NAME VAR=VALUE...
+  local name=${1:-pause}; shift $(($# > 0)); local d=$OUT/$name; mkdir -p "$d"
+  echo "== $name: $(env BUCKETS=1 BUCKET_MIB=16 WORK=8 SECS=75 PAUSE_RANK=1 PAUSE_AT=20 PAUSE_S=35 "$@" python3 scripts/timed_run.py 130 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node=2 --log-dir "$d/run" scripts/gpu_nccl_straggler_rank.py) $(cat "$d/stdout")" | tee -a "$S"
   lines "$d/stderr" | tee -a "$S"
   mkdir -p "$d/fr-sampled"; cp "$d"/run/*/attempt_0/fr-sampled/* "$d/fr-sampled/" 2>/dev/null
   grep -E "P2P|via" "$d/stderr" | head -3 >> "$S"; rm -rf "$d/run"
@@ -59,6 +61,7 @@ for stage in ${STAGES:-dupgpu watchdog2 watchdog4 pause backward2 backward4 node
   case $stage in
     watchdog2) watchdog 2 ;; watchdog4) watchdog 4 ;;
     backward2) backward 2 ;; backward4) backward 4 ;;
+    pauseslow) pause pauseslow SIZE=8192 WORK=500 ;;
     *) $stage ;;
   esac
   pack
