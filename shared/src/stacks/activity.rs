@@ -55,7 +55,7 @@ impl Activity {
             Activity::Collective => "collectives",
             Activity::Data => "data loading",
             Activity::Checkpoint => "checkpointing",
-            Activity::GpuWait => "waiting for its GPU's queued work (.item(), synchronize)",
+            Activity::GpuWait => "a wait for its GPU's queued work (.item(), synchronize)",
             Activity::Backward => "PyTorch's backward (autograd, its GPU kernels queued)",
             Activity::Compute => "its own code (compute on the CPU)",
             Activity::Blocked => "blocked outside PyTorch (sleep, lock or I/O)",
