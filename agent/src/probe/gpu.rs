@@ -36,6 +36,8 @@ pub trait GpuProbe {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GpuProcess {
     pub gpu: u32,
+    /// The GPU's UUID: its name on the host whatever the container sees.
+    pub uuid: Option<String>,
     pub pid: u32,
     pub used_bytes: Option<u64>,
 }
@@ -62,8 +64,10 @@ impl GpuProbe for NvmlProbe {
             .filter_map(|i| Some((i, nvml.device_by_index(i).ok()?)))
             .flat_map(|(i, d)| {
                 let procs = d.running_compute_processes().unwrap_or_default();
+                let uuid = d.uuid().ok();
                 procs.into_iter().map(move |p| GpuProcess {
                     gpu: i,
+                    uuid: uuid.clone(),
                     pid: p.pid,
                     used_bytes: match p.used_gpu_memory {
                         nvml_wrapper::enums::device::UsedGpuMemory::Used(b) => Some(b),

@@ -25,8 +25,14 @@ impl Holder {
             .used_bytes
             .map(|b| format!("{} of ", toporun_shared::units::format_size(b)))
             .unwrap_or_default();
+        let uuid = self
+            .process
+            .uuid
+            .as_ref()
+            .map(|u| format!(" {u}"))
+            .unwrap_or_default();
         format!(
-            "pid {} ({}) holds {mem}GPU {}",
+            "pid {} ({}) holds {mem}GPU {}{uuid}",
             self.process.pid, self.cmdline, self.process.gpu
         )
     }
@@ -122,6 +128,7 @@ mod tests {
             }
             vec![GpuProcess {
                 gpu: 1,
+                uuid: Some("GPU-6ae3437b-088d-f0e2-8caf-05f9283b5476".into()),
                 pid: self.pid,
                 used_bytes: Some(2 << 30),
             }]
@@ -158,7 +165,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             err[0].line(),
-            format!("pid {pid} (sleep 30) holds 2 GiB of GPU 1")
+            format!("pid {pid} (sleep 30) holds 2 GiB of GPU 1 GPU-6ae3437b-088d-f0e2-8caf-05f9283b5476")
         );
         // Another job's process (not ours) is not waited for.
         let other = wait_released(&held(1, usize::MAX), &root, me, Duration::from_secs(5)).await;
