@@ -246,7 +246,7 @@ fn watchdog(deadline: std::time::Duration) {
         crate::console::say!("toporun: error: --measure did not finish in {} s: the CUDA driver hangs (a GPU fallen off the bus? nvidia-smi -q, dmesg for Xid 79)", deadline.as_secs());
         // The main thread is stuck in the driver: only an exit from here ends it.
         #[allow(clippy::exit)]
-        std::process::exit(2);
+        std::process::exit(i32::from(toporun_shared::root_cause::exit_codes::USAGE));
     });
 }
 

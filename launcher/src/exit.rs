@@ -4,6 +4,7 @@
 //! the agent's `job::transitions` and carried as [`ExitStatus::Job`].
 
 use std::process::ExitCode;
+use toporun_shared::root_cause::exit_codes;
 
 /// How toporun ends; [`ExitStatus::code`] is the process's exit code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,10 +29,10 @@ pub enum ExitStatus {
 impl ExitStatus {
     pub fn code(self) -> u8 {
         match self {
-            ExitStatus::Success => 0,
-            ExitStatus::Failed => 1,
-            ExitStatus::Usage => 2,
-            ExitStatus::Unfit => 3,
+            ExitStatus::Success => exit_codes::SUCCESS,
+            ExitStatus::Failed => exit_codes::FAILURE,
+            ExitStatus::Usage => exit_codes::USAGE,
+            ExitStatus::Unfit => exit_codes::GATE.code,
             ExitStatus::Job(code) | ExitStatus::Clap(code) => code,
         }
     }
@@ -67,9 +68,9 @@ impl From<ExitStatus> for ExitCode {
 fn is_usage(e: &(dyn std::error::Error + 'static)) -> bool {
     e.is::<CannotRun>()
         || e.downcast_ref::<toporun_shared::torchrun::OptionsError>()
-            .is_some_and(|e| e.exit_code() == 2)
+            .is_some_and(|e| e.exit_code() == exit_codes::USAGE)
         || e.downcast_ref::<toporun_agent::job::JobError>()
-            .is_some_and(|e| e.exit_code() == 2)
+            .is_some_and(|e| e.exit_code() == exit_codes::USAGE)
 }
 
 /// A command that cannot run at all (facts that cannot be read, an endpoint that is

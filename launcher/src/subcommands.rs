@@ -73,7 +73,7 @@ pub enum StopSignalTo {
 pub enum ExitCodesChoice {
     /// torchrun's: 1 for any rank failure
     Torchrun,
-    /// one code per cause: 1 code, 80 GPU/node, 81 memory, 82 peer lost, 124 hang, 3 gate
+    /// one code per cause's class (the codes: --exit-codes's help, from the exit-code table)
     Classified,
 }
 
@@ -82,7 +82,7 @@ pub enum ExitCodesChoice {
 pub enum OnHang {
     /// print every rank's stack and name the odd ones; the job goes on
     Report,
-    /// report, then end the job (exit 124)
+    /// report, then end the job (exit code: the hang class)
     Stop,
 }
 

@@ -3,6 +3,7 @@
 //! code follows from the variant (`exit_code`), nowhere else.
 
 use std::path::PathBuf;
+use toporun_shared::root_cause::exit_codes;
 use toporun_shared::torchrun::OptionsError;
 
 #[derive(Debug, thiserror::Error)]
@@ -82,11 +83,11 @@ impl JobError {
     pub fn exit_code(&self) -> u8 {
         match self {
             JobError::Options(e) => e.exit_code(),
-            JobError::BadInput { .. } => 2,
+            JobError::BadInput { .. } => exit_codes::USAGE,
             JobError::Bind { .. }
             | JobError::Path { .. }
             | JobError::Step { .. }
-            | JobError::Failed(_) => 1,
+            | JobError::Failed(_) => exit_codes::FAILURE,
         }
     }
 }

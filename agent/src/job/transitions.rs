@@ -6,7 +6,7 @@
 //! attempt never released, ends the job.
 
 use crate::rendezvous::{StopKind, StopReason};
-use toporun_shared::root_cause::exit_codes::class_of;
+use toporun_shared::root_cause::exit_codes::{class_of, signalled, FAILURE, HANG, SUCCESS};
 use toporun_shared::root_cause::{Cause, CauseKind};
 
 /// --max-restarts and how many were used.
@@ -42,7 +42,7 @@ pub enum AttemptEnd {
 }
 
 /// The exit code of `--on-hang stop` (timeout(1)'s "timed out").
-pub const HANG_EXIT: u8 = 124;
+pub const HANG_EXIT: u8 = HANG.code;
 
 /// What the round loop does next.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -140,7 +140,7 @@ impl Machine {
         let code = if self.classified {
             class_of(CauseKind::Hardware).code
         } else {
-            1
+            FAILURE
         };
         Exit {
             code,
@@ -220,12 +220,12 @@ pub(crate) fn acted_on<'a>(ours: &'a StopReason, won: &'a StopReason) -> &'a Sto
 
 fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
     match end {
-        AttemptEnd::Succeeded { barrier: None } => exit(0, None),
+        AttemptEnd::Succeeded { barrier: None } => exit(SUCCESS, None),
         AttemptEnd::Succeeded {
             barrier: Some(reason),
         } => go_on(reason, "running this node's ranks again too", restarts).unwrap_or_else(|| {
             exit(
-                1,
+                FAILURE,
                 Some(format!(
                     "this node's ranks succeeded, but the job did not: {reason}"
                 )),
@@ -243,7 +243,7 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
                 "restarting this node's ranks"
             };
             go_on(acted, what, restarts).unwrap_or(Next::Exit {
-                code: 1,
+                code: FAILURE,
                 say: None,
                 summary: true,
             })
@@ -252,7 +252,7 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
             exit(HANG_EXIT, Some(format!("the job stopped: {reason}")))
         }
         AttemptEnd::Stopped(reason) => go_on(reason, "restarting this node's ranks", restarts)
-            .unwrap_or_else(|| exit(1, Some(format!("the job stopped: {reason}")))),
+            .unwrap_or_else(|| exit(FAILURE, Some(format!("the job stopped: {reason}")))),
         AttemptEnd::Hang { by_watchdog } => exit(
             HANG_EXIT,
             Some(if *by_watchdog {
@@ -261,10 +261,7 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
                 "stopped every rank after the hang report (--on-hang stop)".into()
             }),
         ),
-        AttemptEnd::FileTimer { signal } => exit(
-            u8::try_from((128 + signal).clamp(0, 255)).unwrap_or(255),
-            None,
-        ),
+        AttemptEnd::FileTimer { signal } => exit(signalled(*signal), None),
     }
 }
 
@@ -277,14 +274,14 @@ pub fn signal_before_round(classified: bool) -> u8 {
     if classified {
         toporun_shared::root_cause::exit_codes::PREEMPTED.code
     } else {
-        1
+        FAILURE
     }
 }
 
 /// The exit code under `--exit-codes classified`: a failure's is its leading
 /// cause's class (that cause travels with the stop to every node); the others stay.
 fn class_code(code: u8, end: &AttemptEnd) -> u8 {
-    if code != 1 {
+    if code != FAILURE {
         return code;
     }
     let cause = match end {

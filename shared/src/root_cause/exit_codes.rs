@@ -1,6 +1,8 @@
-//! The launch's exit codes under `--exit-codes classified`: one per class of cause,
-//! each with the podFailurePolicy action it deserves. `torchrun` (the default) keeps
-//! torchrun's codes.
+//! Every exit code toporun gives, in one place: success, a failure, a usage error, a
+//! rank's signal, and under `--exit-codes classified` one per class of cause, each
+//! with the podFailurePolicy action it deserves (`torchrun`, the default, keeps
+//! torchrun's codes). The README, the docs' tables and the manifests' podFailurePolicy
+//! are checked against it (launcher/tests/e2e/docs_e2e.rs).
 
 use super::cause::CauseKind;
 use serde::Serialize;
@@ -93,6 +95,35 @@ pub const TABLE: [ExitClass; 9] = [
     CODE, GATE, HARDWARE, MEMORY, PEER, DISK, GPU_MEMORY, PREEMPTED, HANG,
 ];
 
+/// Everything went well.
+pub const SUCCESS: u8 = 0;
+/// torchrun's code for any failure; `--exit-codes classified` reclassifies it.
+pub const FAILURE: u8 = CODE.code;
+/// A usage error: an option or input toporun refuses (argparse's 2).
+pub const USAGE: u8 = 2;
+
+/// A process ended by signal `sig`, as a shell and torchrun say it (128 + N).
+pub fn signalled(sig: i32) -> u8 {
+    u8::try_from((128 + sig).clamp(0, 255)).unwrap_or(255)
+}
+
+/// Codes outside TABLE that a podFailurePolicy names: a usage error, and toporun
+/// itself killed (SIGKILL: the kubelet past the grace period, the OOM killer).
+pub const POLICY_EXTRA: [ExitClass; 2] = [
+    ExitClass {
+        code: USAGE,
+        what: "toporun refused its options or input",
+        action: PodAction::FailJob,
+        why: "the same spec is refused again: fix it first",
+    },
+    ExitClass {
+        code: 137,
+        what: "toporun itself was killed (SIGKILL)",
+        action: PodAction::Count,
+        why: "past the grace period, or the OOM killer on toporun: retried within backoffLimit",
+    },
+];
+
 /// The class of a failure whose leading cause is `kind`.
 pub fn class_of(kind: CauseKind) -> ExitClass {
     match kind {
@@ -123,5 +154,8 @@ mod tests {
             .iter()
             .all(|c| ![2, 126, 127].contains(c) && (*c < 128)));
         assert_eq!(class_of(CauseKind::Shm).code, 81);
+        assert!(POLICY_EXTRA.iter().all(|x| !codes.contains(&x.code)));
+        assert_eq!(POLICY_EXTRA[1].code, signalled(9));
+        assert_eq!(signalled(300), 255);
     }
 }

@@ -30,9 +30,9 @@ impl OptionsError {
 
     pub fn exit_code(&self) -> u8 {
         if self.usage {
-            2
+            crate::root_cause::exit_codes::USAGE
         } else {
-            1
+            crate::root_cause::exit_codes::FAILURE
         }
     }
 }
