@@ -8,11 +8,11 @@ use anyhow::Result;
 use std::collections::BTreeMap;
 use std::path::Path;
 use toporun_agent::job::{gpu_timing_line, Job, NodePlace};
+use toporun_agent::rendezvous::Place;
 use toporun_shared::finding::Finding;
 use toporun_shared::nccl_log::{capture, Capture};
 use toporun_shared::plan::Source;
-use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
-use toporun_shared::torchrun::worker::{self, layout};
+use toporun_shared::rank_env::AttemptPlaces;
 use toporun_shared::torchrun::RdzvBackend;
 
 struct RankView {
@@ -24,32 +24,44 @@ struct RankView {
     argv: Vec<String>,
 }
 
-fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
+/// The node the launch would run, and whether its ranks are known before the
+/// rendezvous: one node is node 0 of 1 whatever `--node-rank` says (as the launch
+/// runs it); a static rendezvous knows this node's rank (every node assumed to run
+/// as many ranks); another backend assigns it when the round closes.
+fn dry_place(p: &Job) -> (NodePlace, bool) {
     let o = &p.opts;
-    // Static rendezvous knows this node's rank; assume every node runs as many ranks.
-    let known = o.rdzv_backend == RdzvBackend::Static || o.nnodes_max == 1;
-    let node_rank = if known { o.node_rank as usize } else { 0 };
-    let sizes = vec![p.nproc; o.nnodes_max as usize];
     let (mut master, port) = o.store_address();
     if o.rdzv_backend == RdzvBackend::Etcd {
         master = "<node rank 0 of the round, port chosen there>".into();
     }
-    let node = NodePlace {
-        run_id: o.run_id("<random at start>"),
+    let run_id = o.run_id("<random at start>");
+    if o.nnodes_max == 1 {
+        return (
+            NodePlace::one_node(p.nproc, run_id, 0, (master, port)),
+            true,
+        );
+    }
+    let known = o.rdzv_backend == RdzvBackend::Static;
+    let node_rank = if known { o.node_rank } else { 0 };
+    let place = Place {
         round: 0,
-        places: layout(&sizes, node_rank),
-        master_addr: master,
-        master_port: port,
-        node_rank: node_rank as u32,
+        node_rank,
+        offset: node_rank * p.nproc,
+        world: o.nnodes_max * p.nproc,
         nnodes: o.nnodes_max,
-        extra_env: Default::default(),
+        env: Default::default(),
     };
-    let job = p.job_env(&node, 0, Path::new("<run dir>"));
-    let report_env = match capture(
-        p.watch.nccl_report,
-        &p.inherited_env,
-        Path::new(&job.attempt_dir),
-    ) {
+    (
+        NodePlace::in_round(p.nproc, run_id, place, (master, port)),
+        known,
+    )
+}
+
+fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
+    let (node, known) = dry_place(p);
+    let run_dir = Path::new("<run dir>");
+    let attempt_dir = run_dir.join("attempt_0");
+    let report_env = match capture(p.watch.nccl_report, &p.inherited_env, &attempt_dir) {
         Capture::Files { env, .. } => env,
         Capture::Off(_) => BTreeMap::new(),
     };
@@ -60,20 +72,19 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         )
     });
     // The launch's own function, with the places it would use.
-    let stop_file = p.stop.stop_file(Path::new("<run dir>"));
+    let stop_file = p.stop.stop_file(run_dir);
     let places = AttemptPlaces {
-        attempt_dir: Path::new(&job.attempt_dir),
+        attempt_dir: &attempt_dir,
         stop_file: &stop_file,
         timer_file,
         cache_home: None,
     };
-    let extras = attempt_env(&p.inherited_env, p.rank_switches(), &places, &report_env);
-    let views = node
-        .places
-        .iter()
-        .map(|place| {
-            let mut env = p.rank_env(place, &job, &[&extras]);
-            if o.standalone {
+    let views = p
+        .node_ranks(&node, (0, run_dir), &places, &report_env)?
+        .into_iter()
+        .map(|r| {
+            let mut env = r.env;
+            if p.opts.standalone {
                 env.insert("MASTER_PORT".into(), "<free port at start>".into());
             }
             if !known {
@@ -81,29 +92,23 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
                     env.insert(k.into(), "<assigned at rendezvous>".into());
                 }
             }
-            let gpu = p
-                .gpu_of(place.local_rank)
-                .map(|d| (d.index, d.uuid.clone()));
-            Ok(RankView {
-                local_rank: place.local_rank,
-                rank: known.then_some(place.rank),
-                gpu,
-                cpus: p
-                    .cpus_for(place.local_rank)?
-                    .map(|c| toporun_shared::cpulist::format(&c)),
+            let gpu = r.gpu.and_then(|i| p.facts.gpus.devices.get(i));
+            RankView {
+                local_rank: r.place.local_rank,
+                rank: known.then_some(r.place.rank),
+                gpu: gpu.map(|d| (d.index, d.uuid.clone())),
+                cpus: r.cpus.map(|c| toporun_shared::cpulist::format(&c)),
                 env,
-                argv: worker::worker_argv(o, &p.python, place.local_rank),
-            })
+                argv: r.argv,
+            }
         })
-        .collect::<Result<_>>()?;
-    Ok((
-        views,
-        if known {
-            "static"
-        } else {
-            "assigned at rendezvous"
-        },
-    ))
+        .collect();
+    let how = if known {
+        "static"
+    } else {
+        "assigned at rendezvous"
+    };
+    Ok((views, how))
 }
 
 /// The report's settings and what toporun expects NCCL to do.
@@ -133,13 +138,7 @@ fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
     };
     let mut env = p.plan.env();
     env.extend(p.inherited_env.iter().map(|(k, v)| (k.clone(), v.clone())));
-    let gpus: Vec<usize> = (0..p.nproc)
-        .filter_map(|l| {
-            p.cuda_gpus
-                .get(l as usize % p.cuda_gpus.len().max(1))
-                .copied()
-        })
-        .collect();
+    let gpus: Vec<usize> = (0..p.nproc).filter_map(|l| p.cuda_index(l)).collect();
     let expected = toporun_shared::nccl_expect::expect(&p.facts, &gpus, &env, p.opts.nnodes_max);
     (report, expected)
 }

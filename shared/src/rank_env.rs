@@ -1,13 +1,19 @@
-//! Every rank's whole environment, in one place and without I/O: the launch and the
-//! dry run call it alike, and the launch makes the directories it names beforehand.
+//! This node's ranks, in one place and without I/O: each rank's argv, whole
+//! environment, CPUs and GPU ([`node_ranks`]). The launch and the dry run call it
+//! alike (the dry run with placeholder paths), and the launch makes the directories
+//! it names beforehand.
 //! Layers, each applied where the user set nothing: the NCCL plan, toporun's
 //! additions (the NCCL report's capture, the file timer, the flight recorder, the
 //! stop file, faulthandler, co-location), then torchrun's own variables.
 
+use crate::cpu_binding::{cpus_for, TooFewCpus};
+use crate::facts::Gpu;
 use crate::flight_recorder::{recorder_vars, RecorderSwitches};
 use crate::toporun_vars::ToporunVar;
-use crate::torchrun::worker::{worker_env, JobEnv, RankPlace};
+use crate::torchrun::worker::{worker_argv, worker_env, JobEnv, RankPlace};
+use crate::torchrun::LaunchOptions;
 use crate::user_env::UserEnv;
+use crate::visible_devices::rank_gpu;
 use std::path::{Path, PathBuf};
 
 /// torch's file timer: the file the ranks' FileTimerClient writes to.
@@ -77,6 +83,68 @@ pub fn rank_env(
     env
 }
 
+/// What makes this node's ranks: the options, the plan, what the user set, where the
+/// node stands (`places`, `job`, `node_env`: the co-location decision's variables) and
+/// the attempt (`at`, `report`: the NCCL report's capture), the GPUs CUDA shows.
+pub struct NodeRanks<'a> {
+    pub opts: &'a LaunchOptions,
+    pub python: &'a str,
+    pub planned: UserEnv,
+    pub user: &'a UserEnv,
+    pub switches: RankSwitches,
+    pub places: &'a [RankPlace],
+    pub job: &'a JobEnv,
+    pub node_env: &'a UserEnv,
+    pub at: &'a AttemptPlaces<'a>,
+    pub report: &'a UserEnv,
+    /// The GPUs the ranks use in turn (indices into `gpus`: CUDA_VISIBLE_DEVICES').
+    pub cuda_gpus: &'a [usize],
+    pub gpus: &'a [Gpu],
+    /// CPUs sharing an L3 cache (`--numa-binding=exclusive`'s core complexes).
+    pub l3_groups: &'a [Vec<u32>],
+}
+
+/// One rank as it will be started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankSpec {
+    pub place: RankPlace,
+    pub argv: Vec<String>,
+    pub env: UserEnv,
+    /// The CPUs `--numa-binding` pins it to (None: no binding).
+    pub cpus: Option<Vec<u32>>,
+    /// Its GPU, an index into the facts' GPUs.
+    pub gpu: Option<usize>,
+}
+
+/// This node's ranks: each one's argv, environment (the plan, then co-location's
+/// variables and toporun's additions where the user set nothing, then torchrun's
+/// own), CPUs and GPU.
+pub fn node_ranks(n: &NodeRanks) -> Result<Vec<RankSpec>, TooFewCpus> {
+    let extras = attempt_env(n.user, n.switches, n.at, n.report);
+    let gpu = |l: u32| rank_gpu(n.cuda_gpus, l);
+    let affinity: Vec<Vec<u32>> = (0..n.places.len() as u32)
+        .map(|l| {
+            gpu(l)
+                .and_then(|i| n.gpus.get(i))
+                .map(|g| g.cpu_affinity.clone())
+                .unwrap_or_default()
+        })
+        .collect();
+    n.places
+        .iter()
+        .map(|p| {
+            let l = p.local_rank;
+            Ok(RankSpec {
+                place: p.clone(),
+                argv: worker_argv(n.opts, n.python, l),
+                env: rank_env(n.planned.clone(), n.user, &[n.node_env, &extras], p, n.job),
+                cpus: cpus_for(n.opts.numa_binding, &affinity, n.l3_groups, l as usize)?,
+                gpu: gpu(l),
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,7 +162,7 @@ mod tests {
         }
     }
 
-    fn places(cache_home: Option<PathBuf>) -> AttemptPlaces<'static> {
+    fn places_at(cache_home: Option<PathBuf>) -> AttemptPlaces<'static> {
         AttemptPlaces {
             attempt_dir: Path::new("/run/attempt_1"),
             stop_file: Path::new("/run/stop-requested"),
@@ -122,7 +190,7 @@ mod tests {
     fn an_attempt_gets_the_report_timer_recorder_stop_file_and_faulthandler() {
         let report = env(&[("NCCL_DEBUG", "INFO")]);
         let cache = Some(PathBuf::from("/run/cache"));
-        let got = attempt_env(&env(&[]), switches(true, true), &places(cache), &report);
+        let got = attempt_env(&env(&[]), switches(true, true), &places_at(cache), &report);
         assert_eq!(got["NCCL_DEBUG"], "INFO");
         assert_eq!(got[TIMER_FILE_VAR], "/tmp/timer");
         assert_eq!(got["TORCH_FR_DUMP_TEMP_FILE"], "/run/attempt_1/fr/rank_");
@@ -134,7 +202,12 @@ mod tests {
     #[test]
     fn without_the_recorder_the_cache_home_and_faulthandler_stay_out() {
         let cache = Some(PathBuf::from("/run/cache"));
-        let got = attempt_env(&env(&[]), switches(false, false), &places(cache), &env(&[]));
+        let got = attempt_env(
+            &env(&[]),
+            switches(false, false),
+            &places_at(cache),
+            &env(&[]),
+        );
         for k in [
             "XDG_CACHE_HOME",
             "TORCH_FR_DUMP_TEMP_FILE",
@@ -161,5 +234,52 @@ mod tests {
         assert_eq!(got["LOCAL_RANK"], "1");
         assert_eq!(got["RANK"], "3");
         assert_eq!(got["WORLD_SIZE"], "4");
+    }
+    /// Node 1 of two, its ranks on host GPU 3 (CUDA shows one GPU): ranks 2 and 3,
+    /// each with its argv, the co-location variables, the user's value winning, and
+    /// the CPUs of that GPU under --numa-binding=node.
+    #[test]
+    fn node_ranks_are_placed_and_complete() {
+        let facts = crate::facts::HostFacts::from_json(include_str!(
+            "../../tests/fixtures/hosts/h200x4.json"
+        ))
+        .unwrap();
+        let cli = [(crate::torchrun::Opt::NumaBinding, "node".to_string())].into();
+        let opts = crate::torchrun::options::resolve(&cli, &env(&[]), "train.py", &[]).unwrap();
+        let places = layout(&[2, 2], 1);
+        let user = env(&[("NCCL_CUMEM_ENABLE", "1")]);
+        let node_env = env(&[("NCCL_HOSTID", "h"), ("NCCL_CUMEM_ENABLE", "0")]);
+        let ranks = node_ranks(&NodeRanks {
+            opts: &opts,
+            python: "python3",
+            planned: env(&[("NCCL_P2P_LEVEL", "NVL")]),
+            user: &user,
+            switches: switches(false, true),
+            places: &places,
+            job: &job(),
+            node_env: &node_env,
+            at: &places_at(None),
+            report: &UserEnv::new(),
+            cuda_gpus: &[3],
+            gpus: &facts.gpus.devices,
+            l3_groups: &[],
+        })
+        .unwrap();
+        let ranks_of: Vec<u32> = ranks.iter().map(|r| r.place.rank).collect();
+        assert_eq!(ranks_of, [2, 3]);
+        for r in &ranks {
+            assert_eq!(r.gpu, Some(3));
+            assert_eq!(r.argv[..3], ["python3", "-u", "train.py"]);
+            assert_eq!(r.env["RANK"], r.place.rank.to_string());
+            assert_eq!(r.env["NCCL_HOSTID"], "h");
+            assert!(
+                !r.env.contains_key("NCCL_CUMEM_ENABLE"),
+                "the user's wins, inherited"
+            );
+            assert_eq!(r.env["NCCL_P2P_LEVEL"], "NVL");
+            assert_eq!(r.env["PYTHONFAULTHANDLER"], "1");
+            let cpus = r.cpus.as_ref().expect("bound");
+            assert_eq!(cpus, &facts.gpus.devices[3].cpu_affinity);
+        }
     }
 }

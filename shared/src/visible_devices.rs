@@ -79,6 +79,14 @@ pub fn mismatch(cvd: VisibleDevices, visible: usize, gpus: &GpuFacts) -> Option<
     None
 }
 
+/// The GPU (an index into the facts' GPUs) local rank `local_rank` uses: the
+/// local_rank-th of `cuda_gpus`, ranks beyond them sharing them in turn.
+pub fn rank_gpu(cuda_gpus: &[usize], local_rank: u32) -> Option<usize> {
+    cuda_gpus
+        .get(local_rank as usize % cuda_gpus.len().max(1))
+        .copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -30,7 +30,7 @@ use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_shared::flight_recorder::dump_dir;
-use toporun_shared::rank_env::{attempt_env, AttemptPlaces};
+use toporun_shared::rank_env::AttemptPlaces;
 use toporun_shared::root_cause::judge::{watchdog_cause, Left};
 use toporun_shared::root_cause::CauseKind;
 
@@ -129,8 +129,7 @@ fn prepare(
         timer_file: life.timer_file.clone(),
         cache_home: recorder::prepare_dumps(user, sw.recorder, &dir, &attempt_dir, node.round == 0),
     };
-    let extras = attempt_env(user, sw, &places, &report_env);
-    let cmds = rank_commands(p, node, &dir, restarts.used, &extras)?;
+    let cmds = rank_commands(p, node, (restarts.used, &dir), &places, &report_env)?;
     Ok(Prepared {
         fr_dir: dump_dir(user, sw.recorder.on, &attempt_dir),
         _left_at_end: (unused_removed, preemption::RemovedAtEnd(stop_file.clone())),

@@ -1,36 +1,37 @@
-//! One attempt's rank commands: argv, environment, CPUs, log sinks and error file.
+//! One attempt's rank commands: this node's ranks (Job::node_ranks, as the dry run
+//! shows them) with their directories, log sinks and error files.
 
 use crate::job::error::JobError;
 use crate::job::spec::{Job, NodePlace};
 use crate::supervise::{line_prefix, Duplicate, LogPlan, RankCmd};
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use toporun_shared::torchrun::worker;
+use std::path::Path;
+use toporun_shared::rank_env::AttemptPlaces;
+use toporun_shared::user_env::UserEnv;
 
+/// `at`: the attempt's places (its directory under `run_dir`); `report`: the NCCL
+/// report's variables.
 pub fn rank_commands(
     p: &Job,
     node: &NodePlace,
-    run_dir: &Path,
-    attempt: u32,
-    extras: &BTreeMap<String, String>,
+    (attempt, run_dir): (u32, &Path),
+    at: &AttemptPlaces,
+    report: &UserEnv,
 ) -> Result<Vec<RankCmd>, JobError> {
-    let job = p.job_env(node, attempt, run_dir);
     let template = p.opts.log_line_prefix_template.as_deref();
-    let attempt_dir = Path::new(&job.attempt_dir);
     let duplicate = (
-        duplicate_file(p, attempt_dir, false)?,
-        duplicate_file(p, attempt_dir, true)?,
+        duplicate_file(p, at.attempt_dir, false)?,
+        duplicate_file(p, at.attempt_dir, true)?,
     );
-    node.places
-        .iter()
-        .map(|place| {
-            let dir = PathBuf::from(&job.attempt_dir).join(place.local_rank.to_string());
+    p.node_ranks(node, (attempt, run_dir), at, report)?
+        .into_iter()
+        .map(|spec| {
+            let place = &spec.place;
+            let dir = at.attempt_dir.join(place.local_rank.to_string());
             crate::job::run_dir::create_private_dir(&dir).map_err(|source| JobError::Path {
                 what: "cannot create",
                 path: dir.clone(),
                 source,
             })?;
-            let env = p.rank_env(place, &job, &[&node.extra_env.vars, extras]);
             let (r, t) = (
                 p.opts.redirects.for_rank(place.local_rank),
                 p.opts.tee.for_rank(place.local_rank),
@@ -55,9 +56,9 @@ pub fn rank_commands(
             Ok(RankCmd {
                 local_rank: place.local_rank,
                 rank: place.rank,
-                argv: worker::worker_argv(&p.opts, &p.python, place.local_rank),
-                env,
-                cpus: p.cpus_for(place.local_rank)?,
+                argv: spec.argv,
+                env: spec.env,
+                cpus: spec.cpus,
                 error_file: dir.join("error.json"),
                 stdout,
                 stderr,

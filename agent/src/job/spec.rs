@@ -11,10 +11,11 @@ use toporun_shared::finding::{Finding, Severity};
 use toporun_shared::flight_recorder::RecorderSwitches;
 use toporun_shared::plan::Plan;
 use toporun_shared::preflight::PreflightOptions;
-use toporun_shared::rank_env::{self, RankSwitches};
+use toporun_shared::rank_env::{self, AttemptPlaces, NodeRanks, RankSpec, RankSwitches};
 use toporun_shared::toporun_vars::ToporunVar;
-use toporun_shared::torchrun::worker::{JobEnv, RankPlace};
+use toporun_shared::torchrun::worker::{layout, JobEnv, RankPlace};
 use toporun_shared::torchrun::{LaunchOptions, OptionsError};
+use toporun_shared::user_env::UserEnv;
 
 /// How long every worker's store handshake is waited for before the missing ones are
 /// named (seconds; no option of its own).
@@ -160,7 +161,81 @@ pub struct NodePlace {
     pub extra_env: colocation::NodeEnv,
 }
 
+impl NodePlace {
+    /// The node of a one-node job: node 0 of 1, whatever `--node-rank` says (the
+    /// launch runs it so), the workers' store at `store`.
+    pub fn one_node(nproc: u32, run_id: String, round: u32, store: (String, u16)) -> NodePlace {
+        NodePlace {
+            run_id,
+            round,
+            places: layout(&[nproc], 0),
+            master_addr: store.0,
+            master_port: store.1,
+            node_rank: 0,
+            nnodes: 1,
+            extra_env: Default::default(),
+        }
+    }
+
+    /// This node of `nproc` ranks where a closed round placed it.
+    pub fn in_round(
+        nproc: u32,
+        run_id: String,
+        place: crate::rendezvous::Place,
+        store: (String, u16),
+    ) -> NodePlace {
+        let places = (0..nproc)
+            .map(|l| RankPlace {
+                local_rank: l,
+                rank: place.offset + l,
+                group_rank: place.node_rank,
+                local_world_size: nproc,
+                world_size: place.world,
+                group_world_size: place.nnodes,
+            })
+            .collect();
+        NodePlace {
+            run_id,
+            round: place.round,
+            places,
+            master_addr: store.0,
+            master_port: store.1,
+            node_rank: place.node_rank,
+            nnodes: place.nnodes,
+            extra_env: place.env,
+        }
+    }
+}
+
 impl Job {
+    /// This node's ranks in `node`'s place for attempt `attempt` (rank_env::node_ranks):
+    /// `at`, where the attempt's files are; `report`, the NCCL report's variables.
+    pub fn node_ranks(
+        &self,
+        node: &NodePlace,
+        (attempt, run_dir): (u32, &Path),
+        at: &AttemptPlaces,
+        report: &UserEnv,
+    ) -> Result<Vec<RankSpec>, OptionsError> {
+        let job = self.job_env(node, attempt, run_dir);
+        rank_env::node_ranks(&NodeRanks {
+            opts: &self.opts,
+            python: &self.python,
+            planned: self.plan.planned(),
+            user: &self.inherited_env,
+            switches: self.rank_switches(),
+            places: &node.places,
+            job: &job,
+            node_env: &node.extra_env.vars,
+            at,
+            report,
+            cuda_gpus: &self.cuda_gpus,
+            gpus: &self.facts.gpus.devices,
+            l3_groups: &self.facts.container.l3_groups,
+        })
+        .map_err(|e| OptionsError::usage(e.to_string()))
+    }
+
     /// The value the ranks will see for an NCCL variable: the user's, else the plan's.
     pub fn rank_value(&self, name: &str) -> Option<String> {
         self.inherited_env.get(name).cloned().or_else(|| {
@@ -221,26 +296,7 @@ impl Job {
     /// The index (into the facts' GPUs) of the GPU a local rank uses: ranks beyond
     /// the visible GPUs share them in turn.
     pub fn cuda_index(&self, local_rank: u32) -> Option<usize> {
-        let n = self.cuda_gpus.len().max(1);
-        self.cuda_gpus.get(local_rank as usize % n).copied()
-    }
-
-    /// The CPUs `--numa-binding` gives a local rank (None: no binding).
-    pub fn cpus_for(&self, local_rank: u32) -> Result<Option<Vec<u32>>, OptionsError> {
-        let affinity: Vec<Vec<u32>> = (0..self.nproc)
-            .map(|r| {
-                self.gpu_of(r)
-                    .map(|g| g.cpu_affinity.clone())
-                    .unwrap_or_default()
-            })
-            .collect();
-        toporun_shared::cpu_binding::cpus_for(
-            self.opts.numa_binding,
-            &affinity,
-            &self.facts.container.l3_groups,
-            local_rank as usize,
-        )
-        .map_err(|e| OptionsError::usage(e.to_string()))
+        toporun_shared::visible_devices::rank_gpu(&self.cuda_gpus, local_rank)
     }
 
     /// torchrun's per-attempt job values for this node.
@@ -260,17 +316,5 @@ impl Job {
                 .to_string(),
             virtual_local_rank: self.opts.virtual_local_rank,
         }
-    }
-
-    /// One rank's whole environment: the plan, then toporun's additions (co-location,
-    /// the NCCL report's capture) where the user set nothing, then torchrun's own.
-    pub fn rank_env(
-        &self,
-        place: &RankPlace,
-        job: &JobEnv,
-        additions: &[&BTreeMap<String, String>],
-    ) -> BTreeMap<String, String> {
-        let user = &self.inherited_env;
-        rank_env::rank_env(self.plan.planned(), user, additions, place, job)
     }
 }

@@ -2,6 +2,7 @@
 //! hand; UPDATE_GOLDEN=1 rewrites them), formats, and speed.
 
 use crate::support;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use support::*;
 
@@ -118,6 +119,31 @@ fn env_format_lists_every_nccl_variable_ranks_get() {
             .all(|l| l.starts_with("NCCL_") || l.starts_with("FI_")),
         "{out}"
     );
+}
+
+/// One node is node 0 of 1 whatever `--node-rank` says, as the launch runs it (the
+/// dry run used the option and panicked on an index past the one node).
+#[test]
+fn node_rank_on_one_node_is_node_0_as_the_launch_runs_it() {
+    let facts = host("h200x4");
+    for extra in [
+        &[][..],
+        &["--rdzv-backend=c10d", "--rdzv-endpoint=localhost:29400"],
+    ] {
+        let args = [
+            &["--facts", &facts, "--nproc-per-node=2", "--node-rank=1"][..],
+            extra,
+        ]
+        .concat();
+        let (code, out, err) = dry(&args);
+        assert_eq!(code, 0, "{args:?}: {out}{err}");
+        assert!(!err.contains("panicked"), "{err}");
+        assert!(out.contains("local rank 1 (rank 1)"), "{out}");
+        assert!(
+            out.contains("  GROUP_RANK=0\n") && out.contains("  WORLD_SIZE=2\n"),
+            "{out}"
+        );
+    }
 }
 
 #[test]
@@ -437,14 +463,14 @@ fn an_interpreter_without_torch_is_named_once_with_the_fix() {
     assert!(!out.contains("ran"), "{out}");
 }
 
-/// Rank 0's variables as `launch --dry-run` lists them (values with a `<placeholder>`
-/// stand for what only the start knows).
-fn dry_rank0(out: &str) -> std::collections::BTreeMap<String, String> {
+/// Local rank 0's variables as `launch --dry-run` lists them, where it is global rank
+/// `rank` (values with a `<placeholder>` stand for what only the start knows).
+fn dry_rank(out: &str, rank: u32) -> std::collections::BTreeMap<String, String> {
     let section = out
-        .split("local rank 0 (rank 0)")
+        .split(&format!("local rank 0 (rank {rank})"))
         .nth(1)
         .and_then(|s| s.split("\nlocal rank ").next())
-        .unwrap_or_else(|| panic!("no rank 0 in the dry run:\n{out}"));
+        .unwrap_or_else(|| panic!("no rank {rank} in the dry run:\n{out}"));
     section
         .lines()
         .filter_map(|l| l.strip_prefix("  ")?.split_once('='))
@@ -456,20 +482,55 @@ fn dry_rank0(out: &str) -> std::collections::BTreeMap<String, String> {
         .collect()
 }
 
+/// A real rank's variables (`real`) are the dry run's (`listed`): the same names, not
+/// counting those the test gave (`given`), the same values where the dry run knows.
+fn same_variables(
+    what: &str,
+    real: &std::collections::BTreeMap<String, String>,
+    listed: &std::collections::BTreeMap<String, String>,
+    given: &[&str],
+) -> usize {
+    let set_by_launcher: Vec<&String> = real
+        .keys()
+        .filter(|k| !given.contains(&k.as_str()))
+        .collect();
+    let listed_names: Vec<&String> = listed
+        .keys()
+        .filter(|k| !given.contains(&k.as_str()))
+        .collect();
+    assert_eq!(
+        set_by_launcher, listed_names,
+        "{what}: real rank, then dry run"
+    );
+    for (k, v) in listed.iter().filter(|(_, v)| !v.contains('<')) {
+        assert_eq!(real.get(k), Some(v), "{what}: {k}");
+    }
+    set_by_launcher.len()
+}
+
+/// A rank script writing its whole environment to `$ENV_OUT/<RANK>.json`.
+const ENV_SCRIPT: &str = "import json, os\njson.dump(dict(os.environ), open(os.path.join(os.environ['ENV_OUT'], os.environ['RANK'] + '.json'), 'w'))\n";
+
+fn real_env(dir: &Path, rank: u32) -> std::collections::BTreeMap<String, String> {
+    let f = dir.join(format!("{rank}.json"));
+    serde_json::from_str(
+        &std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display())),
+    )
+    .unwrap()
+}
+
 /// The dry run promises every rank's whole environment: for each setting, a real
 /// rank's variables (those not in the launcher's own environment) and the dry run's
-/// are the same names, with the same values where the dry run can know them.
+/// are the same names, with the same values where the dry run can know them. One node
+/// is node 0 whatever `--node-rank` says, for the launch and the dry run alike.
 #[test]
 #[ignore = "needs PyTorch: run scripts/test.sh"]
 fn the_dry_run_lists_what_a_real_rank_gets() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("env.py");
-    std::fs::write(
-        &script,
-        "import json, os\nif os.environ['RANK'] == '0':\n    json.dump(dict(os.environ), open(os.environ['ENV_OUT'], 'w'))\n",
-    )
-    .unwrap();
-    let out = dir.path().join("env.json");
+    std::fs::write(&script, ENV_SCRIPT).unwrap();
+    let out = dir.path().join("env");
+    std::fs::create_dir(&out).unwrap();
     let base: Vec<(&str, String)> = vec![
         ("PATH", std::env::var("PATH").unwrap_or_default()),
         ("HOME", dir.path().display().to_string()),
@@ -480,7 +541,7 @@ fn the_dry_run_lists_what_a_real_rank_gets() {
     ];
     // (what, flags, variables of the launcher's environment)
     type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
-    let cases: [Case; 5] = [
+    let cases: [Case; 6] = [
         ("defaults", &[], &[]),
         ("recorder off", &["--flight-recorder=off"], &[]),
         ("faulthandler off", &["--faulthandler=off"], &[]),
@@ -494,6 +555,7 @@ fn the_dry_run_lists_what_a_real_rank_gets() {
             &["--stop-grace=5"],
             &[("TORCHELASTIC_ENABLE_FILE_TIMER", "1")],
         ),
+        ("--node-rank=1 on one node", &["--node-rank=1"], &[]),
     ];
     for (what, flags, vars) in cases {
         let launch = |dry: bool| {
@@ -511,32 +573,80 @@ fn the_dry_run_lists_what_a_real_rank_gets() {
         };
         let (code, dry, err) = launch(true);
         assert_eq!(code, 0, "{what}: {dry}{err}");
-        let listed = dry_rank0(&dry);
-        let _ = std::fs::remove_file(&out);
+        let listed = dry_rank(&dry, 0);
+        let _ = std::fs::remove_file(out.join("0.json"));
         let (code, so, se) = launch(false);
         assert_eq!(code, 0, "{what}: {so}{se}");
-        let real: std::collections::BTreeMap<String, String> =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
         let given: Vec<&str> = base
             .iter()
             .map(|(k, _)| *k)
             .chain(vars.iter().map(|(k, _)| *k))
             .collect();
-        let set_by_launcher: Vec<&String> = real
-            .keys()
-            .filter(|k| !given.contains(&k.as_str()))
-            .collect();
-        let listed_names: Vec<&String> = listed
-            .keys()
-            .filter(|k| !given.contains(&k.as_str()))
-            .collect();
-        assert_eq!(
-            set_by_launcher, listed_names,
-            "{what}: real rank, then dry run"
-        );
-        for (k, v) in listed.iter().filter(|(_, v)| !v.contains('<')) {
-            assert_eq!(real.get(k), Some(v), "{what}: {k}");
-        }
-        eprintln!("{what}: {} variables agree", set_by_launcher.len());
+        let n = same_variables(what, &real_env(&out, 0), &listed, &given);
+        eprintln!("{what}: {n} variables agree");
     }
+}
+
+/// Node 1 of two (static rendezvous, both on this machine): its first rank, global
+/// rank 2, gets what the dry run of node 1 lists.
+#[test]
+#[ignore = "needs PyTorch: run scripts/test.sh"]
+fn the_dry_run_of_node_1_of_two_lists_what_its_rank_gets() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("env.py");
+    std::fs::write(&script, ENV_SCRIPT).unwrap();
+    let out = dir.path().join("env");
+    std::fs::create_dir(&out).unwrap();
+    let base: Vec<(&str, String)> = vec![
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", dir.path().display().to_string()),
+        ("PYTHON_EXEC", python().display().to_string()),
+        ("ENV_OUT", out.display().to_string()),
+        ("LC_ALL", "C.UTF-8".to_string()),
+    ];
+    let port = free_port().to_string();
+    let node = |rank: &str, dry: bool| {
+        let mut c = toporun();
+        c.env_clear()
+            .envs(base.iter().map(|(k, v)| (*k, v.as_str())));
+        if dry {
+            c.args(["launch", "--dry-run"]);
+        }
+        c.args([
+            "--nnodes=2",
+            &format!("--node-rank={rank}"),
+            "--master-addr=127.0.0.1",
+        ])
+        .args([
+            &format!("--master-port={port}"),
+            "--nproc-per-node=2",
+            "--nccl-report=off",
+        ])
+        .arg(&script);
+        c
+    };
+    let (code, dry, err) = run(&mut node("1", true));
+    assert_eq!(code, 0, "{dry}{err}");
+    let listed = dry_rank(&dry, 2);
+    assert_eq!(
+        listed.get("GROUP_RANK").map(String::as_str),
+        Some("1"),
+        "{dry}"
+    );
+    let node0 = node("0", false)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, so, se) = run(&mut node("1", false));
+    let first = node0.wait_with_output().unwrap();
+    assert_eq!(
+        code,
+        0,
+        "{so}{se}\nnode 0: {}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let given: Vec<&str> = base.iter().map(|(k, _)| *k).collect();
+    let n = same_variables("node 1 of 2", &real_env(&out, 2), &listed, &given);
+    eprintln!("node 1 of 2: {n} variables agree");
 }

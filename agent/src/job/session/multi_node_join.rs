@@ -15,7 +15,6 @@ use crate::rendezvous::{
 use crate::supervise::Events;
 use std::time::Duration;
 use tokio::task::JoinHandle;
-use toporun_shared::torchrun::worker::RankPlace;
 use toporun_shared::untrusted::printable;
 
 type Result<T> = std::result::Result<T, JobError>;
@@ -301,24 +300,10 @@ fn node_place(
         place.offset + p.nproc - 1,
         place.world
     );
-    let places = (0..p.nproc)
-        .map(|l| RankPlace {
-            local_rank: l,
-            rank: place.offset + l,
-            group_rank: place.node_rank,
-            local_world_size: p.nproc,
-            world_size: place.world,
-            group_world_size: place.nnodes,
-        })
-        .collect();
-    NodePlace {
-        run_id: run_id.to_string(),
-        round: place.round,
-        places,
-        master_addr,
-        master_port,
-        node_rank: place.node_rank,
-        nnodes: place.nnodes,
-        extra_env: place.env,
-    }
+    NodePlace::in_round(
+        p.nproc,
+        run_id.to_string(),
+        place,
+        (master_addr, master_port),
+    )
 }

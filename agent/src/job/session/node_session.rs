@@ -16,7 +16,8 @@ type Result<T> = std::result::Result<T, JobError>;
 
 /// What a node does with the rendezvous and the other nodes of its job. Alone on one
 /// node there are no others: the defaults (nothing to tell, nobody to wait for) are
-/// that node's answers, so no caller asks which kind of job it is in.
+/// that node's answers, so callers rarely ask which kind of job it is in (the failure
+/// report asks `has_peers`: a lost peer means nothing alone).
 #[allow(async_fn_in_trait)] // driven on the launcher's own thread, never sent
 pub trait Session {
     /// This node's place in the first round at or after `min_round` it can take

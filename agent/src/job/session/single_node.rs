@@ -8,7 +8,6 @@ use crate::job::session::store_host::{bind, is_loopback};
 use crate::job::spec::{Job, NodePlace};
 use crate::store::{Reach, StoreServer};
 use crate::supervise::Events;
-use toporun_shared::torchrun::worker::layout;
 
 pub struct SingleNode {
     run_id: String,
@@ -33,16 +32,8 @@ impl SingleNode {
     }
 
     pub fn place(&self, p: &Job, round: u32) -> NodePlace {
-        NodePlace {
-            run_id: self.run_id.clone(),
-            round,
-            places: layout(&[p.nproc], 0),
-            master_addr: self.store_host.clone(),
-            master_port: self.server.port(),
-            node_rank: 0,
-            nnodes: 1,
-            extra_env: Default::default(),
-        }
+        let store = (self.store_host.clone(), self.server.port());
+        NodePlace::one_node(p.nproc, self.run_id.clone(), round, store)
     }
 }
 
