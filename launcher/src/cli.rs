@@ -305,7 +305,7 @@ fn diagnosis_args(cmd: Command) -> Command {
                 .long("on-hang")
                 .value_parser(EnumValueParser::<OnHang>::new())
                 .default_value("report")
-                .help("after a hang report: report keeps the job running; stop ends it (exit 124) [env: TOPORUN_ON_HANG]"),
+                .help(format!("after a hang report: report keeps the job running; stop ends it (exit {}) [env: TOPORUN_ON_HANG]", toporun_shared::root_cause::exit_codes::HANG.code)),
         )
         .arg(
             Arg::new(Extra::StatusPort.id())
@@ -534,66 +534,6 @@ fn print_completion(cmd: &mut Command, shell: &str) -> Result<(), clap::Error> {
     Ok(())
 }
 
-/// What a command line asks for, parsed: every form reaches one of these two.
-pub enum Invocation {
-    /// `torchrun ...`, `toporun [globals] SCRIPT ...` or `toporun [globals] launch ...`,
-    /// parsed as torchrun's argparse parses (abbreviations, a dash-led entrypoint).
-    Launch(ArgMatches),
-    /// One of toporun's own subcommands.
-    Subcommand(Cli),
-}
-
-/// Routes and parses argv (the program name first): the one way in.
-pub fn route(argv: &[String]) -> Result<Invocation, clap::Error> {
-    let program = argv.first().map(String::as_str).unwrap_or("toporun");
-    let as_torchrun = std::path::Path::new(program)
-        .file_name()
-        .is_some_and(|n| n == "torchrun");
-    let rest = argv.get(1..).unwrap_or_default();
-    let at = globals_end(rest);
-    let first = rest.get(at).map(String::as_str);
-    let launch = |name, argv: &[String]| parse_launch(launch_command(name), argv);
-    if as_torchrun {
-        return launch("torchrun", argv).map(Invocation::Launch);
-    }
-    match first {
-        // `[globals] launch ARGS` as `launch [globals] ARGS`.
-        Some("launch") => {
-            let argv: Vec<String> = std::iter::once("launch".to_string())
-                .chain(rest[..at].iter().cloned())
-                .chain(rest[at + 1..].iter().cloned())
-                .collect();
-            launch("launch", &argv).map(Invocation::Launch)
-        }
-        Some(a)
-            if !SUBCOMMANDS.contains(&a) && !matches!(a, "-h" | "--help" | "-V" | "--version") =>
-        {
-            launch("toporun", argv).map(Invocation::Launch)
-        }
-        _ => {
-            use clap::FromArgMatches;
-            let m = toporun_command().try_get_matches_from(argv)?;
-            Cli::from_arg_matches(&m).map(Invocation::Subcommand)
-        }
-    }
-}
-
-/// Where the leading global options (`--facts FILE`, `--nvidia-smi-topo FILE`, or
-/// their `=` forms) of argv after the program name end.
-fn globals_end(args: &[String]) -> usize {
-    let mut i = 0;
-    while let Some(a) = args.get(i).map(String::as_str) {
-        if a == "--facts" || a == "--nvidia-smi-topo" {
-            i += 2;
-        } else if a.starts_with("--facts=") || a.starts_with("--nvidia-smi-topo=") {
-            i += 1;
-        } else {
-            break;
-        }
-    }
-    i.min(args.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -728,65 +668,6 @@ mod tests {
     fn unknown_option_and_missing_script_are_usage_errors() {
         assert_eq!(parse(&["--bogus", "t.py"]).unwrap_err().exit_code(), 2);
         assert_eq!(parse(&["--nproc-per-node=2"]).unwrap_err().exit_code(), 2);
-    }
-
-    #[test]
-    fn every_form_takes_one_route() {
-        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        let launched = |a: &[&str]| match route(&v(a)) {
-            Ok(Invocation::Launch(m)) => {
-                let script = m
-                    .get_many::<String>(Extra::Command.id())
-                    .unwrap()
-                    .next()
-                    .unwrap();
-                Some((
-                    script.clone(),
-                    m.get_one::<String>(Opt::NprocPerNode.dest()).cloned(),
-                ))
-            }
-            Ok(Invocation::Subcommand(_)) => None,
-            Err(e) => panic!("{a:?}: {e}"),
-        };
-        let t = |n: &str| Some(("train.py".to_string(), Some(n.to_string())));
-        assert_eq!(
-            launched(&["toporun", "--nproc-per-node=2", "train.py"]),
-            t("2")
-        );
-        assert_eq!(
-            launched(&["/usr/bin/torchrun", "--nproc_per", "3", "train.py"]),
-            t("3")
-        );
-        // Globals before `launch` move after it.
-        let l = [
-            "toporun",
-            "--facts",
-            "f.json",
-            "launch",
-            "--nproc-per-node",
-            "4",
-            "train.py",
-        ];
-        assert_eq!(launched(&l), t("4"));
-        assert_eq!(launched(&["toporun", "--facts=f.json", "preflight"]), None);
-        assert_eq!(launched(&["toporun", "topo"]), None);
-        // A torchrun with a subcommand's name as its script still launches it.
-        let probe = route(&v(&["torchrun", "probe"])).unwrap();
-        assert!(matches!(probe, Invocation::Launch(_)));
-        for usage in [
-            &["toporun", "--bogus"][..],
-            &["toporun", "--facts"],
-            &["toporun", "launch"],
-        ] {
-            let e = route(&v(usage))
-                .err()
-                .unwrap_or_else(|| panic!("{usage:?}"));
-            assert_eq!(e.exit_code(), 2, "{usage:?}: {e}");
-        }
-        assert_eq!(
-            globals_end(&v(&["--facts", "f", "--nvidia-smi-topo=t", "x"])),
-            3
-        );
     }
 
     /// Every toporun option (a new one is added here too).

@@ -14,6 +14,7 @@ mod log_format;
 mod measure_child;
 mod nccl_log_cmd;
 mod output;
+mod route;
 mod subcommands;
 
 use std::process::ExitCode;
@@ -34,9 +35,9 @@ fn main() -> ExitCode {
         }
     }));
     let argv: Vec<String> = std::env::args().collect();
-    let code = match cli::route(&argv) {
-        Ok(cli::Invocation::Launch(m)) => launch::run(&m),
-        Ok(cli::Invocation::Subcommand(c)) => commands::dispatch(c),
+    let code = match route::route(&argv) {
+        Ok(route::Invocation::Launch(m)) => launch::run(&m),
+        Ok(route::Invocation::Subcommand(c)) => commands::dispatch(c),
         Err(e) => exit::usage(e),
     };
     ExitCode::from(code)
