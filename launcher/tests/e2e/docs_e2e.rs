@@ -26,12 +26,7 @@ fn sources() -> Vec<(PathBuf, String)> {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
                 let text = std::fs::read_to_string(&p).unwrap();
-                // The code before its unit tests (a `#[cfg(test)]` item elsewhere is code too).
-                let code = text
-                    .split("#[cfg(test)]\nmod tests")
-                    .next()
-                    .unwrap_or("")
-                    .to_string();
+                let code = crate::support::code_before_tests(&text).to_string();
                 out.push((p, code));
             }
         }

@@ -1,6 +1,6 @@
 //! Dependencies run one way: inside each crate no module imports from a module that
 //! contains it (a child reaching back into its parent), and the modules' imports form
-//! no cycle. Reads the sources; test modules (after `#[cfg(test)]`) are skipped.
+//! no cycle. Reads the sources; test modules (support::code_before_tests) are skipped.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -36,8 +36,7 @@ fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
 
 /// Every `crate::a::b` and `super::a` path in non-test code, as written.
 fn paths(text: &str) -> Vec<(String, Vec<String>)> {
-    let code = text.split("#[cfg(test)]").next().unwrap_or("");
-    let code: String = code
+    let code: String = crate::support::code_before_tests(text)
         .lines()
         .filter(|l| !l.trim_start().starts_with("//"))
         .collect::<Vec<_>>()
@@ -283,7 +282,7 @@ fn stray_keys(src: &Path) -> Vec<String> {
             continue;
         }
         let text = std::fs::read_to_string(&file).unwrap();
-        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        let code = crate::support::code_before_tests(&text);
         for (i, line) in code.lines().enumerate() {
             if line.trim_start().starts_with("//") {
                 continue;

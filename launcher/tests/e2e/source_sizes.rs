@@ -1,6 +1,7 @@
 //! Sizes a newcomer can read: no source file over 600 lines before its tests, no
 //! function outside tests over 120 lines, in any crate of the workspace.
 
+use crate::support::code_before_tests;
 use std::path::{Path, PathBuf};
 
 const MAX_FILE_LINES: usize = 600;
@@ -20,10 +21,7 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
 /// What is over the limits in one file's text, as lines a reader can act on.
 fn oversize(name: &str, text: &str) -> Vec<String> {
     let lines: Vec<&str> = text.lines().collect();
-    let end = lines
-        .iter()
-        .position(|l| l.starts_with("#[cfg(test)]"))
-        .unwrap_or(lines.len());
+    let end = code_before_tests(text).lines().count();
     let mut found = Vec::new();
     if end > MAX_FILE_LINES {
         found.push(format!("{name}: {end} lines before its tests"));
@@ -77,11 +75,21 @@ fn the_size_check_sees_a_long_function_and_a_long_file() {
     let fine = format!("fn small() {{\n{}}}\n", "    x();\n".repeat(10));
     assert!(oversize("b.rs", &fine).is_empty());
     let long_file = format!(
-        "{}#[cfg(test)]\n{long_fn}",
+        "{}#[cfg(test)]\nmod tests {{\n{long_fn}}}\n",
         "// x\n".repeat(MAX_FILE_LINES + 1)
     );
     assert_eq!(
         oversize("c.rs", &long_file),
         ["c.rs: 601 lines before its tests"]
+    );
+    // A test-only item early in the file is no start of its tests: the code after it
+    // counts (the rule stopped there before).
+    let early = format!(
+        "#[cfg(test)]\nuse x::Y;\n{}#[cfg(test)]\nmod tests {{}}\n",
+        "// x\n".repeat(MAX_FILE_LINES)
+    );
+    assert_eq!(
+        oversize("d.rs", &early),
+        ["d.rs: 602 lines before its tests"]
     );
 }

@@ -359,3 +359,22 @@ pub fn rank_pids(out: &Path, n: usize, timeout: std::time::Duration) -> Vec<i32>
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+/// A source file's code before its first test module (`#[cfg(test)]` then a `mod`):
+/// the one place the structural tests find where test code starts. A `#[cfg(test)]`
+/// item that is no module (a test-only import or function) is code and counts.
+pub fn code_before_tests(text: &str) -> &str {
+    let mut at = 0;
+    while let Some(i) = text[at..].find("#[cfg(test)]") {
+        let start = at + i;
+        let next = text[start + "#[cfg(test)]".len()..].trim_start();
+        let item = next
+            .trim_start_matches("pub(crate) ")
+            .trim_start_matches("pub ");
+        if item.starts_with("mod ") {
+            return &text[..start];
+        }
+        at = start + 1;
+    }
+    text
+}
