@@ -29,7 +29,7 @@ def main():
     # garbage collector frees it: left to the interpreter's exit, after the group is
     # destroyed, it can abort the rank ("terminate called without an active
     # exception": 8 of 32 runs under torchrun, 5 of 44 under toporun on a busy CPU;
-    # none in 68 with these two lines, scripts/teardown_aborts.sh).
+    # none in 68 with these two lines, scripts/bench/teardown_aborts.sh).
     del model, opt, loss
     gc.collect()
     # Every rank done before any tears its process group down: gloo can abort a rank

@@ -1,5 +1,5 @@
 //! toporun's store client against PyTorch's own TCPStore server (real PyTorch from the
-//! cached virtualenv, scripts/setup-venv.sh).
+//! cached virtualenv, scripts/dev/setup_venv.sh).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -26,14 +26,14 @@ print("SERVER_SAW_OUR_KEYS", flush=True)
 "#;
 
 #[tokio::test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 async fn our_client_against_pytorchs_server() {
     let mut server = Command::new(python())
         .args(["-c", SERVER])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("the venv python (scripts/setup-venv.sh)");
+        .expect("the venv python (scripts/dev/setup_venv.sh)");
     let mut lines = BufReader::new(server.stdout.take().unwrap()).lines();
     let port: u16 = lines.next().unwrap().unwrap().trim().parse().unwrap();
     let t = Duration::from_secs(5);

@@ -595,10 +595,10 @@ mod tests {
     /// The installed torchrun's parser, option by option: a new torch release that
     /// adds or changes an option fails here, not in a user's job.
     #[test]
-    #[ignore = "needs PyTorch: run scripts/test.sh"]
+    #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
     fn every_option_of_the_installed_torchrun() {
         let python = std::env::var("TOPORUN_PYTHON")
-            .expect("TOPORUN_PYTHON: the venv's python (scripts/test.sh sets it)");
+            .expect("TOPORUN_PYTHON: the venv's python (scripts/dev/test.sh sets it)");
         let script = "from torch.distributed.run import get_args_parser\nfor a in get_args_parser()._actions:\n    if a.option_strings and a.dest != 'help':\n        print(' '.join(a.option_strings), a.nargs == 0, ','.join(a.choices or []))\n";
         let out = std::process::Command::new(python)
             .args(["-c", script])

@@ -183,7 +183,7 @@ const PY: &str = "touch_rank.py";
 const SH: &str = "touch_rank.sh";
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_user_script_python() {
     let s = script(PY);
     let r = both(
@@ -202,7 +202,7 @@ fn launch_user_script_python() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_user_script_python_caffe2_bc() {
     let s = script(PY);
     let r = both(
@@ -223,7 +223,7 @@ fn launch_user_script_python_caffe2_bc() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_user_script_bash_and_no_python_with_module() {
     let s = script(SH);
     let base = [
@@ -249,7 +249,7 @@ fn launch_user_script_bash_and_no_python_with_module() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_user_script_default_nproc() {
     let s = script(SH);
     let r = both(
@@ -268,7 +268,7 @@ fn launch_user_script_default_nproc() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_with_env_vars() {
     let s = script(SH);
     let env = [
@@ -312,7 +312,7 @@ fn nproc(value: &str) -> [Run; 2] {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn nproc_launch_configurations() {
     assert_ran(&nproc("4"), 4);
     // auto without an accelerator: one rank per CPU this process may use.
@@ -351,7 +351,7 @@ fn elastic_args<'a>(
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_elastic() {
     let s = script(PY);
     // The quotes are in torch's test too: they reach the launcher as part of the value.
@@ -366,7 +366,7 @@ fn launch_elastic() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_elastic_worker_raise_exception() {
     let s = script(PY);
     let a = elastic_args(
@@ -399,7 +399,7 @@ fn launch_elastic_worker_raise_exception() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_elastic_multiple_agents() {
     let s = script(PY);
     let a = elastic_args(
@@ -420,7 +420,7 @@ fn launch_elastic_multiple_agents() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launch_standalone_and_run_path() {
     let s = script(PY);
     for first in ["--standalone", "--run-path"] {
@@ -454,7 +454,7 @@ fn elastic_launched(extra: &[&str]) -> [Run; 2] {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn is_torchelastic_launched() {
     for extra in [&[][..], &["--logs_specs=default"][..]] {
         for run in elastic_launched(extra) {
@@ -466,7 +466,7 @@ fn is_torchelastic_launched() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn logs_specs_entrypoint_must_be_defined() {
     for run in elastic_launched(&["--logs_specs=DOESNOT_EXIST"]) {
         assert_eq!(run.outcome.code, 1, "{}", run.stderr);
@@ -476,7 +476,7 @@ fn logs_specs_entrypoint_must_be_defined() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn init_method_tcp_and_env_with_torchelastic() {
     let s = script(PY);
     let port = support::free_port().to_string();
@@ -502,7 +502,7 @@ fn init_method_tcp_and_env_with_torchelastic() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn capture_logs_using_default_logs_specs() {
     let s = script(SH);
     let r = both(

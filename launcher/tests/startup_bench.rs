@@ -1,14 +1,17 @@
-//! The start-up benchmark (scripts/bench_startup.py) against the real torchrun, run as
+//! The start-up benchmark (scripts/bench/bench_startup.py) against the real torchrun, run as
 //! a test so a regression fails CI: at least 50x faster, under 20 MB peak RSS.
 
 mod support;
 use support::*;
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn fifty_times_faster_than_torchrun_and_small() {
     let out = std::process::Command::new("python3")
-        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench_startup.py"))
+        .arg(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../scripts/bench/bench_startup.py"),
+        )
         .args([
             "-n",
             "5",
@@ -31,7 +34,7 @@ fn fifty_times_faster_than_torchrun_and_small() {
     // This is the debug build, whose peak grows with the code it maps: 24.2-24.3 MB
     // once the GPU straggler's modules came, 26.2 MB once slow links and the option
     // suggestions came (the release build: 12.7 MB, the product's figure;
-    // scripts/bench_startup.py, docs/measurements.md). The bound catches a start-up
+    // scripts/bench/bench_startup.py, docs/measurements.md). The bound catches a start-up
     // that reads or allocates more, not a few more functions.
     assert!(v["toporun_peak_rss_mb"].as_f64().unwrap() < 28.0, "{v}");
 }

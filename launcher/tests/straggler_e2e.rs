@@ -146,7 +146,7 @@ fn get(port: u16, path: &str) -> String {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_doing_three_times_the_compute_is_named_and_shown_everywhere() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
@@ -288,7 +288,7 @@ impl Drop for QuotaCgroup {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let Some(cg) = QuotaCgroup::make() else {
@@ -313,7 +313,7 @@ fn a_rank_in_a_cpu_cgroup_with_a_quota_is_named_with_the_throttling() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_balanced_job_with_a_checkpoint_pause_and_rank_0_logging_names_nobody() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();
@@ -378,7 +378,7 @@ fn median_wait(top: &serde_json::Value) -> Option<f64> {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn on_two_nodes_the_stores_host_names_the_other_nodes_rank() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let d = tempfile::tempdir().unwrap();

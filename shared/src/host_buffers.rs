@@ -17,7 +17,7 @@ pub const SHM_SEGMENT_BYTES: u64 = 9_637_892;
 
 /// /dev/shm segments NCCL 2.28.9 held per directed connection between two local
 /// ranks on the SHM transport: 2 ranks used 77,201,408 bytes = 2 connections x 4 x
-/// 9.6 MB (scripts/gpu_nccl_evidence.sh, shm-use row, 2x H200).
+/// 9.6 MB (scripts/device/gpu_nccl_evidence.sh, shm-use row, 2x H200).
 pub const SHM_SEGMENTS_PER_PAIR: u64 = 4;
 
 /// The least /dev/shm the SHM transport needs between `local_ranks` ranks whose host

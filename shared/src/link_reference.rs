@@ -64,7 +64,7 @@ pub fn host(gpu: &Gpu) -> Option<Reference> {
     pcie(p.max_gen, p.max_width)
 }
 
-/// Classes measured on real hosts by `scripts/gpu_measure_links.sh` (toporun and
+/// Classes measured on real hosts by `scripts/device/gpu_measure_links.sh` (toporun and
 /// PyTorch in one run): preferred to the model where one exists.
 const MEASURED: &[(&str, f64, &str)] = &[(
     "PCIe Gen5 x16",

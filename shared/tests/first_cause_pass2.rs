@@ -1,5 +1,5 @@
 //! What 4x H200 (torch 2.11, NCCL 2.28.9) gave for issue 50, kept under
-//! tests/fixtures/device/first-cause-pass2-h200x4 (`scripts/gpu_first_cause_pass2.sh`),
+//! tests/fixtures/device/first-cause-pass2-h200x4 (`scripts/device/gpu_first_cause_pass2.sh`),
 //! and the decisions taken on it: NCCL's own reason for an invalid usage, the slow-links
 //! rule on a healthy job with a 35 s single-rank pause, and where a 3x-GPU-work rank's
 //! Python thread stands.
@@ -18,7 +18,7 @@ fn fixture(path: &str) -> PathBuf {
         .join(path)
 }
 
-/// A stderr as scripts/timed_run.py kept it, without its `[  7.57] ` stamps.
+/// A stderr as scripts/device/timed_run.py kept it, without its `[  7.57] ` stamps.
 fn unstamped(path: &str) -> String {
     std::fs::read_to_string(fixture(path))
         .unwrap()
@@ -86,7 +86,7 @@ fn a_healthy_link_with_a_long_single_rank_pause_is_not_slow() {
 #[test]
 fn a_gpu_stragglers_python_thread_waits_for_its_gpu_or_is_in_backward() {
     let source = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu_backward_rank.py"),
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/device/gpu_backward_rank.py"),
     )
     .unwrap();
     let line_of = |file: &str, n: i32| {

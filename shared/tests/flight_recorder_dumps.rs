@@ -72,7 +72,7 @@ fn ranks_that_agree_give_no_issue_and_a_dtype_mismatch_names_the_rank() {
 }
 
 /// A real stock ProcessGroupNCCL dump (torch 2.11, 1x H100), written when toporun set
-/// `exception_dump` at a hang stop (scripts/gpu_fr_dumps.sh); its pickle reuses
+/// `exception_dump` at a hang stop (scripts/device/gpu_fr_dumps.sh); its pickle reuses
 /// memoized strings as dict keys.
 #[test]
 fn a_stock_nccl_dump_reads() {

@@ -1,6 +1,6 @@
 //! Real flight-recorder dumps taken while a 2-rank NCCL job trained (2x H200, torch
 //! 2.11, TORCH_NCCL_ENABLE_TIMING=1, through TORCH_NCCL_DEBUG_INFO_PIPE_FILE; the job
-//! is `scripts/gpu_nccl_straggler.sh`'s `slow`: rank 1 runs 3x the matmuls of rank 0).
+//! is `scripts/device/gpu_nccl_straggler.sh`'s `slow`: rank 1 runs 3x the matmuls of rank 0).
 
 use flate2::read::GzDecoder;
 use std::io::Read;

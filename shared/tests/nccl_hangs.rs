@@ -1,5 +1,5 @@
 //! The NCCL failure cases as they ran on 2x H100 (torch 2.11, NCCL 2.28.9;
-//! `scripts/gpu_nccl_failures.sh`, tests/fixtures/device/nccl-failures-h100x2): each
+//! `scripts/device/gpu_nccl_failures.sh`, tests/fixtures/device/nccl-failures-h100x2): each
 //! case's hang.json holds the stacks toporun sampled, its stderr NCCL's watchdog line,
 //! its fr/ the flight-recorder dumps. The decisions are replayed on them: the rank
 //! that left, the rank outside any collective, the collective whose sizes differ, and

@@ -23,7 +23,7 @@ fn a_thousand_nodes_in_under_two_seconds() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn pytorchs_tcpstore_is_not_faster_for_the_same_load() {
     let mut server = std::process::Command::new(python())
         .args(["-c", "import sys, time, torch.distributed as dist\nfrom datetime import timedelta\ns = dist.TCPStore('127.0.0.1', 0, is_master=True, wait_for_workers=False, timeout=timedelta(seconds=120))\nprint(s.port, flush=True)\ntime.sleep(120)"])

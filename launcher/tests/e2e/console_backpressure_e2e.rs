@@ -24,7 +24,7 @@ fn files_named(dir: &std::path::Path, name: &str, out: &mut Vec<std::path::PathB
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_stalled_console_holds_the_rank_back_and_loses_nothing() {
     let logs = tempfile::tempdir().unwrap();
     let writer = format!(

@@ -127,6 +127,50 @@ fn every_relative_link_resolves() {
     assert!(broken.is_empty(), "{broken:#?}");
 }
 
+/// The script paths a text cites (`scripts/dev/test.sh`, `launcher/tests/scripts/x.py`),
+/// not those in a stack's output (`hang_rank.py:14`, a frame's file and line).
+fn cited_scripts(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, _) in text.match_indices("scripts/") {
+        let start = text[..i]
+            .rfind(|c: char| !(c.is_ascii_alphanumeric() || "._/-".contains(c)))
+            .map_or(0, |j| j + 1);
+        let rest = &text[i..];
+        let end = rest
+            .find(|c: char| !(c.is_ascii_alphanumeric() || "._/-".contains(c)))
+            .unwrap_or(rest.len());
+        let path = text[start..i + end].trim_end_matches(['.', '/']);
+        let frame = rest[end..].starts_with(':')
+            && rest[end + 1..].starts_with(|c: char| c.is_ascii_digit());
+        if (path.ends_with(".sh") || path.ends_with(".py")) && !frame && !path.starts_with('/') {
+            out.push(path.trim_start_matches("./").to_string());
+        }
+    }
+    out
+}
+
+/// Every script the README, the docs and CONTRIBUTING cite is there (relative to the
+/// repository's root).
+#[test]
+fn every_cited_script_exists() {
+    let (mut missing, mut cited) = (Vec::new(), 0);
+    for file in markdown_files() {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for path in cited_scripts(&text) {
+            cited += 1;
+            if !repo().join(&path).exists() {
+                missing.push(format!("{}: {path}", file.display()));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{missing:#?}");
+    assert!(cited > 50, "{cited} script paths found in the docs");
+    let found = cited_scripts(
+        "run `scripts/dev/test.sh`, or (bash scripts/nope.sh); at main (scripts/hang_rank.py:14)",
+    );
+    assert_eq!(found, ["scripts/dev/test.sh", "scripts/nope.sh"]);
+}
+
 /// `toporun`/`torchrun` lines of the shell blocks (`cargo run --release --` counts as
 /// toporun), as argument lists (prompt, trailing
 /// comment and redirection removed); lines with placeholders are left out.
@@ -226,7 +270,7 @@ fn a_misspelled_flag_in_a_doc_is_found() {
 /// `cargo run --release --` standing for this build's binary (a test must not start
 /// a release build): preflight, the dry run, the virtualenv, a real 2-rank CPU run.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_readme_try_it_block_runs_as_written() {
     let readme = std::fs::read_to_string(repo().join("README.md")).unwrap();
     let block = readme

@@ -524,7 +524,7 @@ fn real_env(dir: &Path, rank: u32) -> std::collections::BTreeMap<String, String>
 /// are the same names, with the same values where the dry run can know them. One node
 /// is node 0 whatever `--node-rank` says, for the launch and the dry run alike.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_dry_run_lists_what_a_real_rank_gets() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("env.py");
@@ -590,7 +590,7 @@ fn the_dry_run_lists_what_a_real_rank_gets() {
 /// Node 1 of two (static rendezvous, both on this machine): its first rank, global
 /// rank 2, gets what the dry run of node 1 lists.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_dry_run_of_node_1_of_two_lists_what_its_rank_gets() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("env.py");

@@ -196,7 +196,7 @@ fn c10d_endpoint() -> String {
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_two_node_gloo_job() {
     let etcd = EtcdCluster::start(3);
     let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[]).env("STEPS", "4");
@@ -216,7 +216,7 @@ fn etcd_two_node_gloo_job() {
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn an_etcd_member_killed_mid_job_changes_nothing() {
     let mut etcd = EtcdCluster::start(3);
     let mut job = Job::new(Backend::Etcd, &etcd.endpoints(), "2", &[])
@@ -304,7 +304,7 @@ fn survived(job: &Job, survivors: &[(i32, String)], next: f64, what: &str) {
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_survives_the_loss_of_the_node_hosting_the_store() {
     let etcd = EtcdCluster::start(3);
     let (job, survivors, next) = kill_mid_collective(Backend::Etcd, &etcd.endpoints(), true);
@@ -317,7 +317,7 @@ fn etcd_survives_the_loss_of_the_node_hosting_the_store() {
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_survives_the_loss_of_a_node_mid_collective() {
     let etcd = EtcdCluster::start(3);
     let (job, survivors, next) = kill_mid_collective(Backend::Etcd, &etcd.endpoints(), false);
@@ -325,14 +325,14 @@ fn etcd_survives_the_loss_of_a_node_mid_collective() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn c10d_survives_the_loss_of_a_node_mid_collective() {
     let (job, survivors, next) = kill_mid_collective(Backend::C10d, &c10d_endpoint(), false);
     survived(&job, &survivors, next, "c10d, a node killed mid-collective");
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn c10d_loses_the_job_with_the_store_host_and_says_so() {
     let (_job, survivors, _) = kill_mid_collective(Backend::C10d, &c10d_endpoint(), true);
     for (code, err) in &survivors {
@@ -370,13 +370,13 @@ fn scale_up(backend: Backend, endpoint: &str) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn c10d_admits_a_node_that_comes_while_the_job_runs() {
     scale_up(Backend::C10d, &c10d_endpoint());
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_admits_a_node_that_comes_while_the_job_runs() {
     let etcd = EtcdCluster::start(3);
     scale_up(Backend::Etcd, &etcd.endpoints());
@@ -443,13 +443,13 @@ fn spare_replaces_a_lost_node(backend: Backend, endpoint: &str) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn c10d_spare_replaces_a_lost_node() {
     spare_replaces_a_lost_node(Backend::C10d, &c10d_endpoint());
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_spare_replaces_a_lost_node() {
     let etcd = EtcdCluster::start(3);
     spare_replaces_a_lost_node(Backend::Etcd, &etcd.endpoints());
@@ -460,7 +460,7 @@ fn etcd_spare_replaces_a_lost_node() {
 /// and says so at once, instead of forming a round for the dead spare and waiting the
 /// join timeout (60 s) for it.
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_forgets_a_spare_that_died_while_waiting() {
     let etcd = EtcdCluster::start(3);
     let (_job, mut a, mut b, mut spare) =
@@ -520,13 +520,13 @@ fn killed_and_replaced(backend: Backend, endpoint: &str) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn c10d_node_killed_and_replaced_8s_later() {
     killed_and_replaced(Backend::C10d, &c10d_endpoint());
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_node_killed_and_replaced_8s_later() {
     let etcd = EtcdCluster::start(3);
     killed_and_replaced(Backend::Etcd, &etcd.endpoints());
@@ -562,7 +562,7 @@ fn etcd_unreachable_at_start_names_the_endpoints_and_gives_up_at_the_join_timeou
 }
 
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn garbage_under_the_runs_keys_is_named_not_a_panic() {
     // etcd: another program wrote the run's round counter.
     let etcd = EtcdCluster::start(1);
@@ -606,7 +606,7 @@ fn garbage_under_the_runs_keys_is_named_not_a_panic() {
 
 /// etcd over TLS with client certificates, as torchrun's --rdzv-conf names them.
 #[test]
-#[ignore = "needs etcd and PyTorch: run scripts/test.sh"]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
 fn etcd_over_tls_with_client_certificates() {
     let etcd = EtcdCluster::start_tls();
     let tls = etcd.tls_dir();

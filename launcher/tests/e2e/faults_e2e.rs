@@ -52,7 +52,7 @@ fn term_time(out: &Path, rank: u32) -> Option<f64> {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_failing_rank_stops_the_others_within_a_second() {
     let d = tempfile::tempdir().unwrap();
     let start = std::time::SystemTime::now();
@@ -82,7 +82,7 @@ fn a_failing_rank_stops_the_others_within_a_second() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_ignoring_sigterm_is_killed_after_the_shutdown_timeout() {
     let d = tempfile::tempdir().unwrap();
     let mut child = job("ignore-term", d.path(), &["--shutdown-timeout=2"])
@@ -106,7 +106,7 @@ fn a_rank_ignoring_sigterm_is_killed_after_the_shutdown_timeout() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn sigterm_to_toporun_reaches_every_rank() {
     let d = tempfile::tempdir().unwrap();
     let mut child = job("", d.path(), &[])
@@ -128,7 +128,7 @@ fn sigterm_to_toporun_reaches_every_rank() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn sigkill_to_toporun_leaves_no_rank_alive() {
     let d = tempfile::tempdir().unwrap();
     let mut child = job("", d.path(), &[])
@@ -146,7 +146,7 @@ fn sigkill_to_toporun_leaves_no_rank_alive() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn record_traceback_is_the_root_cause() {
     let d = tempfile::tempdir().unwrap();
     let (code, _, err) = run(&mut job("raise", d.path(), &[]));
@@ -178,7 +178,7 @@ fn raising(ours: bool, out: &Path) -> Command {
 /// The launcher's TORCHELASTIC_ERROR_FILE gets the root cause's error.json, as
 /// torchrun's @record main writes it (compared with the installed torchrun).
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn launcher_error_file_holds_the_root_cause_like_torchrun() {
     let mut docs = Vec::new();
     for ours in [true, false] {
@@ -210,7 +210,7 @@ fn launcher_error_file_holds_the_root_cause_like_torchrun() {
 /// the rank's traceback, as torchrun leaves its run directory (toporun removed it at
 /// exit once, and the summary named files that were gone).
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_error_files_the_summary_names_outlive_the_job_like_torchruns() {
     for ours in [true, false] {
         let tmp = tempfile::tempdir().unwrap();
@@ -232,7 +232,7 @@ fn the_error_files_the_summary_names_outlive_the_job_like_torchruns() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn grandchildren_of_a_failed_rank_are_killed() {
     let d = tempfile::tempdir().unwrap();
     let mut child = job("grandchild", d.path(), &["--shutdown-timeout=1"])
@@ -448,7 +448,7 @@ fn a_missing_interpreter_says_how_to_fix_it() {
 /// TORCHELASTIC_ENABLE_FILE_TIMER=1 with torch's own FileTimerClient in the ranks:
 /// the overrunning rank is SIGKILLed, the others stopped, exit 137 as torchrun.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn file_timer_kills_a_hung_rank_like_torchrun() {
     for ours in [true, false] {
         let d = tempfile::tempdir().unwrap();
@@ -496,7 +496,7 @@ fn file_timer_kills_a_hung_rank_like_torchrun() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn file_timer_garbage_is_reported_not_fatal() {
     let d = tempfile::tempdir().unwrap();
     let fifo = d.path().join("watchdog");
@@ -520,7 +520,7 @@ fn file_timer_garbage_is_reported_not_fatal() {
 /// destroy_process_group ranks abort at exit under torchrun as well: measured here
 /// 5 of 20 under torchrun, 3 of 20 under toporun; pytorch/pytorch#190489.)
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn twenty_static_jobs_each_way_end_without_an_abort() {
     for mode in ["tcp", "env"] {
         for i in 0..20u16 {

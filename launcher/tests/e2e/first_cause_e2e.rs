@@ -26,7 +26,7 @@ fn first_cause(err: &str) -> &str {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_that_left_early_is_the_cause_not_the_rank_that_lost_it() {
     for mode in ["leave", "short"] {
         let (code, _, err) = run(&mut job(mode, &["--exit-codes=classified"]));
@@ -44,7 +44,7 @@ fn a_rank_that_left_early_is_the_cause_not_the_rank_that_lost_it() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_native_crash_is_named_with_the_function_it_struck_in() {
     let (code, _, err) = run(&mut job("segv", &[]));
     assert_eq!(code, 1, "{err}");
@@ -64,7 +64,7 @@ fn a_native_crash_is_named_with_the_function_it_struck_in() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn an_exit_without_a_traceback_says_where_the_rank_was() {
     let (code, _, err) = run(job("exit3", &["--exit-codes=classified"]).env("STEP_SECS", "1.5"));
     assert_eq!(code, 1, "{err}");
@@ -78,7 +78,7 @@ fn an_exit_without_a_traceback_says_where_the_rank_was() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn ranks_that_finish_at_different_times_blame_nobody() {
     for mode in ["rank0_last", "uneven"] {
         let (code, out, err) = run(&mut job(mode, &[]));
@@ -92,7 +92,7 @@ fn ranks_that_finish_at_different_times_blame_nobody() {
 /// root): PyTorch's stream writer says only "unexpected pos"; the volume it was
 /// writing says full, with its own class.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_checkpoint_to_a_full_volume_names_the_volume() {
     let d = tempfile::tempdir().unwrap();
     let inner = job("ckpt", &["--exit-codes=classified"]);
@@ -122,7 +122,7 @@ fn a_checkpoint_to_a_full_volume_names_the_volume() {
 /// one on the device: tests/fixtures/device): its own kind and class, the numbers in
 /// one line, the innermost user frame.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn cuda_out_of_memory_is_its_own_cause_with_the_numbers() {
     let (code, _, err) = run(&mut job("cuda_oom", &["--exit-codes=classified"]));
     let cause = first_cause(&err);
@@ -138,7 +138,7 @@ fn cuda_out_of_memory_is_its_own_cause_with_the_numbers() {
 /// Rank 1 waits for a batch its DataLoader worker never delivers: the hang names
 /// rank 1, and shows where its worker stands (the culprit frame is in the child).
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_stuck_dataloader_worker_is_shown_in_the_hang() {
     let (code, _, err) = run(&mut job(
         "worker_stuck",
@@ -158,15 +158,15 @@ fn a_stuck_dataloader_worker_is_shown_in_the_hang() {
         .find(|l| l.starts_with("  rank 1 worker pid "))
         .unwrap_or_else(|| panic!("no worker line:\n{err}"));
     assert!(
-        worker.contains("read_remote_shard (scripts/first_cause.py:")
-            && worker.contains("__getitem__ (scripts/first_cause.py:"),
+        worker.contains("read_remote_shard (launcher/tests/scripts/first_cause.py:")
+            && worker.contains("__getitem__ (launcher/tests/scripts/first_cause.py:"),
         "{worker}"
     );
 }
 
 /// A DataLoader worker killed under rank 1: rank 1 is named, with PyTorch's words.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_killed_dataloader_worker_names_its_rank() {
     let (code, _, err) = run(&mut job("worker_killed", &["--exit-codes=classified"]));
     assert_eq!(code, 1, "{err}");
@@ -203,7 +203,7 @@ fn node_of_two(node: u32, port: u16, mode: &str) -> std::process::Child {
 /// Rank 1 (node 0) leaves early: node 0 names it, and node 1, whose ranks lost it
 /// too, hears the same cause with the stop.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_that_left_is_the_cause_on_every_node() {
     let port = free_port();
     let nodes = [node_of_two(0, port, "leave"), node_of_two(1, port, "leave")];

@@ -29,7 +29,7 @@ fn wait_line() -> String {
         .position(|l| l.trim() == "time.sleep(3600)")
         .unwrap()
         + 1;
-    format!("rank 3: wait_for_data (scripts/hang_rank.py:{n})")
+    format!("rank 3: wait_for_data (launcher/tests/scripts/hang_rank.py:{n})")
 }
 
 /// Stops a job left running when a test fails half-way.
@@ -55,7 +55,7 @@ fn alive(pid: &str) -> bool {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_hung_rank_is_named_and_on_hang_stop_ends_the_job() {
     let d = tempfile::tempdir().unwrap();
     let start = Instant::now();
@@ -100,7 +100,7 @@ fn a_hung_rank_is_named_and_on_hang_stop_ends_the_job() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_compute_loop_and_a_printing_rank_are_not_hangs() {
     for (mode, secs) in [("compute", "30"), ("print", "20")] {
         let d = tempfile::tempdir().unwrap();
@@ -112,7 +112,7 @@ fn a_compute_loop_and_a_printing_rank_are_not_hangs() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_failing_ranks_summary_says_where_the_others_stood() {
     let d = tempfile::tempdir().unwrap();
     let (code, _, err) = run(&mut job("fail", d.path(), &[]));
@@ -160,7 +160,7 @@ fn finished(mut j: Job) -> (i32, String) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
     let (d, logs0, logs1) = (
         tempfile::tempdir().unwrap(),
@@ -204,7 +204,7 @@ fn a_rank_stuck_on_another_node_is_named_with_its_node_and_local_rank() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_node_hosting_the_store_matches_every_nodes_flight_recorder_dumps() {
     let (d, logs0, logs1) = (
         tempfile::tempdir().unwrap(),
@@ -296,7 +296,7 @@ fn expect_stacks(text: &str) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
     let (d, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     // Its own TMPDIR: the job registers there, and a bare `toporun stacks` looks there.
@@ -349,7 +349,7 @@ fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn toporun_stacks_works_when_toporun_is_pid_1() {
     let (d, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let inner = job(
@@ -388,7 +388,7 @@ fn toporun_stacks_works_when_toporun_is_pid_1() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn flight_recorder_dumps_name_the_rank_that_never_entered_even_with_an_unwritable_home() {
     let (d, logs) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let (code, _, err) = run(job(
@@ -438,12 +438,13 @@ fn flight_recorder_dumps_name_the_rank_that_never_entered_even_with_an_unwritabl
 
 /// The 2-rank case the 2x H100 run gave as "every rank stands at the same place":
 /// rank 1 blocks in its own read while rank 0 waits for it (here in gloo's all_reduce,
-/// on the GPU at `.item()`); the rank script is the one `scripts/gpu_nccl_failures.sh`
+/// on the GPU at `.item()`); the rank script is the one `scripts/device/gpu_nccl_failures.sh`
 /// runs there, on CPU ranks (DEVICE=cpu).
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn with_two_ranks_the_rank_in_its_own_read_is_named() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu_nccl_failure_rank.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/device/gpu_nccl_failure_rank.py");
     let start = Instant::now();
     let (code, _, err) = run(toporun()
         .args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
@@ -478,9 +479,10 @@ fn with_two_ranks_the_rank_in_its_own_read_is_named() {
 /// read as the rank the others wait for (seen on 2x H100, watchdog case:
 /// tests/fixtures/device/spawn-check-h100x2).
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_standing_hang_is_not_also_a_straggler() {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/gpu_nccl_failure_rank.py");
+    let script =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/device/gpu_nccl_failure_rank.py");
     let child = toporun()
         .args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
         .args([

@@ -5,7 +5,7 @@ use crate::support;
 use support::*;
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn torchrun_symlink_in_a_venv_runs_that_venvs_python() {
     let real = python();
     let venv = real.parent().unwrap().parent().unwrap();

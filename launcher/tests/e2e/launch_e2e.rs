@@ -120,7 +120,7 @@ fn compare(
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn same_worker_environment_and_argv_as_torchrun() {
     compare(
         "standalone",
@@ -250,7 +250,7 @@ fn toporun_variables_set_empty_count_as_unset() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn no_python_runs_the_program_directly() {
     let py = python();
     let py = py.to_str().unwrap();
@@ -270,7 +270,7 @@ fn no_python_runs_the_program_directly() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn restart_after_a_failure_counts_up() {
     let d = tempfile::tempdir().unwrap();
     let mut o = toporun();
@@ -292,7 +292,7 @@ fn restart_after_a_failure_counts_up() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn real_gloo_all_reduce_through_toporuns_store() {
     let (code, out, err) = run(toporun()
         .args(["--standalone", "--nproc-per-node=4", "allreduce_gloo.py"])
@@ -305,7 +305,7 @@ fn real_gloo_all_reduce_through_toporuns_store() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn pytorch_tcpstore_client_passes_every_operation() {
     let (code, out, err) = run(toporun()
         .args(["--standalone", "--nproc-per-node=1", "store_ops.py"])
@@ -316,7 +316,7 @@ fn pytorch_tcpstore_client_passes_every_operation() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn installed_as_torchrun_through_a_symlink() {
     let dir = tempfile::tempdir().unwrap();
     let link = dir.path().join("torchrun");
@@ -351,7 +351,7 @@ impl Owned for Command {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn argument_errors_exit_like_torchrun() {
     // argparse refusals exit 2; what torchrun raises once running (ValueError,
     // RuntimeError) exits 1. Each case against the installed torchrun.

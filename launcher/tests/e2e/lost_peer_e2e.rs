@@ -1,5 +1,5 @@
 //! Peers lost with addresses of their own: nodes joined by a veth pair, one in a
-//! network namespace the test makes (pyroute2 through scripts/netns.py; needs root).
+//! network namespace the test makes (pyroute2 through launcher/tests/scripts/netns.py; needs root).
 //! - The link is cut while the gloo ranks all-reduce: no connection is reset, the ranks
 //!   just wait, and the keep-alives name the node that went away. Under
 //!   `--exit-codes classified` both sides exit with the peer class.
@@ -46,7 +46,7 @@ impl Drop for Netns {
 }
 
 fn netns(args: &[&str]) -> std::process::Output {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/netns.py");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/netns.py");
     Command::new(python())
         .arg(script)
         .args(args)
@@ -114,7 +114,7 @@ fn until_stepping(out: &Path) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_cut_link_is_named_as_the_node_that_went_away() {
     let d = tempfile::tempdir().unwrap();
     let name = format!("trc{}", std::process::id() % 100_000);
@@ -156,7 +156,7 @@ fn a_cut_link_is_named_as_the_node_that_went_away() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_killed_node_is_named_by_a_node_that_did_not_coordinate() {
     let d = tempfile::tempdir().unwrap();
     let name = format!("trk{}", std::process::id() % 100_000);

@@ -1,5 +1,5 @@
 //! The end-to-end tests, one module per behaviour, in one test binary: one link
-//! instead of one per file (`scripts/bench_test_layout.sh` measured it). The suites
+//! instead of one per file (`scripts/bench/bench_test_layout.sh` measured it). The suites
 //! that need the machine to themselves (`straggler_e2e`, `pytorch_launcher_suite`)
 //! and the start-up benchmark stay binaries of their own, which cargo runs alone.
 //! One module: `cargo test -p toporun --test e2e -- elastic_e2e::`.
@@ -15,6 +15,7 @@ mod console_backpressure_e2e;
 mod docs_e2e;
 mod dry_run_e2e;
 mod elastic_e2e;
+mod exit_code_docs;
 mod faults_e2e;
 mod first_cause_e2e;
 mod gate_e2e;

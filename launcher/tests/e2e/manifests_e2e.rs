@@ -55,7 +55,7 @@ fn problems(dir: &Path) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn every_manifest_validates_and_its_commands_parse() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../container/k8s");
     assert!(manifests(&dir).len() >= 2);
@@ -64,7 +64,7 @@ fn every_manifest_validates_and_its_commands_parse() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_wrong_field_or_a_misspelled_flag_fails() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../container/k8s");
     // (`--nproc-per-nod` would pass: argparse, and so toporun, accepts a unique prefix.)

@@ -228,7 +228,7 @@ fn garbage_empty_binary_and_missing_files_exit_2() {
     assert_eq!(code, 2, "{err}");
 }
 
-/// The logs of this project's own 2x H200 runs (scripts/gpu_nccl_evidence.sh, rows of
+/// The logs of this project's own 2x H200 runs (scripts/device/gpu_nccl_evidence.sh, rows of
 /// tests/fixtures/device/nccl-evidence.md): what NCCL did in each scenario.
 #[test]
 fn h200x2_evidence_scenarios() {

@@ -167,7 +167,7 @@ fn loads_every_rank(ckpt: &Path) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn sigterm_to_one_node_saves_one_checkpoint_on_every_rank() {
     let (d, ends, delays, took) = preempt("handler", &[]);
     for (n, e) in ends.iter().enumerate() {
@@ -195,7 +195,7 @@ fn sigterm_to_one_node_saves_one_checkpoint_on_every_rank() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_loop_that_polls_the_stop_file_stops_every_rank_at_one_step() {
     let (d, ends, delays, _) = preempt("file", &["--stop-grace=20"]);
     for (n, e) in ends.iter().enumerate() {
@@ -216,7 +216,7 @@ fn a_loop_that_polls_the_stop_file_stops_every_rank_at_one_step() {
 /// `--watch-preemption` on node 1 only, its metadata service the test server in AWS's
 /// form: the spot interruption notice stops the whole job as a SIGTERM would.
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn an_aws_spot_notice_stops_the_job_as_a_preemption() {
     let d = tempfile::tempdir().unwrap();
     let notice = d.path().join("notice");

@@ -133,7 +133,7 @@ fn small_shm_is_an_error_only_where_nccl_needs_shm_files() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn junit_is_valid_xml_with_a_failure_per_error() {
     let (code, out, _) = run(toporun().args([
         "--facts",
@@ -344,7 +344,7 @@ fn measured_links_are_checked_against_their_class() {
 #[test]
 fn measure_without_a_driver_is_a_note_and_with_facts_a_usage_error() {
     if std::path::Path::new("/dev/nvidiactl").exists() {
-        return; // a GPU machine: scripts/gpu_measure_links.sh covers it
+        return; // a GPU machine: scripts/device/gpu_measure_links.sh covers it
     }
     let (code, out, err) = run(toporun().args([
         "preflight",

@@ -75,7 +75,7 @@ fn env_of(out: &Path, rank: u32, attempt: u32) -> serde_json::Value {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn static_two_nodes_of_two_gloo_ranks() {
     let d = tempfile::tempdir().unwrap();
     let n0 = node(
@@ -103,7 +103,7 @@ fn static_two_nodes_of_two_gloo_ranks() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn heterogeneous_nodes_get_ranks_in_node_order() {
     let d = tempfile::tempdir().unwrap();
     let n1 = node(
@@ -135,7 +135,7 @@ fn heterogeneous_nodes_get_ranks_in_node_order() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn c10d_three_nodes() {
     let d = tempfile::tempdir().unwrap();
     let args: Vec<String> = [
@@ -171,7 +171,7 @@ fn c10d_three_nodes() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_missing_node_fails_within_the_join_timeout_naming_it() {
     let d = tempfile::tempdir().unwrap();
     let n0 = node(
@@ -197,7 +197,7 @@ fn a_missing_node_fails_within_the_join_timeout_naming_it() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_failure_on_node_1_restarts_every_node() {
     let d = tempfile::tempdir().unwrap();
     let fail = [("FAIL_RANK", "2")];
@@ -225,7 +225,7 @@ fn a_failure_on_node_1_restarts_every_node() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_node_killed_mid_run_stops_the_others_within_the_keep_alive_timeout() {
     let d = tempfile::tempdir().unwrap();
     let conf = "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=2";
@@ -260,7 +260,7 @@ fn a_node_killed_mid_run_stops_the_others_within_the_keep_alive_timeout() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_rank_hung_before_init_process_group_is_reported() {
     let d = tempfile::tempdir().unwrap();
     let mut c = node(
@@ -289,7 +289,7 @@ fn a_rank_hung_before_init_process_group_is_reported() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_node_whose_host_never_comes_says_so_and_gives_up() {
     let d = tempfile::tempdir().unwrap();
     let n1 = node(

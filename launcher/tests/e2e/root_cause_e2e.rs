@@ -68,7 +68,7 @@ impl Drop for MemoryCgroup {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_oom_killer_is_named_with_the_limit_and_classified_as_memory() {
     let d = tempfile::tempdir().unwrap();
     let cg = MemoryCgroup::new(200 << 20);
@@ -90,7 +90,7 @@ fn the_oom_killer_is_named_with_the_limit_and_classified_as_memory() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_sigkill_from_outside_is_said_to_come_from_outside() {
     let d = tempfile::tempdir().unwrap();
     let cg = MemoryCgroup::new(1 << 30);
@@ -129,7 +129,7 @@ fn a_sigkill_from_outside_is_said_to_come_from_outside() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_ranks_own_exception_leads_without_record() {
     let d = tempfile::tempdir().unwrap();
     let msg = d.path().join("termination-log");
@@ -152,7 +152,7 @@ fn the_ranks_own_exception_leads_without_record() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_full_dev_shm_is_named_with_its_size() {
     let d = tempfile::tempdir().unwrap();
     let inner = job("shm", d.path(), &["--exit-codes=classified"]);
@@ -190,7 +190,7 @@ fn xid_file(dir: &Path, xid: u64) -> PathBuf {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_gpu_that_fell_off_the_bus_leads_with_no_restart_and_the_hardware_code() {
     let d = tempfile::tempdir().unwrap();
     let xids = xid_file(d.path(), 79);
@@ -212,7 +212,7 @@ fn a_gpu_that_fell_off_the_bus_leads_with_no_restart_and_the_hardware_code() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_code_fault_xid_with_a_traceback_stays_the_codes() {
     let d = tempfile::tempdir().unwrap();
     let xids = xid_file(d.path(), 13);
@@ -232,7 +232,7 @@ fn a_code_fault_xid_with_a_traceback_stays_the_codes() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_peers_own_failure_is_the_cause_on_the_node_whose_rank_lost_it() {
     let port = free_port().to_string();
     let node = |rank: &str| {
@@ -276,7 +276,7 @@ fn a_peers_own_failure_is_the_cause_on_the_node_whose_rank_lost_it() {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_console_that_goes_away_loses_lines_not_the_failure_report() {
     use std::io::BufRead;
     let d = tempfile::tempdir().unwrap();

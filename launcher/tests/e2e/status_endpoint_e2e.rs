@@ -50,7 +50,7 @@ fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn readiness_liveness_and_metrics_follow_a_real_job() {
     let (port, sport) = (free_port(), free_port());
     let client = http().timeout(Duration::from_secs(5)).build().unwrap();

@@ -292,7 +292,7 @@ fn closes_after(port: u16, req: Request) -> bool {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn add_on_text_and_a_second_validate_close_the_connection_as_pytorchs_store_does() {
     let torch_port = free_port();
     let mut torch = std::process::Command::new(python())

@@ -48,7 +48,7 @@ fn run_on_terminal(mut cmd: std::process::Command) -> (i32, String) {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn in_a_terminal_the_cause_names_the_exception_and_a_progress_bar_still_draws() {
     let mut c = toporun();
     c.args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])

@@ -24,7 +24,7 @@ fn both(args: &[&str]) -> [(i32, String); 2] {
 }
 
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn usage_errors_match_torchrun() {
     for (args, code, words) in [
         (
@@ -130,7 +130,7 @@ fn lines_of(dir: &std::path::Path, name: &str) -> Vec<String> {
 /// contain a filter go, prefixed, to `attempt_0/filtered_std{out,err}.log`, the same
 /// lines as torchrun's (`,,` a comma).
 #[test]
-#[ignore = "needs PyTorch: run scripts/test.sh"]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn duplicate_filters_write_the_lines_torchrun_writes() {
     let dir = tempfile::tempdir().unwrap();
     let script = dir.path().join("train.py");

@@ -1,5 +1,5 @@
 //! A real etcd cluster on loopback for the elastic tests: members started from the
-//! `etcd` binary scripts/setup-etcd.sh installs (`TOPORUN_ETCD`, else PATH), each
+//! `etcd` binary scripts/dev/setup_etcd.sh installs (`TOPORUN_ETCD`, else PATH), each
 //! killable on its own.
 
 use std::path::PathBuf;
@@ -125,7 +125,7 @@ impl EtcdCluster {
                 .spawn()
                 .unwrap_or_else(|e| {
                     panic!(
-                        "cannot start etcd ({}): {e}; run scripts/setup-etcd.sh",
+                        "cannot start etcd ({}): {e}; run scripts/dev/setup_etcd.sh",
                         binary().display()
                     )
                 });

@@ -142,7 +142,7 @@ fn stop(child: &mut Child) {
     let _ = child.wait();
 }
 
-/// The python of the cached virtualenv with real PyTorch (scripts/setup-venv.sh).
+/// The python of the cached virtualenv with real PyTorch (scripts/dev/setup_venv.sh).
 pub fn python() -> PathBuf {
     if let Ok(p) = std::env::var("TOPORUN_PYTHON") {
         return PathBuf::from(p);
@@ -153,7 +153,7 @@ pub fn python() -> PathBuf {
     let py = PathBuf::from(venv).join("bin/python");
     assert!(
         py.exists(),
-        "{} missing: run scripts/setup-venv.sh first (the README's test command does)",
+        "{} missing: run scripts/dev/setup_venv.sh first (the README's test command does)",
         py.display()
     );
     py
@@ -220,7 +220,7 @@ pub fn skip_refused(test: &str, ci: Option<&str>, require: bool) -> Option<Strin
 
 /// A test that cannot run on this machine (a privilege or an address missing) says
 /// so rather than pass unsaid: the skip goes to `<target>/tmp/skipped-tests.txt`,
-/// which scripts/test.sh prints at the end; on CI it fails instead
+/// which scripts/dev/test.sh prints at the end; on CI it fails instead
 /// ([`skip_refused`]).
 pub fn skip(test: &str, why: &str) {
     let ci = std::env::var("CI").ok();

@@ -115,7 +115,7 @@ Extension modules: numpy.core._multiarray_umath, torch._C (total: 2)
         assert_eq!(frame_text(&f), "decode_native_record (first_cause.py:6)");
     }
 
-    /// A job's stderr as scripts/timed_run.py kept it (`[  7.80] ` before each line).
+    /// A job's stderr as scripts/device/timed_run.py kept it (`[  7.80] ` before each line).
     pub(crate) fn job_stderr(stamped: &str) -> String {
         stamped
             .lines()
