@@ -333,8 +333,10 @@ fn dry_run_takes_milliseconds() {
     times.sort();
     let median = times[3];
     eprintln!("launch --dry-run median over 7: {median:?}");
-    // Debug build on a shared 2-core machine; the release figure is in the README.
-    assert!(median < Duration::from_millis(200), "{median:?}");
+    // Debug build: measured 27 ms median on the 2-core VM with a test suite running
+    // beside it (the release figure is in docs/measurements.md). A 200 ms bound failed
+    // when CI shared the cores; 1 s still catches a probe that waits (NVML, metadata).
+    assert!(median < Duration::from_secs(1), "{median:?}");
 }
 
 #[test]

@@ -118,7 +118,11 @@ fn sigterm_to_toporun_reaches_every_rank() {
     sigterm(&child);
     let (code, took) = wait_exit(&mut child, Duration::from_secs(30));
     assert_eq!(code, 1);
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    // The ranks exit at SIGTERM at once: toporun then ends (measured 20 ms beside a
+    // test suite on the 2-core VM). A rank ignoring it would hold the exit for the
+    // 30 s before SIGKILL.
+    eprintln!("SIGTERM to exit: {took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
     for r in 0..3 {
         assert!(term_time(d.path(), r).is_some(), "rank {r} got no SIGTERM");
     }

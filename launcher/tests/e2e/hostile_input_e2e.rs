@@ -145,7 +145,10 @@ fn a_huge_cpulist_costs_what_one_range_does() {
     );
     assert!(code == 0 || code == 2, "{err}");
     assert!(!err.contains("panicked"), "{err}");
-    assert!(took < Duration::from_secs(5), "{took:?}");
+    eprintln!("a huge cpulist: {took:?}");
+    // Measured 52 ms beside a test suite on the 2-core VM; a quadratic parse of the
+    // list takes minutes.
+    assert!(took < Duration::from_secs(10), "{took:?}");
 }
 
 #[test]

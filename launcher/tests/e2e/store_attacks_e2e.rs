@@ -137,6 +137,10 @@ fn set_big(port: u16) {
     c.read_exact(&mut r).unwrap();
 }
 
+/// The slowest answer a legitimate client may wait for while the server is under
+/// attack (measured figures where it is asserted).
+const PING_BOUND: Duration = Duration::from_millis(500);
+
 #[test]
 fn reply_bombs_leave_the_job_and_the_store_standing() {
     let port = free_port();
@@ -214,8 +218,11 @@ fn ten_thousand_idle_connections_cost_under_100_mb() {
         "10,000 idle connections cost {} MB ({before} -> {during})",
         during - before
     );
-    assert!(worst < Duration::from_millis(100), "{worst:?}");
-    eprintln!("10,000 idle connections: {before} MB -> {during} MB");
+    // A starved server answers in seconds. Measured on the 2-core VM with a test suite
+    // running beside it: 2.3 ms here, 0.3 ms under the descriptor flood; a 100 ms
+    // bound failed once when CI shared the cores: 500 ms.
+    assert!(worst < PING_BOUND, "{worst:?}");
+    eprintln!("10,000 idle connections: {before} MB -> {during} MB, worst ping {worst:?}");
     stop_job(child);
 }
 
@@ -233,7 +240,8 @@ fn a_descriptor_flood_does_not_starve_legitimate_clients() {
     std::thread::sleep(Duration::from_millis(300));
     let worst = probe.finish();
     assert!(alive(&mut child));
-    assert!(worst < Duration::from_millis(100), "{worst:?}");
+    assert!(worst < PING_BOUND, "{worst:?}");
+    eprintln!("1,100 strangers: worst ping {worst:?}");
     drop(strangers);
     stop_job(child);
 }
