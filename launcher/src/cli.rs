@@ -106,15 +106,30 @@ impl Extra {
             Extra::StragglerWindow => Some(ToporunVar::StragglerWindow.name()),
             Extra::OnHang => Some(ToporunVar::OnHang.name()),
             Extra::TerminationLog => Some(ToporunVar::TerminationLog.name()),
+            // torchrun reads and ignores it; toporun serves the port it names.
+            Extra::StatusPort => Some("TORCHELASTIC_HEALTH_CHECK_PORT"),
             Extra::Facts
             | Extra::NvidiaSmiTopo
             | Extra::Format
             | Extra::DryRun
             | Extra::NcclEnv
-            | Extra::StatusPort
             | Extra::Command => None,
         }
     }
+}
+
+/// A toporun option's help: what it does, then its variable (`Extra::var`) and, where
+/// clap shows none (no `default_value`), its default: the one format of the help,
+/// `[env: NAME]` then `[default: VALUE]`, as torchrun's options show theirs.
+fn described(e: Extra, text: &str, default: Option<&str>) -> String {
+    let mut s = text.to_string();
+    if let Some(v) = e.var() {
+        s.push_str(&format!(" [env: {v}]"));
+    }
+    if let Some(d) = default {
+        s.push_str(&format!(" [default: {d}]"));
+    }
+    s
 }
 
 /// `--exit-codes`' help, every class from the one table the launch exits by (it
@@ -125,7 +140,7 @@ fn exit_codes_help() -> String {
         .map(|c| format!("{} {}", c.code, c.what))
         .collect();
     format!(
-        "torchrun: torchrun's exit codes; classified: one per cause of a failure, for a podFailurePolicy ({}) [env: TOPORUN_EXIT_CODES]",
+        "torchrun: torchrun's exit codes; classified: one per cause of a failure, for a podFailurePolicy ({})",
         classes.join("; ")
     )
 }
@@ -136,14 +151,22 @@ fn global_args(cmd: Command) -> Command {
             .long("facts")
             .global(true)
             .value_name("FILE")
-            .help("use a captured facts file (toporun probe --format json) instead of probing"),
+            .help(described(
+                Extra::Facts,
+                "use a captured facts file (toporun probe --format json) instead of probing",
+                None,
+            )),
     )
     .arg(
         Arg::new(Extra::NvidiaSmiTopo.id())
             .long("nvidia-smi-topo")
             .global(true)
             .value_name("FILE")
-            .help("take GPU links from a `nvidia-smi topo -m` capture"),
+            .help(described(
+                Extra::NvidiaSmiTopo,
+                "take GPU links from a `nvidia-smi topo -m` capture",
+                None,
+            )),
     )
 }
 
@@ -153,7 +176,7 @@ fn dry_run_format_arg() -> Arg {
         .long("format")
         .value_parser(EnumValueParser::<DryRunFormat>::new())
         .default_value("text")
-        .help("output format of --dry-run")
+        .help(described(Extra::Format, "output format of --dry-run", None))
 }
 
 /// torchrun's options plus toporun's launch extras.
@@ -167,7 +190,7 @@ pub fn launch_command(name: &'static str) -> Command {
     let cmd = stop_args(diagnosis_args(plan_args(torchrun_args(cmd)))).arg(
             Arg::new(Extra::Command.id())
                 .value_name("ENTRYPOINT [ARGS]")
-                .help("the training script and its arguments (a module with -m, a program with --no-python); options go before it")
+                .help(described(Extra::Command, "the training script and its arguments (a module with -m, a program with --no-python); options go before it", None))
                 .num_args(1..)
                 .trailing_var_arg(true)
                 .allow_hyphen_values(true)
@@ -179,7 +202,11 @@ pub fn launch_command(name: &'static str) -> Command {
 /// torchrun's own options, from the shared table.
 fn torchrun_args(mut cmd: Command) -> Command {
     for o in OPTIONS {
-        let mut arg = Arg::new(o.opt.dest()).long(o.longs[0]).help(o.help);
+        let mut help = format!("{} [env: {}]", o.help, o.opt.pet());
+        if let Some(d) = o.default {
+            help.push_str(&format!(" [default: {d}]"));
+        }
+        let mut arg = Arg::new(o.opt.dest()).long(o.longs[0]).help(help);
         for alias in &o.longs[1..] {
             arg = arg.alias(*alias);
         }
@@ -205,7 +232,7 @@ fn plan_args(cmd: Command) -> Command {
             Arg::new(Extra::DryRun.id())
                 .long("dry-run")
                 .action(ArgAction::SetTrue)
-                .help("print the plan and every rank's environment and command; start nothing"),
+                .help(described(Extra::DryRun, "print the plan and every rank's environment and command; start nothing", None)),
         )
         .arg(dry_run_format_arg())
         .arg(
@@ -213,34 +240,34 @@ fn plan_args(cmd: Command) -> Command {
                 .long("nccl-env")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("off: plan no NCCL variable, keep the environment as is"),
+                .help(described(Extra::NcclEnv, "off: plan no NCCL variable, keep the environment as is", None)),
         )
         .arg(
             Arg::new(Extra::NcclReport.id())
                 .long("nccl-report")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour"),
+                .help(described(Extra::NcclReport, "on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour", None)),
         )
         .arg(
             Arg::new(Extra::Colocated.id())
                 .long("colocated")
                 .value_parser(EnumValueParser::<ColocatedChoice>::new())
                 .default_value("join")
-                .help("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn [env: TOPORUN_COLOCATED]"),
+                .help(described(Extra::Colocated, "nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn", None)),
         )
         .arg(
             Arg::new(Extra::Preflight.id())
                 .long("preflight")
                 .value_parser(EnumValueParser::<PreflightChoice>::new())
                 .default_value("warn")
-                .help("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing [env: TOPORUN_PREFLIGHT]"),
+                .help(described(Extra::Preflight, "check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing", None)),
         )
         .arg(
             Arg::new(Extra::PreflightMeasure.id())
                 .long("preflight-measure")
                 .action(ArgAction::SetTrue)
-                .help("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings [env TOPORUN_PREFLIGHT_MEASURE=1]"),
+                .help(described(Extra::PreflightMeasure, "the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings", None)),
         )
 }
 
@@ -251,74 +278,74 @@ fn diagnosis_args(cmd: Command) -> Command {
                 .long("flight-recorder")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment [env: TOPORUN_FLIGHT_RECORDER]"),
+                .help(described(Extra::FlightRecorder, "on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment", None)),
         )
         .arg(
             Arg::new(Extra::GpuTiming.id())
                 .long("gpu-timing")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: NCCL ranks time their collectives on the GPU (TORCH_NCCL_ENABLE_TIMING) and dump their flight recorder through a pipe every window/12 s while they train, so that a rank slow on its GPU is named from its GPU time in collectives; measured on 2x H200 (torch 2.11): no step-time cost once the first dump is taken (61.41/61.32 ms a step on, 61.55/61.36 off), the first dump slows some 3 s of steps once; off: no timing, no dumps; your own TORCH_NCCL_* values are kept [env: TOPORUN_GPU_TIMING]"),
+                .help(described(Extra::GpuTiming, "on: NCCL ranks time their collectives on the GPU (TORCH_NCCL_ENABLE_TIMING) and dump their flight recorder through a pipe every window/12 s, so a rank slow on its GPU is named and slow links are said (no step-time cost measured on 2x H200: docs/stragglers.md); off: no timing, no dumps; your own TORCH_NCCL_* values are kept", None)),
         )
         .arg(
             Arg::new(Extra::Faulthandler.id())
                 .long("faulthandler")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: the ranks get PYTHONFAULTHANDLER=1 (unless set), so a native crash (SIGSEGV, SIGABRT...) prints every thread's Python stack and toporun names the function it struck in; off: torchrun's environment [env: TOPORUN_FAULTHANDLER]"),
+                .help(described(Extra::Faulthandler, "on: the ranks get PYTHONFAULTHANDLER=1 (unless set), so a native crash (SIGSEGV, SIGABRT...) prints every thread's Python stack and toporun names the function it struck in; off: torchrun's environment", None)),
         )
         .arg(
             Arg::new(Extra::ReadStderr.id())
                 .long("read-stderr")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: the ranks' stderr passes through toporun byte for byte (on a terminal, through a pseudo-terminal per rank: colours and progress bars kept), so a failure names the rank's last Python exception and a full /dev/shm; off: inherited, as torchrun [env: TOPORUN_READ_STDERR]"),
+                .help(described(Extra::ReadStderr, "on: the ranks' stderr passes through toporun byte for byte (on a terminal, through a pseudo-terminal per rank: colours and progress bars kept), so a failure names the rank's last Python exception and a full /dev/shm; off: inherited, as torchrun", None)),
         )
         .arg(
             Arg::new(Extra::ExitCodes.id())
                 .long("exit-codes")
                 .value_parser(EnumValueParser::<ExitCodesChoice>::new())
                 .default_value("torchrun")
-                .help(exit_codes_help()),
+                .help(described(Extra::ExitCodes, &exit_codes_help(), None)),
         )
         .arg(
             Arg::new(Extra::HangTimeout.id())
                 .long("hang-timeout")
                 .value_name("SECONDS")
-                .help("report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write; a rank that left while the others wait, or NCCL's watchdog timing a collective out, is reported sooner; `off`: no hang watch [default: 300, a report, below the process group's 10-minute timeout; env: TOPORUN_HANG_TIMEOUT]"),
+                .help(described(Extra::HangTimeout, "report a hang when no rank has made progress (its Python frames and lines unchanged, nothing written) for this long: every rank's stack, the odd ones first; it must exceed the longest blocking step, such as a checkpoint write; a rank that left while the others wait, or NCCL's watchdog timing a collective out, is reported sooner; `off`: no hang watch", Some("300: a report, below the process group's 10-minute timeout"))),
         )
         .arg(
             Arg::new(Extra::Stragglers.id())
                 .long("stragglers")
                 .value_parser(EnumValueParser::<OnOff>::new())
                 .default_value("on")
-                .help("on: from the stack samples, each rank's share of time waiting in collectives over a window; the rank that waits far less than the others (the one they wait for) is named with what it spends its time on, and shown by `toporun top` [env: TOPORUN_STRAGGLERS]"),
+                .help(described(Extra::Stragglers, "on: from the stack samples, each rank's share of time waiting in collectives over a window; the rank that waits far less than the others (the one they wait for) is named with what it spends its time on, and shown by `toporun top`", None)),
         )
         .arg(
             Arg::new(Extra::StragglerWindow.id())
                 .long("straggler-window")
                 .value_name("SECONDS")
-                .help("the window over which wait shares are compared, at least 15 (default 60) [env: TOPORUN_STRAGGLER_WINDOW]"),
+                .help(described(Extra::StragglerWindow, "the window over which wait shares are compared, at least 15", Some("60"))),
         )
         .arg(
             Arg::new(Extra::OnHang.id())
                 .long("on-hang")
                 .value_parser(EnumValueParser::<OnHang>::new())
                 .default_value("report")
-                .help(format!("after a hang report: report keeps the job running; stop ends it (exit {}) [env: TOPORUN_ON_HANG]", toporun_shared::root_cause::exit_codes::HANG.code)),
+                .help(described(Extra::OnHang, &format!("after a hang report: report keeps the job running; stop ends it (exit {})", toporun_shared::root_cause::exit_codes::HANG.code), None)),
         )
         .arg(
             Arg::new(Extra::StatusPort.id())
                 .long("status-port")
                 .value_name("PORT")
                 .value_parser(clap::value_parser!(u16))
-                .help("serve /healthz, /readyz, /metrics (Prometheus) and /status (JSON) on this port [env TORCHELASTIC_HEALTH_CHECK_PORT]"),
+                .help(described(Extra::StatusPort, "serve /healthz, /readyz, /metrics (Prometheus) and /status (JSON) on this port", None)),
         )
         .arg(
             Arg::new(Extra::TerminationLog.id())
                 .long("termination-log")
                 .value_name("PATH")
-                .help("where the root cause of a failure goes, at most 4096 bytes, for Kubernetes to show [default: /dev/termination-log when present; env TOPORUN_TERMINATION_LOG]"),
+                .help(described(Extra::TerminationLog, "where the root cause of a failure goes, at most 4096 bytes, for Kubernetes to show", Some("/dev/termination-log when present"))),
         )
 }
 
@@ -328,27 +355,29 @@ fn stop_args(cmd: Command) -> Command {
             Arg::new(Extra::StopGrace.id())
                 .long("stop-grace")
                 .value_name("SECONDS")
-                .help("on a preemption (a handled signal on any node), how long the ranks get after the stop file (TOPORUN_STOP_FILE) appears before the signal is forwarded; the shutdown deadline still bounds it (default 0: at once, as torchrun) [env: TOPORUN_STOP_GRACE]"),
+                .help(described(Extra::StopGrace, "on a preemption (a handled signal on any node), how long the ranks get after the stop file (TOPORUN_STOP_FILE) appears before the signal is forwarded; the shutdown deadline still bounds it", Some("0: at once, as torchrun"))),
         )
         .arg(
             Arg::new(Extra::StopSignalTo.id())
                 .long("stop-signal-to")
                 .value_parser(EnumValueParser::<StopSignalTo>::new())
                 .default_value("rank")
-                .help("rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it [env: TOPORUN_STOP_SIGNAL_TO]"),
+                .help(described(Extra::StopSignalTo, "rank: a stop signal goes to each rank's main process, so its DataLoader workers keep serving it until it exits; group: to its whole process group, as torchrun sends it", None)),
         )
         .arg(
             Arg::new(Extra::WatchPreemption.id())
                 .long("watch-preemption")
                 .action(ArgAction::SetTrue)
-                .help("poll the cloud's instance metadata every 2 s for a preemption notice (AWS spot instance-action, GCP instance/preempted, Azure Scheduled Events Preempt) and stop the job as on a SIGTERM when one comes [env TOPORUN_WATCH_PREEMPTION=1]"),
+                .help(described(Extra::WatchPreemption, "poll the cloud's instance metadata every 2 s for a preemption notice (AWS spot instance-action, GCP instance/preempted, Azure Scheduled Events Preempt) and stop the job as on a SIGTERM when one comes", None)),
         )
 }
 
 /// toporun's own subcommands (derived in `subcommands`), with the launch beside them.
 pub fn toporun_command() -> Command {
     use clap::CommandFactory;
-    Cli::command().subcommand(launch_command("launch"))
+    Cli::command()
+        .subcommand(launch_command("launch"))
+        .after_help("Every launch option with its variable and default: toporun launch --help")
 }
 
 /// The options the command line set, for PET_* precedence.
@@ -709,8 +738,12 @@ mod tests {
             assert!(ids.contains(&o.opt.dest()), "{:?} is no argument", o.opt);
         }
         for e in EXTRAS {
-            if let Some(var) = e.var() {
-                assert_eq!(var, format!("TOPORUN_{}", e.id().to_ascii_uppercase()));
+            match e.var() {
+                Some(var) if *e == Extra::StatusPort => {
+                    assert_eq!(var, "TORCHELASTIC_HEALTH_CHECK_PORT")
+                }
+                Some(var) => assert_eq!(var, format!("TOPORUN_{}", e.id().to_ascii_uppercase())),
+                None => {}
             }
         }
     }

@@ -295,12 +295,12 @@ fn status_port(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<
     if let Some(p) = m.get_one::<u16>(Extra::StatusPort.id()) {
         return Ok(Some(*p));
     }
-    let Some(v) = env.get("TORCHELASTIC_HEALTH_CHECK_PORT") else {
+    let Some((var, v)) = from_env(Extra::StatusPort, env) else {
         return Ok(None);
     };
     let port = v.trim().parse::<u16>().map_err(|_| {
         toporun_shared::torchrun::OptionsError::usage(format!(
-            "TORCHELASTIC_HEALTH_CHECK_PORT={v}: expected a port number (0 to 65535)"
+            "{var}={v}: expected a port number (0 to 65535)"
         ))
     })?;
     Ok(Some(port))

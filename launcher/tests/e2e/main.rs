@@ -21,6 +21,7 @@ mod first_cause_e2e;
 mod gate_e2e;
 mod hang_e2e;
 mod harness;
+mod help_e2e;
 mod hostile_input_e2e;
 mod interpreter_e2e;
 mod json_documents_e2e;

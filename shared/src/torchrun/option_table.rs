@@ -82,6 +82,8 @@ pub struct OptionDef {
     pub note: Option<&'static str>,
     /// argparse `choices`: any other value on the command line is a usage error.
     pub choices: &'static [&'static str],
+    /// What an unset option means (the resolution reads it here; the help shows it).
+    pub default: Option<&'static str>,
 }
 
 const fn opt(opt: Opt, longs: &'static [&'static str], help: &'static str) -> OptionDef {
@@ -93,6 +95,7 @@ const fn opt(opt: Opt, longs: &'static [&'static str], help: &'static str) -> Op
         help,
         note: None,
         choices: &[],
+        default: None,
     }
 }
 
@@ -105,38 +108,47 @@ const fn flag(opt: Opt, longs: &'static [&'static str], help: &'static str) -> O
         help,
         note: None,
         choices: &[],
+        default: None,
     }
 }
 
 const PYTHON_ONLY: &str = "toporun starts workers as separate processes; this torchrun option only affects Python's multiprocessing and is ignored";
 
+/// torchrun's signals forwarded to the ranks.
+pub const DEFAULT_SIGNALS: &str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+
+/// What an unset option means, from the table.
+pub fn default_of(o: Opt) -> Option<&'static str> {
+    OPTIONS.iter().find(|d| d.opt == o)?.default
+}
+
 pub const OPTIONS: &[OptionDef] = &[
-    opt(Opt::Nnodes, &["nnodes"], "number of nodes, N or MIN:MAX"),
-    opt(Opt::NprocPerNode, &["nproc-per-node", "nproc_per_node"], "ranks per node: a number, gpu, cpu or auto"),
-    opt(Opt::RdzvBackend, &["rdzv-backend", "rdzv_backend"], "rendezvous backend: static or c10d"),
+    OptionDef { default: Some("1"), ..opt(Opt::Nnodes, &["nnodes"], "number of nodes, N or MIN:MAX") },
+    OptionDef { default: Some("1"), ..opt(Opt::NprocPerNode, &["nproc-per-node", "nproc_per_node"], "ranks per node: a number, gpu, cpu or auto") },
+    OptionDef { default: Some("static"), ..opt(Opt::RdzvBackend, &["rdzv-backend", "rdzv_backend"], "rendezvous backend: static or c10d") },
     opt(Opt::RdzvEndpoint, &["rdzv-endpoint", "rdzv_endpoint"], "rendezvous endpoint HOST[:PORT]"),
     opt(Opt::RdzvId, &["rdzv-id", "rdzv_id"], "job id shared by all nodes"),
     opt(Opt::RdzvConf, &["rdzv-conf", "rdzv_conf"], "rendezvous settings k=v,k=v (join_timeout, last_call_timeout, close_timeout, read_timeout, is_host)"),
     flag(Opt::Standalone, &["standalone"], "single node: rendezvous on localhost with a free port and a random id"),
-    opt(Opt::MaxRestarts, &["max-restarts", "max_restarts"], "restarts of all ranks after a failure"),
+    OptionDef { default: Some("0"), ..opt(Opt::MaxRestarts, &["max-restarts", "max_restarts"], "restarts of all ranks after a failure") },
     opt(Opt::MonitorInterval, &["monitor-interval", "monitor_interval"], "seconds between worker checks (toporun reacts to exits at once)"),
-    OptionDef { note: Some(PYTHON_ONLY), choices: &["spawn", "fork", "forkserver"], ..opt(Opt::StartMethod, &["start-method", "start_method"], "spawn, fork or forkserver") },
-    opt(Opt::Role, &["role"], "worker role name"),
+    OptionDef { note: Some(PYTHON_ONLY), choices: &["spawn", "fork", "forkserver"], default: Some("spawn"), ..opt(Opt::StartMethod, &["start-method", "start_method"], "spawn, fork or forkserver") },
+    OptionDef { default: Some("default"), ..opt(Opt::Role, &["role"], "worker role name") },
     OptionDef { short: Some('m'), ..flag(Opt::Module, &["module"], "run the entrypoint as python -m") },
     flag(Opt::NoPython, &["no-python", "no_python"], "run the entrypoint directly, not through python"),
     OptionDef { note: Some("toporun runs the entrypoint as `python -u script` (the same as --run-path does for a script path)"), ..flag(Opt::RunPath, &["run-path", "run_path"], "run the entrypoint with runpy.run_path inside the agent") },
     opt(Opt::LogDir, &["log-dir", "log_dir"], "directory for per-rank logs and error files"),
-    OptionDef { short: Some('r'), ..opt(Opt::Redirects, &["redirects"], "send output to log files: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2") },
-    OptionDef { short: Some('t'), ..opt(Opt::Tee, &["tee"], "copy output to log files and the console, same values as --redirects") },
-    opt(Opt::LogLinePrefixTemplate, &["log-line-prefix-template", "log_line_prefix_template"], "console prefix of each rank's lines: ${role_name}, ${rank}, ${local_rank} (default [${role_name}${local_rank}]:; also TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"),
+    OptionDef { short: Some('r'), default: Some("0"), ..opt(Opt::Redirects, &["redirects"], "send output to log files: 0 none, 1 stdout, 2 stderr, 3 both, or 0:1,1:2") },
+    OptionDef { short: Some('t'), default: Some("0"), ..opt(Opt::Tee, &["tee"], "copy output to log files and the console, same values as --redirects") },
+    OptionDef { default: Some("[${role_name}${local_rank}]:"), ..opt(Opt::LogLinePrefixTemplate, &["log-line-prefix-template", "log_line_prefix_template"], "console prefix of each rank's lines: ${role_name}, ${rank}, ${local_rank}; TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE too") },
     opt(Opt::LocalRanksFilter, &["local-ranks-filter", "local_ranks_filter"], "show only these local ranks' output on the console (0,3)"),
-    opt(Opt::NodeRank, &["node-rank", "node_rank"], "this node's rank (static rendezvous)"),
-    opt(Opt::MasterAddr, &["master-addr", "master_addr"], "address of node 0 (static rendezvous)"),
-    opt(Opt::MasterPort, &["master-port", "master_port"], "port of node 0's store (static rendezvous)"),
+    OptionDef { default: Some("0"), ..opt(Opt::NodeRank, &["node-rank", "node_rank"], "this node's rank (static rendezvous)") },
+    OptionDef { default: Some("127.0.0.1"), ..opt(Opt::MasterAddr, &["master-addr", "master_addr"], "address of node 0 (static rendezvous)") },
+    OptionDef { default: Some("29500"), ..opt(Opt::MasterPort, &["master-port", "master_port"], "port of node 0's store (static rendezvous)") },
     opt(Opt::LocalAddr, &["local-addr", "local_addr"], "address this node advertises"),
-    opt(Opt::SignalsToHandle, &["signals-to-handle", "signals_to_handle"], "signals forwarded to the ranks"),
+    OptionDef { default: Some(DEFAULT_SIGNALS), ..opt(Opt::SignalsToHandle, &["signals-to-handle", "signals_to_handle"], "signals forwarded to the ranks") },
     OptionDef { choices: &["node", "socket", "exclusive", "core-complex"], ..opt(Opt::NumaBinding, &["numa-binding", "numa_binding"], "bind ranks' CPUs to their GPU: node, socket, exclusive, core-complex (one L3 cache domain)") },
-    opt(Opt::ShutdownTimeout, &["shutdown-timeout", "shutdown_timeout"], "seconds between the stop signal and SIGKILL"),
+    OptionDef { default: Some("30"), ..opt(Opt::ShutdownTimeout, &["shutdown-timeout", "shutdown_timeout"], "seconds between the stop signal and SIGKILL") },
     opt(Opt::LogsSpecs, &["logs-specs", "logs_specs"], "a torchrun.logs_specs entry point name (the default layout is toporun's own)"),
     OptionDef { note: Some(PYTHON_ONLY), ..opt(Opt::EventLogHandler, &["event-log-handler", "event_log_handler"], "a Python event handler") },
     flag(Opt::VirtualLocalRank, &["virtual-local-rank", "virtual_local_rank"], "every rank sees only its own GPU: LOCAL_RANK=0, CUDA_VISIBLE_DEVICES its device"),

@@ -7,7 +7,7 @@ use super::std_spec::StdSpec;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-pub use super::option_table::{Opt, OptionDef, OPTIONS};
+pub use super::option_table::{default_of, Opt, OptionDef, DEFAULT_SIGNALS, OPTIONS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NprocSpec {
@@ -113,7 +113,6 @@ pub use super::values::{seconds, OptionsError, MAX_NODES, MAX_NPROC, MAX_SECS, M
 /// c10d's default rendezvous port.
 pub const C10D_PORT: u16 = 29400;
 
-pub const DEFAULT_SIGNALS: &str = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
 const SIGNALS: &[&str] = &[
     "SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2",
 ];
@@ -143,6 +142,12 @@ impl Given<'_> {
         self.cli.get(&o).or_else(|| self.pet(o)).cloned()
     }
 
+    /// The value given, else the option table's default (`value` tells unset apart).
+    fn value_or_default(&self, o: Opt) -> String {
+        self.value(o)
+            .unwrap_or_else(|| default_of(o).unwrap_or_default().to_string())
+    }
+
     /// torchrun reads boolean PET_* values with bool(int(value)).
     fn flag(&self, o: Opt) -> Result<bool, OptionsError> {
         if self.cli.contains_key(&o) {
@@ -154,20 +159,20 @@ impl Given<'_> {
         }
     }
 
-    fn num(&self, o: Opt, default: u64) -> Result<u64, OptionsError> {
-        self.value(o).map_or(Ok(default), |v| {
-            v.trim()
-                .parse::<u64>()
-                .ok()
-                .filter(|n| *n <= u64::from(u32::MAX))
-                .ok_or_else(|| {
-                    usage(format!(
-                        "--{}: '{v}' is not an integer from 0 to {}",
-                        o.dest().replace('_', "-"),
-                        u32::MAX
-                    ))
-                })
-        })
+    /// An integer option, given or the table's default.
+    fn num(&self, o: Opt) -> Result<u64, OptionsError> {
+        let v = self.value_or_default(o);
+        v.trim()
+            .parse::<u64>()
+            .ok()
+            .filter(|n| *n <= u64::from(u32::MAX))
+            .ok_or_else(|| {
+                usage(format!(
+                    "--{}: '{v}' is not an integer from 0 to {}",
+                    o.dest().replace('_', "-"),
+                    u32::MAX
+                ))
+            })
     }
 
     /// Notes for options toporun takes but treats differently.
@@ -201,16 +206,13 @@ pub fn resolve(
 ) -> Result<LaunchOptions, OptionsError> {
     let g = Given { cli, env };
     let standalone_asked = g.flag(Opt::Standalone)?;
-    let (nnodes_min, nnodes_max) = match g.value(Opt::Nnodes) {
-        None => (1, 1),
-        Some(v) => parse_nnodes(&v)?,
-    };
+    let (nnodes_min, nnodes_max) = parse_nnodes(&g.value_or_default(Opt::Nnodes))?;
     if standalone_asked && nnodes_max > 1 {
         return Err(usage(format!(
             "--standalone runs a single node but --nnodes is {nnodes_min}:{nnodes_max}"
         )));
     }
-    let nproc = parse_nproc(g.value(Opt::NprocPerNode).as_deref())?;
+    let nproc = parse_nproc(Some(&g.value_or_default(Opt::NprocPerNode)))?;
     let rdzv = rdzv(&g, standalone_asked, nnodes_max)?;
     let module = g.flag(Opt::Module)?;
     let no_python = g.flag(Opt::NoPython)?;
@@ -219,18 +221,17 @@ pub fn resolve(
             "--no-python and -m/--module cannot be used together".into(),
         ));
     }
-    let master_port = g.num(Opt::MasterPort, 29500)?;
+    let master_port = g.num(Opt::MasterPort)?;
     let master_port = u16::try_from(master_port)
         .map_err(|_| usage(format!("--master-port {master_port} is not a port number")))?;
-    let node_rank = g.num(Opt::NodeRank, 0)? as u32; // num() checked the range
+    let node_rank = g.num(Opt::NodeRank)? as u32; // num() checked the range
     if rdzv.backend == RdzvBackend::Static && node_rank >= nnodes_max {
         return Err(usage(format!(
             "--node-rank {node_rank} is not below --nnodes {nnodes_max}"
         )));
     }
     let std_spec = |o: Opt| {
-        StdSpec::parse(&g.value(o).unwrap_or_else(|| "0".into()))
-            .map_err(|e| value_err(format!("--{} {e}", o.dest())))
+        StdSpec::parse(&g.value_or_default(o)).map_err(|e| value_err(format!("--{} {e}", o.dest())))
     };
     let (redirects, tee) = (std_spec(Opt::Redirects)?, std_spec(Opt::Tee)?);
     if let Some(mi) = g.value(Opt::MonitorInterval) {
@@ -250,8 +251,8 @@ pub fn resolve(
         rdzv_endpoint: rdzv.endpoint,
         rdzv_id: rdzv.id,
         standalone: rdzv.standalone,
-        max_restarts: g.num(Opt::MaxRestarts, 0)? as u32,
-        role: g.value(Opt::Role).unwrap_or_else(|| "default".into()),
+        max_restarts: g.num(Opt::MaxRestarts)? as u32,
+        role: g.value_or_default(Opt::Role),
         module,
         no_python,
         log_dir: g.value(Opt::LogDir),
@@ -259,9 +260,7 @@ pub fn resolve(
         tee,
         local_ranks_filter: local_ranks_filter(g.value(Opt::LocalRanksFilter))?,
         node_rank,
-        master_addr: g
-            .value(Opt::MasterAddr)
-            .unwrap_or_else(|| "127.0.0.1".into()),
+        master_addr: g.value_or_default(Opt::MasterAddr),
         master_port,
         local_addr: g.value(Opt::LocalAddr),
         signals_to_handle: signals(g.value(Opt::SignalsToHandle))?,
@@ -284,7 +283,10 @@ pub fn resolve(
             .value(Opt::ShutdownTimeout)
             .or_else(|| env.get("TORCH_ELASTIC_SHUTDOWN_TIMEOUT").cloned())
         {
-            None => Duration::from_secs(30),
+            None => seconds(
+                "--shutdown-timeout",
+                &g.value_or_default(Opt::ShutdownTimeout),
+            )?,
             Some(s) => seconds("--shutdown-timeout", &s)?,
         },
         entrypoint: entrypoint.to_string(),
@@ -644,5 +646,27 @@ mod tests {
     fn python_only_options_get_a_note() {
         let o = resolve(&given(&[("start_method", "fork")]), &map(&[]), "t.py", &[]).unwrap();
         assert!(o.notes[0].contains("--start-method"));
+    }
+
+    /// An unset option means what the option table says (and the help shows).
+    #[test]
+    fn unset_options_take_the_tables_defaults() {
+        let o = resolve(&given(&[]), &BTreeMap::new(), "t.py", &[]).unwrap();
+        let num = |x: Opt| default_of(x).unwrap().parse::<u32>().unwrap();
+        assert_eq!(u32::from(o.master_port), num(Opt::MasterPort));
+        assert_eq!(
+            (o.node_rank, o.max_restarts),
+            (num(Opt::NodeRank), num(Opt::MaxRestarts))
+        );
+        assert_eq!((o.nnodes_min, o.nnodes_max), (1, num(Opt::Nnodes)));
+        assert_eq!(o.nproc, NprocSpec::Count(num(Opt::NprocPerNode)));
+        assert_eq!(o.role, default_of(Opt::Role).unwrap());
+        assert_eq!(o.master_addr, default_of(Opt::MasterAddr).unwrap());
+        assert_eq!(
+            o.signals_to_handle.join(","),
+            default_of(Opt::SignalsToHandle).unwrap()
+        );
+        let secs = u64::from(num(Opt::ShutdownTimeout));
+        assert_eq!(o.shutdown_timeout, Duration::from_secs(secs));
     }
 }
