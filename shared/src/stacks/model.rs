@@ -53,12 +53,21 @@ impl RankStack {
     }
 
     /// The main thread is printing an exception (an excepthook or the traceback
-    /// module): the rank is already failing, so this sample says nothing of where
-    /// it stood.
+    /// module) or the interpreter is shutting down (atexit, weakref finalizers, its
+    /// outermost frame no longer the script's): the rank is already on its way out,
+    /// so this sample says nothing of where it stood.
     pub fn unwinding(&self) -> bool {
-        self.main_thread()
-            .and_then(|t| t.frames.first())
-            .is_some_and(|f| f.function.contains("excepthook") || f.file.ends_with("traceback.py"))
+        let Some(t) = self.main_thread() else {
+            return false;
+        };
+        let printing = t
+            .frames
+            .first()
+            .is_some_and(|f| f.function.contains("excepthook") || f.file.ends_with("traceback.py"));
+        let exiting = t.frames.last().is_some_and(|f| {
+            f.function.ends_with("_exitfunc") || f.function.ends_with("_run_exitfuncs")
+        });
+        printing || exiting
     }
 }
 
@@ -127,5 +136,19 @@ mod tests {
         assert!(rank(hook).unwinding());
         assert!(rank(("format", "/usr/lib/python3.11/traceback.py")).unwinding());
         assert!(!rank(("all_reduce", "torch/distributed/distributed_c10d.py")).unwinding());
+        // After its exception, in the interpreter's shutdown (a CI run's rank 1 was
+        // sampled there and shown as where it stood).
+        let exiting = RankStack {
+            threads: vec![build::main_thread(
+                false,
+                &[
+                    ("_del_library", "torch/library.py", 674),
+                    ("finalize.__call__", "python3.11/weakref.py", 590),
+                    ("finalize._exitfunc", "python3.11/weakref.py", 666),
+                ],
+            )],
+            ..rank(("x", "y.py"))
+        };
+        assert!(exiting.unwinding());
     }
 }
