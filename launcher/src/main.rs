@@ -16,6 +16,7 @@ mod nccl_log_cmd;
 mod output;
 mod route;
 mod subcommands;
+mod toporun_options;
 
 use std::process::ExitCode;
 
