@@ -143,10 +143,6 @@ fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
     (report, expected)
 }
 
-fn shell_quote(v: &str) -> String {
-    format!("'{}'", v.replace('\'', "'\\''"))
-}
-
 /// Output meant to be sourced or given to `docker --env-file` must not gain a line or
 /// a command from a variable: names are shell identifiers, and `env` values (which
 /// that format cannot quote) hold no line break or NUL. Refused, not rewritten.
@@ -215,7 +211,7 @@ fn shell_lines(p: &Job, format: DryRunFormat) -> Result<String> {
             Some(val) => out.push_str(&format!(
                 "export {}={}  # {whose}: {reason}\n",
                 v.name,
-                shell_quote(val)
+                shlex::try_quote(val).map_err(|e| anyhow::anyhow!("{}: {e}", v.name))?
             )),
             None => out.push_str(&format!("# {} left to NCCL: {reason}\n", v.name)),
         }

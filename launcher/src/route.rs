@@ -58,13 +58,20 @@ pub fn route(argv: &[String]) -> Result<Invocation, clap::Error> {
 }
 
 /// Where the leading global options (`--facts FILE`, `--nvidia-smi-topo FILE`, or
-/// their `=` forms) of argv after the program name end.
+/// their `=` forms: the subcommands' `Globals`) of argv after the program name end.
 fn globals_end(args: &[String]) -> usize {
+    use clap::Args;
+    let globals = crate::subcommands::Globals::augment_args(clap::Command::new("globals"));
+    let longs: Vec<String> = globals
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .map(|l| format!("--{l}"))
+        .collect();
     let mut i = 0;
     while let Some(a) = args.get(i).map(String::as_str) {
-        if a == "--facts" || a == "--nvidia-smi-topo" {
+        if longs.iter().any(|l| l == a) {
             i += 2;
-        } else if a.starts_with("--facts=") || a.starts_with("--nvidia-smi-topo=") {
+        } else if longs.iter().any(|l| a.starts_with(&format!("{l}="))) {
             i += 1;
         } else {
             break;
