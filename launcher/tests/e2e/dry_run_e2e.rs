@@ -513,6 +513,30 @@ fn same_variables(
 /// A rank script writing its whole environment to `$ENV_OUT/<RANK>.json`.
 const ENV_SCRIPT: &str = "import json, os\njson.dump(dict(os.environ), open(os.path.join(os.environ['ENV_OUT'], os.environ['RANK'] + '.json'), 'w'))\n";
 
+/// A rank script writing its whole environment under `dir`/env, and the only
+/// variables its launcher gets: (the script, where the ranks write, the variables).
+fn env_job(
+    dir: &Path,
+) -> (
+    std::path::PathBuf,
+    std::path::PathBuf,
+    Vec<(&'static str, String)>,
+) {
+    let script = dir.join("env.py");
+    std::fs::write(&script, ENV_SCRIPT).unwrap();
+    let out = dir.join("env");
+    std::fs::create_dir(&out).unwrap();
+    let base = vec![
+        ("PATH", std::env::var("PATH").unwrap_or_default()),
+        ("HOME", dir.display().to_string()),
+        ("PYTHON_EXEC", python().display().to_string()),
+        ("ENV_OUT", out.display().to_string()),
+        // Else Python sets LC_CTYPE itself (PEP 538's locale coercion).
+        ("LC_ALL", "C.UTF-8".to_string()),
+    ];
+    (script, out, base)
+}
+
 fn real_env(dir: &Path, rank: u32) -> std::collections::BTreeMap<String, String> {
     let f = dir.join(format!("{rank}.json"));
     serde_json::from_str(
@@ -529,18 +553,7 @@ fn real_env(dir: &Path, rank: u32) -> std::collections::BTreeMap<String, String>
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_dry_run_lists_what_a_real_rank_gets() {
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("env.py");
-    std::fs::write(&script, ENV_SCRIPT).unwrap();
-    let out = dir.path().join("env");
-    std::fs::create_dir(&out).unwrap();
-    let base: Vec<(&str, String)> = vec![
-        ("PATH", std::env::var("PATH").unwrap_or_default()),
-        ("HOME", dir.path().display().to_string()),
-        ("PYTHON_EXEC", python().display().to_string()),
-        ("ENV_OUT", out.display().to_string()),
-        // Else Python sets LC_CTYPE itself (PEP 538's locale coercion).
-        ("LC_ALL", "C.UTF-8".to_string()),
-    ];
+    let (script, out, base) = env_job(dir.path());
     // (what, flags, variables of the launcher's environment)
     type Case<'a> = (&'a str, &'a [&'a str], &'a [(&'a str, &'a str)]);
     let cases: [Case; 6] = [
@@ -595,17 +608,7 @@ fn the_dry_run_lists_what_a_real_rank_gets() {
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn the_dry_run_of_node_1_of_two_lists_what_its_rank_gets() {
     let dir = tempfile::tempdir().unwrap();
-    let script = dir.path().join("env.py");
-    std::fs::write(&script, ENV_SCRIPT).unwrap();
-    let out = dir.path().join("env");
-    std::fs::create_dir(&out).unwrap();
-    let base: Vec<(&str, String)> = vec![
-        ("PATH", std::env::var("PATH").unwrap_or_default()),
-        ("HOME", dir.path().display().to_string()),
-        ("PYTHON_EXEC", python().display().to_string()),
-        ("ENV_OUT", out.display().to_string()),
-        ("LC_ALL", "C.UTF-8".to_string()),
-    ];
+    let (script, out, base) = env_job(dir.path());
     let port = free_port().to_string();
     let node = |rank: &str, dry: bool| {
         let mut c = toporun();
