@@ -156,11 +156,27 @@ impl Console {
 }
 
 /// Reads up to and including the next newline, or MAX_PIECE bytes, whichever comes
-/// first; 0 at end of file.
-fn read_piece(reader: &mut BufReader<File>, buf: &mut Vec<u8>) -> std::io::Result<usize> {
+/// first (`whole_lines` false: whatever has come, as a terminal shows it: a progress
+/// bar redrawn with `\r` and no newline); 0 at end of file. What was read before an
+/// error (a pseudo-terminal ends with EIO) is returned first.
+fn read_piece(
+    reader: &mut BufReader<File>,
+    buf: &mut Vec<u8>,
+    whole_lines: bool,
+) -> std::io::Result<usize> {
     loop {
-        let available = reader.fill_buf()?;
+        let available = match reader.fill_buf() {
+            Ok(a) => a,
+            Err(_) if !buf.is_empty() => return Ok(buf.len()),
+            Err(e) => return Err(e),
+        };
         if available.is_empty() {
+            return Ok(buf.len());
+        }
+        if !whole_lines {
+            let take = available.len().min(MAX_PIECE);
+            buf.extend_from_slice(&available[..take]);
+            reader.consume(take);
             return Ok(buf.len());
         }
         let room = MAX_PIECE - buf.len();
@@ -234,13 +250,15 @@ impl Sink {
                     read: Some(File::from(OwnedFd::from(read))),
                 }
             }
-            Sink::Terminal => {
-                let (read, write) = super::pty::open()?;
-                Ends {
+            // Without a pseudo-terminal (none left, /dev/pts not mounted) the rank's
+            // stderr is still read, through a pipe.
+            Sink::Terminal => match super::pty::open() {
+                Ok((read, write)) => Ends {
                     child: Some(write),
                     read: Some(read),
-                }
-            }
+                },
+                Err(_) => Sink::Watched.ends()?,
+            },
         })
     }
 
@@ -249,6 +267,9 @@ impl Sink {
         let Some(pipe) = pipe else {
             return;
         };
+        // A terminal shows what comes as it comes; elsewhere whole lines keep the
+        // ranks' lines apart.
+        let whole_lines = *self != Sink::Terminal;
         let (prefix, file, is_err, exact, duplicate) = match self {
             Sink::Prefixed {
                 prefix,
@@ -280,7 +301,7 @@ impl Sink {
             let mut buf = Vec::new();
             loop {
                 buf.clear();
-                match read_piece(&mut reader, &mut buf) {
+                match read_piece(&mut reader, &mut buf, whole_lines) {
                     Ok(0) | Err(_) => {
                         if let Some(t) = &tail {
                             t.close();
