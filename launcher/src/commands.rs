@@ -245,8 +245,10 @@ fn watchdog(deadline: std::time::Duration) {
         std::thread::sleep(deadline - early);
         crate::console::say!("toporun: error: --measure did not finish in {} s: the CUDA driver hangs (a GPU fallen off the bus? nvidia-smi -q, dmesg for Xid 79)", deadline.as_secs());
         // The main thread is stuck in the driver: only an exit from here ends it.
+        // The host failed (its driver hangs), not the options: a failed check, as an
+        // error finding is.
         #[allow(clippy::exit)]
-        std::process::exit(i32::from(toporun_shared::root_cause::exit_codes::USAGE));
+        std::process::exit(i32::from(toporun_shared::root_cause::exit_codes::FAILURE));
     });
 }
 

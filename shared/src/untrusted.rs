@@ -40,6 +40,13 @@ pub fn valid_env(name: &str, value: &str) -> bool {
     valid_name(name) && !value.contains('\0')
 }
 
+/// A rank's output without terminal escape sequences (colours, cursor moves): what
+/// its parsers read. Python 3.13 colours a traceback written to a terminal, as a rank's
+/// stderr is where toporun runs on one.
+pub fn without_escapes(text: &str) -> String {
+    strip_ansi_escapes::strip_str(text)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -59,5 +66,15 @@ mod tests {
         assert!(valid_env("NCCL_HOSTID", "x"));
         assert!(!valid_env("LD_PRELOAD=", "x"));
         assert!(!valid_env("A B", "x"));
+    }
+
+    /// Python 3.13's coloured traceback reads as the plain one.
+    #[test]
+    fn colours_are_taken_out_before_parsing() {
+        let coloured = "Traceback (most recent call last):\n  File \x1b[35m\"/app/t.py\"\x1b[0m, line \x1b[35m10\x1b[0m, in \x1b[35mcheck\x1b[0m\n\x1b[1;35mValueError\x1b[0m: \x1b[35mbad batch\x1b[0m\n";
+        let plain = without_escapes(coloured);
+        assert!(!plain.contains('\x1b'), "{plain:?}");
+        let e = crate::root_cause::python_error::last_exception(&plain).expect("a traceback");
+        assert_eq!(e.line(), "ValueError: bad batch (t.py:10)");
     }
 }

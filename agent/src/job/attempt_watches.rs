@@ -93,6 +93,11 @@ pub(super) fn hang_watch(
         ranks: live.clone(),
         monitor_polls: toporun_shared::flight_recorder::monitor_polls(&p.inherited_env),
         dumps_paused,
+        watchdog_ends_ranks: crate::job::hang::response::watchdog_ends_ranks(
+            p.inherited_env
+                .get("TORCH_NCCL_ASYNC_ERROR_HANDLING")
+                .map(String::as_str),
+        ),
     };
     let exchange = exchange.into_iter().map(AbortOnDrop).collect();
     (watcher, exchange, hangs, on_hang)

@@ -253,13 +253,23 @@ fn decide(end: &AttemptEnd, restarts: Restarts) -> Next {
         }
         AttemptEnd::Stopped(reason) => go_on(reason, "restarting this node's ranks", restarts)
             .unwrap_or_else(|| exit(FAILURE, Some(format!("the job stopped: {reason}")))),
-        AttemptEnd::Hang { by_watchdog } => exit(
+        // As torch would have ended the rank: a failure, restarted while restarts are
+        // left, else torchrun's 1 (the hang class, 124, under --exit-codes classified).
+        AttemptEnd::Hang { by_watchdog: true } if restarts.left() => Next::Round {
+            counted: true,
+            say: format!(
+                "NCCL's watchdog timed a collective out; restarting this node's ranks (restart {} of {})",
+                restarts.used + 1,
+                restarts.max
+            ),
+        },
+        AttemptEnd::Hang { by_watchdog: true } => exit(
+            FAILURE,
+            Some("stopped every rank once NCCL's watchdog had timed a collective out (the ranks could not go on)".into()),
+        ),
+        AttemptEnd::Hang { by_watchdog: false } => exit(
             HANG_EXIT,
-            Some(if *by_watchdog {
-                "stopped every rank once NCCL's watchdog had timed a collective out (the ranks could not go on)".into()
-            } else {
-                "stopped every rank after the hang report (--on-hang stop)".into()
-            }),
+            Some("stopped every rank after the hang report (--on-hang stop)".into()),
         ),
         AttemptEnd::FileTimer { signal } => exit(signalled(*signal), None),
     }
@@ -285,6 +295,7 @@ fn class_code(code: u8, end: &AttemptEnd) -> u8 {
         return code;
     }
     let cause = match end {
+        AttemptEnd::Hang { by_watchdog: true } => Some(CauseKind::Hang),
         AttemptEnd::RankFailed { ours, won } => acted_on(ours, won).cause,
         AttemptEnd::Stopped(r) => r.cause,
         AttemptEnd::Succeeded { barrier: Some(r) } => r.cause,
@@ -516,14 +527,21 @@ mod tests {
     fn a_hang_stopped_by_on_hang_ends_with_its_own_code_never_a_restart() {
         // Here, or on another node that stopped every node for it.
         let elsewhere = AttemptEnd::Stopped(StopReason::new(StopKind::Hang, "no progress"));
-        for end in [
-            AttemptEnd::Hang { by_watchdog: false },
-            AttemptEnd::Hang { by_watchdog: true },
-            elsewhere,
-        ] {
+        for end in [AttemptEnd::Hang { by_watchdog: false }, elsewhere] {
             let e = exit_of(after(&end, ONE_LEFT, false).0);
             assert_eq!((e.code, e.summary), (HANG_EXIT, false), "{end:?}");
         }
+    }
+
+    /// NCCL's watchdog ended the attempt: as torch would have ended the rank, a
+    /// failure (restarted while restarts are left; torchrun's 1, or the hang class).
+    #[test]
+    fn a_watchdog_stop_is_a_failure_restarted_while_restarts_are_left() {
+        let end = AttemptEnd::Hang { by_watchdog: true };
+        let (step, counted) = after(&end, ONE_LEFT, false);
+        assert!(matches!(step, Step::Round { .. }) && counted, "{step:?}");
+        assert_eq!(exit_of(after(&end, NONE_LEFT, false).0).code, FAILURE);
+        assert_eq!(exit_of(after(&end, NONE_LEFT, true).0).code, HANG_EXIT);
     }
 
     #[test]
@@ -556,7 +574,7 @@ mod tests {
             1
         );
         assert_eq!(
-            class_code(HANG_EXIT, &AttemptEnd::Hang { by_watchdog: true }),
+            class_code(HANG_EXIT, &AttemptEnd::Hang { by_watchdog: false }),
             HANG_EXIT
         );
     }

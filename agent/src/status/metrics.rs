@@ -42,7 +42,7 @@ fn stragglers(r: &mut Registry, s: &Snapshot) {
     }
     r.register(
         "toporun_rank_wait_share",
-        "Share of this node's ranks' stack samples in collectives over the straggler window (the straggler waits least)",
+        "Share of this node's ranks' stack samples in collectives (and, under NCCL, waiting on their GPU) over the straggler window (the straggler waits least)",
         shares,
     );
     gpu_times(r, s, &mine);

@@ -115,6 +115,7 @@ impl Failure {
         if let (true, Sink::File(log)) = (output.is_empty(), &cmd.stderr) {
             output = file_tail(log);
         }
+        let output = toporun_shared::untrusted::without_escapes(&output);
         Failure {
             exception: last_exception(&output),
             shm: shm_exhausted(&output),

@@ -106,15 +106,38 @@ fn the_readme_docs_and_manifests_say_the_exit_code_table() {
     assert!(manifests >= 1, "no manifest with a podFailurePolicy");
 }
 
-/// The check itself: a README that forgets a class, a manifest with a code under the
-/// wrong action, are caught.
+/// A podFailurePolicy as the manifests write it, each action's codes on one rule.
+fn policy_yaml(codes: &BTreeMap<u8, String>) -> String {
+    let mut by: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for (c, a) in codes {
+        by.entry(a.as_str()).or_default().push(c.to_string());
+    }
+    by.iter()
+        .map(|(a, cs)| {
+            format!(
+                "- action: {a}\n  onExitCodes: {{operator: In, values: [{}]}}\n",
+                cs.join(", ")
+            )
+        })
+        .collect()
+}
+
+/// The check itself: the table's own policy reads back as the table; the same with
+/// one code under another action, or one class missing from the README's list, is
+/// caught.
 #[test]
 fn a_drifted_copy_is_caught() {
-    let yaml = "- action: FailJob\n  onExitCodes: {values: [2, 3, 81, 83, 84, 85]}\n";
-    assert_ne!(policy(yaml), actions(TABLE.iter().chain(&POLICY_EXTRA)));
-    let short = "(1 code, 80 GPU, 81 memory, 124 hang, 3 gate)";
-    assert_ne!(
-        codes_in(short),
-        actions(TABLE.iter()).keys().copied().collect()
-    );
+    let want = actions(TABLE.iter().chain(&POLICY_EXTRA));
+    assert_eq!(policy(&policy_yaml(&want)), want);
+    let mut moved = want.clone();
+    moved.insert(85, "Count".into());
+    assert_ne!(policy(&policy_yaml(&moved)), want);
+    let classes: BTreeSet<u8> = actions(TABLE.iter()).keys().copied().collect();
+    let listed: Vec<String> = classes
+        .iter()
+        .filter(|c| **c != 85)
+        .map(u8::to_string)
+        .collect();
+    let short = format!("({})", listed.join(", "));
+    assert_ne!(codes_in(&short), classes);
 }

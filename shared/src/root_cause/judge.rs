@@ -367,7 +367,7 @@ pub fn judge(
             let how = if e.stderr_read {
                 "without a Python traceback (os._exit, or a native library's exit())"
             } else {
-                "(toporun did not read its stderr: --read-stderr off; its traceback, if it raised, is in its output above)"
+                "(toporun did not read its stderr: --read-stderr off, or --local-ranks-filter hid it; a traceback, if it raised one, is in its own output)"
             };
             causes.push(Cause::new(
                 CauseKind::Code,

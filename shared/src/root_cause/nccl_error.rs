@@ -115,14 +115,18 @@ pub fn parse(lines: &[&str]) -> Option<NcclError> {
             .any(|l| l.starts_with(&format!("{}:", c.name)))
     };
     let named = CLASSES.iter().find(class_line);
+    // NCCL's own words after the file (`, internal error - please report...`), where
+    // torch put the failure's reason in place of the class line.
     let worded = || {
+        let said = |c: &&ClassInfo| {
+            first.split(", ").any(|part| {
+                part.strip_prefix(c.words)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ',', '-']))
+            })
+        };
         first
             .contains("NCCL error")
-            .then(|| {
-                CLASSES
-                    .iter()
-                    .find(|c| first.contains(&format!(", {} (", c.words)))
-            })
+            .then(|| CLASSES.iter().find(said))
             .flatten()
     };
     let class = named.or_else(worded)?;
@@ -145,9 +149,17 @@ fn last_error(lines: &[&str]) -> Option<String> {
     if !same_line.is_empty() {
         said.push(same_line);
     }
+    // The next log record: glog's `[W1125 12:00:00 ...]` (NCCL's own reasons may start
+    // with a bracket too: `[Service thread] Error encountered ...`).
+    let glog = |l: &str| {
+        let mut c = l.chars();
+        c.next() == Some('[')
+            && c.next().is_some_and(|k| "IWEF".contains(k))
+            && c.next().is_some_and(|d| d.is_ascii_digit())
+    };
     let ends = |l: &str| {
         l.trim().is_empty()
-            || l.starts_with('[')
+            || glog(l)
             || l.starts_with("Traceback")
             || l.starts_with("Exception raised from")
     };
@@ -270,6 +282,24 @@ Last error:
             said.chars().count() <= LAST_ERROR_CHARS + 3,
             "{}",
             said.len()
+        );
+    }
+
+    /// A reason in brackets is NCCL's own (its service threads name themselves so);
+    /// the class is found from NCCL's words where torch put no class line.
+    #[test]
+    fn a_bracketed_reason_and_a_class_from_its_words() {
+        let text = "torch.distributed.DistBackendError: NCCL error in: a.cpp:1, remote process exited or there was a network error, NCCL version 2.28.9\nLast error:\n[Service thread] Error encountered progressing operation=Connect, res=3, closing connection\n[E1125 12:00:00 ProcessGroupNCCL.cpp:1] not this";
+        let e = parse(&lines(text)).expect("an NCCL error");
+        assert_eq!(e.result, NcclResult::RemoteError);
+        assert_eq!(
+            e.last_error.as_deref(),
+            Some("[Service thread] Error encountered progressing operation=Connect, res=3, closing connection")
+        );
+        let internal = "torch.distributed.DistBackendError: NCCL error in: a.cpp:1, internal error - please report this issue to the NCCL developers, NCCL version 2.28.9";
+        assert_eq!(
+            parse(&lines(internal)).map(|e| e.result),
+            Some(NcclResult::InternalError)
         );
     }
 

@@ -55,7 +55,7 @@ impl TopTable {
             "this node"
         };
         let mut out = format!(
-            "{} rank(s) of {scope}; WAIT is the share of samples in collectives over the last {}s, GPU WAIT its GPU's time inside collectives (NCCL), BUSBW+WAIT its all_reduce bus bandwidth in GB/s with its waits for the others inside them (only the rank that waits least shows what the links carry; the slow-links rule judges them); the straggler, marked *, waits least\n",
+            "{} rank(s) of {scope}; WAIT is the share of samples in collectives (and, under NCCL, waiting on its GPU) over the last {}s, GPU WAIT its GPU's time inside collectives (NCCL), BUSBW+WAIT its all_reduce bus bandwidth in GB/s with its waits for the others inside them (only the rank that waits least shows what the links carry; the slow-links rule judges them); the straggler, marked *, waits least\n",
             self.ranks.len(),
             self.window_s
         );

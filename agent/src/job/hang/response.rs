@@ -145,6 +145,16 @@ pub struct AfterHang {
     pub monitor_polls: bool,
     /// Stops the straggler's dumps while the ranks dump for the hang.
     pub dumps_paused: DumpsPaused,
+    /// torch ends a rank whose collective timed out (TORCH_NCCL_ASYNC_ERROR_HANDLING
+    /// 1, toporun's default, or 3): toporun may end the job first. With 0 or 2 the
+    /// user handles the timeout in the rank, and toporun leaves it to them.
+    pub watchdog_ends_ranks: bool,
+}
+
+/// Whether torch ends a rank once NCCL's watchdog timed a collective out, by the
+/// ranks' TORCH_NCCL_ASYNC_ERROR_HANDLING (`user`: theirs, where they set it).
+pub fn watchdog_ends_ranks(user: Option<&str>) -> bool {
+    !matches!(user.map(str::trim), Some("0" | "2"))
 }
 
 /// How long a hang stop waits for the ranks' flight-recorder dumps: as long as torch
@@ -167,7 +177,7 @@ impl AfterHang {
     pub async fn events(self, mut hangs: mpsc::UnboundedReceiver<HangReport>) -> HangReport {
         while let Some(r) = hangs.recv().await {
             write_json(&self.attempt_dir.join("hang.json"), &r.hang);
-            if r.watchdog.is_some() {
+            if r.watchdog.is_some() && self.watchdog_ends_ranks {
                 self.ask_for_dumps(&r, WATCHDOG_DUMP_WAIT).await;
                 return r;
             }
@@ -244,4 +254,18 @@ fn dumps_done(dir: &Path, before: &BTreeMap<PathBuf, u64>) -> (usize, BTreeMap<P
         .filter(|(p, n)| **n > 0 && before.get(*p) == Some(n))
         .count();
     (done, now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_watchdog_ends_ranks_unless_the_user_handles_timeouts() {
+        assert!(watchdog_ends_ranks(None));
+        assert!(watchdog_ends_ranks(Some("1")));
+        assert!(watchdog_ends_ranks(Some("3")));
+        assert!(!watchdog_ends_ranks(Some("0")));
+        assert!(!watchdog_ends_ranks(Some(" 2")));
+    }
 }
