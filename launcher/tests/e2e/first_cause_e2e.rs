@@ -158,8 +158,8 @@ fn a_stuck_dataloader_worker_is_shown_in_the_hang() {
         .find(|l| l.starts_with("  rank 1 worker pid "))
         .unwrap_or_else(|| panic!("no worker line:\n{err}"));
     assert!(
-        worker.contains("read_remote_shard (launcher/tests/scripts/first_cause.py:")
-            && worker.contains("__getitem__ (launcher/tests/scripts/first_cause.py:"),
+        worker.contains("read_remote_shard (scripts/first_cause.py:")
+            && worker.contains("__getitem__ (scripts/first_cause.py:"),
         "{worker}"
     );
 }

@@ -29,7 +29,7 @@ fn wait_line() -> String {
         .position(|l| l.trim() == "time.sleep(3600)")
         .unwrap()
         + 1;
-    format!("rank 3: wait_for_data (launcher/tests/scripts/hang_rank.py:{n})")
+    format!("rank 3: wait_for_data (scripts/hang_rank.py:{n})")
 }
 
 /// Stops a job left running when a test fails half-way.
@@ -265,7 +265,8 @@ fn a_zero_hang_timeout_is_a_usage_error() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// Waits for the run directory holding the stacks socket and every rank's pid file.
+/// Waits for the run directory holding the stacks socket and every rank's pid file, and
+/// for the ranks to stand where the hang script puts them (as `toporun stacks` shows).
 fn running_job(log_dir: &Path, out: &Path) -> std::path::PathBuf {
     let start = Instant::now();
     loop {
@@ -277,9 +278,12 @@ fn running_job(log_dir: &Path, out: &Path) -> std::path::PathBuf {
             .find(|p| p.join("stacks.sock").exists());
         let pids = (0..4).all(|r| out.join(format!("pid{r}")).exists());
         if let (Some(dir), true) = (sock, pids) {
-            // The ranks reach their all_reduce (and rank 3 its wait) right after.
-            std::thread::sleep(Duration::from_secs(2));
-            return dir;
+            // The ranks reach their all_reduce (and rank 3 its wait) right after: a
+            // second or two, more when CI shares the cores (2 s was once too short).
+            let (_, now, _) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
+            if now.contains(&wait_line()) && now.contains("ranks 0-2: all_reduce") {
+                return dir;
+            }
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
