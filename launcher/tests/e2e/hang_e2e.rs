@@ -293,6 +293,21 @@ fn running_job(log_dir: &Path, out: &Path) -> std::path::PathBuf {
     }
 }
 
+/// `toporun stacks` as `cmd` runs it, again while a rank's stack was not read within
+/// its 2 s budget ("not read": two CI runs sharing the 2 cores spent it).
+fn stacks_read(cmd: impl Fn() -> Command) -> String {
+    let mut out = String::new();
+    for _ in 0..5 {
+        let (code, text, err) = run(&mut cmd());
+        assert_eq!(code, 0, "{err}");
+        out = text;
+        if !out.contains("not read:") {
+            break;
+        }
+    }
+    out
+}
+
 fn expect_stacks(text: &str) {
     assert!(text.contains("4 rank(s) on this node"), "{text}");
     assert!(text.contains(&wait_line()), "{text}");
@@ -327,23 +342,29 @@ fn toporun_stacks_and_the_endpoint_answer_while_the_job_runs() {
     .unwrap();
     let mut child = Job(child);
     let dir = running_job(logs.path(), d.path());
-    let (code, out, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
-    assert_eq!(code, 0, "{err}");
-    expect_stacks(&out);
+    expect_stacks(&stacks_read(|| {
+        let mut c = toporun();
+        c.args(["stacks", dir.to_str().unwrap()]);
+        c
+    }));
     // Without an argument: the job running here.
-    let (code, out, err) = run(toporun().arg("stacks").env("TMPDIR", tmp.path()));
-    assert_eq!(code, 0, "{err}");
-    expect_stacks(&out);
+    expect_stacks(&stacks_read(|| {
+        let mut c = toporun();
+        c.arg("stacks").env("TMPDIR", tmp.path());
+        c
+    }));
     let (_, json, _) = run(toporun().args(["stacks", dir.to_str().unwrap(), "--format", "json"]));
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(v["ranks"].as_array().unwrap().len(), 4, "{v}");
     let http = http().build().unwrap();
-    let text = http
-        .get(format!("http://127.0.0.1:{port}/stacks"))
-        .send()
-        .unwrap()
-        .text()
-        .unwrap();
+    let url = format!("http://127.0.0.1:{port}/stacks");
+    let mut text = String::new();
+    for _ in 0..5 {
+        text = http.get(&url).send().unwrap().text().unwrap();
+        if !text.contains("not read:") {
+            break;
+        }
+    }
     expect_stacks(&text);
     sigterm(&child.0);
     child.0.wait().unwrap();
@@ -376,9 +397,11 @@ fn toporun_stacks_works_when_toporun_is_pid_1() {
     .stderr(std::process::Stdio::null());
     let mut child = Job(c.spawn().expect("unshare (util-linux; needs root)"));
     let dir = running_job(logs.path(), d.path());
-    let (code, out, err) = run(toporun().args(["stacks", dir.to_str().unwrap()]));
-    assert_eq!(code, 0, "{err}");
-    expect_stacks(&out);
+    expect_stacks(&stacks_read(|| {
+        let mut c = toporun();
+        c.args(["stacks", dir.to_str().unwrap()]);
+        c
+    }));
     // unshare ignores SIGTERM while it waits: toporun (its child) gets it.
     let pid = child.0.id();
     let children = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
