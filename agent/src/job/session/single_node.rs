@@ -39,6 +39,10 @@ impl SingleNode {
 
 impl Session for SingleNode {
     async fn join(&mut self, p: &Job, min_round: u32, _: &mut Events) -> Result<Entered, JobError> {
+        // Each round's workers meet a clean store, as on several nodes: a restart after
+        // a hang found the last round's `exception_dump` (set by NCCL's watchdog, or by
+        // toporun asking for dumps) and its ranks dumped and died at once (4x H200).
+        self.server.forget_workers();
         Ok(Entered::Placed(self.place(p, min_round)))
     }
 
