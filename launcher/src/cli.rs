@@ -21,17 +21,23 @@ pub const SUBCOMMANDS: &[&str] = &[
     "help",
 ];
 
+const ABOUT_LAUNCH: &str =
+    "Start one rank per GPU as torchrun would (same options, PET_* variables and worker environment)";
+
 /// torchrun's options plus toporun's launch extras.
 pub fn launch_command(name: &'static str) -> Command {
     use clap::Args;
-    let cmd = Command::new(name)
-        .about("Start one rank per GPU as torchrun would (same options, PET_* variables and worker environment)")
-        .override_usage(format!(
-            "{} [OPTIONS] ENTRYPOINT [ARGS]...",
-            if name == "launch" { "toporun launch" } else { name }
-        ));
-    // --facts and --nvidia-smi-topo: the subcommands' own declaration.
-    Globals::augment_args(toporun_args(torchrun_args(cmd)))
+    let cmd = Command::new(name).override_usage(format!(
+        "{} [OPTIONS] ENTRYPOINT [ARGS]...",
+        if name == "launch" {
+            "toporun launch"
+        } else {
+            name
+        }
+    ));
+    // --facts and --nvidia-smi-topo: the subcommands' own declaration (its doc comment
+    // would become the launch's description: ours is set again after it).
+    Globals::augment_args(toporun_args(torchrun_args(cmd))).about(ABOUT_LAUNCH)
 }
 
 /// torchrun's own options, from the shared table.

@@ -10,6 +10,10 @@ use toporun_shared::torchrun::OPTIONS;
 fn launch_help_fits_and_names_every_variable_in_one_format() {
     let (code, out, err) = run(toporun().args(["launch", "--help"]).env_remove("COLUMNS"));
     assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("Start one rank per GPU as torchrun would"),
+        "{out}"
+    );
     let wide: Vec<&str> = out.lines().filter(|l| l.chars().count() > 100).collect();
     assert!(wide.is_empty(), "lines over 100 columns: {wide:#?}");
     // Wrapping may split `[env: NAME]` across lines: read the text as one line.
