@@ -16,6 +16,7 @@ pub mod instance_types;
 pub mod link_reference;
 pub mod measured;
 mod named_enum;
+pub mod nccl_counters;
 pub mod nccl_env_check;
 pub mod nccl_expect;
 pub mod nccl_log;

@@ -22,6 +22,14 @@ pub struct LinkModel {
     pub gbps: f64,
 }
 
+impl LinkModel {
+    /// What a collective carrying `bus` bus bytes should reach (GB/s): a fixed
+    /// latency, then the bytes at the class bandwidth.
+    pub fn expected_gbps(&self, bus: f64) -> f64 {
+        bus / (LATENCY_NS + bus / (self.gbps * EFFICIENCY))
+    }
+}
+
 /// A collective's fixed cost on the GPU before its bytes move (ns).
 const LATENCY_NS: f64 = 30_000.0;
 /// The share of the class bandwidth a collective's ring reaches.
@@ -110,10 +118,11 @@ pub fn link_speeds(dumps: &[Dump], model: &LinkModel) -> Vec<LinkSpeed> {
     // Per kind: each collective's busbw and the model's, and the bytes moved.
     let mut by: BTreeMap<&str, Vec<(f64, f64, u64)>> = BTreeMap::new();
     for c in seen.into_values().filter(|c| c.held >= c.size) {
-        let model_ns = LATENCY_NS + c.bus / (model.gbps * EFFICIENCY);
-        by.entry(c.kind)
-            .or_default()
-            .push((c.bus / c.ns as f64, c.bus / model_ns, c.moved));
+        by.entry(c.kind).or_default().push((
+            c.bus / c.ns as f64,
+            model.expected_gbps(c.bus),
+            c.moved,
+        ));
     }
     by.into_iter()
         .map(|(kind, all)| {

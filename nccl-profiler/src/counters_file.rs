@@ -1,0 +1,134 @@
+//! The rank's counters file, mapped once per process while any communicator lives
+//! (NCCL may dlclose the plugin after the last one and load it again: nothing
+//! outlives that), and its communicator slots. Only init and finalize come here.
+
+use std::fs::OpenOptions;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use toporun_shared::nccl_counters::layout::*;
+
+/// Where the agent wants this rank's counters (set per rank by toporun).
+pub const PATH_VAR: &str = "TOPORUN_NCCL_COUNTERS";
+
+struct Mapped {
+    map: memmap2::MmapMut,
+    users: usize,
+}
+
+static FILE: Mutex<Option<Mapped>> = Mutex::new(None);
+
+/// One communicator's slot: its words, valid until [`release`].
+pub struct Slot {
+    pub index: usize,
+    pub words: *const AtomicU64,
+}
+
+impl Slot {
+    /// Slot word `i`.
+    pub fn word(&self, i: usize) -> &AtomicU64 {
+        debug_assert!(i < SLOT_WORDS);
+        // The mapping holds FILE_WORDS words and stays mapped while the slot is held.
+        unsafe { &*self.words.add(i) }
+    }
+}
+
+fn words(map: &memmap2::MmapMut) -> &[AtomicU64] {
+    // Page-aligned, FILE_BYTES long, and only ever accessed atomically.
+    unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), FILE_WORDS) }
+}
+
+fn open(path: &Path) -> std::io::Result<memmap2::MmapMut> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    f.set_len(FILE_BYTES as u64)?;
+    // The agent reads the same file; nothing else writes it.
+    let map = unsafe { memmap2::MmapMut::map_mut(&f)? };
+    let w = words(&map);
+    let pid = u64::from(std::process::id());
+    if w[H_MAGIC].load(Ordering::Relaxed) != MAGIC || w[H_PID].load(Ordering::Relaxed) != pid {
+        // Another process's file (a rank restarted in place): start over.
+        w.iter().for_each(|x| x.store(0, Ordering::Relaxed));
+        w[H_VERSION].store(VERSION, Ordering::Relaxed);
+        w[H_PID].store(pid, Ordering::Relaxed);
+        w[H_MAGIC].store(MAGIC, Ordering::Release);
+    }
+    Ok(map)
+}
+
+/// A slot for a new communicator: a free one, else one whose communicator was
+/// finalised; None when all are live.
+pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Option<Slot>> {
+    let mut file = FILE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if file.is_none() {
+        *file = Some(Mapped {
+            map: open(path)?,
+            users: 0,
+        });
+    }
+    let Some(m) = file.as_mut() else {
+        return Ok(None);
+    };
+    let w = words(&m.map);
+    let state = |s: usize| w[slot_word(s, S_STATE)].load(Ordering::Acquire);
+    let Some(index) = (0..MAX_COMMS)
+        .find(|&s| state(s) == FREE)
+        .or_else(|| (0..MAX_COMMS).find(|&s| state(s) == FINALIZED))
+    else {
+        return Ok(None);
+    };
+    let base = slot_word(index, 0);
+    let gen = &w[base + S_GENERATION];
+    gen.fetch_add(1, Ordering::AcqRel);
+    for (i, x) in w[base..base + SLOT_WORDS].iter().enumerate() {
+        if i != S_GENERATION {
+            x.store(0, Ordering::Relaxed);
+        }
+    }
+    for (i, v) in [S_COMM_HASH, S_RANK, S_NRANKS, S_NNODES]
+        .into_iter()
+        .zip(identity)
+    {
+        w[base + i].store(v, Ordering::Relaxed);
+    }
+    gen.fetch_add(1, Ordering::AcqRel);
+    w[base + S_STATE].store(LIVE, Ordering::Release);
+    w[H_INITS].fetch_add(1, Ordering::Relaxed);
+    m.users += 1;
+    Ok(Some(Slot {
+        index,
+        words: w[base..].as_ptr(),
+    }))
+}
+
+/// The communicator of `slot` is gone; the last one unmaps the file.
+pub fn release(slot: &Slot) {
+    let mut file = FILE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    slot.word(S_STATE).store(FINALIZED, Ordering::Release);
+    if let Some(m) = file.as_mut() {
+        m.users = m.users.saturating_sub(1);
+        if m.users == 0 {
+            *file = None;
+        }
+    }
+}
+
+/// Counts an event the plugin could not follow.
+pub fn dropped(slot: &Slot) {
+    // The header sits before slot 0: reach it from the slot's own words.
+    let header = unsafe {
+        &*slot
+            .words
+            .sub(HEADER_WORDS + slot.index * SLOT_WORDS)
+            .add(H_DROPPED)
+    };
+    header.fetch_add(1, Ordering::Relaxed);
+}

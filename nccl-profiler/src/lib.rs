@@ -1,0 +1,165 @@
+//! toporun's NCCL profiler plugin. NCCL loads it from `NCCL_PROFILER_PLUGIN` (toporun
+//! sets it for every rank it starts) and calls the `ncclProfiler_v5` table: per
+//! communicator, every collective and point-to-point operation as it is posted and
+//! its kernel channels' GPU start and stop times. The plugin counts them into the
+//! rank's counters file (`TOPORUN_NCCL_COUNTERS`), which toporun's agent reads for
+//! hangs, stragglers and link speeds. No panic crosses into NCCL.
+
+mod abi;
+mod counters_file;
+mod events;
+
+pub use abi::{
+    CollDescr, DescrUnion, EventDescr, KernelChDescr, P2pDescr, ProfilerV5, StateArgs, EVENT_COLL,
+    EVENT_KERNEL_CH, EVENT_P2P, NCCL_SUCCESS, STATE_KERNEL_CH_STOP,
+};
+pub use counters_file::PATH_VAR;
+
+use abi::{Logger, NcclResult, LOG_INFO, LOG_INIT};
+use events::Comm;
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+
+/// ncclInternalError: init could not follow the communicator (only logged by NCCL).
+const NCCL_INTERNAL_ERROR: NcclResult = 3;
+
+/// The events this plugin asks for.
+pub const EVENT_MASK: c_int = (EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH) as c_int;
+
+/// The table NCCL looks up.
+#[allow(non_upper_case_globals)]
+#[no_mangle]
+pub static ncclProfiler_v5: ProfilerV5 = ProfilerV5 {
+    name: c"toporun".as_ptr(),
+    init,
+    start_event,
+    stop_event,
+    record_event_state,
+    finalize,
+};
+
+/// Runs `f`; a panic is caught and turned into `on_panic`.
+fn guarded<T>(on_panic: T, f: impl FnOnce() -> T) -> T {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(on_panic)
+}
+
+fn log(logfn: Logger, text: &str) {
+    let (Some(log), Ok(text)) = (logfn, CString::new(text)) else {
+        return;
+    };
+    unsafe {
+        log(
+            LOG_INFO,
+            LOG_INIT,
+            c"toporun".as_ptr(),
+            0,
+            c"%s".as_ptr(),
+            text.as_ptr(),
+        )
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe extern "C" fn init(
+    context: *mut *mut c_void,
+    comm_id: u64,
+    mask: *mut c_int,
+    _name: *const c_char,
+    nnodes: c_int,
+    nranks: c_int,
+    rank: c_int,
+    logfn: Logger,
+) -> NcclResult {
+    guarded(NCCL_INTERNAL_ERROR, || {
+        if !context.is_null() {
+            *context = std::ptr::null_mut();
+        }
+        let Some(path) = std::env::var_os(PATH_VAR).map(PathBuf::from) else {
+            return NCCL_SUCCESS; // not started by toporun: no events asked
+        };
+        let identity = [comm_id, rank as u64, nranks as u64, nnodes as u64];
+        match counters_file::claim(&path, identity) {
+            Ok(Some(slot)) => {
+                *context = Box::into_raw(Comm::new(slot)).cast();
+                if !mask.is_null() {
+                    *mask = EVENT_MASK;
+                }
+                log(logfn, &format!("toporun profiler: communicator {comm_id:#x} rank {rank} of {nranks} counted in {}", path.display()));
+                NCCL_SUCCESS
+            }
+            Ok(None) => {
+                log(logfn, "toporun profiler: every counters slot is live; this communicator is not counted");
+                NCCL_SUCCESS
+            }
+            Err(e) => {
+                log(
+                    logfn,
+                    &format!("toporun profiler: cannot map {}: {e}", path.display()),
+                );
+                NCCL_INTERNAL_ERROR
+            }
+        }
+    })
+}
+
+unsafe extern "C" fn start_event(
+    context: *mut c_void,
+    handle: *mut *mut c_void,
+    descr: *mut EventDescr,
+) -> NcclResult {
+    guarded(NCCL_SUCCESS, || {
+        if handle.is_null() {
+            return NCCL_SUCCESS;
+        }
+        *handle = std::ptr::null_mut();
+        if context.is_null() || descr.is_null() {
+            return NCCL_SUCCESS;
+        }
+        *handle = (*(context as *const Comm)).start(&*descr);
+        NCCL_SUCCESS
+    })
+}
+
+unsafe extern "C" fn stop_event(handle: *mut c_void) -> NcclResult {
+    guarded(NCCL_SUCCESS, || {
+        events::stop(handle);
+        NCCL_SUCCESS
+    })
+}
+
+unsafe extern "C" fn record_event_state(
+    handle: *mut c_void,
+    state: c_int,
+    args: *mut StateArgs,
+) -> NcclResult {
+    guarded(NCCL_SUCCESS, || {
+        if state == STATE_KERNEL_CH_STOP && !args.is_null() {
+            events::channel_stop_time(handle, (*args).kernel_ch_timer);
+        }
+        NCCL_SUCCESS
+    })
+}
+
+unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
+    guarded(NCCL_SUCCESS, || {
+        if context.is_null() {
+            return NCCL_SUCCESS;
+        }
+        // Events still in flight (ncclCommAbort) never stop: freed with the context.
+        let comm = Box::from_raw(context as *mut Comm);
+        comm.release();
+        NCCL_SUCCESS
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_is_caught_at_the_boundary() {
+        assert_eq!(guarded(7, || panic!("inside the plugin")), 7);
+        assert_eq!(guarded(7, || 1), 1);
+    }
+}

@@ -1,0 +1,358 @@
+//! The plugin driven as NCCL drives it, without a GPU: the exported table called with
+//! the descriptors NCCL passes (an operation, its kernel channels' start and stop
+//! with GPU timestamps, parents NCCL starts that the plugin ignores), and the
+//! counters file then read as the agent reads it.
+
+use std::ffi::{c_int, c_void, CString};
+use std::path::Path;
+use std::sync::Mutex;
+use toporun_nccl_profiler::*;
+use toporun_shared::nccl_counters::{decode, NcclFunc, RankCounters};
+
+/// The plugin has one counters file per process and reads its path at init.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// ncclProfileGroup: NCCL starts it as the operations' parent.
+const EVENT_GROUP: u64 = 1;
+
+struct Nccl<'a> {
+    table: &'a ProfilerV5,
+}
+
+impl Nccl<'_> {
+    fn init(&self, comm_id: u64, rank: c_int, nranks: c_int) -> (*mut c_void, c_int) {
+        let (mut ctx, mut mask) = (std::ptr::null_mut(), 0);
+        let name = CString::new("default_pg").unwrap();
+        let r = unsafe {
+            (self.table.init)(
+                &mut ctx,
+                comm_id,
+                &mut mask,
+                name.as_ptr(),
+                1,
+                nranks,
+                rank,
+                None,
+            )
+        };
+        assert_eq!(r, NCCL_SUCCESS);
+        (ctx, mask)
+    }
+
+    fn start(&self, ctx: *mut c_void, d: &mut EventDescr) -> *mut c_void {
+        let mut h = std::ptr::null_mut();
+        assert_eq!(
+            unsafe { (self.table.start_event)(ctx, &mut h, d) },
+            NCCL_SUCCESS
+        );
+        h
+    }
+
+    /// A collective of `count` floats posted under a group event, as NCCL posts it.
+    fn post(&self, ctx: *mut c_void, func: &CString, count: usize, channels: u8) -> *mut c_void {
+        let group = self.start(ctx, &mut descr(EVENT_GROUP, std::ptr::null_mut(), empty()));
+        assert!(group.is_null(), "groups are not followed");
+        let coll = CollDescr {
+            seq: 0,
+            func: func.as_ptr(),
+            send: std::ptr::null(),
+            recv: std::ptr::null_mut(),
+            count,
+            root: 0,
+            datatype: c"ncclFloat32".as_ptr(),
+            n_channels: channels,
+            n_warps: 16,
+            algo: c"RING".as_ptr(),
+            proto: c"SIMPLE".as_ptr(),
+            parent_group: std::ptr::null_mut(),
+        };
+        let h = self.start(ctx, &mut descr(EVENT_COLL, group, DescrUnion { coll }));
+        assert_eq!(
+            unsafe { (self.table.stop_event)(h) },
+            NCCL_SUCCESS,
+            "enqueued"
+        );
+        h
+    }
+
+    /// Channel `id` of `op` runs on the GPU from `start` to `stop` (ns), as the
+    /// proxy thread reports it: start, the stop state with its timer, stop.
+    fn channel(&self, ctx: *mut c_void, op: *mut c_void, id: u8, start: u64, stop: u64) {
+        let ch = self.channel_start(ctx, op, id, start);
+        self.channel_stop(ch, stop);
+    }
+
+    fn channel_start(&self, ctx: *mut c_void, op: *mut c_void, id: u8, start: u64) -> *mut c_void {
+        let kernel_ch = KernelChDescr {
+            channel_id: id,
+            p_timer: start,
+        };
+        self.start(
+            ctx,
+            &mut descr(EVENT_KERNEL_CH, op, DescrUnion { kernel_ch }),
+        )
+    }
+
+    fn channel_stop(&self, ch: *mut c_void, stop: u64) {
+        let mut args = StateArgs {
+            kernel_ch_timer: stop,
+        };
+        unsafe {
+            assert_eq!(
+                (self.table.record_event_state)(ch, STATE_KERNEL_CH_STOP, &mut args),
+                NCCL_SUCCESS
+            );
+            assert_eq!((self.table.stop_event)(ch), NCCL_SUCCESS);
+        }
+    }
+
+    fn finalize(&self, ctx: *mut c_void) {
+        assert_eq!(unsafe { (self.table.finalize)(ctx) }, NCCL_SUCCESS);
+    }
+}
+
+fn empty() -> DescrUnion {
+    DescrUnion {
+        kernel_ch: KernelChDescr {
+            channel_id: 0,
+            p_timer: 0,
+        },
+    }
+}
+
+fn descr(kind: u64, parent: *mut c_void, u: DescrUnion) -> EventDescr {
+    EventDescr {
+        kind,
+        parent,
+        rank: 0,
+        u,
+    }
+}
+
+fn read(path: &Path) -> RankCounters {
+    decode(&std::fs::read(path).unwrap()).unwrap()
+}
+
+fn here() -> Nccl<'static> {
+    Nccl {
+        table: &ncclProfiler_v5,
+    }
+}
+
+/// Runs `f` with the plugin's counters going to a fresh file.
+fn with_file(f: impl FnOnce(&Path)) {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rank_0");
+    std::env::set_var(PATH_VAR, &path);
+    f(&path);
+}
+
+#[test]
+fn an_operation_completes_with_its_last_channel() {
+    with_file(|path| {
+        let nccl = here();
+        let all_reduce = CString::new("AllReduce").unwrap();
+        let (ctx, mask) = nccl.init(0xfeed, 1, 2);
+        assert_eq!(mask as u64, EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
+        // 1 Mi floats (4 MiB) on 2 channels: 1000..5000 ns and 1200..6000 ns.
+        let op = nccl.post(ctx, &all_reduce, 1 << 20, 2);
+        nccl.channel(ctx, op, 0, 1000, 5000);
+        let c = read(path);
+        let comm = &c.comms[0];
+        assert_eq!((comm.hash, comm.rank, comm.nranks), (0xfeed, 1, 2));
+        assert_eq!(
+            (comm.posted, comm.completed),
+            (1, 0),
+            "one channel still runs"
+        );
+        let open = comm.open.unwrap();
+        assert_eq!(
+            (open.func, open.bytes, open.kernel_start_ns),
+            (NcclFunc::AllReduce, 4 << 20, Some(1000))
+        );
+        nccl.channel(ctx, op, 1, 1200, 6000);
+        let c = read(path);
+        let comm = &c.comms[0];
+        assert_eq!((comm.posted, comm.completed, comm.busy_ns), (1, 1, 5000));
+        assert_eq!(comm.open, None);
+        let f = comm.funcs[0];
+        assert_eq!(
+            (f.func, f.count, f.bytes, f.big_count, f.big_gpu_ns),
+            (NcclFunc::AllReduce, 1, 4 << 20, 1, 5000)
+        );
+        assert_eq!(c.pid, std::process::id());
+        nccl.finalize(ctx);
+        assert!(!read(path).comms[0].live);
+    });
+}
+
+#[test]
+fn two_communicators_count_apart_and_a_posted_operation_stays_open() {
+    with_file(|path| {
+        let nccl = here();
+        let (all_gather, send) = (
+            CString::new("AllGather").unwrap(),
+            CString::new("Send").unwrap(),
+        );
+        let (a, _) = nccl.init(1, 0, 4);
+        let (b, _) = nccl.init(2, 0, 2);
+        for i in 0..3 {
+            let op = nccl.post(a, &all_gather, 256, 1);
+            nccl.channel(a, op, 0, 10 * i, 10 * i + 5);
+        }
+        // The 4th all_gather is posted and its kernel never starts (a peer is late).
+        nccl.post(a, &all_gather, 256, 1);
+        let p2p = P2pDescr {
+            func: send.as_ptr(),
+            buff: std::ptr::null_mut(),
+            datatype: c"ncclBfloat16".as_ptr(),
+            count: 8,
+            peer: 1,
+            n_channels: 1,
+            parent_group: std::ptr::null_mut(),
+        };
+        let op = nccl.start(
+            b,
+            &mut descr(EVENT_P2P, std::ptr::null_mut(), DescrUnion { p2p }),
+        );
+        nccl.channel(b, op, 0, 100, 130);
+        let c = read(path);
+        let (ca, cb) = (&c.comms[0], &c.comms[1]);
+        assert_eq!(
+            (ca.hash, ca.posted, ca.completed, ca.busy_ns),
+            (1, 4, 3, 15)
+        );
+        let open = ca.open.unwrap();
+        assert_eq!(
+            (open.index, open.func, open.kernel_start_ns),
+            (3, NcclFunc::AllGather, None)
+        );
+        assert_eq!((cb.hash, cb.posted, cb.completed), (2, 1, 1));
+        assert_eq!((cb.funcs[0].func, cb.funcs[0].bytes), (NcclFunc::Send, 16));
+        assert_eq!(c.inits, 2);
+        nccl.finalize(a);
+        nccl.finalize(b);
+    });
+}
+
+#[test]
+fn an_abort_with_channels_in_flight_frees_them_and_the_slot_is_reused() {
+    with_file(|path| {
+        let nccl = here();
+        let all_reduce = CString::new("AllReduce").unwrap();
+        let (ctx, _) = nccl.init(5, 0, 2);
+        let op = nccl.post(ctx, &all_reduce, 1024, 2);
+        let _running = nccl.channel_start(ctx, op, 0, 50);
+        // ncclCommAbort: the proxy is torn down, then finalize; no stop ever comes.
+        nccl.finalize(ctx);
+        let c = read(path);
+        assert!(!c.comms[0].live);
+        assert_eq!((c.comms[0].posted, c.comms[0].completed), (1, 0));
+        // A new communicator (torch's restart of the group) takes a free slot: the
+        // aborted one's counters stay readable.
+        let (ctx, _) = nccl.init(6, 0, 2);
+        let c = read(path);
+        assert_eq!(
+            (c.comms.len(), c.comms[1].hash, c.comms[1].posted),
+            (2, 6, 0)
+        );
+        nccl.finalize(ctx);
+    });
+}
+
+#[test]
+fn a_finalized_slot_is_reused_only_when_none_is_free() {
+    with_file(|path| {
+        let nccl = here();
+        let live: Vec<*mut c_void> = (0..32).map(|i| nccl.init(1000 + i, 0, 2).0).collect();
+        assert!(live.iter().all(|c| !c.is_null()));
+        let (full, mask) = nccl.init(2000, 0, 2);
+        assert!(
+            full.is_null(),
+            "33 live communicators: the last is not counted"
+        );
+        assert_eq!(mask, 0);
+        nccl.finalize(live[7]);
+        let (again, _) = nccl.init(3000, 0, 2);
+        let c = read(path);
+        let reused = c.comms.iter().find(|x| x.hash == 3000).unwrap();
+        assert_eq!(reused.slot, 7);
+        assert_eq!(reused.generation, 4, "claimed twice, two bumps each");
+        nccl.finalize(again);
+        live.iter()
+            .filter(|c| **c != live[7])
+            .for_each(|c| nccl.finalize(*c));
+    });
+}
+
+#[test]
+fn operations_without_channels_or_past_the_ring_are_not_left_open() {
+    with_file(|path| {
+        let nccl = here();
+        let all_reduce = CString::new("AllReduce").unwrap();
+        let (ctx, _) = nccl.init(9, 0, 2);
+        // Nothing to move: no channel will report it.
+        nccl.post(ctx, &all_reduce, 0, 0);
+        assert_eq!(read(path).comms[0].completed, 1);
+        // An operation whose channels never report (a kernel without profiler
+        // hooks) is done once a later one completes.
+        nccl.post(ctx, &all_reduce, 64, 1);
+        let op = nccl.post(ctx, &all_reduce, 64, 1);
+        nccl.channel(ctx, op, 0, 1, 2);
+        let c = read(path);
+        assert_eq!((c.comms[0].posted, c.comms[0].completed), (3, 3));
+        // A channel id past NCCL's 64 is counted as dropped, not followed.
+        let op = nccl.post(ctx, &all_reduce, 64, 1);
+        assert!(nccl.channel_start(ctx, op, 200, 5).is_null());
+        assert_eq!(read(path).dropped, 1);
+        nccl.finalize(ctx);
+    });
+}
+
+#[test]
+fn without_toporun_s_variable_nothing_is_asked() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    std::env::remove_var(PATH_VAR);
+    let (ctx, mask) = here().init(1, 0, 2);
+    assert!(ctx.is_null());
+    assert_eq!(mask, 0);
+    // NCCL may still call with the null context: nothing followed, nothing breaks.
+    let all_reduce = CString::new("AllReduce").unwrap();
+    assert!(here().post(ctx, &all_reduce, 8, 1).is_null());
+    here().finalize(ctx);
+}
+
+/// The built plugin, as NCCL dlopens it: loaded, used, closed after its last
+/// communicator and loaded again (NCCL does this when a process destroys every
+/// communicator and makes new ones).
+#[test]
+fn the_built_library_survives_close_and_reload() {
+    let lib = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("libtoporun_nccl_profiler.so");
+    assert!(lib.exists(), "{} not built", lib.display());
+    with_file(|path| {
+        let all_reduce = CString::new("AllReduce").unwrap();
+        for round in 1..=2u64 {
+            let loaded = unsafe { libloading::Library::new(&lib) }.unwrap();
+            let table: libloading::Symbol<*const ProfilerV5> =
+                unsafe { loaded.get(b"ncclProfiler_v5\0") }.unwrap();
+            let nccl = Nccl {
+                table: unsafe { &**table },
+            };
+            let (ctx, mask) = nccl.init(100 + round, 0, 2);
+            assert_ne!(mask, 0);
+            let op = nccl.post(ctx, &all_reduce, 8, 1);
+            nccl.channel(ctx, op, 0, 0, 10);
+            nccl.finalize(ctx);
+            drop(loaded);
+            let c = read(path);
+            assert_eq!(c.inits, round, "round {round}");
+            let last = c.comms.iter().find(|x| x.hash == 100 + round).unwrap();
+            assert_eq!(last.completed, 1);
+        }
+    });
+}

@@ -1,0 +1,261 @@
+//! A rank's counters file read into plain values.
+
+use super::func::NcclFunc;
+use super::layout::*;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum CountersError {
+    #[error("counters file has {0} bytes, fewer than the {FILE_BYTES} of its layout")]
+    Short(usize),
+    #[error("not a toporun NCCL counters file (magic {0:#x})")]
+    Magic(u64),
+    #[error("counters layout version {0}, this toporun reads {VERSION}")]
+    Version(u64),
+}
+
+/// One rank's NCCL, as its profiler plugin last wrote it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankCounters {
+    pub pid: u32,
+    /// Communicators initialised, ever.
+    pub inits: u64,
+    /// Events the plugin could not follow.
+    pub dropped: u64,
+    /// Slots in use (live or finalised), in slot order.
+    pub comms: Vec<CommCounters>,
+}
+
+/// One communicator on one rank.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommCounters {
+    pub slot: usize,
+    pub generation: u64,
+    pub live: bool,
+    pub hash: u64,
+    pub rank: u32,
+    pub nranks: u32,
+    pub nnodes: u32,
+    pub posted: u64,
+    pub completed: u64,
+    pub busy_ns: u64,
+    pub last_stop_ns: u64,
+    /// The oldest operation posted and not completed, where the ring still holds it.
+    pub open: Option<OpenOp>,
+    /// Totals of the functions that ran.
+    pub funcs: Vec<FuncTotals>,
+}
+
+/// An operation posted and not completed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OpenOp {
+    /// Its posted index on the communicator (0-based).
+    pub index: u64,
+    pub func: NcclFunc,
+    pub bytes: u64,
+    /// GPU timer when its first channel started; None: its kernel has not started.
+    pub kernel_start_ns: Option<u64>,
+}
+
+/// One function's completed operations on one communicator.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct FuncTotals {
+    pub func: NcclFunc,
+    pub count: u64,
+    pub bytes: u64,
+    pub gpu_ns: u64,
+    pub big_count: u64,
+    pub big_bytes: u64,
+    pub big_gpu_ns: u64,
+}
+
+impl CommCounters {
+    /// Operations posted and not completed.
+    pub fn in_flight(&self) -> u64 {
+        self.posted.saturating_sub(self.completed)
+    }
+}
+
+/// Reads `bytes` (a whole counters file).
+pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
+    if bytes.len() < FILE_BYTES {
+        return Err(CountersError::Short(bytes.len()));
+    }
+    let w = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    if w(H_MAGIC) != MAGIC {
+        return Err(CountersError::Magic(w(H_MAGIC)));
+    }
+    if w(H_VERSION) != VERSION {
+        return Err(CountersError::Version(w(H_VERSION)));
+    }
+    let comms = (0..MAX_COMMS)
+        .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot))
+        .collect();
+    Ok(RankCounters {
+        pid: w(H_PID) as u32,
+        inits: w(H_INITS),
+        dropped: w(H_DROPPED),
+        comms,
+    })
+}
+
+fn comm(w: &dyn Fn(usize) -> u64, slot: usize) -> Option<CommCounters> {
+    let state = w(S_STATE);
+    if state == FREE {
+        return None;
+    }
+    let (posted, completed) = (w(S_POSTED), w(S_COMPLETED).min(w(S_POSTED)));
+    let open = (posted > completed)
+        .then(|| open_op(w, completed))
+        .flatten();
+    let funcs = (0..NcclFunc::COUNT)
+        .map(|f| FuncTotals {
+            func: NcclFunc::from_id(f as u64),
+            count: w(func_word(f, F_COUNT)),
+            bytes: w(func_word(f, F_BYTES)),
+            gpu_ns: w(func_word(f, F_GPU_NS)),
+            big_count: w(func_word(f, F_BIG_COUNT)),
+            big_bytes: w(func_word(f, F_BIG_BYTES)),
+            big_gpu_ns: w(func_word(f, F_BIG_GPU_NS)),
+        })
+        .filter(|t| t.count > 0)
+        .collect();
+    Some(CommCounters {
+        slot,
+        generation: w(S_GENERATION),
+        live: state == LIVE,
+        hash: w(S_COMM_HASH),
+        rank: w(S_RANK) as u32,
+        nranks: w(S_NRANKS) as u32,
+        nnodes: w(S_NNODES) as u32,
+        posted,
+        completed,
+        busy_ns: w(S_BUSY_NS),
+        last_stop_ns: w(S_LAST_STOP_NS),
+        open,
+        funcs,
+    })
+}
+
+/// The ring's entry for posted index `index`, if it still holds that one.
+fn open_op(w: &dyn Fn(usize) -> u64, index: u64) -> Option<OpenOp> {
+    let i = index as usize;
+    (w(open_word(i, O_INDEX1)) == index + 1).then(|| OpenOp {
+        index,
+        func: NcclFunc::from_id(w(open_word(i, O_FUNC))),
+        bytes: w(open_word(i, O_BYTES)),
+        kernel_start_ns: Some(w(open_word(i, O_KERNEL_START))).filter(|t| *t > 0),
+    })
+}
+
+/// Test support: a counters file built word by word, as the plugin writes it.
+pub mod build {
+    use super::*;
+
+    /// A file's words.
+    pub struct Words(pub Vec<u64>);
+
+    impl Default for Words {
+        fn default() -> Self {
+            let mut w = vec![0; FILE_WORDS];
+            (w[H_MAGIC], w[H_VERSION]) = (MAGIC, VERSION);
+            Words(w)
+        }
+    }
+
+    impl Words {
+        /// Slot `slot` live for communicator `hash`, rank `rank` of `nranks`.
+        pub fn comm(&mut self, slot: usize, hash: u64, rank: u32, nranks: u32) -> &mut Self {
+            let s = |i| slot_word(slot, i);
+            self.0[s(S_STATE)] = LIVE;
+            self.0[s(S_COMM_HASH)] = hash;
+            (self.0[s(S_RANK)], self.0[s(S_NRANKS)]) = (rank.into(), nranks.into());
+            self
+        }
+
+        /// `posted` operations of `func` of `bytes` each, `completed` of them done
+        /// with `gpu_ns` each.
+        pub fn ops(
+            &mut self,
+            slot: usize,
+            func: NcclFunc,
+            bytes: u64,
+            posted: u64,
+            completed: u64,
+            gpu_ns: u64,
+        ) -> &mut Self {
+            let s = |i| slot_word(slot, i);
+            self.0[s(S_POSTED)] += posted;
+            self.0[s(S_COMPLETED)] += completed;
+            self.0[s(S_BUSY_NS)] += completed * gpu_ns;
+            let f = |i| s(func_word(func.id(), i));
+            self.0[f(F_COUNT)] += completed;
+            self.0[f(F_BYTES)] += completed * bytes;
+            self.0[f(F_GPU_NS)] += completed * gpu_ns;
+            if bytes >= BIG_BYTES {
+                self.0[f(F_BIG_COUNT)] += completed;
+                self.0[f(F_BIG_BYTES)] += completed * bytes;
+                self.0[f(F_BIG_GPU_NS)] += completed * gpu_ns;
+            }
+            let first_open = self.0[s(S_COMPLETED)];
+            for index in first_open..self.0[s(S_POSTED)] {
+                let o = |i| s(open_word(index as usize, i));
+                (self.0[o(O_INDEX1)], self.0[o(O_FUNC)], self.0[o(O_BYTES)]) =
+                    (index + 1, func.id() as u64, bytes);
+            }
+            self
+        }
+
+        pub fn bytes(&self) -> Vec<u8> {
+            self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::Words;
+    use super::*;
+
+    #[test]
+    fn a_file_reads_back_its_communicators_and_open_operation() {
+        let mut w = Words::default();
+        w.comm(0, 0xabc, 1, 4)
+            .ops(0, NcclFunc::AllReduce, 4 << 20, 10, 9, 1000);
+        let c = decode(&w.bytes()).unwrap();
+        assert_eq!(c.comms.len(), 1);
+        let comm = &c.comms[0];
+        assert_eq!((comm.hash, comm.rank, comm.nranks), (0xabc, 1, 4));
+        assert_eq!((comm.posted, comm.completed, comm.in_flight()), (10, 9, 1));
+        assert_eq!(comm.busy_ns, 9000);
+        let open = comm.open.unwrap();
+        assert_eq!(
+            (open.index, open.func, open.bytes),
+            (9, NcclFunc::AllReduce, 4 << 20)
+        );
+        assert_eq!(open.kernel_start_ns, None);
+        assert_eq!(comm.funcs[0].big_bytes, 9 * (4 << 20));
+    }
+
+    #[test]
+    fn a_foreign_or_short_file_is_refused() {
+        assert_eq!(decode(&[0; 8]), Err(CountersError::Short(8)));
+        let mut w = Words::default();
+        w.0[H_MAGIC] = 7;
+        assert_eq!(decode(&w.bytes()), Err(CountersError::Magic(7)));
+        let mut w = Words::default();
+        w.0[H_VERSION] = 9;
+        assert_eq!(decode(&w.bytes()), Err(CountersError::Version(9)));
+    }
+
+    #[test]
+    fn an_open_entry_overwritten_by_later_posts_is_not_guessed() {
+        let mut w = Words::default();
+        w.comm(0, 1, 0, 2).ops(0, NcclFunc::AllReduce, 64, 20, 0, 0);
+        let c = decode(&w.bytes()).unwrap();
+        assert_eq!(
+            c.comms[0].open, None,
+            "index 0 was overwritten by index 8 and 16"
+        );
+    }
+}

@@ -1,0 +1,96 @@
+//! The counters file toporun's NCCL profiler plugin writes and the agent reads: an
+//! array of little-endian u64 words, one file per rank. The plugin maps it and
+//! updates words atomically on NCCL's threads; the agent reads the file. Named word
+//! indexes here are the one statement of the layout both sides use.
+
+/// Words 0..HEADER_WORDS: the file's header.
+pub const HEADER_WORDS: usize = 16;
+/// "TOPONCCL" as a little-endian word.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
+/// Bumped when a word's meaning changes.
+pub const VERSION: u64 = 1;
+
+/// Header words.
+pub const H_MAGIC: usize = 0;
+pub const H_VERSION: usize = 1;
+pub const H_PID: usize = 2;
+/// Communicators initialised in this process, ever.
+pub const H_INITS: usize = 3;
+/// Events the plugin could not follow (its rings were full).
+pub const H_DROPPED: usize = 4;
+
+/// Communicators one file holds at once (a finalised one's slot is reused last).
+pub const MAX_COMMS: usize = 32;
+/// Words per communicator slot.
+pub const SLOT_WORDS: usize = 128;
+/// Words in the whole file.
+pub const FILE_WORDS: usize = HEADER_WORDS + MAX_COMMS * SLOT_WORDS;
+/// Bytes in the whole file.
+pub const FILE_BYTES: usize = FILE_WORDS * 8;
+
+/// Slot states (word S_STATE).
+pub const FREE: u64 = 0;
+pub const LIVE: u64 = 1;
+pub const FINALIZED: u64 = 2;
+
+/// Slot words, from the slot's first word.
+pub const S_STATE: usize = 0;
+/// The communicator's hash: the same on every rank of it.
+pub const S_COMM_HASH: usize = 1;
+pub const S_RANK: usize = 2;
+pub const S_NRANKS: usize = 3;
+pub const S_NNODES: usize = 4;
+/// Collectives and point-to-point operations posted (the host called them).
+pub const S_POSTED: usize = 5;
+/// One past the highest posted index whose kernels all stopped: operations of one
+/// communicator run in order on its stream, so all before it are done too.
+pub const S_COMPLETED: usize = 6;
+/// GPU time inside operations (ns): each one's last channel stop minus its first
+/// channel start, waits for peers included.
+pub const S_BUSY_NS: usize = 7;
+/// The GPU timer at the latest completion.
+pub const S_LAST_STOP_NS: usize = 8;
+/// Bumped before and after the slot's identity words change (odd: being written).
+pub const S_GENERATION: usize = 9;
+
+/// The last OPEN_RING posted operations, OPEN_WORDS each, from S_OPEN.
+pub const S_OPEN: usize = 16;
+pub const OPEN_RING: usize = 8;
+pub const OPEN_WORDS: usize = 4;
+/// Entry words: posted index + 1 (0: empty), function, bytes, GPU timer when its
+/// first channel started (0: not yet).
+pub const O_INDEX1: usize = 0;
+pub const O_FUNC: usize = 1;
+pub const O_BYTES: usize = 2;
+pub const O_KERNEL_START: usize = 3;
+
+/// Per function (by [`super::NcclFunc`] id), FUNC_WORDS each, from S_FUNCS.
+pub const S_FUNCS: usize = S_OPEN + OPEN_RING * OPEN_WORDS;
+pub const FUNC_WORDS: usize = 6;
+/// Function words: completed, bytes, GPU ns; and of those of at least
+/// [`BIG_BYTES`], count, bytes and GPU ns (smaller ones time latency, not links).
+pub const F_COUNT: usize = 0;
+pub const F_BYTES: usize = 1;
+pub const F_GPU_NS: usize = 2;
+pub const F_BIG_COUNT: usize = 3;
+pub const F_BIG_BYTES: usize = 4;
+pub const F_BIG_GPU_NS: usize = 5;
+/// Operations from this size count for bandwidth.
+pub const BIG_BYTES: u64 = 1 << 20;
+
+/// Word index of slot `slot`'s word `word`.
+pub const fn slot_word(slot: usize, word: usize) -> usize {
+    HEADER_WORDS + slot * SLOT_WORDS + word
+}
+
+/// Word index, within a slot, of open-ring entry `i`'s word `word`.
+pub const fn open_word(i: usize, word: usize) -> usize {
+    S_OPEN + (i % OPEN_RING) * OPEN_WORDS + word
+}
+
+/// Word index, within a slot, of function `func`'s word `word`.
+pub const fn func_word(func: usize, word: usize) -> usize {
+    S_FUNCS + func * FUNC_WORDS + word
+}
+
+const _: () = assert!(func_word(super::NcclFunc::COUNT, 0) <= SLOT_WORDS);

@@ -1,0 +1,163 @@
+//! A rank's GPU time inside NCCL operations and its bus bandwidth over a window:
+//! the difference of two readings of its counters. The GPU times come from NCCL's
+//! kernel-channel timestamps, so a rank's share of the window inside operations is
+//! what the flight recorder's timed entries gave, without a dump.
+
+use super::decode::{CommCounters, RankCounters};
+use super::NcclFunc;
+use crate::flight_recorder::{GpuTime, KindBusbw, LinkModel, LinkSpeed};
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// The same communicator in both readings (its slot was not reused between them).
+fn pairs<'a>(
+    before: &'a RankCounters,
+    after: &'a RankCounters,
+) -> impl Iterator<Item = (Option<&'a CommCounters>, &'a CommCounters)> {
+    after.comms.iter().map(|a| {
+        let b = before
+            .comms
+            .iter()
+            .find(|b| b.slot == a.slot && b.generation == a.generation && b.hash == a.hash);
+        (b, a)
+    })
+}
+
+/// Per kind: bus bytes, GPU ns, count, bytes of the big operations in the window.
+type Big = BTreeMap<NcclFunc, (f64, u64, u64, u64)>;
+
+fn big_ops(before: &RankCounters, after: &RankCounters) -> Big {
+    let mut by = Big::new();
+    for (b, a) in pairs(before, after) {
+        for f in &a.funcs {
+            let old = b.and_then(|b| b.funcs.iter().find(|x| x.func == f.func));
+            let (n, bytes, ns) = match old {
+                Some(o) => (
+                    f.big_count.saturating_sub(o.big_count),
+                    f.big_bytes.saturating_sub(o.big_bytes),
+                    f.big_gpu_ns.saturating_sub(o.big_gpu_ns),
+                ),
+                None => (f.big_count, f.big_bytes, f.big_gpu_ns),
+            };
+            let Some(factor) = f.func.bus_factor(a.nranks).filter(|_| n > 0 && ns > 0) else {
+                continue;
+            };
+            let e = by.entry(f.func).or_default();
+            *e = (e.0 + bytes as f64 * factor, e.1 + ns, e.2 + n, e.3 + bytes);
+        }
+    }
+    by
+}
+
+/// Rank `rank`'s GPU time over `span`, from its counters at its start and end; None
+/// where nothing completed in it.
+pub fn gpu_time(
+    rank: u32,
+    before: &RankCounters,
+    after: &RankCounters,
+    span: Duration,
+) -> Option<GpuTime> {
+    let (mut busy, mut timed) = (0u64, 0u64);
+    for (b, a) in pairs(before, after) {
+        busy += a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
+        timed += a.completed.saturating_sub(b.map_or(0, |b| b.completed));
+    }
+    let span_ns = span.as_nanos() as u64;
+    if timed == 0 || span_ns == 0 {
+        return None;
+    }
+    let busbw = big_ops(before, after)
+        .into_iter()
+        .map(|(f, (bus, ns, n, bytes))| KindBusbw {
+            kind: f.kind().into(),
+            gbps: bus / ns as f64,
+            count: n as u32,
+            mean_bytes: bytes / n,
+        })
+        .collect();
+    Some(GpuTime {
+        rank,
+        span_ns,
+        busy_ns: busy.min(span_ns),
+        timed: timed.min(u64::from(u32::MAX)) as u32,
+        busbw,
+    })
+}
+
+/// This node's link speed per kind over a window, from each rank's counters at its
+/// start and end: the fastest rank's busbw counts (it waited least: its time is the
+/// transfer), against what `model` gives for the same bytes.
+pub fn link_speeds(ranks: &[(&RankCounters, &RankCounters)], model: &LinkModel) -> Vec<LinkSpeed> {
+    let mut by: BTreeMap<NcclFunc, (f64, u64, u64, u64)> = BTreeMap::new();
+    for (before, after) in ranks {
+        for (f, k) in big_ops(before, after) {
+            let e = by.entry(f).or_insert(k);
+            if k.0 / k.1 as f64 > e.0 / e.1 as f64 {
+                *e = k;
+            }
+        }
+    }
+    by.into_iter()
+        .map(|(f, (bus, ns, n, bytes))| LinkSpeed {
+            kind: f.kind().into(),
+            count: n as u32,
+            mean_bytes: bytes / n,
+            gbps: bus / ns as f64,
+            expected_gbps: model.expected_gbps(bus / n as f64),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl_counters::decode::{build::Words, decode};
+
+    fn reading(ops: &[(u64, u64)]) -> RankCounters {
+        let mut w = Words::default();
+        w.comm(0, 7, 0, 2);
+        for &(n, gpu_ns) in ops {
+            w.ops(0, NcclFunc::AllReduce, 4 << 20, n, n, gpu_ns);
+        }
+        decode(&w.bytes()).unwrap()
+    }
+
+    #[test]
+    fn the_share_and_busbw_are_the_window_difference() {
+        // 1000 all_reduces of 4 MiB before; 100 more of 150 us each in 1 s.
+        let before = reading(&[(1000, 600_000)]);
+        let after = reading(&[(1000, 600_000), (100, 150_000)]);
+        let t = gpu_time(3, &before, &after, Duration::from_secs(1)).unwrap();
+        assert_eq!((t.rank, t.timed, t.busy_ns), (3, 100, 15_000_000));
+        assert!((t.share() - 0.015).abs() < 1e-9);
+        // 2 ranks: bus bytes = 4 MiB; 4 MiB / 150 us = 27.96 GB/s.
+        let bw = &t.busbw[0];
+        assert_eq!(
+            (bw.kind.as_str(), bw.count, bw.mean_bytes),
+            ("all_reduce", 100, 4 << 20)
+        );
+        assert!((bw.gbps - 27.96).abs() < 0.01, "{}", bw.gbps);
+        assert!(
+            gpu_time(3, &after, &after, Duration::from_secs(1)).is_none(),
+            "nothing completed"
+        );
+    }
+
+    #[test]
+    fn links_count_the_rank_that_waited_least() {
+        let model = LinkModel {
+            class: "NV18".into(),
+            gbps: 370.8,
+        };
+        let zero = reading(&[]);
+        // Rank 0 waited (600 us an all_reduce), rank 1 not (30 us: 140 GB/s).
+        let (slow, fast) = (reading(&[(100, 600_000)]), reading(&[(100, 30_000)]));
+        let s = link_speeds(&[(&zero, &slow), (&zero, &fast)], &model);
+        assert_eq!((s[0].kind.as_str(), s[0].count), ("all_reduce", 100));
+        assert!((s[0].gbps - 139.8).abs() < 0.1, "{}", s[0].gbps);
+        assert!(!s[0].slow(), "{s:?}");
+        // Both slow: a tenth of the model.
+        let s = link_speeds(&[(&zero, &slow)], &model);
+        assert!(s[0].slow(), "{s:?}");
+    }
+}
