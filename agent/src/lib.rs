@@ -5,6 +5,7 @@ mod clock;
 pub mod console;
 pub mod flight_recorder;
 pub mod job;
+pub mod nccl_counters;
 pub mod nccl_watch;
 mod own_thread;
 pub mod paths;

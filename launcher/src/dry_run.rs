@@ -78,6 +78,7 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
         stop_file: &stop_file,
         timer_file,
         cache_home: None,
+        profiler: p.profiler_plugin(),
     };
     let views = p
         .node_ranks(&node, (0, run_dir), &places, &report_env)?
@@ -294,6 +295,9 @@ fn text(p: &Job, findings: &[Finding], ranks: (Vec<RankView>, &str)) -> String {
         "GPU timing: {}\n",
         gpu_timing_line(p, Path::new("<run dir>/attempt_N"))
     ));
+    if p.gpu_of(0).is_some() {
+        out.push_str(&format!("{}\n", p.watch.nccl_profiler.line()));
+    }
     if !p.opts.no_python {
         out.push_str(&format!("\npython: {} ({})\n", p.python, p.python_why));
     }

@@ -20,6 +20,7 @@ use toporun_agent::job::{
 };
 use toporun_agent::supervise::{self, Events, StderrRead};
 use toporun_shared::colocation;
+use toporun_shared::nccl_counters::Profiler;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
 use toporun_shared::torchrun::worker;
 use toporun_shared::torchrun::{resolve, LaunchOptions};
@@ -344,6 +345,11 @@ fn prepare(
     let flight_recorder =
         typed_choice::<OnOff>(m, Extra::FlightRecorder, &parent_env)? == OnOff::On;
     let gpu_timing = typed_choice::<OnOff>(m, Extra::GpuTiming, &parent_env)? == OnOff::On;
+    let nccl_profiler = Profiler::choose(
+        &parent_env,
+        typed_choice::<OnOff>(m, Extra::NcclProfiler, &parent_env)? == OnOff::On,
+        crate::profiler_plugin::find(),
+    );
     let classified = typed_choice::<ExitCodesChoice>(m, Extra::ExitCodes, &parent_env)?
         == ExitCodesChoice::Classified;
     let stop_grace = match option_or_env(m, Extra::StopGrace, &parent_env) {
@@ -362,6 +368,7 @@ fn prepare(
         nccl_report,
         flight_recorder,
         gpu_timing,
+        nccl_profiler,
         // In a pod stderr is a pipe anyway; on a terminal each rank gets a
         // pseudo-terminal (colours, progress bars) that toporun reads.
         stderr: match typed_choice::<OnOff>(m, Extra::ReadStderr, &parent_env)? {

@@ -14,6 +14,7 @@ mod log_format;
 mod measure_child;
 mod nccl_log_cmd;
 mod output;
+mod profiler_plugin;
 mod route;
 mod subcommands;
 mod toporun_options;

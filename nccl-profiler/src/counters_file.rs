@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use toporun_shared::nccl_counters::layout::*;
 
 /// Where the agent wants this rank's counters (set per rank by toporun).
-pub const PATH_VAR: &str = "TOPORUN_NCCL_COUNTERS";
+pub use toporun_shared::nccl_counters::COUNTERS_VAR as PATH_VAR;
 
 struct Mapped {
     map: memmap2::MmapMut,
@@ -39,6 +39,9 @@ fn words(map: &memmap2::MmapMut) -> &[AtomicU64] {
 }
 
 fn open(path: &Path) -> std::io::Result<memmap2::MmapMut> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
     let f = OpenOptions::new()
         .read(true)
         .write(true)

@@ -4,11 +4,13 @@
 //! it names beforehand.
 //! Layers, each applied where the user set nothing: the NCCL plan, toporun's
 //! additions (the NCCL report's capture, the file timer, the flight recorder, the
-//! stop file, faulthandler, co-location), then torchrun's own variables.
+//! stop file, faulthandler, co-location, the NCCL profiler plugin), then torchrun's
+//! own variables.
 
 use crate::cpu_binding::{cpus_for, TooFewCpus};
 use crate::facts::Gpu;
 use crate::flight_recorder::{recorder_vars, RecorderSwitches};
+use crate::nccl_counters::profiler_vars;
 use crate::toporun_vars::ToporunVar;
 use crate::torchrun::worker::{worker_argv, worker_env, JobEnv, RankPlace};
 use crate::torchrun::LaunchOptions;
@@ -28,6 +30,8 @@ pub struct AttemptPlaces<'a> {
     pub timer_file: Option<String>,
     /// XDG_CACHE_HOME for the ranks, where their cache root cannot be written.
     pub cache_home: Option<PathBuf>,
+    /// toporun's NCCL profiler plugin, where the ranks load it.
+    pub profiler: Option<&'a Path>,
 }
 
 /// What the job asks toporun to give every rank.
@@ -134,10 +138,12 @@ pub fn node_ranks(n: &NodeRanks) -> Result<Vec<RankSpec>, TooFewCpus> {
         .iter()
         .map(|p| {
             let l = p.local_rank;
+            let profiler = profiler_vars(n.at.profiler, n.at.attempt_dir, p.rank);
+            let additions = [n.node_env, &extras, &profiler];
             Ok(RankSpec {
                 place: p.clone(),
                 argv: worker_argv(n.opts, n.python, l),
-                env: rank_env(n.planned.clone(), n.user, &[n.node_env, &extras], p, n.job),
+                env: rank_env(n.planned.clone(), n.user, &additions, p, n.job),
                 cpus: cpus_for(n.opts.numa_binding, &affinity, n.l3_groups, l as usize)?,
                 gpu: gpu(l),
             })
@@ -168,6 +174,7 @@ mod tests {
             stop_file: Path::new("/run/stop-requested"),
             timer_file: Some("/tmp/timer".into()),
             cache_home,
+            profiler: None,
         }
     }
 
@@ -258,7 +265,10 @@ mod tests {
             places: &places,
             job: &job(),
             node_env: &node_env,
-            at: &places_at(None),
+            at: &AttemptPlaces {
+                profiler: Some(Path::new("/opt/toporun/libtoporun_nccl_profiler.so")),
+                ..places_at(None)
+            },
             report: &UserEnv::new(),
             cuda_gpus: &[3],
             gpus: &facts.gpus.devices,
@@ -278,6 +288,15 @@ mod tests {
             );
             assert_eq!(r.env["NCCL_P2P_LEVEL"], "NVL");
             assert_eq!(r.env["PYTHONFAULTHANDLER"], "1");
+            let counters = format!("/run/attempt_1/nccl-counters/rank_{}", r.place.rank);
+            assert_eq!(
+                r.env["TOPORUN_NCCL_COUNTERS"], counters,
+                "each rank its own"
+            );
+            assert_eq!(
+                r.env["NCCL_PROFILER_PLUGIN"],
+                "/opt/toporun/libtoporun_nccl_profiler.so"
+            );
             let cpus = r.cpus.as_ref().expect("bound");
             assert_eq!(cpus, &facts.gpus.devices[3].cpu_affinity);
         }

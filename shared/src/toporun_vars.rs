@@ -15,6 +15,8 @@ named_enum! {
         RdzvToken => "TOPORUN_RDZV_TOKEN",
         FlightRecorder => "TOPORUN_FLIGHT_RECORDER",
         GpuTiming => "TOPORUN_GPU_TIMING",
+        NcclProfiler => "TOPORUN_NCCL_PROFILER",
+        NcclCounters => "TOPORUN_NCCL_COUNTERS",
         ExitCodes => "TOPORUN_EXIT_CODES",
         XidReplay => "TOPORUN_XID_REPLAY",
         StopFile => "TOPORUN_STOP_FILE",

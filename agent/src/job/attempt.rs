@@ -128,6 +128,7 @@ fn prepare(
         stop_file: stop_file.path(),
         timer_file: life.timer_file.clone(),
         cache_home: recorder::prepare_dumps(user, sw.recorder, &dir, &attempt_dir, node.round == 0),
+        profiler: p.profiler_plugin(),
     };
     let cmds = rank_commands(p, node, (restarts.used, &dir), &places, &report_env)?;
     Ok(Prepared {

@@ -9,7 +9,9 @@ use crate::job::rank_events::Heard;
 use crate::job::session::Session;
 use crate::job::spec::{Job, NodePlace};
 use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
+use crate::job::straggler::gpu_source::{CounterWindows, GpuSource};
 use crate::job::task_guard::AbortOnDrop;
+use crate::nccl_counters::CountersFiles;
 use crate::status::JobStatus;
 use crate::supervise::RankCmd;
 use std::collections::BTreeMap;
@@ -48,8 +50,9 @@ pub(super) fn nccl_reporter(
 }
 
 /// The attempt's hang watch (its exchange with the other nodes stops with the
-/// attempt), fed the straggler's GPU dumps where the ranks are timed; and what a hang
-/// does once reported.
+/// attempt), fed NCCL's counters where the ranks load toporun's profiler plugin, else
+/// the straggler's GPU dumps where the ranks are timed; and what a hang does once
+/// reported.
 pub(super) fn hang_watch(
     p: &Job,
     session: &impl Session,
@@ -68,21 +71,30 @@ pub(super) fn hang_watch(
         .map(|c| (c.rank, c.stderr_tail.clone()))
         .collect();
     let dumps_paused = DumpsPaused::default();
-    let gpu_dumps = recorder::gpu_dump_places(
-        &p.inherited_env,
-        p.recorder_switches(),
-        p.watch.straggler_window,
-        attempt_dir,
-        fr_dir,
-    )
-    .map(|places| GpuDumps::new(places, dumps_paused.clone()));
+    let counters = p
+        .profiler_plugin()
+        .map(|_| CountersFiles::new(attempt_dir.to_path_buf()));
+    let gpu = match (&counters, p.watch.straggler_window) {
+        (Some(files), Some(window)) => Some(GpuSource::Counters(CounterWindows::new(
+            files.clone(),
+            recorder::dump_every(window),
+        ))),
+        _ => recorder::gpu_dump_places(
+            &p.inherited_env,
+            p.recorder_switches(),
+            p.watch.straggler_window,
+            attempt_dir,
+            fr_dir,
+        )
+        .map(|places| GpuSource::Dumps(GpuDumps::new(places, dumps_paused.clone()))),
+    };
     let (watcher, exchange, hangs) = watch_hangs(
         p,
         session,
         node,
         (live, heard.leavers.shared(), tails),
         status,
-        gpu_dumps,
+        (gpu, counters),
     );
     let on_hang = AfterHang {
         root: p.root.clone(),

@@ -110,6 +110,8 @@ pub struct WatchSettings {
     /// `--gpu-timing on`: NCCL ranks time their collectives and dump their recorder
     /// through a pipe while they train (the GPU straggler rule reads the dumps).
     pub gpu_timing: bool,
+    /// `--nccl-profiler`: whether the ranks load toporun's NCCL profiler plugin.
+    pub nccl_profiler: toporun_shared::nccl_counters::Profiler,
     /// How the ranks' stderr goes through toporun (their last exception is read).
     pub stderr: crate::supervise::StderrRead,
     /// `TOPORUN_INIT_WARN_SECS`: how long every worker's store handshake is waited
@@ -275,8 +277,15 @@ impl Job {
             on: self.watch.flight_recorder,
             gpu_timed: self.watch.gpu_timing
                 && self.watch.straggler_window.is_some()
-                && self.gpu_of(0).is_some(),
+                && self.gpu_of(0).is_some()
+                && self.profiler_plugin().is_none(),
         }
+    }
+
+    /// toporun's NCCL profiler plugin, where the ranks use NCCL (a GPU each) and load it.
+    pub fn profiler_plugin(&self) -> Option<&Path> {
+        self.gpu_of(0)?;
+        self.watch.nccl_profiler.plugin()
     }
 
     /// What the job asks toporun to give every rank (`rank_env::attempt_env`).

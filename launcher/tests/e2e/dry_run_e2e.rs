@@ -273,9 +273,58 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
     assert!(!out.contains("<run dir>/attempt_0/fr/rank_"), "{out}");
 }
 
-/// `--gpu-timing`: on by default (no steady step-time cost at a 61 ms step, 2x H200):
-/// every rank gets the timing, both pipe names and the buffer under the name the pipe
-/// needs, and the user's own values are kept and said; off, none of them.
+/// `--nccl-profiler`: on by default, every GPU rank loads the plugin built beside the
+/// binary and counts into its own file; nothing of the dump pipe then (no
+/// TORCH_NCCL_TRACE_BUFFER_SIZE: torch 2.11 warns of it on every rank); the user's
+/// own plugin is kept and said; a job without GPUs gets nothing.
+#[test]
+fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
+    let host = host("h200x4");
+    let on = ["--facts", &host, "--nproc-per-node=2"];
+    let (code, out, _) = dry(&on);
+    assert_eq!(code, 0);
+    let plugin = toporun().get_program().to_owned();
+    let plugin = std::path::Path::new(&plugin).with_file_name("libtoporun_nccl_profiler.so");
+    let plugin = plugin.canonicalize().unwrap();
+    let var = format!("  NCCL_PROFILER_PLUGIN={}\n", plugin.display());
+    assert_eq!(out.matches(&var).count(), 2, "{out}");
+    for rank in 0..2 {
+        let counters =
+            format!("  TOPORUN_NCCL_COUNTERS=<run dir>/attempt_0/nccl-counters/rank_{rank}\n");
+        assert!(out.contains(&counters), "{out}");
+    }
+    assert!(
+        out.contains("NCCL's own counters: the ranks load toporun's profiler plugin"),
+        "{out}"
+    );
+    assert!(
+        out.contains("GPU timing: off (NCCL's own counters time the collectives"),
+        "{out}"
+    );
+    assert!(!out.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"), "{out}");
+    assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING"), "{out}");
+    let (_, out, _) = dry_with(
+        &on,
+        &[("NCCL_PROFILER_PLUGIN", "/opt/comma/libnccl-profiler.so")],
+    );
+    assert!(
+        out.contains("your NCCL_PROFILER_PLUGIN=/opt/comma/libnccl-profiler.so is kept"),
+        "{out}"
+    );
+    assert!(!out.contains("TOPORUN_NCCL_COUNTERS"), "{out}");
+    assert!(
+        out.contains("GPU timing: on, a dump every 5s"),
+        "the dumps time the GPUs: {out}"
+    );
+    let cpu = ["--facts", &support::host("h200x4"), "--nproc-per-node=2"];
+    let (_, out, _) = dry_with(&cpu, &[("CUDA_VISIBLE_DEVICES", "")]);
+    assert!(!out.contains("NCCL_PROFILER_PLUGIN"), "{out}");
+}
+
+/// `--gpu-timing`, where the NCCL profiler is off: on by default (no steady step-time
+/// cost at a 61 ms step, 2x H200): every rank gets the timing, both pipe names and
+/// the buffer under the name the pipe needs, and the user's own values are kept and
+/// said; off, none of them.
 #[test]
 fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
     let host = host("h200x4");
@@ -284,7 +333,12 @@ fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
     assert_eq!(code, 0);
     assert!(out.contains("GPU timing: off (--gpu-timing off)"), "{out}");
     assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING"), "{out}");
-    let on = ["--facts", &host, "--nproc-per-node=2"];
+    let on = [
+        "--facts",
+        &host,
+        "--nproc-per-node=2",
+        "--nccl-profiler=off",
+    ];
     let (_, out, _) = dry(&on);
     assert!(out.contains("GPU timing: on, a dump every 5s"), "{out}");
     for var in [

@@ -1,14 +1,18 @@
 //! What toporun's NCCL profiler plugin (the `nccl-profiler` crate) tells of each rank:
 //! its counters file's layout (`layout`), read into values (`decode`), the hang
-//! rule on operations completing (`stall`), and GPU time and bandwidth over a window
-//! (`window`).
+//! rule on operations completing (`stall`), GPU time and bandwidth over a window
+//! (`window`), and the variables that make the ranks load it (`rank_vars`).
 
 pub mod decode;
 mod func;
 pub mod layout;
+mod rank_vars;
 pub mod stall;
 pub mod window;
 
 pub use decode::{decode, CommCounters, CountersError, FuncTotals, OpenOp, RankCounters};
 pub use func::{datatype_bytes, NcclFunc};
+pub use rank_vars::{
+    counters_file, profiler_vars, Profiler, COUNTERS_VAR, PLUGIN_FILE, PLUGIN_VAR,
+};
 pub use stall::{Behind, NcclStall, NcclState, NcclWatch, NodeReading};

@@ -1,6 +1,7 @@
 //! The Python stacks of a job's ranks, as data: what a capture gives (`RankStack`),
 //! grouped across ranks with the odd ones first (`merge`), whether ranks still make
-//! progress (`progress`), the report of a hang (`hang_report`) and the view across
+//! progress (`progress`), the report of a hang (`hang_report`; from NCCL's counters:
+//! `nccl_hang`) and the view across
 //! nodes (`job_view`); what a rank was doing at a sample (`activity`), its recent
 //! samples (`rank_window`) and the rank the others wait for (`straggler`); where a rank
 //! stands in a hang, waiting for its peers or elsewhere (`standing`).
@@ -10,6 +11,7 @@ pub mod hang_report;
 pub mod job_view;
 mod merge;
 mod model;
+mod nccl_hang;
 pub mod progress;
 pub mod rank_window;
 pub mod standing;

@@ -28,6 +28,9 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
     if p.gpu_of(0).is_none() {
         return off("no GPU: the stacks name the straggler");
     }
+    if p.profiler_plugin().is_some() {
+        return off("NCCL's own counters time the collectives: no dump while the job trains");
+    }
     if !p.watch.flight_recorder {
         return off("--flight-recorder off");
     }
@@ -63,7 +66,7 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
 
 /// How often the straggler asks for dumps: every twelfth of the window (4 dumps a
 /// third), between 2 and 10 s.
-fn dump_every(window: Duration) -> Duration {
+pub fn dump_every(window: Duration) -> Duration {
     (window / 12).clamp(Duration::from_secs(2), Duration::from_secs(10))
 }
 

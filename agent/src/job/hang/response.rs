@@ -10,9 +10,11 @@ use crate::job::run_dir::write_json;
 use crate::job::session::Session;
 use crate::job::spec::{HangWatch, Job, NodePlace};
 use crate::job::straggler;
-use crate::job::straggler::gpu_dumps::{DumpsPaused, GpuDumps};
+use crate::job::straggler::gpu_dumps::DumpsPaused;
+use crate::job::straggler::gpu_source::GpuSource;
 use crate::job::straggler::link_watch::LinkWatch;
 use crate::job::straggler::tracker::{Decide as StragglerDecide, NodeSeat, Tracker};
+use crate::nccl_counters::CountersFiles;
 use crate::paths::Root;
 use crate::stacks::{has_thread, NCCL_MONITOR_THREAD};
 use crate::status::JobStatus;
@@ -32,7 +34,7 @@ pub fn watch_hangs(
     node: &NodePlace,
     (live, left, tails): (&LiveRanks, LeftRanks, watch::RankTails),
     status: &JobStatus,
-    gpu_dumps: Option<GpuDumps>,
+    (gpu, counters): (Option<GpuSource>, Option<CountersFiles>),
 ) -> (
     watch::Watcher,
     Vec<tokio::task::JoinHandle<()>>,
@@ -58,8 +60,8 @@ pub fn watch_hangs(
     let tracker = p.watch.straggler_window.map(|span| {
         let (t, task) = straggler_tracker(p, session, node, status, span);
         tasks.extend(task);
-        let links = gpu_dumps.as_ref().and_then(|_| link_watch(p, node));
-        t.with_gpu_dumps(gpu_dumps, links)
+        let links = gpu.as_ref().and_then(|_| link_watch(p, node));
+        t.with_gpu(gpu, links)
     });
     (
         watch::start(
@@ -68,7 +70,7 @@ pub fn watch_hangs(
             p.watch.hang,
             decide,
             sink,
-            tracker,
+            (tracker, counters),
         ),
         tasks,
         hangs,

@@ -8,6 +8,7 @@
 use crate::job::failure::causes::LeftRanks;
 use crate::job::spec::HangWatch;
 use crate::job::straggler::tracker::Tracker;
+use crate::nccl_counters::CountersFiles;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler, SourceLines};
 use std::collections::HashMap;
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
+use toporun_shared::nccl_counters::{NcclState, NcclWatch};
 use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
@@ -184,6 +186,8 @@ struct Judge {
     tails: RankTails,
     watchdog_said: bool,
     lines: SourceLines,
+    /// NCCL's counters, where the ranks load toporun's profiler plugin.
+    nccl: Option<(CountersFiles, NcclWatch)>,
 }
 
 /// Each rank's stderr tail, by global rank.
@@ -288,6 +292,42 @@ impl Judge {
         true
     }
 
+    /// On one node with NCCL's counters: whether ranks wait in an NCCL operation and
+    /// the counters decide (true: a hang is said or stands; false: operations
+    /// complete), or None where no rank waits in NCCL (the stacks decide). A rank
+    /// that left while the others wait is still said at LEFT_STALL by the stacks.
+    fn nccl_decides(
+        &mut self,
+        live: &[RankPid],
+        stacks: &[RankStack],
+        now: Instant,
+    ) -> Option<bool> {
+        let (files, watch) = self.nccl.as_mut()?;
+        let state = watch.observe(&files.node(&self.root, live), now);
+        let stall = match state {
+            NcclState::Idle => return None,
+            NcclState::Moving => return Some(false),
+            NcclState::Stalled(s) => s,
+        };
+        let ctx = self.context(stacks);
+        let timeout = self.watch.timeout;
+        if Duration::from_secs_f64(stall.stalled_secs) < timeout {
+            let left = !ctx.left.is_empty() && ctx.left_while_others_wait(stacks);
+            return (!left).then_some(self.reported);
+        }
+        if !self.reported {
+            let hang = Hang::nccl(stacks, &Places::new(), &stall, timeout, &ctx);
+            let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
+            self.sink.found(HangReport {
+                hang,
+                text,
+                watchdog: None,
+            });
+            self.reported = true;
+        }
+        Some(true)
+    }
+
     fn judge(&mut self, live: &[RankPid], stacks: &[RankStack]) {
         // Without stacks a compute loop would look hung: watch nothing then. A read
         // fails now and then (a thread exiting under the reader): said only when it
@@ -341,6 +381,12 @@ impl Judge {
             }
             return;
         }
+        if let Some(decided) = self.nccl_decides(live, stacks, now) {
+            if !decided {
+                self.reported = false;
+            }
+            return;
+        }
         let Some(stalled) = self.progress.hung(&ids, timeout.min(LEFT_STALL), now) else {
             // Progress again: a later hang is reported anew.
             self.reported = false;
@@ -366,8 +412,9 @@ impl Judge {
     }
 }
 
-/// Starts sampling `ranks`; with `watch`, a hang is decided as `decide` says, and a
-/// hang found here goes to `sink`.
+/// Starts sampling `ranks`; with `watch`, a hang is decided as `decide` says (on one
+/// node, from NCCL's `counters` first where given), and a hang found here goes to
+/// `sink`.
 /// Each sample also feeds `tracker` (the straggler windows), which may sample faster.
 pub fn start(
     root: Root,
@@ -375,7 +422,7 @@ pub fn start(
     watch: Option<HangWatch>,
     decide: Decide,
     sink: Sink,
-    mut tracker: Option<Tracker>,
+    (mut tracker, counters): (Option<Tracker>, Option<CountersFiles>),
 ) -> Watcher {
     let done = Arc::new(AtomicBool::new(false));
     let last: LastSamples = Default::default();
@@ -396,6 +443,7 @@ pub fn start(
         tails,
         watchdog_said: false,
         lines: SourceLines::default(),
+        nccl: counters.map(|c| (c, NcclWatch::default())),
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();

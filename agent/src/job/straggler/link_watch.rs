@@ -1,8 +1,9 @@
-//! This node's links watched from the same dumps as the GPU straggler: where its
+//! This node's links watched from the same readings as the GPU straggler (dumps, or
+//! NCCL's counters where the profiler plugin is loaded): where its
 //! collectives run far below what the slowest link between its GPUs should carry,
 //! say so once it holds, and again once it no longer does.
 
-use toporun_shared::flight_recorder::{link_speeds, slow_links_line, Dump, LinkModel};
+use toporun_shared::flight_recorder::{link_speeds, slow_links_line, Dump, LinkModel, LinkSpeed};
 
 /// Dump sets in a row that must agree before the finding is said or withdrawn: one
 /// set covers well under a second of a fast job.
@@ -42,11 +43,21 @@ impl LinkWatch {
             return None;
         }
         self.newest = newest;
-        let speeds = link_speeds(dumps, &self.model);
+        self.judge(&link_speeds(dumps, &self.model))
+    }
+
+    /// The model the speeds are judged against.
+    pub fn model(&self) -> &LinkModel {
+        &self.model
+    }
+
+    /// One window's link speeds (from the dumps or NCCL's counters); the line to say,
+    /// if any.
+    pub fn judge(&mut self, speeds: &[LinkSpeed]) -> Option<String> {
         if speeds.is_empty() {
             return None;
         }
-        let now = slow_links_line(&speeds, &self.model);
+        let now = slow_links_line(speeds, &self.model);
         if now.is_some() == self.said.is_some() {
             self.against = 0;
             return None;

@@ -4,12 +4,14 @@
 //! synchronous training the rank that waits least is the one the others wait for.
 //! One node decides alone; on several, each publishes its rows in the workers'
 //! store and the store's host decides for the job (`exchange`). Under NCCL each
-//! rank's GPU time inside collectives comes from its flight recorder, dumped while
-//! it trains (`gpu_dumps`); the same dumps show whether its links carry what they
-//! should (`link_watch`).
+//! rank's GPU time inside collectives comes from NCCL's own counters (toporun's
+//! profiler plugin) or its flight recorder, dumped while it trains (`gpu_source`,
+//! `gpu_dumps`); the same readings show whether its links carry what they should
+//! (`link_watch`).
 
 pub mod exchange;
 pub mod gpu_dumps;
+pub mod gpu_source;
 pub mod link_watch;
 pub mod tracker;
 

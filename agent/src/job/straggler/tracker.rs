@@ -2,7 +2,7 @@
 //! this node's rows for `toporun top`, `/status` and `/metrics`, and (on one node)
 //! the straggler finding said as it changes.
 
-use super::gpu_dumps::GpuDumps;
+use super::gpu_source::GpuSource;
 use super::link_watch::LinkWatch;
 use crate::paths::Root;
 use crate::probe::gpu_clocks::GpuClocks;
@@ -14,7 +14,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-use toporun_shared::flight_recorder::gpu_times;
 use toporun_shared::root_cause::native_crash::where_sampled;
 use toporun_shared::stacks::activity::{classify, Activity, Backward};
 use toporun_shared::stacks::progress::Sample;
@@ -56,9 +55,9 @@ pub struct Tracker {
     nccl: HashMap<i32, (bool, Instant)>,
     /// Lines of the ranks' code, read once each.
     lines: SourceLines,
-    /// The ranks' flight-recorder dumps taken while they train (NCCL, timed).
-    gpu: Option<GpuDumps>,
-    /// This node's links, judged from the same dumps (one node, GPUs on known links).
+    /// Each rank's GPU time while it trains (NCCL): its counters or its dumps.
+    gpu: Option<GpuSource>,
+    /// This node's links, judged from the same readings (one node, GPUs on known links).
     links: Option<LinkWatch>,
     /// Each rank's last stack signature: the dumps are asked only once one moved.
     signatures: HashMap<u32, u64>,
@@ -103,10 +102,10 @@ impl Tracker {
         }
     }
 
-    /// Reads each rank's GPU time inside collectives from `dumps` too, and where
-    /// `links` is given, watches this node's links from them.
-    pub fn with_gpu_dumps(mut self, dumps: Option<GpuDumps>, links: Option<LinkWatch>) -> Tracker {
-        self.gpu = dumps;
+    /// Reads each rank's GPU time inside collectives from `source` too, and where
+    /// `links` is given, watches this node's links from the same readings.
+    pub fn with_gpu(mut self, source: Option<GpuSource>, links: Option<LinkWatch>) -> Tracker {
+        self.gpu = source;
         self.links = links;
         self
     }
@@ -129,13 +128,13 @@ impl Tracker {
         }
         let moved = self.moved(stacks);
         let Some(g) = self.gpu.as_mut() else { return };
-        let dumps = g.tick(live, moved);
-        if let Some(line) = self.links.as_mut().and_then(|w| w.observe(&dumps)) {
+        let (times, line) = g.tick(live, moved, self.links.as_mut());
+        if let Some(line) = line {
             crate::console::say!("{line}");
             let now = self.links.as_ref().and_then(LinkWatch::current);
             self.status.update(|x| x.slow_links = now);
         }
-        for time in gpu_times(&dumps) {
+        for time in times {
             let span = self.span;
             self.windows
                 .entry(time.rank)

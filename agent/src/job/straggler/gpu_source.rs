@@ -1,0 +1,91 @@
+//! Where each rank's GPU time inside collectives comes from while the job trains:
+//! NCCL's own counters (toporun's profiler plugin loaded: read every twelfth of the
+//! window, nothing asked of the ranks), else flight-recorder dumps asked through
+//! each rank's pipe.
+
+use super::gpu_dumps::GpuDumps;
+use super::link_watch::LinkWatch;
+use crate::nccl_counters::CountersFiles;
+use crate::stacks::RankPid;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use toporun_shared::flight_recorder::{gpu_times, GpuTime};
+use toporun_shared::nccl_counters::{window, RankCounters};
+
+pub enum GpuSource {
+    Dumps(GpuDumps),
+    Counters(CounterWindows),
+}
+
+/// Each rank's counters at the last look, and when.
+pub struct CounterWindows {
+    files: CountersFiles,
+    every: Duration,
+    last: HashMap<u32, (Instant, RankCounters)>,
+    due: Option<Instant>,
+}
+
+impl CounterWindows {
+    pub fn new(files: CountersFiles, every: Duration) -> CounterWindows {
+        CounterWindows {
+            files,
+            every,
+            last: HashMap::new(),
+            due: None,
+        }
+    }
+
+    /// When due: each rank's GPU time since its last reading, and the window's link
+    /// speeds said to `links`.
+    fn tick(
+        &mut self,
+        live: &[RankPid],
+        links: Option<&mut LinkWatch>,
+    ) -> (Vec<GpuTime>, Option<String>) {
+        let now = Instant::now();
+        if self.due.is_some_and(|d| now < d) {
+            return (Vec::new(), None);
+        }
+        self.due = Some(now + self.every);
+        self.last.retain(|r, _| live.iter().any(|l| l.rank == *r));
+        let mut times = Vec::new();
+        let mut pairs = Vec::new();
+        for (rank, now_c) in self.files.read(live) {
+            if let Some((at, before)) = self.last.get(&rank) {
+                if let Some(t) = window::gpu_time(rank, before, &now_c, now - *at) {
+                    times.push(t);
+                }
+                pairs.push((before.clone(), now_c.clone()));
+            }
+            self.last.insert(rank, (now, now_c));
+        }
+        let line = links.and_then(|w| {
+            let refs: Vec<(&RankCounters, &RankCounters)> =
+                pairs.iter().map(|(a, b)| (a, b)).collect();
+            let speeds = window::link_speeds(&refs, w.model());
+            w.judge(&speeds)
+        });
+        (times, line)
+    }
+}
+
+impl GpuSource {
+    /// The GPU times that came in at this sample, and a slow-links line to say.
+    /// `moved`: some rank's stack moved since the last sample (dumps are asked only
+    /// then).
+    pub fn tick(
+        &mut self,
+        live: &[RankPid],
+        moved: bool,
+        links: Option<&mut LinkWatch>,
+    ) -> (Vec<GpuTime>, Option<String>) {
+        match self {
+            GpuSource::Dumps(g) => {
+                let dumps = g.tick(live, moved);
+                let line = links.and_then(|w| w.observe(&dumps));
+                (gpu_times(&dumps), line)
+            }
+            GpuSource::Counters(c) => c.tick(live, links),
+        }
+    }
+}

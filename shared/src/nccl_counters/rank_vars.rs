@@ -1,0 +1,131 @@
+//! Whether the ranks load toporun's NCCL profiler plugin, and the variables that
+//! make them: NCCL_PROFILER_PLUGIN (an absolute path) and, per rank, where its
+//! counters go. A plugin the user chose wins: NCCL loads one per process.
+
+use crate::user_env::UserEnv;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// The variable NCCL loads its profiler plugin from.
+pub const PLUGIN_VAR: &str = "NCCL_PROFILER_PLUGIN";
+/// Where the plugin writes the rank's counters (set per rank by toporun).
+pub const COUNTERS_VAR: &str = crate::toporun_vars::ToporunVar::NcclCounters.name();
+/// The plugin's file name, installed beside toporun.
+pub const PLUGIN_FILE: &str = "libtoporun_nccl_profiler.so";
+
+/// What the ranks get.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Profiler {
+    /// toporun's plugin, at this path.
+    Toporun(PathBuf),
+    /// The user's own NCCL_PROFILER_PLUGIN, kept.
+    User(String),
+    /// `--nccl-profiler off`.
+    #[default]
+    Off,
+    /// Not found beside toporun (the places looked at).
+    NotInstalled(Vec<PathBuf>),
+}
+
+impl Profiler {
+    /// From what the user set, `--nccl-profiler`, and the plugin found (or the places
+    /// looked at).
+    pub fn choose(user: &UserEnv, on: bool, found: Result<PathBuf, Vec<PathBuf>>) -> Profiler {
+        if let Some(v) = user.get(PLUGIN_VAR) {
+            return Profiler::User(v.clone());
+        }
+        match (on, found) {
+            (false, _) => Profiler::Off,
+            (true, Ok(p)) => Profiler::Toporun(p),
+            (true, Err(looked)) => Profiler::NotInstalled(looked),
+        }
+    }
+
+    /// The plugin toporun gives the ranks.
+    pub fn plugin(&self) -> Option<&Path> {
+        match self {
+            Profiler::Toporun(p) => Some(p),
+            _ => None,
+        }
+    }
+
+    /// What the dry run and the NCCL report say of it.
+    pub fn line(&self) -> String {
+        match self {
+            Profiler::Toporun(p) => format!(
+                "NCCL's own counters: the ranks load toporun's profiler plugin ({PLUGIN_VAR}={}); hangs and GPU stragglers are judged from operations completing on the GPU, without flight-recorder dumps while the job trains",
+                p.display()
+            ),
+            Profiler::User(v) => format!(
+                "NCCL's own counters: off, your {PLUGIN_VAR}={v} is kept (NCCL loads one profiler plugin); hangs and GPU stragglers are judged from the ranks' stacks and flight-recorder dumps"
+            ),
+            Profiler::Off => "NCCL's own counters: off (--nccl-profiler off); hangs and GPU stragglers are judged from the ranks' stacks and flight-recorder dumps".into(),
+            Profiler::NotInstalled(looked) => format!(
+                "NCCL's own counters: off, {PLUGIN_FILE} is not installed beside toporun (looked in {}); install it there (scripts/dev/build_release.sh, the image) for NCCL-side hang and straggler detection",
+                looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        }
+    }
+}
+
+/// Rank `rank`'s counters file in the attempt's directory.
+pub fn counters_file(attempt_dir: &Path, rank: u32) -> PathBuf {
+    attempt_dir
+        .join("nccl-counters")
+        .join(format!("rank_{rank}"))
+}
+
+/// The plugin's variables for rank `rank` (none without toporun's plugin).
+pub fn profiler_vars(plugin: Option<&Path>, attempt_dir: &Path, rank: u32) -> UserEnv {
+    let mut env = BTreeMap::new();
+    if let Some(p) = plugin {
+        env.insert(PLUGIN_VAR.into(), p.display().to_string());
+        let file = counters_file(attempt_dir, rank);
+        env.insert(COUNTERS_VAR.into(), file.display().to_string());
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::user_env::env_of as env;
+
+    #[test]
+    fn the_user_s_plugin_wins_then_the_switch_then_the_install() {
+        let found = || {
+            Ok(PathBuf::from(
+                "/opt/toporun/lib/libtoporun_nccl_profiler.so",
+            ))
+        };
+        let user = env(&[(PLUGIN_VAR, "/opt/comma/libnccl-profiler.so")]);
+        assert_eq!(
+            Profiler::choose(&user, true, found()),
+            Profiler::User("/opt/comma/libnccl-profiler.so".into())
+        );
+        assert_eq!(Profiler::choose(&env(&[]), false, found()), Profiler::Off);
+        let p = Profiler::choose(&env(&[]), true, found());
+        assert_eq!(
+            p.plugin(),
+            Some(Path::new("/opt/toporun/lib/libtoporun_nccl_profiler.so"))
+        );
+        let missing = Profiler::choose(&env(&[]), true, Err(vec!["/usr/bin".into()]));
+        assert!(
+            missing.line().contains("looked in /usr/bin"),
+            "{}",
+            missing.line()
+        );
+        assert!(Profiler::choose(&user, true, found())
+            .line()
+            .contains("your NCCL_PROFILER_PLUGIN=/opt/comma"));
+    }
+
+    #[test]
+    fn each_rank_counts_into_its_own_file() {
+        let plugin = Path::new("/opt/toporun/lib/libtoporun_nccl_profiler.so");
+        let v = profiler_vars(Some(plugin), Path::new("/run/attempt_0"), 3);
+        assert_eq!(v[PLUGIN_VAR], plugin.display().to_string());
+        assert_eq!(v[COUNTERS_VAR], "/run/attempt_0/nccl-counters/rank_3");
+        assert!(profiler_vars(None, Path::new("/run"), 3).is_empty());
+    }
+}

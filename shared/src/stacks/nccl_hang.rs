@@ -1,0 +1,201 @@
+//! The hang NCCL's own counters show: ranks wait in an operation and none completed
+//! for the timeout. The ranks that never posted it lead the report, each said to be
+//! busy (its CPU ran: a loop that does not end, a step only it runs) or stuck (its
+//! CPU idled: I/O, a lock, a worker), where its stack stands.
+
+use super::hang_report::{Context, Hang};
+use super::merge::{rank_label, ranks_text, Places};
+use super::model::RankStack;
+use crate::nccl_counters::{Behind, NcclStall, OpenOp};
+use crate::units::format_size;
+use std::time::Duration;
+
+/// `all_reduce (4.0 MiB, operation 214 on communicator 0x1a2b)`.
+fn op_text(op: &OpenOp, comm: u64) -> String {
+    let size = match op.bytes {
+        0 => String::new(),
+        b => format!("{}, ", format_size(b)),
+    };
+    format!(
+        "{} ({size}operation {} on communicator {comm:#x})",
+        op.func.kind(),
+        op.index + 1
+    )
+}
+
+/// What one rank behind is doing, and where.
+fn behind_text(b: &Behind, at: Option<&str>, stalled: f64) -> String {
+    let place = at.map(|a| format!(" in {a}")).unwrap_or_default();
+    let cpu = |s: f64| format!("CPU {:.0}% of the {stalled:.0}s", s * 100.0);
+    match (b.posted, b.busy(), b.cpu_share) {
+        (None, _, _) => format!("has no such communicator yet{place}: it never reached the group's creation"),
+        (_, Some(true), Some(s)) => format!(
+            "is busy ({}){place}: a loop that does not end, or a step only it runs (an evaluation, a checkpoint) longer than --hang-timeout: raise --hang-timeout if that is expected",
+            cpu(s)
+        ),
+        (_, Some(false), Some(s)) => format!(
+            "is stuck ({}){place}: it waits on something outside NCCL (I/O, a lock, a DataLoader worker)",
+            cpu(s)
+        ),
+        _ => format!("stands{place}"),
+    }
+}
+
+impl Hang {
+    /// The hang of `stall`, with where each rank stands (`stacks`): the ranks that
+    /// never posted the operation lead; a rank that left still leads where one did.
+    pub fn nccl(
+        stacks: &[RankStack],
+        places: &Places,
+        stall: &NcclStall,
+        timeout: Duration,
+        ctx: &Context,
+    ) -> Hang {
+        let stalled = Duration::from_secs_f64(stall.stalled_secs);
+        let mut hang = Hang::with(stacks, places, stalled, timeout, ctx);
+        hang.trigger = Some(format!(
+            "no NCCL operation has completed on this node for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
+            stall.stalled_secs,
+            timeout.as_secs_f64()
+        ));
+        let op = op_text(&stall.op, stall.comm);
+        if !ctx.left.is_empty() {
+            return hang;
+        }
+        if stall.behind.is_empty() {
+            hang.headline = format!(
+                "every rank here posted {op} and none completed: {}",
+                hang.headline
+            );
+            return hang;
+        }
+        let stands = ctx.standings(stacks);
+        let at = |r: u32| stands.iter().find(|s| s.0 == r).map(|s| s.2.as_str());
+        let parts: Vec<String> = stall
+            .behind
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} {}",
+                    rank_label(b.rank, places),
+                    behind_text(b, at(b.rank), stall.stalled_secs)
+                )
+            })
+            .collect();
+        let behind: Vec<u32> = stall.behind.iter().map(|b| b.rank).collect();
+        let s = if stall.waiting.len() == 1 { "s" } else { "" };
+        hang.headline = format!(
+            "{} never posted {op} that rank{} {} wait{s} in: {}",
+            ranks_word(&behind),
+            if stall.waiting.len() == 1 { "" } else { "s" },
+            ranks_text(&stall.waiting),
+            parts.join("; ")
+        );
+        hang.odd = behind;
+        hang
+    }
+}
+
+fn ranks_word(ranks: &[u32]) -> String {
+    let s = if ranks.len() == 1 { "" } else { "s" };
+    format!("rank{s} {}", ranks_text(ranks))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nccl_counters::NcclFunc;
+    use crate::stacks::model::build::{main_thread, rank_with};
+
+    fn stack(rank: u32, frames: &[(&str, &str, i32)]) -> RankStack {
+        rank_with(rank, main_thread(false, frames))
+    }
+
+    fn stall(behind: Vec<Behind>) -> NcclStall {
+        NcclStall {
+            stalled_secs: 25.0,
+            comm: 0x7,
+            op: OpenOp {
+                index: 5,
+                func: NcclFunc::AllReduce,
+                bytes: 4 << 20,
+                kernel_start_ns: Some(1),
+            },
+            waiting: vec![0, 2, 3],
+            behind,
+        }
+    }
+
+    #[test]
+    fn a_rank_that_never_posted_leads_busy_with_its_function() {
+        let stacks = [
+            stack(
+                0,
+                &[
+                    ("synchronize", "torch/cuda/__init__.py", 1),
+                    ("main", "/w/train.py", 40),
+                ],
+            ),
+            stack(
+                1,
+                &[
+                    ("parse_record", "/w/data.py", 12),
+                    ("main", "/w/train.py", 33),
+                ],
+            ),
+        ];
+        let busy = Behind {
+            rank: 1,
+            posted: Some(5),
+            cpu_share: Some(0.99),
+        };
+        let h = Hang::nccl(
+            &stacks,
+            &Places::new(),
+            &stall(vec![busy]),
+            Duration::from_secs(25),
+            &Context::default(),
+        );
+        assert_eq!(h.odd, vec![1]);
+        assert!(h.headline.starts_with("rank 1 never posted all_reduce (4 MiB, operation 6 on communicator 0x7) that ranks 0,2-3 wait in: rank 1 is busy (CPU 99% of the 25s) in parse_record (data.py:12)"), "{}", h.headline);
+        assert!(
+            h.headline.contains("raise --hang-timeout"),
+            "{}",
+            h.headline
+        );
+        let text = h.text(&Places::new());
+        assert!(
+            text.starts_with("toporun: hang: no NCCL operation has completed on this node for 25s"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_stuck_rank_and_a_rank_without_the_communicator_are_told_apart() {
+        let stuck = Behind {
+            rank: 1,
+            posted: Some(5),
+            cpu_share: Some(0.01),
+        };
+        let absent = Behind {
+            rank: 2,
+            posted: None,
+            cpu_share: Some(0.0),
+        };
+        let stacks = [stack(1, &[("read", "/w/io.py", 3)])];
+        let h = Hang::nccl(
+            &stacks,
+            &Places::new(),
+            &stall(vec![stuck, absent]),
+            Duration::from_secs(25),
+            &Context::default(),
+        );
+        assert!(h.headline.contains("rank 1 is stuck (CPU 1% of the 25s) in read (io.py:3): it waits on something outside NCCL"), "{}", h.headline);
+        assert!(
+            h.headline.contains("rank 2 has no such communicator yet"),
+            "{}",
+            h.headline
+        );
+        assert_eq!(h.odd, vec![1, 2]);
+    }
+}
