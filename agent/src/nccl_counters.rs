@@ -33,14 +33,14 @@ impl CountersFiles {
             .collect()
     }
 
-    /// The node's ranks now: their counters and CPU time.
+    /// The node's ranks now: their counters and their main threads' CPU time.
     pub fn node(&self, root: &Root, live: &[RankPid]) -> NodeReading {
         NodeReading {
             live: live.iter().map(|r| r.rank).collect(),
             counters: self.read(live),
             cpu: live
                 .iter()
-                .filter_map(|r| Some((r.rank, rank_usage::read(root, r.pid)?.cpu)))
+                .filter_map(|r| Some((r.rank, rank_usage::main_thread_cpu(root, r.pid)?)))
                 .collect(),
         }
     }

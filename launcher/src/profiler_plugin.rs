@@ -1,7 +1,7 @@
 //! Where toporun's NCCL profiler plugin is installed: beside the binary (a cargo
-//! build, the release tarball), or in `../lib` or `../lib/toporun` (the image's
-//! /usr/local/bin and /usr/local/lib). The binary's own path is the real one, a
-//! `torchrun` symlink resolved.
+//! build; the release files, named by architecture), or in `../lib` or
+//! `../lib/toporun` (the image's /usr/local/bin and /usr/local/lib). The binary's own
+//! path is the real one, a `torchrun` symlink resolved.
 
 use std::path::PathBuf;
 use toporun_shared::nccl_counters::PLUGIN_FILE;
@@ -17,9 +17,13 @@ pub fn find() -> Result<PathBuf, Vec<PathBuf>> {
         dir.join("../lib"),
         dir.join("../lib/toporun"),
     ];
+    let released = format!(
+        "libtoporun_nccl_profiler-{}-linux-gnu.so",
+        std::env::consts::ARCH
+    );
     places
         .iter()
-        .map(|d| d.join(PLUGIN_FILE))
+        .flat_map(|d| [d.join(PLUGIN_FILE), d.join(&released)])
         .find(|f| f.is_file())
         .and_then(|f| f.canonicalize().ok())
         .ok_or_else(|| places.to_vec())

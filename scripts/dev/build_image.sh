@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds the FROM-scratch image holding the portable binary (scripts/dev/build_release.sh)
+# Builds the FROM-scratch image holding the portable binary and its NCCL profiler plugin
+# (scripts/dev/build_release.sh)
 # with buildah (Debian's package; vfs storage needs no privileges), then exports it to
 # an OCI archive. Usage: scripts/dev/build_image.sh [TAG] [OUT]   (default toporun:dev, dist)
 set -euo pipefail
@@ -18,8 +19,10 @@ fi
 [ -x "$OUT/toporun-x86_64-linux-gnu" ] || scripts/dev/build_release.sh "$OUT"
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
-mkdir -p "$STAGE/toporun/bin"
+mkdir -p "$STAGE/toporun/bin" "$STAGE/toporun/lib"
 cp "$OUT/toporun-x86_64-linux-gnu" "$STAGE/toporun/bin/toporun"
+# toporun finds its NCCL profiler plugin in ../lib.
+cp "$OUT/libtoporun_nccl_profiler-x86_64-linux-gnu.so" "$STAGE/toporun/lib/libtoporun_nccl_profiler.so"
 ln -s toporun "$STAGE/toporun/bin/torchrun"
 B="buildah --storage-driver vfs"
 $B bud --isolation chroot -f container/Containerfile.scratch -t "$TAG" "$STAGE" >&2

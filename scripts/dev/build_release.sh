@@ -2,8 +2,9 @@
 # Portable release binaries: Linux x86-64 linked against glibc 2.17 (the manylinux2014
 # baseline: Ubuntu 18.04+, RHEL/UBI 7+, every NGC image), built with cargo-zigbuild
 # and Zig from PyPI into a cached virtualenv. NVML stays loaded at run time (dlopen).
-# Writes OUT/toporun-<arch>-linux-gnu and OUT/SHA256SUMS; fails if any symbol needs a
-# glibc newer than 2.17.
+# Writes OUT/toporun-<arch>-linux-gnu, the NCCL profiler plugin beside it
+# (OUT/libtoporun_nccl_profiler-<arch>-linux-gnu.so, which toporun finds there) and
+# OUT/SHA256SUMS; fails if any symbol needs a glibc newer than 2.17.
 # Usage: scripts/dev/build_release.sh [OUT]   (default: dist)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -41,6 +42,19 @@ build() { # rust target triple, arch name
   fi
   cp "$bin" "$OUT/toporun-$arch-linux-gnu"
   echo "build-release: $OUT/toporun-$arch-linux-gnu (needs GLIBC_$need at most)" >&2
+  local lib
+  lib=$(cargo zigbuild --release -p toporun-nccl-profiler --target "$triple.$GLIBC" --message-format=json-render-diagnostics \
+    | grep -o '"[^"]*/libtoporun_nccl_profiler.so"' | tail -1 | tr -d '"')
+  if [ -z "$lib" ] || [ ! -f "$lib" ]; then
+    echo "build-release: cargo reported no NCCL profiler plugin for $triple" >&2
+    exit 1
+  fi
+  need=$(needs "$lib")
+  if [ "$(printf '%s\n%s\n' "$need" "$GLIBC" | sort -V | tail -1)" != "$GLIBC" ]; then
+    echo "build-release: $lib needs GLIBC_$need, newer than $GLIBC" >&2
+    exit 1
+  fi
+  cp "$lib" "$OUT/libtoporun_nccl_profiler-$arch-linux-gnu.so"
 }
 
 build x86_64-unknown-linux-gnu x86_64
@@ -54,5 +68,5 @@ if rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-g
 else
   echo "build-release: aarch64 skipped: rustup could not install the aarch64-unknown-linux-gnu standard library (static.rust-lang.org unreachable?)" >&2
 fi
-(cd "$OUT" && sha256sum toporun-*-linux-gnu > SHA256SUMS)
+(cd "$OUT" && sha256sum toporun-*-linux-gnu libtoporun_nccl_profiler-*-linux-gnu.so > SHA256SUMS)
 cat "$OUT/SHA256SUMS"

@@ -30,6 +30,10 @@ ls -l "$BIN"
 "$BIN/toporun" --version
 "$BIN/toporun" probe > /dev/null
 "$BIN/toporun" launch --dry-run --nproc-per-node=2 train.py > /dev/null
+# The NCCL profiler plugin is found in the image's ../lib and loads as NCCL loads it.
+"$BIN/toporun" launch --dry-run --facts tests/fixtures/hosts/h200x4.json --nproc-per-node=2 train.py \
+  | grep -F "NCCL_PROFILER_PLUGIN=$ROOT/fs/toporun/lib/libtoporun_nccl_profiler.so"
+python3 -c "import ctypes, sys; ctypes.CDLL(sys.argv[1]).ncclProfiler_v5" "$ROOT/fs/toporun/lib/libtoporun_nccl_profiler.so"
 PY=$(scripts/dev/setup_venv.sh)
 # A virtualenv whose bin/torchrun is the image's binary.
 VENV=$ROOT/venv
@@ -40,4 +44,4 @@ ln -s "$PY" "$VENV/bin/python3"
 cp -P "$BIN/torchrun" "$BIN/toporun" "$VENV/bin/"
 "$VENV/bin/torchrun" --standalone --nproc-per-node=2 --nccl-report=off \
   launcher/tests/scripts/allreduce_gloo.py
-echo "test-image: probe, dry run and a 2-rank gloo job ran from the image"
+echo "test-image: probe, dry run, the NCCL profiler plugin and a 2-rank gloo job ran from the image"

@@ -119,6 +119,9 @@ fn prepare(
     let unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
     serve_stacks(p, life, &dir);
     say_colocation(node);
+    if node.round == 0 && restarts.used == 0 && p.gpu_of(0).is_some() {
+        crate::console::say!("toporun: {}", p.watch.nccl_profiler.line());
+    }
     let (report_env, reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
     let stop_file = preemption::StopFile::armed(&p.stop, &dir);
     let user = &p.inherited_env;

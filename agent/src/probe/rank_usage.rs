@@ -38,11 +38,28 @@ fn page_size() -> u64 {
 }
 
 pub fn read(root: &Root, pid: i32) -> Option<RankUsage> {
-    let stat = root.read(
+    usage_in(
+        root,
         PathBuf::from(paths::PROC)
             .join(pid.to_string())
             .join("stat"),
-    )?;
+    )
+}
+
+/// The CPU time of the rank's main thread alone (its Python, not NCCL's proxy
+/// thread, which polls while operations are in flight).
+pub fn main_thread_cpu(root: &Root, pid: i32) -> Option<Duration> {
+    let pid = pid.to_string();
+    let stat = PathBuf::from(paths::PROC)
+        .join(&pid)
+        .join("task")
+        .join(&pid)
+        .join("stat");
+    Some(usage_in(root, stat)?.cpu)
+}
+
+fn usage_in(root: &Root, stat_file: PathBuf) -> Option<RankUsage> {
+    let stat = root.read(stat_file)?;
     // Fields after the command (which may hold spaces and parentheses); `rest`
     // starts at the 3rd field: utime, stime are the 14th, 15th, rss (pages) the 24th.
     let rest = &stat[stat.rfind(')')? + 2..];
@@ -115,6 +132,32 @@ mod tests {
             rss.abs_diff(kb) < 16 * 1024,
             "stat {rss} kB, status {kb} kB"
         );
+    }
+
+    /// A thread spinning beside an idle main thread (a rank blocked in a read while
+    /// NCCL's proxy polls): the process's CPU time grows, its main thread's does not.
+    #[test]
+    fn the_main_thread_s_cpu_leaves_other_threads_out() {
+        let me = i32::try_from(std::process::id()).unwrap();
+        let root = Root::live();
+        let (main0, all0) = (
+            main_thread_cpu(&root, me).unwrap(),
+            read(&root, me).unwrap().cpu,
+        );
+        std::thread::spawn(move || {
+            let until = std::time::Instant::now() + Duration::from_secs(10);
+            while read(&Root::live(), me).unwrap().cpu < all0 + Duration::from_millis(300)
+                && std::time::Instant::now() < until
+            {
+                std::hint::black_box((0..10_000u64).sum::<u64>());
+            }
+        })
+        .join()
+        .unwrap();
+        let all = read(&root, me).unwrap().cpu - all0;
+        let main = main_thread_cpu(&root, me).unwrap() - main0;
+        assert!(all >= Duration::from_millis(300), "{all:?}");
+        assert!(main < Duration::from_millis(100), "main thread {main:?}");
     }
 
     #[test]

@@ -294,7 +294,8 @@ impl Judge {
 
     /// On one node with NCCL's counters: whether ranks wait in an NCCL operation and
     /// the counters decide (true: a hang is said or stands; false: operations
-    /// complete), or None where no rank waits in NCCL (the stacks decide). A rank
+    /// complete), or None where no rank waits in NCCL, by its counters and its stack
+    /// (the stacks decide). A rank
     /// that left while the others wait is still said at LEFT_STALL by the stacks.
     fn nccl_decides(
         &mut self,
@@ -310,6 +311,16 @@ impl Judge {
             NcclState::Stalled(s) => s,
         };
         let ctx = self.context(stacks);
+        // A real wait shows in the waiting ranks' stacks (in a collective, or at a sync
+        // on the GPU); counters alone can hold an operation NCCL never reports done
+        // (a kernel without profiler hooks) while every rank computes.
+        let stands = ctx.standings(stacks);
+        if !stands
+            .iter()
+            .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
+        {
+            return None;
+        }
         let timeout = self.watch.timeout;
         if Duration::from_secs_f64(stall.stalled_secs) < timeout {
             let left = !ctx.left.is_empty() && ctx.left_while_others_wait(stacks);

@@ -89,3 +89,57 @@ impl GpuSource {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toporun_shared::nccl_counters::decode::build::Words;
+    use toporun_shared::nccl_counters::{counters_file, NcclFunc};
+
+    fn live(rank: u32) -> RankPid {
+        RankPid {
+            rank,
+            local_rank: rank,
+            pid: 1,
+        }
+    }
+
+    /// Rank `rank`'s file after `n` all_reduces of 4 MiB of `gpu_us` each.
+    fn write(dir: &std::path::Path, rank: u32, n: u64, gpu_us: u64) {
+        let f = counters_file(dir, rank);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        let mut w = Words::default();
+        w.comm(0, 9, rank, 2)
+            .ops(0, NcclFunc::AllReduce, 4 << 20, n, n, gpu_us * 1000);
+        std::fs::write(f, w.bytes()).unwrap();
+    }
+
+    /// Two readings of the counters make each rank's GPU time over the window between
+    /// them: the rank that waited (600 us an all_reduce) against the one it waited for.
+    #[test]
+    fn counters_read_twice_give_each_rank_its_window() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = CounterWindows::new(
+            CountersFiles::new(dir.path().into()),
+            Duration::from_secs(5),
+        );
+        let ranks = [live(0), live(1)];
+        write(dir.path(), 0, 100, 600);
+        write(dir.path(), 1, 100, 150);
+        assert!(
+            c.tick(&ranks, None).0.is_empty(),
+            "one reading: no window yet"
+        );
+        write(dir.path(), 0, 110, 600);
+        write(dir.path(), 1, 110, 150);
+        assert!(c.tick(&ranks, None).0.is_empty(), "not due");
+        c.due = None;
+        std::thread::sleep(Duration::from_millis(50));
+        let (times, _) = c.tick(&ranks, None);
+        assert_eq!(times.len(), 2);
+        assert_eq!((times[0].rank, times[0].timed), (0, 10));
+        assert_eq!((times[0].busy_ns, times[1].busy_ns), (6_000_000, 1_500_000));
+        assert!(times[0].span_ns >= 50_000_000, "{times:?}");
+        assert_eq!(times[1].busbw[0].count, 10);
+    }
+}

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 49 on a GPU machine: toporun's NCCL profiler plugin, stage by stage (STAGES),
+# each in WORK (/tmp/profiler) and written to OUT/summary.txt as it goes and
+# OUT/results.tgz (WORK, the ranks' counters files included) after each stage:
+#   hang2 hang4      on 2 and 4 ranks, --hang-timeout 20: rank 1 spins in Python
+#                    (spin), blocks in a read (stuck), then rank 0 evaluates for 35 s
+#                    (eval, --on-hang report: the job goes on)
+#   straggler2 straggler4   60 s of training, rank 1 on 3x the matmuls (slow) and
+#                    balanced; counters copied at 30 s and 50 s
+#   cost             plugin on against off, alternating, 3 pairs: the all_reduce sweep
+#                    (8 KiB-1 GiB) and the training loop's step times on NPROC ranks
+# Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
+set -uo pipefail
+T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${WORK:-/tmp/profiler}
+mkdir -p "$OUT" "$RESULTS"
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+S=$RESULTS/summary.txt
+pack() { tar czf "$RESULTS/results.tgz.tmp" -C "$OUT" . && mv "$RESULTS/results.tgz.tmp" "$RESULTS/results.tgz"; }
+lines() { grep -E "hold:|toporun: (root cause|hang|straggler|warning|links|exit code|stopped|error)|deprecated" "$1" | cut -c1-900; }
+counters() {  # DIR: posted/completed per communicator of each rank's counters file
+  python3 - "$1" <<'PY'
+import struct, sys, pathlib
+for f in sorted(pathlib.Path(sys.argv[1]).glob("rank_*")):
+    w = struct.unpack(f"<{len(f.read_bytes()) // 8}Q", f.read_bytes())
+    slots = [(w[16 + s * 128 + 1], w[16 + s * 128 + 5], w[16 + s * 128 + 6], w[16 + s * 128 + 7]) for s in range(32) if w[16 + s * 128]]
+    print(f"  {f.name}: " + "; ".join(f"comm {h:#x} posted {p} completed {c} busy {b / 1e9:.2f}s" for h, p, c, b in slots))
+PY
+}
+keep() {  # DIR: the counters and what else the attempt left (fr dumps, hang.json)
+  local a; a=$(ls -d "$1"/run/*/attempt_0 2>/dev/null | head -1); [ -n "$a" ] || return
+  cp -r "$a/nccl-counters" "$1/" 2>/dev/null; cp "$a"/hang*.json "$1/" 2>/dev/null
+  echo "  fr dumps: $(ls "$a/fr" 2>/dev/null | wc -l), sampled: $(ls "$a/fr-sampled" 2>/dev/null | wc -l), plugin log lines: $(cat "$1"/run/*/attempt_0/nccl/* 2>/dev/null | grep -c 'toporun profiler')" | tee -a "$S"
+  counters "$1/nccl-counters" | tee -a "$S"
+  rm -rf "$1/run"
+}
+hang() {  # NPROC CASE
+  local d=$OUT/hang$1-$2 how=stop; mkdir -p "$d"; [ "$2" = eval ] && how=report
+  local hold=1; [ "$2" = eval ] && hold=0
+  echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 150 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout 20 --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
+  lines "$d/stderr" | tee -a "$S"; keep "$d"
+}
+straggler() {  # NPROC NAME VAR=VALUE...
+  local n=$1 name=$2; shift 2; local d=$OUT/straggler$n-$name; mkdir -p "$d/at30" "$d/at50"
+  ( sleep 30; cp "$d"/run/*/attempt_0/nccl-counters/* "$d/at30/"; sleep 20; cp "$d"/run/*/attempt_0/nccl-counters/* "$d/at50/" ) &
+  echo "== straggler $name on $n ranks: $(env SECS=60 "$@" python3 scripts/device/timed_run.py 120 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$n" --straggler-window=30 --log-dir "$d/run" scripts/device/gpu_nccl_straggler_rank.py) $(cat "$d/stdout")" | tee -a "$S"
+  wait; lines "$d/stderr" | tee -a "$S"; keep "$d"
+}
+cost() {
+  local d=$OUT/cost n=${NPROC:-4}; mkdir -p "$d"
+  for pair in 1 2 3; do
+    for p in on off; do
+      "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --nccl-report=off scripts/device/gpu_profiler_sweep.py > "$d/sweep-$p-$pair.txt" 2> "$d/sweep-$p-$pair.err"
+      env SECS=25 BUCKETS=5 BUCKET_MIB=4 STEP_LOG="$d/steps-$p-$pair.txt" "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --nccl-report=off scripts/device/gpu_nccl_straggler_rank.py > "$d/train-$p-$pair.txt" 2> "$d/train-$p-$pair.err"
+      echo "cost pair $pair $p: $(cat "$d/train-$p-$pair.txt") max_step_ms $(sort -k2 -n "$d/steps-$p-$pair.txt" | tail -1 | cut -d' ' -f2)" | tee -a "$S"
+    done
+  done
+  python3 - "$d" <<'PY' | tee -a "$S"
+import pathlib, statistics, sys
+d = pathlib.Path(sys.argv[1])
+def table(p):
+    runs = [dict((int(l.split()[1]), float(l.split()[2])) for l in f.read_text().splitlines() if l.startswith("sweep")) for f in sorted(d.glob(f"sweep-{p}-*.txt"))]
+    return {s: statistics.median(r[s] for r in runs if s in r) for s in runs[0]} if runs else {}
+on, off = table("on"), table("off")
+for s in sorted(off):
+    if s in on:
+        print(f"sweep {s:>11} B: off {off[s]:9.2f} us  on {on[s]:9.2f} us  cost {100 * (on[s] / off[s] - 1):+6.2f}%")
+PY
+}
+nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
+for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do
+  case $stage in
+    hang2|hang4) for c in spin stuck eval; do hang "${stage#hang}" $c; pack; done ;;
+    straggler2|straggler4) straggler "${stage#straggler}" slow SLOW_RANK=1 FACTOR=3; pack; straggler "${stage#straggler}" balanced ;;
+    *) $stage ;;
+  esac
+  pack
+done
