@@ -37,7 +37,7 @@ keep() {  # DIR: the counters and what else the attempt left (fr dumps, hang.jso
 hang() {  # NPROC CASE
   local d=$OUT/hang$1-$2 how=stop; mkdir -p "$d"; [ "$2" = eval ] && how=report
   local hold=1; [ "$2" = eval ] && hold=0
-  echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 150 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout 20 --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
+  echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 100 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout 20 --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
   lines "$d/stderr" | tee -a "$S"; keep "$d"
 }
 straggler() {  # NPROC NAME VAR=VALUE...
