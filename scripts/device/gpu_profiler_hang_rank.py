@@ -52,19 +52,25 @@ def step(a, grads):
     return out.float().mean().item()
 
 
+def run_for(a, grads, secs):
+    """Steps for `secs`; every rank stops after the same step (a time read on each rank
+    alone gave them different step counts: their collectives then do not match)."""
+    end, stop = time.time() + secs, torch.zeros(1, device="cuda")
+    while True:
+        stop.fill_(float(time.time() >= end))
+        dist.all_reduce(stop)
+        if stop.item() > 0:
+            return
+        step(a, grads)
+
+
 local = int(env("LOCAL_RANK"))
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
 rank = dist.get_rank()
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
 grads = [torch.ones(1 << 20, device="cuda") for _ in range(5)]
-start = time.time()
-while time.time() - start < WARM:
-    step(a, grads)
-# Every rank leaves the warm loop after the same step count (one more all_reduce).
-done = torch.ones(1, device="cuda")
-dist.all_reduce(done)
-done.item()
+run_for(a, grads, WARM)
 if rank == HOLD_RANK:
     print(f"hold: rank {rank} starts {CASE}", file=sys.stderr, flush=True)
     if CASE == "spin":
@@ -74,14 +80,8 @@ if rank == HOLD_RANK:
     elif CASE == "eval":
         evaluate(a, EVAL_S)
         print(f"hold: rank {rank} evaluation done", file=sys.stderr, flush=True)
-end = time.time() + AFTER
-stop = torch.zeros(1, device="cuda")
-while True:
-    step(a, grads)
-    stop.fill_(float(time.time() >= end))
-    dist.all_reduce(stop)
-    if stop.item() > 0:
-        break
+# The others wait in the next step's first all_reduce for the rank that holds.
+run_for(a, grads, AFTER)
 if rank == 0:
     print("done", flush=True)
 dist.destroy_process_group()
