@@ -50,8 +50,8 @@ cost() {
   local d=$OUT/cost n=${NPROC:-4}; mkdir -p "$d"
   for pair in 1 2 3; do
     for p in on off; do
-      "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --nccl-report=off scripts/device/gpu_profiler_sweep.py > "$d/sweep-$p-$pair.txt" 2> "$d/sweep-$p-$pair.err"
-      env SECS=25 BUCKETS=5 BUCKET_MIB=4 STEP_LOG="$d/steps-$p-$pair.txt" "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --nccl-report=off scripts/device/gpu_nccl_straggler_rank.py > "$d/train-$p-$pair.txt" 2> "$d/train-$p-$pair.err"
+      "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --gpu-timing=off --nccl-report=off scripts/device/gpu_profiler_sweep.py > "$d/sweep-$p-$pair.txt" 2> "$d/sweep-$p-$pair.err"
+      env SECS=25 BUCKETS=5 BUCKET_MIB=4 STEP_LOG="$d/steps-$p-$pair.txt" "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --gpu-timing=off --nccl-report=off scripts/device/gpu_nccl_straggler_rank.py > "$d/train-$p-$pair.txt" 2> "$d/train-$p-$pair.err"
       echo "cost pair $pair $p: $(cat "$d/train-$p-$pair.txt") max_step_ms $(sort -k2 -n "$d/steps-$p-$pair.txt" | tail -1 | cut -d' ' -f2)" | tee -a "$S"
     done
   done

@@ -16,6 +16,9 @@ for size in [8 << 10 << (2 * i) for i in range(9)] + [1 << 30]:
     for _ in range(10):
         dist.all_reduce(t)
     s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    # Every rank starts the timed loop together: a rank still finishing the last size
+    # would show as a slow all_reduce on rank 0.
+    dist.barrier()
     torch.cuda.synchronize()
     s.record()
     for _ in range(iters):
