@@ -148,74 +148,10 @@ fn open_op(w: &dyn Fn(usize) -> u64, index: u64) -> Option<OpenOp> {
     })
 }
 
-/// Test support: a counters file built word by word, as the plugin writes it.
-pub mod build {
-    use super::*;
-
-    /// A file's words.
-    pub struct Words(pub Vec<u64>);
-
-    impl Default for Words {
-        fn default() -> Self {
-            let mut w = vec![0; FILE_WORDS];
-            (w[H_MAGIC], w[H_VERSION]) = (MAGIC, VERSION);
-            Words(w)
-        }
-    }
-
-    impl Words {
-        /// Slot `slot` live for communicator `hash`, rank `rank` of `nranks`.
-        pub fn comm(&mut self, slot: usize, hash: u64, rank: u32, nranks: u32) -> &mut Self {
-            let s = |i| slot_word(slot, i);
-            self.0[s(S_STATE)] = LIVE;
-            self.0[s(S_COMM_HASH)] = hash;
-            (self.0[s(S_RANK)], self.0[s(S_NRANKS)]) = (rank.into(), nranks.into());
-            self
-        }
-
-        /// `posted` operations of `func` of `bytes` each, `completed` of them done
-        /// with `gpu_ns` each.
-        pub fn ops(
-            &mut self,
-            slot: usize,
-            func: NcclFunc,
-            bytes: u64,
-            posted: u64,
-            completed: u64,
-            gpu_ns: u64,
-        ) -> &mut Self {
-            let s = |i| slot_word(slot, i);
-            self.0[s(S_POSTED)] += posted;
-            self.0[s(S_COMPLETED)] += completed;
-            self.0[s(S_BUSY_NS)] += completed * gpu_ns;
-            let f = |i| s(func_word(func.id(), i));
-            self.0[f(F_COUNT)] += completed;
-            self.0[f(F_BYTES)] += completed * bytes;
-            self.0[f(F_GPU_NS)] += completed * gpu_ns;
-            if bytes >= BIG_BYTES {
-                self.0[f(F_BIG_COUNT)] += completed;
-                self.0[f(F_BIG_BYTES)] += completed * bytes;
-                self.0[f(F_BIG_GPU_NS)] += completed * gpu_ns;
-            }
-            let first_open = self.0[s(S_COMPLETED)];
-            for index in first_open..self.0[s(S_POSTED)] {
-                let o = |i| s(open_word(index as usize, i));
-                (self.0[o(O_INDEX1)], self.0[o(O_FUNC)], self.0[o(O_BYTES)]) =
-                    (index + 1, func.id() as u64, bytes);
-            }
-            self
-        }
-
-        pub fn bytes(&self) -> Vec<u8> {
-            self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
-    use super::build::Words;
     use super::*;
+    use crate::nccl_counters::words::Words;
 
     #[test]
     fn a_file_reads_back_its_communicators_and_open_operation() {

@@ -93,4 +93,4 @@ pub const fn func_word(func: usize, word: usize) -> usize {
     S_FUNCS + func * FUNC_WORDS + word
 }
 
-const _: () = assert!(func_word(super::NcclFunc::COUNT, 0) <= SLOT_WORDS);
+const _: () = assert!(func_word(super::func::NcclFunc::COUNT, 0) <= SLOT_WORDS);

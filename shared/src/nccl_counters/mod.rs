@@ -9,6 +9,7 @@ pub mod layout;
 mod rank_vars;
 pub mod stall;
 pub mod window;
+pub mod words;
 
 pub use decode::{decode, CommCounters, CountersError, FuncTotals, OpenOp, RankCounters};
 pub use func::{datatype_bytes, NcclFunc};

@@ -5,6 +5,7 @@
 //! Nothing toporun does to a rank (a stack sample) moves this clock.
 
 use super::decode::{CommCounters, OpenOp, RankCounters};
+use super::func::NcclFunc;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -146,7 +147,7 @@ fn oldest_wait(node: &NodeReading) -> Option<(u64, OpenOp)> {
 fn open_of(c: &CommCounters) -> OpenOp {
     c.open.unwrap_or(OpenOp {
         index: c.completed,
-        func: super::NcclFunc::Unknown,
+        func: NcclFunc::Unknown,
         bytes: 0,
         kernel_start_ns: None,
     })
@@ -155,8 +156,8 @@ fn open_of(c: &CommCounters) -> OpenOp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl_counters::decode::{build::Words, decode};
-    use crate::nccl_counters::NcclFunc;
+    use crate::nccl_counters::decode::decode;
+    use crate::nccl_counters::words::Words;
 
     /// Rank `rank` of 2 on communicator 7: `posted` all_reduces, `done` completed.
     fn rank(r: u32, posted: u64, done: u64) -> RankCounters {

@@ -4,7 +4,7 @@
 //! what the flight recorder's timed entries gave, without a dump.
 
 use super::decode::{CommCounters, RankCounters};
-use super::NcclFunc;
+use super::func::NcclFunc;
 use crate::flight_recorder::{GpuTime, KindBusbw, LinkModel, LinkSpeed};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -111,7 +111,8 @@ pub fn link_speeds(ranks: &[(&RankCounters, &RankCounters)], model: &LinkModel) 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nccl_counters::decode::{build::Words, decode};
+    use crate::nccl_counters::decode::decode;
+    use crate::nccl_counters::words::Words;
 
     fn reading(ops: &[(u64, u64)]) -> RankCounters {
         let mut w = Words::default();

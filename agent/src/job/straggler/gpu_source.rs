@@ -93,7 +93,7 @@ impl GpuSource {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toporun_shared::nccl_counters::decode::build::Words;
+    use toporun_shared::nccl_counters::words::Words;
     use toporun_shared::nccl_counters::{counters_file, NcclFunc};
 
     fn live(rank: u32) -> RankPid {
