@@ -327,16 +327,23 @@ impl Judge {
             return (!left).then_some(self.reported);
         }
         if !self.reported {
-            let hang = Hang::nccl(stacks, &Places::new(), &stall, timeout, &ctx);
-            let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
-            self.sink.found(HangReport {
-                hang,
-                text,
-                watchdog: None,
-            });
-            self.reported = true;
+            self.say(
+                Hang::nccl(stacks, &Places::new(), &stall, timeout, &ctx),
+                live,
+            );
         }
         Some(true)
+    }
+
+    /// Says the hang found here (with the ranks' workers), once.
+    fn say(&mut self, hang: Hang, live: &[RankPid]) {
+        let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
+        self.sink.found(HangReport {
+            hang,
+            text,
+            watchdog: None,
+        });
+        self.reported = true;
     }
 
     fn judge(&mut self, live: &[RankPid], stacks: &[RankStack]) {
@@ -412,14 +419,10 @@ impl Judge {
         if stalled < timeout && !ctx.left_while_others_wait(stacks) {
             return;
         }
-        let hang = Hang::with(stacks, &Places::new(), stalled, timeout, &ctx);
-        let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
-        self.sink.found(HangReport {
-            hang,
-            text,
-            watchdog: None,
-        });
-        self.reported = true;
+        self.say(
+            Hang::with(stacks, &Places::new(), stalled, timeout, &ctx),
+            live,
+        );
     }
 }
 
