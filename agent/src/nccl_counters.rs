@@ -33,7 +33,8 @@ impl CountersFiles {
             .collect()
     }
 
-    /// The node's ranks now: their counters and their main threads' CPU time.
+    /// The node's ranks now: their counters, their main threads' CPU time and the
+    /// bytes they wrote.
     pub fn node(&self, root: &Root, live: &[RankPid]) -> NodeReading {
         NodeReading {
             live: live.iter().map(|r| r.rank).collect(),
@@ -41,6 +42,10 @@ impl CountersFiles {
             cpu: live
                 .iter()
                 .filter_map(|r| Some((r.rank, rank_usage::main_thread_cpu(root, r.pid)?)))
+                .collect(),
+            written: live
+                .iter()
+                .filter_map(|r| Some((r.rank, crate::stacks::written(root, r.pid)?)))
                 .collect(),
         }
     }

@@ -3,6 +3,7 @@
 //! outlives that), and its communicator slots. Only init and finalize come here.
 
 use std::fs::OpenOptions;
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -18,18 +19,25 @@ struct Mapped {
 
 static FILE: Mutex<Option<Mapped>> = Mutex::new(None);
 
-/// One communicator's slot: its words, valid until [`release`].
+/// One communicator's slot in the mapped file, valid until [`release`].
 pub struct Slot {
     pub index: usize,
-    pub words: *const AtomicU64,
+    /// The file's first word.
+    file: *const AtomicU64,
 }
 
 impl Slot {
     /// Slot word `i`.
     pub fn word(&self, i: usize) -> &AtomicU64 {
         debug_assert!(i < SLOT_WORDS);
+        self.file_word(slot_word(self.index, i))
+    }
+
+    /// File word `i`.
+    fn file_word(&self, i: usize) -> &AtomicU64 {
+        assert!(i < FILE_WORDS);
         // The mapping holds FILE_WORDS words and stays mapped while the slot is held.
-        unsafe { &*self.words.add(i) }
+        unsafe { &*self.file.add(i) }
     }
 }
 
@@ -38,29 +46,46 @@ fn words(map: &memmap2::MmapMut) -> &[AtomicU64] {
     unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), FILE_WORDS) }
 }
 
+/// The pid a counters file was last written by, where it is one.
+fn owner(f: &mut std::fs::File) -> Option<u64> {
+    let mut head = [0u8; 8 * (H_PID + 1)];
+    f.read_exact(&mut head).ok()?;
+    let word = |i: usize| u64::from_le_bytes(head[i * 8..i * 8 + 8].try_into().unwrap_or_default());
+    (word(H_MAGIC) == MAGIC).then(|| word(H_PID))
+}
+
+/// Maps the rank's file for this process: made whole with zeros written (a sparse
+/// file's first store on a full disk would be a SIGBUS inside NCCL), and never taken
+/// from another live process (a child of the rank that initialises NCCL with the same
+/// variable counts nowhere).
 fn open(path: &Path) -> std::io::Result<memmap2::MmapMut> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let f = OpenOptions::new()
+    let mut f = OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(path)?;
-    f.set_len(FILE_BYTES as u64)?;
-    // The agent reads the same file; nothing else writes it.
-    let map = unsafe { memmap2::MmapMut::map_mut(&f)? };
-    let w = words(&map);
     let pid = u64::from(std::process::id());
-    if w[H_MAGIC].load(Ordering::Relaxed) != MAGIC || w[H_PID].load(Ordering::Relaxed) != pid {
-        // Another process's file (a rank restarted in place): start over.
-        w.iter().for_each(|x| x.store(0, Ordering::Relaxed));
-        w[H_VERSION].store(VERSION, Ordering::Relaxed);
-        w[H_PID].store(pid, Ordering::Relaxed);
-        w[H_MAGIC].store(MAGIC, Ordering::Release);
+    match owner(&mut f) {
+        Some(p) if p == pid => {}
+        Some(p) if Path::new(&format!("/proc/{p}")).exists() => {
+            return Err(std::io::Error::other(format!("in use by process {p}")));
+        }
+        _ => {
+            let mut fresh = vec![0u8; FILE_BYTES];
+            fresh[H_VERSION * 8..H_VERSION * 8 + 8].copy_from_slice(&VERSION.to_le_bytes());
+            fresh[H_PID * 8..H_PID * 8 + 8].copy_from_slice(&pid.to_le_bytes());
+            fresh[..8].copy_from_slice(&MAGIC.to_le_bytes());
+            f.seek(SeekFrom::Start(0))?;
+            f.write_all(&fresh)?;
+            f.set_len(FILE_BYTES as u64)?;
+        }
     }
-    Ok(map)
+    // The agent reads the same file; nothing else writes it.
+    unsafe { memmap2::MmapMut::map_mut(&f) }
 }
 
 /// A slot for a new communicator: a free one, else one whose communicator was
@@ -106,7 +131,7 @@ pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Option<Slot>> {
     m.users += 1;
     Ok(Some(Slot {
         index,
-        words: w[base..].as_ptr(),
+        file: w.as_ptr(),
     }))
 }
 
@@ -126,12 +151,5 @@ pub fn release(slot: &Slot) {
 
 /// Counts an event the plugin could not follow.
 pub fn dropped(slot: &Slot) {
-    // The header sits before slot 0: reach it from the slot's own words.
-    let header = unsafe {
-        &*slot
-            .words
-            .sub(HEADER_WORDS + slot.index * SLOT_WORDS)
-            .add(H_DROPPED)
-    };
-    header.fetch_add(1, Ordering::Relaxed);
+    slot.file_word(H_DROPPED).fetch_add(1, Ordering::Relaxed);
 }

@@ -34,7 +34,8 @@ struct Channel {
 struct Op {
     tag: u64,
     comm: *const Comm,
-    index: AtomicU64,
+    /// The posted index it follows, plus one (0: never used).
+    index1: AtomicU64,
     func: AtomicU64,
     bytes: AtomicU64,
     channels_expected: AtomicU32,
@@ -114,8 +115,8 @@ impl Comm {
         let index = self.next.fetch_add(1, Relaxed);
         self.publish_open(index, func, bytes);
         let op = &self.ops[index as usize % RING];
-        let handle = if op.started.load(Acquire) != op.stopped.load(Acquire) {
-            // The record's last operation still has channels running.
+        let handle = if !op.free(self.word(S_COMPLETED).load(Acquire)) {
+            // The record's operation is not done (the host is 256 ahead of the GPU).
             counters_file::dropped(&self.slot);
             std::ptr::null_mut()
         } else {
@@ -155,6 +156,7 @@ impl Comm {
             f(F_BIG_BYTES).fetch_add(bytes, Relaxed);
             f(F_BIG_GPU_NS).fetch_add(ns, Relaxed);
         }
+        self.word(S_DONE).fetch_add(1, Relaxed);
         self.word(S_COMPLETED).fetch_max(index + 1, Release);
     }
 }
@@ -164,7 +166,7 @@ impl Op {
         Op {
             tag: TAG_OP,
             comm: std::ptr::null(),
-            index: AtomicU64::new(0),
+            index1: AtomicU64::new(0),
             func: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             channels_expected: AtomicU32::new(0),
@@ -181,8 +183,20 @@ impl Op {
         }
     }
 
+    /// Whether the record may follow a new operation: never used, or its operation is
+    /// done (itself, or passed by a later one: `completed`) and no channel of it runs.
+    fn free(&self, completed: u64) -> bool {
+        let old = self.index1.load(Acquire);
+        let done = old == 0 || completed >= old;
+        done && self.started.load(Acquire) == self.stopped.load(Acquire)
+    }
+
+    fn index(&self) -> u64 {
+        self.index1.load(Relaxed).saturating_sub(1)
+    }
+
     fn reset(&self, index: u64, func: NcclFunc, bytes: u64, channels: u8) {
-        self.index.store(index, Relaxed);
+        self.index1.store(index + 1, Relaxed);
         self.func.store(func.id() as u64, Relaxed);
         self.bytes.store(bytes, Relaxed);
         self.channels_expected.store(channels.into(), Relaxed);
@@ -228,15 +242,22 @@ unsafe fn channel_start(parent: *mut c_void, id: u8, timer: u64) -> *mut c_void 
     ch.stop.store(0, Relaxed);
     op.first_start.fetch_min(timer, Relaxed);
     if op.started.fetch_add(1, AcqRel) == 0 {
-        let comm = op.comm();
-        let index = op.index.load(Relaxed) as usize;
-        if comm.word(open_word(index, O_INDEX1)).load(Acquire) == index as u64 + 1 {
-            let _ = comm
-                .word(open_word(index, O_KERNEL_START))
-                .compare_exchange(0, timer, Relaxed, Relaxed);
-        }
+        stamp_kernel_start(op.comm(), op.index(), timer);
     }
     ch as *const Channel as *mut c_void
+}
+
+/// The open-ring entry of `index` gets its first channel's start, unless the host
+/// republished the entry for a later index meanwhile.
+fn stamp_kernel_start(comm: &Comm, index: u64, timer: u64) {
+    let entry = |w| comm.word(open_word(index as usize, w));
+    if entry(O_INDEX1).load(Acquire) != index + 1 {
+        return;
+    }
+    let stamped = entry(O_KERNEL_START).compare_exchange(0, timer, Relaxed, Relaxed);
+    if stamped.is_ok() && entry(O_INDEX1).load(Acquire) != index + 1 {
+        let _ = entry(O_KERNEL_START).compare_exchange(timer, 0, Relaxed, Relaxed);
+    }
 }
 
 /// NCCL recorded a state of the event of `handle`: a channel's stop time.
@@ -267,7 +288,7 @@ pub unsafe fn stop(handle: *mut c_void) {
         let func = NcclFunc::from_id(op.func.load(Relaxed));
         let first = op.first_start.load(Relaxed);
         op.comm().complete(
-            op.index.load(Relaxed),
+            op.index(),
             func,
             op.bytes.load(Relaxed),
             first.min(stop),

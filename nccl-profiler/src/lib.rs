@@ -21,9 +21,6 @@ use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 
-/// ncclInternalError: init could not follow the communicator (only logged by NCCL).
-const NCCL_INTERNAL_ERROR: NcclResult = 3;
-
 /// The events this plugin asks for.
 pub const EVENT_MASK: c_int = (EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH) as c_int;
 
@@ -71,7 +68,10 @@ unsafe extern "C" fn init(
     rank: c_int,
     logfn: Logger,
 ) -> NcclResult {
-    guarded(NCCL_INTERNAL_ERROR, || {
+    // Every outcome is success (a null context where the communicator is not
+    // counted): an error makes newer NCCL unload the plugin under the other
+    // communicators.
+    guarded(NCCL_SUCCESS, || {
         if !context.is_null() {
             *context = std::ptr::null_mut();
         }
@@ -93,11 +93,16 @@ unsafe extern "C" fn init(
                 NCCL_SUCCESS
             }
             Err(e) => {
+                // Success with no context: an error makes newer NCCL unload the
+                // plugin while other communicators may still use it.
                 log(
                     logfn,
-                    &format!("toporun profiler: cannot map {}: {e}", path.display()),
+                    &format!(
+                        "toporun profiler: cannot map {}: {e}; this communicator is not counted",
+                        path.display()
+                    ),
                 );
-                NCCL_INTERNAL_ERROR
+                NCCL_SUCCESS
             }
         }
     })

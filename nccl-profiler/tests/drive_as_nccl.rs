@@ -356,3 +356,51 @@ fn the_built_library_survives_close_and_reload() {
         }
     });
 }
+
+/// The host 256 operations ahead of the GPU: the 257th is counted as dropped, not
+/// given the record of the first, whose channels still land on the first.
+#[test]
+fn a_host_far_ahead_of_the_gpu_drops_operations_rather_than_mixing_them() {
+    with_file(|path| {
+        let nccl = here();
+        let all_reduce = CString::new("AllReduce").unwrap();
+        let (ctx, _) = nccl.init(11, 0, 2);
+        let first = nccl.post(ctx, &all_reduce, 64, 1);
+        for _ in 1..256 {
+            assert!(!nccl.post(ctx, &all_reduce, 64, 1).is_null());
+        }
+        assert!(
+            nccl.post(ctx, &all_reduce, 64, 1).is_null(),
+            "record 0 still follows op 0"
+        );
+        nccl.channel(ctx, first, 0, 10, 20);
+        let c = read(path);
+        let comm = &c.comms[0];
+        assert_eq!(
+            (c.dropped, comm.posted, comm.completed, comm.done),
+            (1, 257, 1, 1)
+        );
+        assert_eq!(comm.busy_ns, 10);
+        nccl.finalize(ctx);
+    });
+}
+
+/// A counters file another live process writes (a child of the rank that
+/// initialises NCCL with the rank's variable) is not taken over.
+#[test]
+fn another_live_process_s_file_is_left_alone() {
+    with_file(|path| {
+        let all_reduce = CString::new("AllReduce").unwrap();
+        let (ctx, _) = here().init(12, 0, 2);
+        here().post(ctx, &all_reduce, 64, 0);
+        here().finalize(ctx);
+        // The file now says pid 1 (alive in every container) wrote it.
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[16..24].copy_from_slice(&1u64.to_le_bytes());
+        std::fs::write(path, &bytes).unwrap();
+        let (ctx, mask) = here().init(13, 0, 2);
+        assert!(ctx.is_null(), "not counted");
+        assert_eq!(mask, 0);
+        assert_eq!(std::fs::read(path).unwrap(), bytes, "untouched");
+    });
+}

@@ -10,7 +10,7 @@ pub enum CountersError {
     Short(usize),
     #[error("not a toporun NCCL counters file (magic {0:#x})")]
     Magic(u64),
-    #[error("counters layout version {0}, this toporun reads {VERSION}")]
+    #[error("counters layout version {0}, this toporun reads 1 to {VERSION}")]
     Version(u64),
 }
 
@@ -37,7 +37,10 @@ pub struct CommCounters {
     pub nranks: u32,
     pub nnodes: u32,
     pub posted: u64,
+    /// One past the highest posted index completed.
     pub completed: u64,
+    /// Operations completed, one by one.
+    pub done: u64,
     pub busy_ns: u64,
     pub last_stop_ns: u64,
     /// The oldest operation posted and not completed, where the ring still holds it.
@@ -85,12 +88,16 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
     if w(H_MAGIC) != MAGIC {
         return Err(CountersError::Magic(w(H_MAGIC)));
     }
-    if w(H_VERSION) != VERSION {
-        return Err(CountersError::Version(w(H_VERSION)));
+    let version = w(H_VERSION);
+    if !(1..=VERSION).contains(&version) {
+        return Err(CountersError::Version(version));
     }
-    let comms = (0..MAX_COMMS)
+    let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
         .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot))
         .collect();
+    if version == 1 {
+        comms.iter_mut().for_each(|c| c.done = c.completed);
+    }
     Ok(RankCounters {
         pid: w(H_PID) as u32,
         inits: w(H_INITS),
@@ -130,6 +137,7 @@ fn comm(w: &dyn Fn(usize) -> u64, slot: usize) -> Option<CommCounters> {
         nnodes: w(S_NNODES) as u32,
         posted,
         completed,
+        done: w(S_DONE),
         busy_ns: w(S_BUSY_NS),
         last_stop_ns: w(S_LAST_STOP_NS),
         open,

@@ -7,8 +7,9 @@
 pub const HEADER_WORDS: usize = 16;
 /// "TOPONCCL" as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
-/// Bumped when a word's meaning changes.
-pub const VERSION: u64 = 1;
+/// Bumped when a word's meaning changes: 2 added S_DONE (version 1 files, as the
+/// first GPU runs kept them, read with done = completed).
+pub const VERSION: u64 = 2;
 
 /// Header words.
 pub const H_MAGIC: usize = 0;
@@ -52,6 +53,9 @@ pub const S_BUSY_NS: usize = 7;
 pub const S_LAST_STOP_NS: usize = 8;
 /// Bumped before and after the slot's identity words change (odd: being written).
 pub const S_GENERATION: usize = 9;
+/// Operations completed, counted one by one (S_COMPLETED is a high-water mark: one
+/// completing after a later one does not move it).
+pub const S_DONE: usize = 10;
 
 /// The last OPEN_RING posted operations, OPEN_WORDS each, from S_OPEN.
 pub const S_OPEN: usize = 16;

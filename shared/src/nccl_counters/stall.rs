@@ -14,13 +14,14 @@ use std::time::{Duration, Instant};
 pub const BUSY_SHARE: f64 = 0.5;
 
 /// This node's ranks at one reading: counters (None: no file yet, NCCL not
-/// initialised) and CPU time used so far.
+/// initialised), CPU time used and bytes written so far.
 #[derive(Debug, Clone, Default)]
 pub struct NodeReading {
     /// The node's live ranks (the counters' ranks where empty).
     pub live: Vec<u32>,
     pub counters: BTreeMap<u32, RankCounters>,
     pub cpu: BTreeMap<u32, Duration>,
+    pub written: BTreeMap<u32, u64>,
 }
 
 /// What the counters say at a reading.
@@ -28,7 +29,8 @@ pub struct NodeReading {
 pub enum NcclState {
     /// No rank waits in an NCCL operation.
     Idle,
-    /// Ranks wait and operations completed within the last `since`.
+    /// Ranks wait and operations completed (or a rank behind wrote) since the last
+    /// reading: the clock starts again.
     Moving,
     Stalled(NcclStall),
 }
@@ -41,18 +43,21 @@ pub struct NcclStall {
     pub op: OpenOp,
     /// The ranks of this node that posted it and wait.
     pub waiting: Vec<u32>,
-    /// The ranks of this node that never posted it.
+    /// The ranks of this node in the communicator that never posted it.
     pub behind: Vec<Behind>,
+    /// Ranks of the communicator that should be on this node (all of it is: one
+    /// node) and have no such communicator yet.
+    #[serde(default)]
+    pub missing: u32,
 }
 
 /// A rank that never posted the operation the others wait in.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Behind {
     pub rank: u32,
-    /// Operations it posted on that communicator; None: it has no such communicator
-    /// (it never reached its creation, or NCCL is not loaded in it).
-    pub posted: Option<u64>,
-    /// Its CPU time over the stall, as a share of it (None: unread).
+    /// Operations it posted on that communicator.
+    pub posted: u64,
+    /// Its main thread's CPU time over the stall, as a share of it (None: unread).
     pub cpu_share: Option<f64>,
 }
 
@@ -62,23 +67,35 @@ impl Behind {
     }
 }
 
+/// When the stall began, and each rank's CPU time and bytes written then.
+#[derive(Debug, Clone)]
+struct Since {
+    at: Instant,
+    cpu: BTreeMap<u32, Duration>,
+    written: BTreeMap<u32, u64>,
+}
+
 /// Follows this node's counters from reading to reading.
 #[derive(Debug, Default)]
 pub struct NcclWatch {
     /// Completions summed over every rank's communicators at the last reading.
     done: u64,
-    /// When the last completion was seen (or the wait began), and each rank's CPU
-    /// time then.
-    since: Option<(Instant, BTreeMap<u32, Duration>)>,
+    since: Option<Since>,
 }
 
 impl NcclWatch {
+    /// The stall's clock starts again at the next reading (the caller saw no rank
+    /// waiting where the counters say they wait).
+    pub fn hold_off(&mut self) {
+        self.since = None;
+    }
+
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
         let done: u64 = node
             .counters
             .values()
             .flat_map(|c| &c.comms)
-            .map(|c| c.completed.wrapping_add(c.generation << 32))
+            .map(|c| c.done.wrapping_add(c.generation << 32))
             .fold(0, u64::wrapping_add);
         let moved = done != self.done;
         self.done = done;
@@ -86,45 +103,80 @@ impl NcclWatch {
             self.since = None;
             return NcclState::Idle;
         };
-        if moved || self.since.is_none() {
-            self.since = Some((now, node.cpu.clone()));
-            return NcclState::Moving;
-        }
-        let Some((since, cpu_then)) = &self.since else {
-            return NcclState::Moving;
+        let stall = match &self.since {
+            Some(since) if !moved => stall_of(node, since, (comm, op), now),
+            _ => None,
         };
-        let stalled = now.saturating_duration_since(*since);
-        let share = |rank: u32| {
-            let (a, b) = (cpu_then.get(&rank)?, node.cpu.get(&rank)?);
-            (!stalled.is_zero()).then(|| b.saturating_sub(*a).as_secs_f64() / stalled.as_secs_f64())
-        };
-        let (mut waiting, mut behind) = (Vec::new(), Vec::new());
-        let ranks: Vec<u32> = match node.live.is_empty() {
-            true => node.counters.keys().copied().collect(),
-            false => node.live.clone(),
-        };
-        for rank in ranks {
-            let found = node
-                .counters
-                .get(&rank)
-                .and_then(|c| c.comms.iter().find(|x| x.live && x.hash == comm));
-            match found {
-                Some(x) if x.posted > op.index => waiting.push(rank),
-                found => behind.push(Behind {
-                    rank,
-                    posted: found.map(|x| x.posted),
-                    cpu_share: share(rank),
-                }),
+        match stall {
+            Some(s) => NcclState::Stalled(s),
+            None => {
+                self.since = Some(Since {
+                    at: now,
+                    cpu: node.cpu.clone(),
+                    written: node.written.clone(),
+                });
+                NcclState::Moving
             }
         }
-        NcclState::Stalled(NcclStall {
-            stalled_secs: stalled.as_secs_f64(),
-            comm,
-            op,
-            waiting,
-            behind,
-        })
     }
+}
+
+/// The stall since `since` on `comm`'s open `op`; None where a rank behind wrote
+/// meanwhile (a checkpoint only it saves is progress, as in the stack rule).
+fn stall_of(
+    node: &NodeReading,
+    since: &Since,
+    (comm, op): (u64, OpenOp),
+    now: Instant,
+) -> Option<NcclStall> {
+    let stalled = now.saturating_duration_since(since.at);
+    let share = |rank: u32| {
+        let (a, b) = (since.cpu.get(&rank)?, node.cpu.get(&rank)?);
+        (!stalled.is_zero()).then(|| b.saturating_sub(*a).as_secs_f64() / stalled.as_secs_f64())
+    };
+    let wrote = |rank: u32| match (since.written.get(&rank), node.written.get(&rank)) {
+        (Some(a), Some(b)) => b > a,
+        _ => false,
+    };
+    let ranks: Vec<u32> = match node.live.is_empty() {
+        true => node.counters.keys().copied().collect(),
+        false => node.live.clone(),
+    };
+    let (mut waiting, mut behind, mut members, mut group) = (Vec::new(), Vec::new(), 0, None);
+    for rank in ranks {
+        let Some(x) = node
+            .counters
+            .get(&rank)
+            .and_then(|c| c.comms.iter().find(|x| x.live && x.hash == comm))
+        else {
+            continue; // not in the communicator (or not there yet)
+        };
+        members += 1;
+        group = Some((x.nranks, x.nnodes));
+        if x.posted > op.index {
+            waiting.push(rank);
+        } else if wrote(rank) {
+            return None;
+        } else {
+            behind.push(Behind {
+                rank,
+                posted: x.posted,
+                cpu_share: share(rank),
+            });
+        }
+    }
+    let missing = match group {
+        Some((nranks, 1)) => nranks.saturating_sub(members),
+        _ => 0,
+    };
+    Some(NcclStall {
+        stalled_secs: stalled.as_secs_f64(),
+        comm,
+        op,
+        waiting,
+        behind,
+        missing,
+    })
 }
 
 /// The communicator whose open operation most ranks wait in, and that operation.
@@ -170,6 +222,7 @@ mod tests {
     fn reading(ranks: &[(u32, u64, u64)], cpu: &[(u32, u64)]) -> NodeReading {
         NodeReading {
             live: Vec::new(),
+            written: BTreeMap::new(),
             counters: ranks.iter().map(|&(r, p, d)| (r, rank(r, p, d))).collect(),
             cpu: cpu
                 .iter()
@@ -203,7 +256,7 @@ mod tests {
         );
         assert_eq!(s.waiting, vec![0]);
         assert_eq!(s.behind.len(), 1);
-        assert_eq!((s.behind[0].rank, s.behind[0].posted), (1, Some(5)));
+        assert_eq!((s.behind[0].rank, s.behind[0].posted), (1, 5));
         assert_eq!(s.behind[0].busy(), Some(true));
     }
 
@@ -235,5 +288,53 @@ mod tests {
         };
         assert_eq!(s.waiting, vec![0, 1]);
         assert!(s.behind.is_empty());
+    }
+
+    /// A rank of another subgroup is not blamed; a member not there yet is counted.
+    #[test]
+    fn only_the_communicator_s_members_are_behind() {
+        let t0 = Instant::now();
+        let mut w = NcclWatch::default();
+        let mut r = reading(&[(0, 6, 5)], &[]);
+        let mut other = Words::default();
+        other
+            .comm(0, 8, 0, 1)
+            .ops(0, NcclFunc::AllReduce, 64, 3, 3, 10);
+        r.counters.insert(2, decode(&other.bytes()).unwrap());
+        r.live = vec![0, 1, 2];
+        w.observe(&r, t0);
+        let NcclState::Stalled(s) = w.observe(&r, t0 + Duration::from_secs(5)) else {
+            panic!("stalled");
+        };
+        assert!(s.behind.is_empty(), "{s:?}");
+        assert_eq!(
+            (s.waiting.clone(), s.missing),
+            (vec![0], 1),
+            "rank 1 of 2 has no communicator 7"
+        );
+    }
+
+    /// A rank behind that writes (a checkpoint only it saves) is progress.
+    #[test]
+    fn a_rank_behind_that_writes_restarts_the_clock() {
+        let t0 = Instant::now();
+        let mut w = NcclWatch::default();
+        let mut r = reading(&[(0, 6, 5), (1, 5, 5)], &[]);
+        r.written = [(0, 10), (1, 100)].into();
+        w.observe(&r, t0);
+        r.written = [(0, 10), (1, 900)].into();
+        assert_eq!(
+            w.observe(&r, t0 + Duration::from_secs(5)),
+            NcclState::Moving
+        );
+        assert!(
+            matches!(w.observe(&r, t0 + Duration::from_secs(9)), NcclState::Stalled(s) if s.stalled_secs == 4.0)
+        );
+        w.hold_off();
+        assert_eq!(
+            w.observe(&r, t0 + Duration::from_secs(10)),
+            NcclState::Moving,
+            "held off"
+        );
     }
 }

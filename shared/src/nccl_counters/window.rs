@@ -60,7 +60,7 @@ pub fn gpu_time(
     let (mut busy, mut timed) = (0u64, 0u64);
     for (b, a) in pairs(before, after) {
         busy += a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
-        timed += a.completed.saturating_sub(b.map_or(0, |b| b.completed));
+        timed += a.done.saturating_sub(b.map_or(0, |b| b.done));
     }
     let span_ns = span.as_nanos() as u64;
     if timed == 0 || span_ns == 0 {

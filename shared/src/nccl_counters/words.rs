@@ -16,12 +16,13 @@ impl Default for Words {
 }
 
 impl Words {
-    /// Slot `slot` live for communicator `hash`, rank `rank` of `nranks`.
+    /// Slot `slot` live for communicator `hash`, rank `rank` of `nranks`, one node.
     pub fn comm(&mut self, slot: usize, hash: u64, rank: u32, nranks: u32) -> &mut Self {
         let s = |i| slot_word(slot, i);
         self.0[s(S_STATE)] = LIVE;
         self.0[s(S_COMM_HASH)] = hash;
         (self.0[s(S_RANK)], self.0[s(S_NRANKS)]) = (rank.into(), nranks.into());
+        self.0[s(S_NNODES)] = 1;
         self
     }
 
@@ -39,6 +40,7 @@ impl Words {
         let s = |i| slot_word(slot, i);
         self.0[s(S_POSTED)] += posted;
         self.0[s(S_COMPLETED)] += completed;
+        self.0[s(S_DONE)] += completed;
         self.0[s(S_BUSY_NS)] += completed * gpu_ns;
         let f = |i| s(func_word(func.id(), i));
         self.0[f(F_COUNT)] += completed;

@@ -6,6 +6,7 @@
 use super::hang_report::{Context, Hang};
 use super::merge::{rank_label, ranks_text, Places};
 use super::model::RankStack;
+use super::standing::Standing;
 use crate::nccl_counters::{Behind, NcclStall, OpenOp};
 use crate::units::format_size;
 use std::time::Duration;
@@ -23,21 +24,34 @@ fn op_text(op: &OpenOp, comm: u64) -> String {
     )
 }
 
-/// What one rank behind is doing, and where.
-fn behind_text(b: &Behind, at: Option<&str>, stalled: f64) -> String {
-    let place = at.map(|a| format!(" in {a}")).unwrap_or_default();
+/// What one rank behind is doing, and where: waiting elsewhere where its stack
+/// waits (another group's collective, a sync on its GPU: a spinning wait is no
+/// loop of its own), else busy or stuck by its CPU.
+fn behind_text(b: &Behind, stands: Option<&(u32, Standing, String)>, stalled: f64) -> String {
+    let place = stands.map(|s| format!(" in {}", s.2)).unwrap_or_default();
+    if let Some((_, st, at)) = stands.filter(|s| s.1.waits()) {
+        return format!("{} in {at}, not in this group's operation", st.verb());
+    }
     let cpu = |s: f64| format!("CPU {:.0}% of the {stalled:.0}s", s * 100.0);
-    match (b.posted, b.busy(), b.cpu_share) {
-        (None, _, _) => format!("has no such communicator yet{place}: it never reached the group's creation"),
-        (_, Some(true), Some(s)) => format!(
+    match (b.busy(), b.cpu_share) {
+        (Some(true), Some(s)) => format!(
             "is busy ({}){place}: a loop that does not end, or a step only it runs (an evaluation, a checkpoint) longer than --hang-timeout: raise --hang-timeout if that is expected",
             cpu(s)
         ),
-        (_, Some(false), Some(s)) => format!(
+        (Some(false), Some(s)) => format!(
             "is stuck ({}){place}: it waits on something outside NCCL (I/O, a lock, a DataLoader worker)",
             cpu(s)
         ),
         _ => format!("stands{place}"),
+    }
+}
+
+/// `; 2 ranks of the group have no such communicator yet (...)`, where some miss.
+fn missing_text(missing: u32) -> String {
+    match missing {
+        0 => String::new(),
+        1 => "; 1 rank of the group has no such communicator yet: it never reached the group's creation".into(),
+        n => format!("; {n} ranks of the group have no such communicator yet: they never reached the group's creation"),
     }
 }
 
@@ -63,14 +77,21 @@ impl Hang {
             return hang;
         }
         if stall.behind.is_empty() {
-            hang.headline = format!(
-                "every rank here posted {op} and none completed: {}",
-                hang.headline
-            );
+            hang.headline = match stall.missing {
+                0 => format!(
+                    "every rank here posted {op} and none completed: {}",
+                    hang.headline
+                ),
+                n => format!(
+                    "ranks {} wait in {op}{}",
+                    ranks_text(&stall.waiting),
+                    missing_text(n)
+                ),
+            };
             return hang;
         }
         let stands = ctx.standings(stacks);
-        let at = |r: u32| stands.iter().find(|s| s.0 == r).map(|s| s.2.as_str());
+        let at = |r: u32| stands.iter().find(|s| s.0 == r);
         let parts: Vec<String> = stall
             .behind
             .iter()
@@ -85,11 +106,12 @@ impl Hang {
         let behind: Vec<u32> = stall.behind.iter().map(|b| b.rank).collect();
         let s = if stall.waiting.len() == 1 { "s" } else { "" };
         hang.headline = format!(
-            "{} never posted {op} that rank{} {} wait{s} in: {}",
+            "{} never posted {op} that rank{} {} wait{s} in: {}{}",
             ranks_word(&behind),
             if stall.waiting.len() == 1 { "" } else { "s" },
             ranks_text(&stall.waiting),
-            parts.join("; ")
+            parts.join("; "),
+            missing_text(stall.missing)
         );
         hang.odd = behind;
         hang
@@ -123,6 +145,7 @@ mod tests {
             },
             waiting: vec![0, 2, 3],
             behind,
+            missing: 0,
         }
     }
 
@@ -146,7 +169,7 @@ mod tests {
         ];
         let busy = Behind {
             rank: 1,
-            posted: Some(5),
+            posted: 5,
             cpu_share: Some(0.99),
         };
         let h = Hang::nccl(
@@ -171,31 +194,48 @@ mod tests {
     }
 
     #[test]
-    fn a_stuck_rank_and_a_rank_without_the_communicator_are_told_apart() {
+    fn a_stuck_rank_a_rank_waiting_elsewhere_and_missing_members_are_told_apart() {
         let stuck = Behind {
             rank: 1,
-            posted: Some(5),
+            posted: 5,
             cpu_share: Some(0.01),
         };
-        let absent = Behind {
+        // Spinning at 100% in a sync on its GPU: waiting, not a loop of its own.
+        let elsewhere = Behind {
             rank: 2,
-            posted: None,
-            cpu_share: Some(0.0),
+            posted: 5,
+            cpu_share: Some(1.0),
         };
-        let stacks = [stack(1, &[("read", "/w/io.py", 3)])];
-        let h = Hang::nccl(
-            &stacks,
-            &Places::new(),
-            &stall(vec![stuck, absent]),
-            Duration::from_secs(25),
-            &Context::default(),
-        );
+        let stacks = [
+            stack(1, &[("read", "/w/io.py", 3)]),
+            stack(
+                2,
+                &[
+                    ("synchronize", "torch/cuda/__init__.py", 1),
+                    ("main", "/w/train.py", 9),
+                ],
+            ),
+        ];
+        let mut s = stall(vec![stuck, elsewhere]);
+        s.missing = 1;
+        let lines = [(2, "    torch.cuda.synchronize()".to_string())].into();
+        let ctx = Context {
+            lines,
+            ..Context::default()
+        };
+        let h = Hang::nccl(&stacks, &Places::new(), &s, Duration::from_secs(25), &ctx);
         assert!(h.headline.contains("rank 1 is stuck (CPU 1% of the 25s) in read (io.py:3): it waits on something outside NCCL"), "{}", h.headline);
         assert!(
-            h.headline.contains("rank 2 has no such communicator yet"),
+            h.headline.contains("rank 2 waits on its GPU"),
             "{}",
             h.headline
         );
+        assert!(
+            h.headline.contains("not in this group's operation"),
+            "{}",
+            h.headline
+        );
+        assert!(h.headline.ends_with("; 1 rank of the group has no such communicator yet: it never reached the group's creation"), "{}", h.headline);
         assert_eq!(h.odd, vec![1, 2]);
     }
 }

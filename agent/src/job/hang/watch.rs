@@ -312,13 +312,17 @@ impl Judge {
         };
         let ctx = self.context(stacks);
         // A real wait shows in the waiting ranks' stacks (in a collective, or at a sync
-        // on the GPU); counters alone can hold an operation NCCL never reports done
-        // (a kernel without profiler hooks) while every rank computes.
+        // on the GPU) at every sample; counters alone can hold an operation NCCL never
+        // reports done (a kernel without profiler hooks) while the ranks compute and
+        // sit at `.item()` now and then.
         let stands = ctx.standings(stacks);
         if !stands
             .iter()
             .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
         {
+            if let Some((_, watch)) = self.nccl.as_mut() {
+                watch.hold_off();
+            }
             return None;
         }
         let timeout = self.watch.timeout;

@@ -23,7 +23,13 @@ pub struct CounterWindows {
     every: Duration,
     last: HashMap<u32, (Instant, RankCounters)>,
     due: Option<Instant>,
+    /// When the first look was taken, and whether their absence was said.
+    first: Option<Instant>,
+    said_none: bool,
 }
+
+/// How long the ranks may train before a missing counters file is said.
+const NONE_SAID_AFTER: Duration = Duration::from_secs(60);
 
 impl CounterWindows {
     pub fn new(files: CountersFiles, every: Duration) -> CounterWindows {
@@ -32,6 +38,8 @@ impl CounterWindows {
             every,
             last: HashMap::new(),
             due: None,
+            first: None,
+            said_none: false,
         }
     }
 
@@ -50,7 +58,9 @@ impl CounterWindows {
         self.last.retain(|r, _| live.iter().any(|l| l.rank == *r));
         let mut times = Vec::new();
         let mut pairs = Vec::new();
-        for (rank, now_c) in self.files.read(live) {
+        let read = self.files.read(live);
+        self.say_if_none(read.is_empty(), now);
+        for (rank, now_c) in read {
             if let Some((at, before)) = self.last.get(&rank) {
                 if let Some(t) = window::gpu_time(rank, before, &now_c, now - *at) {
                     times.push(t);
@@ -66,6 +76,22 @@ impl CounterWindows {
             w.judge(&speeds)
         });
         (times, line)
+    }
+}
+
+impl CounterWindows {
+    /// Says once that no rank wrote counters a minute into the job: their NCCL did
+    /// not load the plugin, and nothing times their GPUs.
+    fn say_if_none(&mut self, none: bool, now: Instant) {
+        let first = *self.first.get_or_insert(now);
+        if !none || self.said_none || now - first < NONE_SAID_AFTER {
+            return;
+        }
+        self.said_none = true;
+        crate::console::say_warning!(
+            "no rank has written NCCL counters after {}s: their NCCL did not load toporun's profiler plugin (an NCCL before 2.28.3 has no profiler v5) or made no communicator; nothing times their GPUs: --nccl-profiler off gives the flight-recorder timing",
+            NONE_SAID_AFTER.as_secs()
+        );
     }
 }
 
