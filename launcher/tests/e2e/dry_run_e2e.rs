@@ -279,13 +279,20 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
 /// own plugin is kept and said; a job without GPUs gets nothing.
 #[test]
 fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
+    let (_dir, bin) = installed_with_plugin();
+    let dry = |args: &[&str], env: &[(&str, &str)]| {
+        run(toporun_at(&bin)
+            .args(["launch", "--dry-run"])
+            .args(args)
+            .arg("train.py")
+            .envs(env.iter().copied())
+            .current_dir(scripts()))
+    };
     let host = host("h200x4");
     let on = ["--facts", &host, "--nproc-per-node=2"];
-    let (code, out, _) = dry(&on);
+    let (code, out, _) = dry(&on, &[]);
     assert_eq!(code, 0);
-    let plugin = toporun().get_program().to_owned();
-    let plugin = std::path::Path::new(&plugin).with_file_name("libtoporun_nccl_profiler.so");
-    let plugin = plugin.canonicalize().unwrap();
+    let plugin = bin.with_file_name(PLUGIN).canonicalize().unwrap();
     let var = format!("  NCCL_PROFILER_PLUGIN={}\n", plugin.display());
     assert_eq!(out.matches(&var).count(), 2, "{out}");
     for rank in 0..2 {
@@ -303,7 +310,7 @@ fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
     );
     assert!(!out.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"), "{out}");
     assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING"), "{out}");
-    let (_, out, _) = dry_with(
+    let (_, out, _) = dry(
         &on,
         &[("NCCL_PROFILER_PLUGIN", "/opt/comma/libnccl-profiler.so")],
     );
@@ -317,8 +324,51 @@ fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
         "the dumps time the GPUs: {out}"
     );
     let cpu = ["--facts", &support::host("h200x4"), "--nproc-per-node=2"];
-    let (_, out, _) = dry_with(&cpu, &[("CUDA_VISIBLE_DEVICES", "")]);
+    let (_, out, _) = dry(&cpu, &[("CUDA_VISIBLE_DEVICES", "")]);
     assert!(!out.contains("NCCL_PROFILER_PLUGIN"), "{out}");
+    // The binary alone (a `cargo install` of the launcher): the dry run says where
+    // it looked.
+    let alone = tempfile::tempdir().unwrap();
+    std::fs::copy(&bin, alone.path().join("toporun")).unwrap();
+    let (_, out, _) = run(toporun_at(&alone.path().join("toporun"))
+        .args(["launch", "--dry-run"])
+        .args(on)
+        .arg("train.py")
+        .current_dir(scripts()));
+    assert!(
+        out.contains("libtoporun_nccl_profiler.so is not installed beside toporun (looked in"),
+        "{out}"
+    );
+    assert!(
+        out.contains("GPU timing: on, a dump every 5s"),
+        "the dumps time the GPUs then: {out}"
+    );
+}
+
+const PLUGIN: &str = "libtoporun_nccl_profiler.so";
+
+/// A copy of the binary under test with the NCCL profiler plugin beside it, as an
+/// install puts them (`cargo test` leaves the plugin in target/<profile>/deps).
+fn installed_with_plugin() -> (tempfile::TempDir, std::path::PathBuf) {
+    let deps = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let so = [deps.join(PLUGIN), deps.join("..").join(PLUGIN)]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{PLUGIN} is not built in {}: run the workspace's tests (cargo test at the root builds the nccl-profiler crate)",
+                deps.display()
+            )
+        });
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("toporun");
+    std::fs::copy(toporun().get_program(), &bin).unwrap();
+    std::fs::copy(so, dir.path().join(PLUGIN)).unwrap();
+    (dir, bin)
 }
 
 /// `--gpu-timing`, where the NCCL profiler is off: on by default (no steady step-time

@@ -14,6 +14,11 @@ use std::time::{Duration, Instant};
 /// release binary, the one inside the image).
 pub fn toporun() -> Command {
     let bin = std::env::var("TOPORUN_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_toporun").into());
+    toporun_at(Path::new(&bin))
+}
+
+/// The binary at `bin` (a copy of the one under test), run as [`toporun`] runs it.
+pub fn toporun_at(bin: &Path) -> Command {
     let mut c = Command::new(bin);
     c.env_remove("NO_COLOR");
     for (k, _) in std::env::vars().filter(|(k, _)| changes_toporun(k)) {
