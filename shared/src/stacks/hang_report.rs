@@ -96,7 +96,7 @@ fn standing_text(stands: &[&(u32, Standing, String)], places: &Places) -> String
 }
 
 /// `rank 1`, `ranks 0-2,5`.
-fn ranks_word(ranks: &[u32]) -> String {
+pub(super) fn ranks_word(ranks: &[u32]) -> String {
     let s = if ranks.len() == 1 { "" } else { "s" };
     format!("rank{s} {}", ranks_text(ranks))
 }

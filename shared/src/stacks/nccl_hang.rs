@@ -3,7 +3,7 @@
 //! busy (its CPU ran: a loop that does not end, a step only it runs) or stuck (its
 //! CPU idled: I/O, a lock, a worker), where its stack stands.
 
-use super::hang_report::{Context, Hang};
+use super::hang_report::{ranks_word, Context, Hang};
 use super::merge::{rank_label, ranks_text, Places};
 use super::model::RankStack;
 use super::standing::Standing;
@@ -116,11 +116,6 @@ impl Hang {
         hang.odd = behind;
         hang
     }
-}
-
-fn ranks_word(ranks: &[u32]) -> String {
-    let s = if ranks.len() == 1 { "" } else { "s" };
-    format!("rank{s} {}", ranks_text(ranks))
 }
 
 #[cfg(test)]

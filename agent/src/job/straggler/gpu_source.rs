@@ -56,25 +56,24 @@ impl CounterWindows {
         }
         self.due = Some(now + self.every);
         self.last.retain(|r, _| live.iter().any(|l| l.rank == *r));
-        let mut times = Vec::new();
-        let mut pairs = Vec::new();
         let read = self.files.read(live);
         self.say_if_none(read.is_empty(), now);
-        for (rank, now_c) in read {
-            if let Some((at, before)) = self.last.get(&rank) {
-                if let Some(t) = window::gpu_time(rank, before, &now_c, now - *at) {
-                    times.push(t);
-                }
-                pairs.push((before.clone(), now_c.clone()));
-            }
-            self.last.insert(rank, (now, now_c));
-        }
+        // Each rank's last reading and this one, the window between them.
+        let pairs: Vec<(u32, Duration, &RankCounters, &RankCounters)> = read
+            .iter()
+            .filter_map(|(r, c)| self.last.get(r).map(|(at, b)| (*r, now - *at, b, c)))
+            .collect();
+        let times = pairs
+            .iter()
+            .filter_map(|(r, span, b, c)| window::gpu_time(*r, b, c, *span))
+            .collect();
         let line = links.and_then(|w| {
             let refs: Vec<(&RankCounters, &RankCounters)> =
-                pairs.iter().map(|(a, b)| (a, b)).collect();
-            let speeds = window::link_speeds(&refs, w.model());
-            w.judge(&speeds)
+                pairs.iter().map(|(_, _, b, c)| (*b, *c)).collect();
+            w.judge(&window::link_speeds(&refs, w.model()))
         });
+        self.last
+            .extend(read.into_iter().map(|(r, c)| (r, (now, c))));
         (times, line)
     }
 }
