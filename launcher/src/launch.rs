@@ -349,7 +349,8 @@ fn prepare(
         &parent_env,
         typed_choice::<OnOff>(m, Extra::NcclProfiler, &parent_env)? == OnOff::On,
         crate::profiler_plugin::find(),
-    );
+    )
+    .map_err(|e| toporun_shared::torchrun::OptionsError::usage(e.to_string()))?;
     let classified = typed_choice::<ExitCodesChoice>(m, Extra::ExitCodes, &parent_env)?
         == ExitCodesChoice::Classified;
     let stop_grace = match option_or_env(m, Extra::StopGrace, &parent_env) {

@@ -135,8 +135,8 @@ pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Option<Slot>> {
     }))
 }
 
-/// The communicator of `slot` is gone; the last one unmaps the file.
-pub fn release(slot: &Slot) {
+/// The communicator of `slot` is gone; the last one unmaps the file (and says so).
+pub fn release(slot: &Slot) -> bool {
     let mut file = FILE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -145,8 +145,18 @@ pub fn release(slot: &Slot) {
         m.users = m.users.saturating_sub(1);
         if m.users == 0 {
             *file = None;
+            return true;
         }
     }
+    false
+}
+
+/// Says in the header how operations are picked for timing.
+pub fn sampling(slot: &Slot, (burst, period_ms): (u64, u64)) {
+    slot.file_word(H_SAMPLE_BURST)
+        .store(burst, Ordering::Relaxed);
+    slot.file_word(H_SAMPLE_PERIOD_MS)
+        .store(period_ms, Ordering::Relaxed);
 }
 
 /// Counts an event the plugin could not follow.

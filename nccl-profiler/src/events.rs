@@ -5,6 +5,7 @@
 
 use crate::abi::{EventDescr, EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use crate::counters_file::{self, Slot};
+use crate::kernel_sampling;
 use std::ffi::{c_char, c_void, CStr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
 use toporun_shared::nccl_counters::layout::*;
@@ -74,7 +75,9 @@ impl Comm {
     }
 
     pub fn release(&self) {
-        counters_file::release(&self.slot);
+        if counters_file::release(&self.slot) {
+            kernel_sampling::stop();
+        }
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {
@@ -112,10 +115,16 @@ impl Comm {
     ) -> *mut c_void {
         let func = NcclFunc::from_nccl(bytes_of(func));
         let bytes = count as u64 * datatype_bytes(bytes_of(dtype));
+        // Whether NCCL times this one: the mask as it was when the operation was
+        // enqueued, which only the posts before it changed.
+        let timed = kernel_sampling::timing();
+        kernel_sampling::posted();
         let index = self.next.fetch_add(1, Relaxed);
-        self.publish_open(index, func, bytes);
+        self.publish_open(index, func, bytes, timed);
         let op = &self.ops[index as usize % RING];
-        let handle = if !op.free(self.word(S_COMPLETED).load(Acquire)) {
+        let handle = if !timed {
+            std::ptr::null_mut()
+        } else if !op.free(self.word(S_COMPLETED).load(Acquire)) {
             // The record's operation is not done (the host is 256 ahead of the GPU).
             counters_file::dropped(&self.slot);
             std::ptr::null_mut()
@@ -124,7 +133,7 @@ impl Comm {
             op as *const Op as *mut c_void
         };
         self.word(S_POSTED).fetch_max(index + 1, Release);
-        if channels == 0 {
+        if channels == 0 && timed {
             // No kernel channel will report it (nothing to move): done as posted.
             self.complete(index, func, bytes, 0, 0);
         }
@@ -132,11 +141,12 @@ impl Comm {
     }
 
     /// The ring entry the agent reads while `index` is open.
-    fn publish_open(&self, index: u64, func: NcclFunc, bytes: u64) {
+    fn publish_open(&self, index: u64, func: NcclFunc, bytes: u64, timed: bool) {
         let i = index as usize;
         self.word(open_word(i, O_INDEX1)).store(0, Relaxed);
+        let flag = if timed { TIMED } else { 0 };
         self.word(open_word(i, O_FUNC))
-            .store(func.id() as u64, Relaxed);
+            .store(func.id() as u64 | flag, Relaxed);
         self.word(open_word(i, O_BYTES)).store(bytes, Relaxed);
         self.word(open_word(i, O_KERNEL_START)).store(0, Relaxed);
         self.word(open_word(i, O_INDEX1)).store(index + 1, Release);

@@ -8,21 +8,20 @@
 mod abi;
 mod counters_file;
 mod events;
+mod kernel_sampling;
 
 pub use abi::{
     CollDescr, DescrUnion, EventDescr, KernelChDescr, P2pDescr, ProfilerV5, StateArgs, EVENT_COLL,
     EVENT_KERNEL_CH, EVENT_P2P, NCCL_SUCCESS, STATE_KERNEL_CH_STOP,
 };
 pub use counters_file::PATH_VAR;
+pub use toporun_shared::nccl_counters::SAMPLING_VAR;
 
 use abi::{Logger, NcclResult, LOG_INFO, LOG_INIT};
 use events::Comm;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-
-/// The events this plugin asks for.
-pub const EVENT_MASK: c_int = (EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH) as c_int;
 
 /// The table NCCL looks up.
 #[allow(non_upper_case_globals)]
@@ -81,9 +80,12 @@ unsafe extern "C" fn init(
         let identity = [comm_id, rank as u64, nranks as u64, nnodes as u64];
         match counters_file::claim(&path, identity) {
             Ok(Some(slot)) => {
+                let sampling = kernel_sampling::from_env();
+                counters_file::sampling(&slot, sampling.words());
                 *context = Box::into_raw(Comm::new(slot)).cast();
+                let first = kernel_sampling::start(mask, sampling);
                 if !mask.is_null() {
-                    *mask = EVENT_MASK;
+                    *mask = first;
                 }
                 log(logfn, &format!("toporun profiler: communicator {comm_id:#x} rank {rank} of {nranks} counted in {}", path.display()));
                 NCCL_SUCCESS

@@ -5,12 +5,16 @@
 
 use std::ffi::{c_int, c_void, CString};
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use toporun_nccl_profiler::*;
 use toporun_shared::nccl_counters::{decode, NcclFunc, RankCounters};
 
 /// The plugin has one counters file per process and reads its path at init.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// NCCL's process-wide activation mask, which the plugin keeps writing after init.
+static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
 
 /// ncclProfileGroup: NCCL starts it as the operations' parent.
 const EVENT_GROUP: u64 = 1;
@@ -21,13 +25,14 @@ struct Nccl<'a> {
 
 impl Nccl<'_> {
     fn init(&self, comm_id: u64, rank: c_int, nranks: c_int) -> (*mut c_void, c_int) {
-        let (mut ctx, mut mask) = (std::ptr::null_mut(), 0);
+        let mut ctx = std::ptr::null_mut();
+        NCCL_MASK.store(0, Ordering::Relaxed);
         let name = CString::new("default_pg").unwrap();
         let r = unsafe {
             (self.table.init)(
                 &mut ctx,
                 comm_id,
-                &mut mask,
+                NCCL_MASK.as_ptr(),
                 name.as_ptr(),
                 1,
                 nranks,
@@ -36,7 +41,7 @@ impl Nccl<'_> {
             )
         };
         assert_eq!(r, NCCL_SUCCESS);
-        (ctx, mask)
+        (ctx, NCCL_MASK.load(Ordering::Relaxed))
     }
 
     fn start(&self, ctx: *mut c_void, d: &mut EventDescr) -> *mut c_void {
@@ -145,6 +150,7 @@ fn with_file(f: impl FnOnce(&Path)) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("rank_0");
     std::env::set_var(PATH_VAR, &path);
+    std::env::set_var(SAMPLING_VAR, "all");
     f(&path);
 }
 
@@ -306,6 +312,41 @@ fn operations_without_channels_or_past_the_ring_are_not_left_open() {
         let op = nccl.post(ctx, &all_reduce, 64, 1);
         assert!(nccl.channel_start(ctx, op, 200, 5).is_null());
         assert_eq!(read(path).dropped, 1);
+        nccl.finalize(ctx);
+    });
+}
+
+/// Sampled: a burst of operations timed (the mask's kernel-channel bit on while they
+/// are enqueued), then only counted as posted until the next burst.
+#[test]
+fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
+    with_file(|path| {
+        std::env::set_var(SAMPLING_VAR, "2/20");
+        let nccl = here();
+        let all_reduce = CString::new("AllReduce").unwrap();
+        let mask = || NCCL_MASK.load(Ordering::Relaxed) as u64;
+        let (ctx, first) = nccl.init(0xb0b, 0, 2);
+        assert_eq!(first as u64, EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
+        let timed: Vec<_> = (0..2).map(|_| nccl.post(ctx, &all_reduce, 8, 1)).collect();
+        assert!(timed.iter().all(|op| !op.is_null()));
+        assert_eq!(mask(), EVENT_COLL | EVENT_P2P, "the burst is over");
+        for (i, op) in timed.into_iter().enumerate() {
+            nccl.channel(ctx, op, 0, 100 * i as u64, 100 * i as u64 + 40);
+        }
+        assert!(nccl.post(ctx, &all_reduce, 8, 1).is_null(), "not timed");
+        std::thread::sleep(std::time::Duration::from_millis(31));
+        // The next post after the period begins a burst for the ones after it.
+        assert!(nccl.post(ctx, &all_reduce, 8, 1).is_null());
+        assert_eq!(mask(), EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
+        let op = nccl.post(ctx, &all_reduce, 8, 1);
+        assert!(!op.is_null());
+        nccl.channel(ctx, op, 0, 1000, 1050);
+        let c = &read(path).comms[0];
+        assert_eq!((c.posted, c.done, c.busy_ns), (5, 3, 130));
+        assert_eq!(
+            c.completed, 5,
+            "the last timed one completes those before it"
+        );
         nccl.finalize(ctx);
     });
 }

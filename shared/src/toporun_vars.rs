@@ -17,6 +17,7 @@ named_enum! {
         GpuTiming => "TOPORUN_GPU_TIMING",
         NcclProfiler => "TOPORUN_NCCL_PROFILER",
         NcclCounters => "TOPORUN_NCCL_COUNTERS",
+        NcclKernelSampling => "TOPORUN_NCCL_KERNEL_SAMPLING",
         ExitCodes => "TOPORUN_EXIT_CODES",
         XidReplay => "TOPORUN_XID_REPLAY",
         StopFile => "TOPORUN_STOP_FILE",

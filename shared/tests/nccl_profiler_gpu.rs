@@ -11,18 +11,32 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use toporun_shared::flight_recorder::LinkModel;
 use toporun_shared::nccl_counters::{
-    decode, window, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters,
+    decode, window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters,
+    WaitedOp,
 };
 
-fn fixture(path: &str) -> PathBuf {
+/// The first runs, every operation timed on the GPU (`TOPORUN_NCCL_KERNEL_SAMPLING=all`
+/// as it is now; counters layout version 2).
+const ALL: &str = "nccl-profiler-h200x4";
+/// The same cases with the plugin's default sampling (bursts of 8 operations timed
+/// about every 100 ms; layout version 3).
+const SAMPLED: &str = "nccl-profiler-sampled-h200x4";
+
+fn fixture_in(set: &str, path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/device/nccl-profiler-h200x4")
+        .join("../tests/fixtures/device")
+        .join(set)
         .join(path)
+}
+
+fn fixture(path: &str) -> PathBuf {
+    fixture_in(ALL, path)
 }
 
 /// Rank `rank`'s counters file in `dir` (gzipped in the fixture).
 fn counters(dir: &str, rank: u32) -> RankCounters {
-    let f = std::fs::File::open(fixture(&format!("{dir}/rank_{rank}.gz"))).unwrap();
+    let (set, dir) = dir.split_once(':').unwrap_or((ALL, dir));
+    let f = std::fs::File::open(fixture_in(set, &format!("{dir}/rank_{rank}.gz"))).unwrap();
     let mut bytes = Vec::new();
     GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
     decode(&bytes).unwrap()
@@ -56,32 +70,46 @@ fn stalled(dir: &str, ranks: u32, secs: u64) -> NcclState {
 /// is the operation named, at the index the run's own report gave.
 #[test]
 fn the_rank_that_never_posted_the_awaited_all_reduce_is_behind() {
-    for (dir, ranks, index) in [
-        ("hang2-spin", 2, 65522),
-        ("hang2-stuck", 2, 42362),
-        ("hang4-spin", 4, 51884),
-        ("hang4-stuck", 4, 54368),
+    for (set, dir, ranks, index) in [
+        (ALL, "hang2-spin", 2, 65522),
+        (ALL, "hang2-stuck", 2, 42362),
+        (ALL, "hang4-spin", 4, 51884),
+        (ALL, "hang4-stuck", 4, 54368),
+        (SAMPLED, "hang2-spin", 2, 55922),
+        (SAMPLED, "hang2-stuck", 2, 60554),
+        (SAMPLED, "hang4-spin", 4, 49616),
+        (SAMPLED, "hang4-stuck", 4, 51890),
     ] {
-        let NcclState::Stalled(s) = stalled(&format!("{dir}/nccl-counters"), ranks, 21) else {
-            panic!("{dir}: no stall");
+        let NcclState::Stalled(mut s) = stalled(&format!("{set}:{dir}/nccl-counters"), ranks, 21)
+        else {
+            panic!("{set} {dir}: no stall");
         };
+        // Sampled, the awaited operation is the first rank 1 never posted; its stack
+        // (busy in Python, or in a read) keeps it behind.
+        let which = if set == ALL {
+            WaitedOp::Oldest
+        } else {
+            WaitedOp::FirstNotPosted
+        };
+        assert_eq!(s.which, which, "{set} {dir}");
+        s.settle(|_| false);
         let behind: Vec<u32> = s.behind.iter().map(|b| b.rank).collect();
-        assert_eq!(behind, vec![1], "{dir}");
-        assert_eq!(s.behind[0].posted, index - 1, "{dir}");
+        assert_eq!(behind, vec![1], "{set} {dir}");
+        assert_eq!(s.behind[0].posted, index - 1, "{set} {dir}");
         let others: Vec<u32> = (0..ranks).filter(|r| *r != 1).collect();
-        assert_eq!(s.waiting, others, "{dir}");
+        assert_eq!(s.waiting, others, "{set} {dir}");
         assert_eq!(
             (s.op.func, s.op.bytes, s.op.index + 1),
             (NcclFunc::AllReduce, 4, index),
-            "{dir}"
+            "{set} {dir}"
         );
         // The run's report said the same, with busy or stuck from the rank's CPU.
-        let stderr = std::fs::read_to_string(fixture(&format!("{dir}/stderr"))).unwrap();
+        let stderr = std::fs::read_to_string(fixture_in(set, &format!("{dir}/stderr"))).unwrap();
         let said = format!(
             "rank 1 never posted all_reduce (4 B, operation {index} on communicator {:#x})",
             s.comm
         );
-        assert!(stderr.contains(&said), "{dir}: {said}\n{stderr}");
+        assert!(stderr.contains(&said), "{set} {dir}: {said}\n{stderr}");
         let state = if dir.ends_with("spin") {
             "is busy (CPU 100%"
         } else {
@@ -89,7 +117,7 @@ fn the_rank_that_never_posted_the_awaited_all_reduce_is_behind() {
         };
         assert!(
             stderr.contains(&format!("rank 1 {state}")),
-            "{dir}: {stderr}"
+            "{set} {dir}: {stderr}"
         );
     }
 }
@@ -132,21 +160,27 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 /// than the others, which wait for it; balanced, the shares are alike.
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
-    for ranks in [2, 4] {
-        let slow = shares(&format!("straggler{ranks}-slow"), ranks);
+    for (set, ranks) in [(ALL, 2), (ALL, 4), (SAMPLED, 2), (SAMPLED, 4)] {
+        let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
+        let expected = match set {
+            ALL => KernelSampling::All,
+            _ => KernelSampling::default(),
+        };
+        assert_eq!(sampling, expected, "{set}");
+        let slow = shares(&format!("{set}:straggler{ranks}-slow"), ranks);
         let others = slow
             .iter()
             .enumerate()
             .filter(|(r, _)| *r != 1)
             .map(|(_, s)| *s);
         let least_other = others.fold(f64::MAX, f64::min);
-        assert!(slow[1] < least_other / 2.0, "{ranks} ranks: {slow:?}");
-        let even = shares(&format!("straggler{ranks}-balanced"), ranks);
+        assert!(slow[1] < least_other / 2.0, "{set} {ranks} ranks: {slow:?}");
+        let even = shares(&format!("{set}:straggler{ranks}-balanced"), ranks);
         let (lo, hi) = even
             .iter()
             .fold((f64::MAX, 0f64), |(l, h), s| (l.min(*s), h.max(*s)));
-        assert!(hi < lo * 1.5, "{ranks} ranks balanced: {even:?}");
-        eprintln!("{ranks} ranks: slow {slow:?} balanced {even:?}");
+        assert!(hi < lo * 1.5, "{set} {ranks} ranks balanced: {even:?}");
+        eprintln!("{set} {ranks} ranks: slow {slow:?} balanced {even:?}");
     }
 }
 
@@ -162,8 +196,10 @@ fn healthy_nvlink_reads_as_healthy() {
         "straggler4-balanced",
         "straggler4-slow",
         "straggler2-balanced",
+        "nccl-profiler-sampled-h200x4:straggler4-balanced",
+        "nccl-profiler-sampled-h200x4:straggler2-slow",
     ] {
-        let ranks = if dir.starts_with("straggler4") { 4 } else { 2 };
+        let ranks = if dir.contains("straggler4") { 4 } else { 2 };
         let pairs: Vec<(RankCounters, RankCounters)> = (0..ranks)
             .map(|r| {
                 (

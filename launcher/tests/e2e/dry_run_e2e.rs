@@ -310,6 +310,21 @@ fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
     );
     assert!(!out.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"), "{out}");
     assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING"), "{out}");
+    assert!(
+        out.contains("NCCL times bursts of 8 operations about every 100 ms"),
+        "{out}"
+    );
+    let (_, out, _) = dry(&on, &[("TOPORUN_NCCL_KERNEL_SAMPLING", "all")]);
+    assert!(
+        out.contains("NCCL times every operation on the GPU"),
+        "{out}"
+    );
+    let (code, _, err) = dry(&on, &[("TOPORUN_NCCL_KERNEL_SAMPLING", "1/2/3")]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("TOPORUN_NCCL_KERNEL_SAMPLING=1/2/3: say all, off, or BURST/PERIOD_MS"),
+        "{err}"
+    );
     let (_, out, _) = dry(
         &on,
         &[("NCCL_PROFILER_PLUGIN", "/opt/comma/libnccl-profiler.so")],

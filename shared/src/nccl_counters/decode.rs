@@ -2,6 +2,7 @@
 
 use super::func::NcclFunc;
 use super::layout::*;
+use super::sampling::KernelSampling;
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -24,6 +25,9 @@ pub struct RankCounters {
     pub dropped: u64,
     /// Slots in use (live or finalised), in slot order.
     pub comms: Vec<CommCounters>,
+    /// Which operations NCCL times on the GPU.
+    #[serde(default = "every_one")]
+    pub sampling: KernelSampling,
 }
 
 /// One communicator on one rank.
@@ -45,6 +49,9 @@ pub struct CommCounters {
     pub last_stop_ns: u64,
     /// The oldest operation posted and not completed, where the ring still holds it.
     pub open: Option<OpenOp>,
+    /// The last operations posted that the ring still holds, oldest first.
+    #[serde(default)]
+    pub recent: Vec<OpenOp>,
     /// Totals of the functions that ran.
     pub funcs: Vec<FuncTotals>,
 }
@@ -58,6 +65,17 @@ pub struct OpenOp {
     pub bytes: u64,
     /// GPU timer when its first channel started; None: its kernel has not started.
     pub kernel_start_ns: Option<u64>,
+    /// NCCL times it on the GPU: its completion will be seen.
+    #[serde(default = "timed_by_default")]
+    pub timed: bool,
+}
+
+fn every_one() -> KernelSampling {
+    KernelSampling::All // files before sampling timed every operation
+}
+
+fn timed_by_default() -> bool {
+    true // files before sampling timed every operation
 }
 
 /// One function's completed operations on one communicator.
@@ -77,6 +95,11 @@ impl CommCounters {
     pub fn in_flight(&self) -> u64 {
         self.posted.saturating_sub(self.completed)
     }
+
+    /// Posted operation `index`, where the ring still holds it.
+    pub fn op(&self, index: u64) -> Option<OpenOp> {
+        self.recent.iter().find(|o| o.index == index).copied()
+    }
 }
 
 /// Reads `bytes` (a whole counters file).
@@ -93,7 +116,7 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
         return Err(CountersError::Version(version));
     }
     let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
-        .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot))
+        .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot, version))
         .collect();
     if version == 1 {
         comms.iter_mut().for_each(|c| c.done = c.completed);
@@ -103,18 +126,26 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
         inits: w(H_INITS),
         dropped: w(H_DROPPED),
         comms,
+        sampling: match version {
+            1 | 2 => KernelSampling::All,
+            _ => KernelSampling::of_words(w(H_SAMPLE_BURST), w(H_SAMPLE_PERIOD_MS)),
+        },
     })
 }
 
-fn comm(w: &dyn Fn(usize) -> u64, slot: usize) -> Option<CommCounters> {
+fn comm(w: &dyn Fn(usize) -> u64, slot: usize, version: u64) -> Option<CommCounters> {
     let state = w(S_STATE);
     if state == FREE {
         return None;
     }
     let (posted, completed) = (w(S_POSTED), w(S_COMPLETED).min(w(S_POSTED)));
+    let all_timed = version < 3;
     let open = (posted > completed)
-        .then(|| open_op(w, completed))
+        .then(|| open_op(w, completed, all_timed))
         .flatten();
+    let recent = (posted.saturating_sub(OPEN_RING as u64)..posted)
+        .filter_map(|i| open_op(w, i, all_timed))
+        .collect();
     let funcs = (0..NcclFunc::COUNT)
         .map(|f| FuncTotals {
             func: NcclFunc::from_id(f as u64),
@@ -141,18 +172,21 @@ fn comm(w: &dyn Fn(usize) -> u64, slot: usize) -> Option<CommCounters> {
         busy_ns: w(S_BUSY_NS),
         last_stop_ns: w(S_LAST_STOP_NS),
         open,
+        recent,
         funcs,
     })
 }
 
 /// The ring's entry for posted index `index`, if it still holds that one.
-fn open_op(w: &dyn Fn(usize) -> u64, index: u64) -> Option<OpenOp> {
+fn open_op(w: &dyn Fn(usize) -> u64, index: u64, all_timed: bool) -> Option<OpenOp> {
     let i = index as usize;
+    let func = w(open_word(i, O_FUNC));
     (w(open_word(i, O_INDEX1)) == index + 1).then(|| OpenOp {
         index,
-        func: NcclFunc::from_id(w(open_word(i, O_FUNC))),
+        func: NcclFunc::from_id(func & !TIMED),
         bytes: w(open_word(i, O_BYTES)),
         kernel_start_ns: Some(w(open_word(i, O_KERNEL_START))).filter(|t| *t > 0),
+        timed: all_timed || func & TIMED != 0,
     })
 }
 

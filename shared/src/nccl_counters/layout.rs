@@ -8,8 +8,9 @@ pub const HEADER_WORDS: usize = 16;
 /// "TOPONCCL" as a little-endian word.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
 /// Bumped when a word's meaning changes: 2 added S_DONE (version 1 files, as the
-/// first GPU runs kept them, read with done = completed).
-pub const VERSION: u64 = 2;
+/// first GPU runs kept them, read with done = completed); 3 added sampling (the
+/// header's H_SAMPLE_* words, an open entry's TIMED bit; earlier files timed all).
+pub const VERSION: u64 = 3;
 
 /// Header words.
 pub const H_MAGIC: usize = 0;
@@ -19,6 +20,12 @@ pub const H_PID: usize = 2;
 pub const H_INITS: usize = 3;
 /// Events the plugin could not follow (its rings were full).
 pub const H_DROPPED: usize = 4;
+/// How the plugin picks operations to time on the GPU: bursts of H_SAMPLE_BURST
+/// operations about H_SAMPLE_PERIOD_MS apart; 0 and 0: every one; 0 and
+/// [`NEVER`]: none.
+pub const H_SAMPLE_BURST: usize = 5;
+pub const H_SAMPLE_PERIOD_MS: usize = 6;
+pub const NEVER: u64 = u64::MAX;
 
 /// Communicators one file holds at once (a finalised one's slot is reused last).
 pub const MAX_COMMS: usize = 32;
@@ -53,20 +60,24 @@ pub const S_BUSY_NS: usize = 7;
 pub const S_LAST_STOP_NS: usize = 8;
 /// Bumped before and after the slot's identity words change (odd: being written).
 pub const S_GENERATION: usize = 9;
-/// Operations completed, counted one by one (S_COMPLETED is a high-water mark: one
-/// completing after a later one does not move it).
+/// Operations timed and completed, counted one by one (S_COMPLETED is a high-water
+/// mark: one completing after a later one does not move it). With sampling, S_BUSY_NS
+/// over S_DONE is the mean GPU time of an operation.
 pub const S_DONE: usize = 10;
 
 /// The last OPEN_RING posted operations, OPEN_WORDS each, from S_OPEN.
 pub const S_OPEN: usize = 16;
 pub const OPEN_RING: usize = 8;
 pub const OPEN_WORDS: usize = 4;
-/// Entry words: posted index + 1 (0: empty), function, bytes, GPU timer when its
-/// first channel started (0: not yet).
+/// Entry words: posted index + 1 (0: empty), function (with [`TIMED`]), bytes, GPU
+/// timer when its first channel started (0: not yet).
 pub const O_INDEX1: usize = 0;
 pub const O_FUNC: usize = 1;
 pub const O_BYTES: usize = 2;
 pub const O_KERNEL_START: usize = 3;
+/// In an entry's function word: NCCL times this operation's kernel channels, so its
+/// completion will be seen.
+pub const TIMED: u64 = 1 << 32;
 
 /// Per function (by [`super::NcclFunc`] id), FUNC_WORDS each, from S_FUNCS.
 pub const S_FUNCS: usize = S_OPEN + OPEN_RING * OPEN_WORDS;

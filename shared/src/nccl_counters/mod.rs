@@ -7,6 +7,7 @@ pub mod decode;
 mod func;
 pub mod layout;
 mod rank_vars;
+pub mod sampling;
 pub mod stall;
 pub mod window;
 pub mod words;
@@ -16,4 +17,5 @@ pub use func::{datatype_bytes, NcclFunc};
 pub use rank_vars::{
     counters_file, profiler_vars, Profiler, COUNTERS_VAR, PLUGIN_FILE, PLUGIN_VAR,
 };
-pub use stall::{Behind, NcclStall, NcclState, NcclWatch, NodeReading};
+pub use sampling::{BadSampling, KernelSampling, SAMPLING_VAR};
+pub use stall::{Behind, NcclStall, NcclState, NcclWatch, NodeReading, WaitedOp};

@@ -2,6 +2,7 @@
 //! make them: NCCL_PROFILER_PLUGIN (an absolute path) and, per rank, where its
 //! counters go. A plugin the user chose wins: NCCL loads one per process.
 
+use super::sampling::{BadSampling, KernelSampling, SAMPLING_VAR};
 use crate::user_env::UserEnv;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -16,8 +17,8 @@ pub const PLUGIN_FILE: &str = "libtoporun_nccl_profiler.so";
 /// What the ranks get.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub enum Profiler {
-    /// toporun's plugin, at this path.
-    Toporun(PathBuf),
+    /// toporun's plugin, at this path, timing these operations on the GPU.
+    Toporun(PathBuf, KernelSampling),
     /// The user's own NCCL_PROFILER_PLUGIN, kept.
     User(String),
     /// `--nccl-profiler off`.
@@ -29,22 +30,30 @@ pub enum Profiler {
 
 impl Profiler {
     /// From what the user set, `--nccl-profiler`, and the plugin found (or the places
-    /// looked at).
-    pub fn choose(user: &UserEnv, on: bool, found: Result<PathBuf, Vec<PathBuf>>) -> Profiler {
+    /// looked at); a sampling the plugin would not understand is refused here, before
+    /// any rank starts.
+    pub fn choose(
+        user: &UserEnv,
+        on: bool,
+        found: Result<PathBuf, Vec<PathBuf>>,
+    ) -> Result<Profiler, BadSampling> {
         if let Some(v) = user.get(PLUGIN_VAR) {
-            return Profiler::User(v.clone());
+            return Ok(Profiler::User(v.clone()));
         }
-        match (on, found) {
+        Ok(match (on, found) {
             (false, _) => Profiler::Off,
-            (true, Ok(p)) => Profiler::Toporun(p),
+            (true, Ok(p)) => {
+                let sampling = user.get(SAMPLING_VAR).map(String::as_str);
+                Profiler::Toporun(p, KernelSampling::from_var(sampling)?)
+            }
             (true, Err(looked)) => Profiler::NotInstalled(looked),
-        }
+        })
     }
 
     /// The plugin toporun gives the ranks.
     pub fn plugin(&self) -> Option<&Path> {
         match self {
-            Profiler::Toporun(p) => Some(p),
+            Profiler::Toporun(p, _) => Some(p),
             _ => None,
         }
     }
@@ -52,9 +61,10 @@ impl Profiler {
     /// What the dry run and the NCCL report say of it.
     pub fn line(&self) -> String {
         match self {
-            Profiler::Toporun(p) => format!(
-                "NCCL's own counters: the ranks load toporun's profiler plugin ({PLUGIN_VAR}={}; NCCL 2.28.3 or later loads it); GPU stragglers and, on one node, hangs are judged from operations completing on the GPU, without flight-recorder dumps while the job trains",
-                p.display()
+            Profiler::Toporun(p, sampling) => format!(
+                "NCCL's own counters: the ranks load toporun's profiler plugin ({PLUGIN_VAR}={}; NCCL 2.28.3 or later loads it); GPU stragglers and, on one node, hangs are judged from operations posted and completing on the GPU, without flight-recorder dumps while the job trains; {}",
+                p.display(),
+                sampling.text()
             ),
             Profiler::User(v) => format!(
                 "NCCL's own counters: off, your {PLUGIN_VAR}={v} is kept (NCCL loads one profiler plugin); hangs and GPU stragglers are judged from the ranks' stacks and flight-recorder dumps"
@@ -99,25 +109,53 @@ mod tests {
             ))
         };
         let user = env(&[(PLUGIN_VAR, "/opt/comma/libnccl-profiler.so")]);
+        let choose = |user: &UserEnv, on, found| Profiler::choose(user, on, found).unwrap();
         assert_eq!(
-            Profiler::choose(&user, true, found()),
+            choose(&user, true, found()),
             Profiler::User("/opt/comma/libnccl-profiler.so".into())
         );
-        assert_eq!(Profiler::choose(&env(&[]), false, found()), Profiler::Off);
-        let p = Profiler::choose(&env(&[]), true, found());
+        assert_eq!(choose(&env(&[]), false, found()), Profiler::Off);
+        let p = choose(&env(&[]), true, found());
         assert_eq!(
             p.plugin(),
             Some(Path::new("/opt/toporun/lib/libtoporun_nccl_profiler.so"))
         );
-        let missing = Profiler::choose(&env(&[]), true, Err(vec!["/usr/bin".into()]));
+        assert!(
+            p.line()
+                .contains("bursts of 8 operations about every 100 ms"),
+            "{}",
+            p.line()
+        );
+        let missing = choose(&env(&[]), true, Err(vec!["/usr/bin".into()]));
         assert!(
             missing.line().contains("looked in /usr/bin"),
             "{}",
             missing.line()
         );
-        assert!(Profiler::choose(&user, true, found())
+        assert!(choose(&user, true, found())
             .line()
             .contains("your NCCL_PROFILER_PLUGIN=/opt/comma"));
+    }
+
+    /// The sampling variable is checked before any rank starts, and said.
+    #[test]
+    fn the_sampling_is_checked_and_said() {
+        let found = || {
+            Ok(PathBuf::from(
+                "/opt/toporun/lib/libtoporun_nccl_profiler.so",
+            ))
+        };
+        let all = Profiler::choose(&env(&[(SAMPLING_VAR, "all")]), true, found()).unwrap();
+        assert!(
+            all.line().contains("NCCL times every operation"),
+            "{}",
+            all.line()
+        );
+        let bad = Profiler::choose(&env(&[(SAMPLING_VAR, "often")]), true, found());
+        assert_eq!(bad, Err(BadSampling("often".into())));
+        // Without toporun's plugin the variable means nothing and is not checked.
+        let off = Profiler::choose(&env(&[(SAMPLING_VAR, "often")]), false, found());
+        assert_eq!(off, Ok(Profiler::Off));
     }
 
     #[test]

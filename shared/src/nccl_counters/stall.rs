@@ -1,8 +1,10 @@
-//! Progress as NCCL counts it: operations completing. When ranks wait in an NCCL
-//! operation and none has completed on this node for a while, the ranks that never
-//! posted that operation hold the others up; each is busy (its CPU runs: a loop that
-//! does not end, an evaluation on one rank) or stuck (its CPU idles: a read, a lock).
-//! Nothing toporun does to a rank (a stack sample) moves this clock.
+//! Progress as NCCL counts it: operations posted and completing. When ranks wait in
+//! an NCCL operation and none has been posted or completed on this node for a while,
+//! the ranks that never posted that operation hold the others up; each is busy (its
+//! CPU runs: a loop that does not end, an evaluation on one rank) or stuck (its CPU
+//! idles: a read, a lock). Nothing toporun does to a rank (a stack sample) moves this
+//! clock. Where NCCL times only sampled operations, which operation every rank waits
+//! in is known only when a timed one is open; else it is their last posted.
 
 use super::decode::{CommCounters, OpenOp, RankCounters};
 use super::func::NcclFunc;
@@ -29,13 +31,13 @@ pub struct NodeReading {
 pub enum NcclState {
     /// No rank waits in an NCCL operation.
     Idle,
-    /// Ranks wait and operations completed (or a rank behind wrote) since the last
-    /// reading: the clock starts again.
+    /// Ranks wait and operations were posted or completed (or a rank behind wrote)
+    /// since the last reading: the clock starts again.
     Moving,
     Stalled(NcclStall),
 }
 
-/// Ranks wait in an operation and none completed for `stalled`.
+/// Ranks wait in an operation and none was posted or completed for `stalled`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NcclStall {
     pub stalled_secs: f64,
@@ -49,6 +51,47 @@ pub struct NcclStall {
     /// node) and have no such communicator yet.
     #[serde(default)]
     pub missing: u32,
+    /// How `op` is known to be the one waited in.
+    #[serde(default)]
+    pub which: WaitedOp,
+    /// The last operation every member posted (where `which` is not `Oldest`).
+    #[serde(default)]
+    pub last_common: Option<OpenOp>,
+}
+
+/// How the operation of a stall was found.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WaitedOp {
+    /// The oldest one not completed: NCCL timed it, and every one before completed.
+    #[default]
+    Oldest,
+    /// The first one some member never posted; NCCL did not time the ones before it
+    /// (sampling), so the others may wait in an earlier one: see [`NcclStall::settle`].
+    FirstNotPosted,
+    /// Every member's last posted; which one they wait in is not known.
+    LastPosted,
+}
+
+impl NcclStall {
+    /// Where the operation was not pinned down, a rank "behind" whose stack waits on
+    /// its GPU or in NCCL (`waits`) posted all it will and waits too: the others wait
+    /// in an earlier operation. With nobody left behind, every rank waits in the last
+    /// one they all posted, or before it.
+    pub fn settle(&mut self, waits: impl Fn(u32) -> bool) {
+        if self.which != WaitedOp::FirstNotPosted {
+            return;
+        }
+        let (wait, behind): (Vec<Behind>, Vec<Behind>) =
+            self.behind.drain(..).partition(|b| waits(b.rank));
+        self.waiting.extend(wait.iter().map(|b| b.rank));
+        self.waiting.sort_unstable();
+        self.behind = behind;
+        if self.behind.is_empty() {
+            if let Some(op) = self.last_common {
+                (self.op, self.which) = (op, WaitedOp::LastPosted);
+            }
+        }
+    }
 }
 
 /// A rank that never posted the operation the others wait in.
@@ -78,8 +121,9 @@ struct Since {
 /// Follows this node's counters from reading to reading.
 #[derive(Debug, Default)]
 pub struct NcclWatch {
-    /// Completions summed over every rank's communicators at the last reading.
-    done: u64,
+    /// Posts and completions summed over every rank's communicators at the last
+    /// reading.
+    marks: (u64, u64),
     since: Option<Since>,
 }
 
@@ -91,20 +135,21 @@ impl NcclWatch {
     }
 
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
-        let done: u64 = node
-            .counters
-            .values()
-            .flat_map(|c| &c.comms)
-            .map(|c| c.done.wrapping_add(c.generation << 32))
-            .fold(0, u64::wrapping_add);
-        let moved = done != self.done;
-        self.done = done;
-        let Some((comm, op)) = oldest_wait(node) else {
+        let comms = || node.counters.values().flat_map(|c| &c.comms);
+        let mark = |f: fn(&CommCounters) -> u64| {
+            comms()
+                .map(|c| f(c).wrapping_add(c.generation << 32))
+                .fold(0, u64::wrapping_add)
+        };
+        let marks = (mark(|c| c.posted), mark(|c| c.done));
+        let moved = marks != self.marks;
+        self.marks = marks;
+        let Some(comm) = oldest_wait(node) else {
             self.since = None;
             return NcclState::Idle;
         };
         let stall = match &self.since {
-            Some(since) if !moved => stall_of(node, since, (comm, op), now),
+            Some(since) if !moved => stall_of(node, since, comm, now),
             _ => None,
         };
         match stall {
@@ -123,12 +168,7 @@ impl NcclWatch {
 
 /// The stall since `since` on `comm`'s open `op`; None where a rank behind wrote
 /// meanwhile (a checkpoint only it saves is progress, as in the stack rule).
-fn stall_of(
-    node: &NodeReading,
-    since: &Since,
-    (comm, op): (u64, OpenOp),
-    now: Instant,
-) -> Option<NcclStall> {
+fn stall_of(node: &NodeReading, since: &Since, comm: u64, now: Instant) -> Option<NcclStall> {
     let stalled = now.saturating_duration_since(since.at);
     let share = |rank: u32| {
         let (a, b) = (since.cpu.get(&rank)?, node.cpu.get(&rank)?);
@@ -138,20 +178,10 @@ fn stall_of(
         (Some(a), Some(b)) => b > a,
         _ => false,
     };
-    let ranks: Vec<u32> = match node.live.is_empty() {
-        true => node.counters.keys().copied().collect(),
-        false => node.live.clone(),
-    };
-    let (mut waiting, mut behind, mut members, mut group) = (Vec::new(), Vec::new(), 0, None);
-    for rank in ranks {
-        let Some(x) = node
-            .counters
-            .get(&rank)
-            .and_then(|c| c.comms.iter().find(|x| x.live && x.hash == comm))
-        else {
-            continue; // not in the communicator (or not there yet)
-        };
-        members += 1;
+    let members = members(node, comm);
+    let (op, which) = waited_in(&members)?;
+    let (mut waiting, mut behind, mut group) = (Vec::new(), Vec::new(), None);
+    for &(rank, x) in &members {
         group = Some((x.nranks, x.nnodes));
         if x.posted > op.index {
             waiting.push(rank);
@@ -166,7 +196,7 @@ fn stall_of(
         }
     }
     let missing = match group {
-        Some((nranks, 1)) => nranks.saturating_sub(members),
+        Some((nranks, 1)) => nranks.saturating_sub(members.len() as u32),
         _ => 0,
     };
     Some(NcclStall {
@@ -176,33 +206,71 @@ fn stall_of(
         waiting,
         behind,
         missing,
+        which,
+        last_common: members
+            .iter()
+            .map(|(_, c)| c.posted)
+            .min()
+            .and_then(|least| least.checked_sub(1))
+            .and_then(|i| members.iter().find_map(|(_, c)| c.op(i))),
     })
 }
 
-/// The communicator whose open operation most ranks wait in, and that operation.
-fn oldest_wait(node: &NodeReading) -> Option<(u64, OpenOp)> {
-    let mut by: BTreeMap<u64, (u32, Option<OpenOp>)> = BTreeMap::new();
-    for c in node.counters.values().flat_map(|c| &c.comms) {
-        if !c.live || c.in_flight() == 0 {
-            continue;
-        }
-        let e = by.entry(c.hash).or_insert((0, None));
-        e.0 += 1;
-        e.1 = e.1.or(Some(open_of(c)));
-    }
-    by.into_iter()
-        .max_by_key(|(_, (n, _))| *n)
-        .and_then(|(hash, (_, op))| Some((hash, op?)))
+/// The node's live ranks in communicator `comm`, with their counters of it.
+fn members(node: &NodeReading, comm: u64) -> Vec<(u32, &CommCounters)> {
+    let ranks: Vec<u32> = match node.live.is_empty() {
+        true => node.counters.keys().copied().collect(),
+        false => node.live.clone(),
+    };
+    ranks
+        .into_iter()
+        .filter_map(|rank| {
+            let c = node.counters.get(&rank)?;
+            Some((rank, c.comms.iter().find(|x| x.live && x.hash == comm)?))
+        })
+        .collect()
 }
 
-/// The open operation, or what is known of it where the ring moved on.
-fn open_of(c: &CommCounters) -> OpenOp {
-    c.open.unwrap_or(OpenOp {
-        index: c.completed,
+/// The operation the members wait in: the oldest not completed where NCCL timed it
+/// (every operation before it completed); else the first one some member never
+/// posted; else, all having posted alike, their last.
+fn waited_in(members: &[(u32, &CommCounters)]) -> Option<(OpenOp, WaitedOp)> {
+    let unknown = |index| OpenOp {
+        index,
         func: NcclFunc::Unknown,
         bytes: 0,
         kernel_start_ns: None,
-    })
+        timed: false,
+    };
+    let find = |index| members.iter().find_map(|(_, c)| c.op(index));
+    let oldest = members.iter().map(|(_, c)| c.completed).min()?;
+    let all_timed = members
+        .iter()
+        .all(|(_, c)| c.recent.iter().all(|o| o.timed));
+    if all_timed || find(oldest).is_some_and(|o| o.timed) {
+        return Some((find(oldest).unwrap_or(unknown(oldest)), WaitedOp::Oldest));
+    }
+    let posted = members.iter().map(|(_, c)| c.posted);
+    let (least, most) = (posted.clone().min()?, posted.max()?);
+    if least < most {
+        return Some((
+            find(least).unwrap_or(unknown(least)),
+            WaitedOp::FirstNotPosted,
+        ));
+    }
+    let last = most.saturating_sub(1);
+    Some((find(last).unwrap_or(unknown(last)), WaitedOp::LastPosted))
+}
+
+/// The communicator most ranks have operations open on.
+fn oldest_wait(node: &NodeReading) -> Option<u64> {
+    let mut by: BTreeMap<u64, u32> = BTreeMap::new();
+    for c in node.counters.values().flat_map(|c| &c.comms) {
+        if c.live && c.in_flight() > 0 {
+            *by.entry(c.hash).or_default() += 1;
+        }
+    }
+    by.into_iter().max_by_key(|(_, n)| *n).map(|(hash, _)| hash)
 }
 
 #[cfg(test)]
@@ -311,6 +379,63 @@ mod tests {
             (s.waiting.clone(), s.missing),
             (vec![0], 1),
             "rank 1 of 2 has no communicator 7"
+        );
+    }
+
+    /// Sampled: ranks 0 and 1 posted 3 operations NCCL does not time after the last
+    /// one seen completing; rank 1 then stops posting while rank 0 waits in the 4th.
+    /// Posts are progress; the wait is the 4th from rank 0's ring, not the first open.
+    #[test]
+    fn with_sampling_posts_are_progress_and_the_wait_is_the_first_op_not_posted() {
+        let t0 = Instant::now();
+        let sampled = |r: u32, untimed: u64| {
+            let mut w = Words::default();
+            w.comm(0, 7, r, 2)
+                .ops(0, NcclFunc::AllReduce, 4 << 20, 10, 10, 1000)
+                .untimed(0, NcclFunc::Broadcast, 64, untimed);
+            decode(&w.bytes()).unwrap()
+        };
+        let node = |a: u64, b: u64| NodeReading {
+            counters: [(0, sampled(0, a)), (1, sampled(1, b))].into(),
+            ..Default::default()
+        };
+        let mut w = NcclWatch::default();
+        assert_eq!(w.observe(&node(3, 3), t0), NcclState::Moving);
+        let secs = |s| t0 + Duration::from_secs(s);
+        assert_eq!(w.observe(&node(4, 3), secs(1)), NcclState::Moving, "posted");
+        let NcclState::Stalled(s) = w.observe(&node(4, 3), secs(30)) else {
+            panic!("stalled");
+        };
+        assert_eq!(
+            (s.op.index, s.op.func, s.which),
+            (13, NcclFunc::Broadcast, WaitedOp::FirstNotPosted)
+        );
+        assert_eq!((s.waiting.clone(), s.behind[0].rank), (vec![0], 1));
+        // Rank 1 spins in Python: it stays behind.
+        let mut spin = s.clone();
+        spin.settle(|_| false);
+        assert_eq!(
+            (spin.behind.len(), spin.which),
+            (1, WaitedOp::FirstNotPosted)
+        );
+        // Rank 1 waits on its GPU: it posted all it will; both wait in the 13th or
+        // before (a mismatch, a GPU hang).
+        let mut gpu = s;
+        gpu.settle(|r| r == 1);
+        assert!(gpu.behind.is_empty());
+        assert_eq!(
+            (gpu.waiting, gpu.which, gpu.op.index),
+            (vec![0, 1], WaitedOp::LastPosted, 12)
+        );
+        // All posted alike: the last posted, said not to be pinned down.
+        let mut w = NcclWatch::default();
+        w.observe(&node(4, 4), t0);
+        let NcclState::Stalled(s) = w.observe(&node(4, 4), secs(30)) else {
+            panic!("stalled");
+        };
+        assert_eq!(
+            (s.op.index, s.which, s.behind.len()),
+            (13, WaitedOp::LastPosted, 0)
         );
     }
 

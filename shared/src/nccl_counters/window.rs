@@ -5,6 +5,7 @@
 
 use super::decode::{CommCounters, RankCounters};
 use super::func::NcclFunc;
+use super::sampling::KernelSampling;
 use crate::flight_recorder::{GpuTime, KindBusbw, LinkModel, LinkSpeed};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,7 +51,8 @@ fn big_ops(before: &RankCounters, after: &RankCounters) -> Big {
 }
 
 /// Rank `rank`'s GPU time over `span`, from its counters at its start and end; None
-/// where nothing completed in it.
+/// where nothing timed completed in it. Where NCCL times only sampled operations, a
+/// communicator's GPU time is its timed operations' mean times the operations posted.
 pub fn gpu_time(
     rank: u32,
     before: &RankCounters,
@@ -59,8 +61,15 @@ pub fn gpu_time(
 ) -> Option<GpuTime> {
     let (mut busy, mut timed) = (0u64, 0u64);
     for (b, a) in pairs(before, after) {
-        busy += a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
-        timed += a.done.saturating_sub(b.map_or(0, |b| b.done));
+        let ns = a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
+        let done = a.done.saturating_sub(b.map_or(0, |b| b.done));
+        let posted = a.posted.saturating_sub(b.map_or(0, |b| b.posted));
+        if done > 0 && posted > done && after.sampling != KernelSampling::All {
+            busy += (ns as f64 * posted as f64 / done as f64) as u64;
+        } else {
+            busy += ns;
+        }
+        timed += done;
     }
     let span_ns = span.as_nanos() as u64;
     if timed == 0 || span_ns == 0 {
@@ -141,6 +150,27 @@ mod tests {
         assert!(
             gpu_time(3, &after, &after, Duration::from_secs(1)).is_none(),
             "nothing completed"
+        );
+    }
+
+    /// 1000 operations posted in the window, 80 of them timed at 150 us each: the
+    /// rank spent about 1000 x 150 us in operations.
+    #[test]
+    fn sampled_gpu_time_is_the_timed_mean_times_the_posted() {
+        let before = reading(&[(1000, 150_000)]);
+        let mut w = Words::default();
+        w.comm(0, 7, 0, 2)
+            .ops(0, NcclFunc::AllReduce, 4 << 20, 1000, 1000, 150_000)
+            .ops(0, NcclFunc::AllReduce, 4 << 20, 80, 80, 150_000)
+            .untimed(0, NcclFunc::AllReduce, 4 << 20, 920);
+        let mut after = decode(&w.bytes()).unwrap();
+        let t = gpu_time(0, &before, &after, Duration::from_secs(1)).unwrap();
+        assert_eq!((t.timed, t.busy_ns), (80, 150_000_000));
+        after.sampling = KernelSampling::All;
+        let exact = gpu_time(0, &before, &after, Duration::from_secs(1)).unwrap();
+        assert_eq!(
+            exact.busy_ns, 12_000_000,
+            "every operation timed: no estimate"
         );
     }
 

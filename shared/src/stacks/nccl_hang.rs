@@ -7,7 +7,7 @@ use super::hang_report::{ranks_word, Context, Hang};
 use super::merge::{rank_label, ranks_text, Places};
 use super::model::RankStack;
 use super::standing::Standing;
-use crate::nccl_counters::{Behind, NcclStall, OpenOp};
+use crate::nccl_counters::{Behind, NcclStall, OpenOp, WaitedOp};
 use crate::units::format_size;
 use std::time::Duration;
 
@@ -68,7 +68,7 @@ impl Hang {
         let stalled = Duration::from_secs_f64(stall.stalled_secs);
         let mut hang = Hang::with(stacks, places, stalled, timeout, ctx);
         hang.trigger = Some(format!(
-            "no NCCL operation has completed on this node for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
+            "no NCCL operation has been posted or completed on this node for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
             stall.stalled_secs,
             timeout.as_secs_f64()
         ));
@@ -77,12 +77,16 @@ impl Hang {
             return hang;
         }
         if stall.behind.is_empty() {
-            hang.headline = match stall.missing {
-                0 => format!(
+            hang.headline = match (stall.missing, stall.which) {
+                (0, WaitedOp::Oldest) => format!(
                     "every rank here posted {op} and none completed: {}",
                     hang.headline
                 ),
-                n => format!(
+                (0, _) => format!(
+                    "every rank here last posted {op} and nothing completed since: {}",
+                    hang.headline
+                ),
+                (n, _) => format!(
                     "ranks {} wait in {op}{}",
                     ranks_text(&stall.waiting),
                     missing_text(n)
@@ -137,10 +141,13 @@ mod tests {
                 func: NcclFunc::AllReduce,
                 bytes: 4 << 20,
                 kernel_start_ns: Some(1),
+                timed: true,
             },
             waiting: vec![0, 2, 3],
             behind,
             missing: 0,
+            which: WaitedOp::Oldest,
+            last_common: None,
         }
     }
 
@@ -183,7 +190,7 @@ mod tests {
         );
         let text = h.text(&Places::new());
         assert!(
-            text.starts_with("toporun: hang: no NCCL operation has completed on this node for 25s"),
+            text.starts_with("toporun: hang: no NCCL operation has been posted or completed on this node for 25s"),
             "{text}"
         );
     }

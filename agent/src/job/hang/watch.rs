@@ -305,7 +305,7 @@ impl Judge {
     ) -> Option<bool> {
         let (files, watch) = self.nccl.as_mut()?;
         let state = watch.observe(&files.node(&self.root, live), now);
-        let stall = match state {
+        let mut stall = match state {
             NcclState::Idle => return None,
             NcclState::Moving => return Some(false),
             NcclState::Stalled(s) => s,
@@ -316,6 +316,7 @@ impl Judge {
         // reports done (a kernel without profiler hooks) while the ranks compute and
         // sit at `.item()` now and then.
         let stands = ctx.standings(stacks);
+        stall.settle(|rank| stands.iter().any(|s| s.0 == rank && s.1.waits()));
         if !stands
             .iter()
             .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
