@@ -7,8 +7,8 @@
 #                    (eval, --on-hang report: the job goes on)
 #   straggler2 straggler4   60 s of training, rank 1 on 3x the matmuls (slow) and
 #                    balanced; counters copied at 30 s and 50 s
-#   cost             plugin on against off, alternating, 3 pairs: the all_reduce sweep
-#                    (8 KiB-1 GiB) and the training loop's step times on NPROC ranks
+#   cost             scripts/device/gpu_profiler_cost.sh: no plugin, every operation
+#                    timed, the default sampling, alternating (sweep and training loops)
 # Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
 set -uo pipefail
 T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${WORK:-/tmp/profiler}
@@ -46,26 +46,9 @@ straggler() {  # NPROC NAME VAR=VALUE...
   echo "== straggler $name on $n ranks: $(env SECS=60 "$@" python3 scripts/device/timed_run.py 120 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$n" --straggler-window=30 --log-dir "$d/run" scripts/device/gpu_nccl_straggler_rank.py) $(cat "$d/stdout")" | tee -a "$S"
   wait; lines "$d/stderr" | tee -a "$S"; keep "$d"
 }
-cost() {
-  local d=$OUT/cost n=${NPROC:-4}; mkdir -p "$d"
-  for pair in 1 2 3; do
-    for p in on off; do
-      "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --gpu-timing=off --nccl-report=off scripts/device/gpu_profiler_sweep.py > "$d/sweep-$p-$pair.txt" 2> "$d/sweep-$p-$pair.err"
-      env SECS=25 BUCKETS=5 BUCKET_MIB=4 STEP_LOG="$d/steps-$p-$pair.txt" "$T" --standalone --nproc-per-node="$n" --nccl-profiler=$p --gpu-timing=off --nccl-report=off scripts/device/gpu_nccl_straggler_rank.py > "$d/train-$p-$pair.txt" 2> "$d/train-$p-$pair.err"
-      echo "cost pair $pair $p: $(cat "$d/train-$p-$pair.txt") max_step_ms $(sort -k2 -n "$d/steps-$p-$pair.txt" | tail -1 | cut -d' ' -f2)" | tee -a "$S"
-    done
-  done
-  python3 - "$d" <<'PY' | tee -a "$S"
-import pathlib, statistics, sys
-d = pathlib.Path(sys.argv[1])
-def table(p):
-    runs = [dict((int(l.split()[1]), float(l.split()[2])) for l in f.read_text().splitlines() if l.startswith("sweep")) for f in sorted(d.glob(f"sweep-{p}-*.txt"))]
-    return {s: statistics.median(r[s] for r in runs if s in r) for s in runs[0]} if runs else {}
-on, off = table("on"), table("off")
-for s in sorted(off):
-    if s in on:
-        print(f"sweep {s:>11} B: off {off[s]:9.2f} us  on {on[s]:9.2f} us  cost {100 * (on[s] / off[s] - 1):+6.2f}%")
-PY
+cost() {  # plugin off against its default sampling and against every operation timed
+  VARIANTS=${VARIANTS:-none all bursts} bash scripts/device/gpu_profiler_cost.sh "$T" "$OUT/cost"
+  cat "$OUT/cost/cost-summary.txt" >> "$S"
 }
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
 for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do
