@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 49 on a GPU machine: toporun's NCCL profiler plugin, stage by stage (STAGES),
-# each in WORK (/tmp/profiler) and written to OUT/summary.txt as it goes and
+# each in PROFILER_WORK (/tmp/profiler; not WORK, which the rank scripts read) and written to OUT/summary.txt as it goes and
 # OUT/results.tgz (WORK, the ranks' counters files included) after each stage:
 #   hang2 hang4      on 2 and 4 ranks, --hang-timeout 20: rank 1 spins in Python
 #                    (spin), blocks in a read (stuck), then rank 0 evaluates for 35 s
@@ -11,7 +11,7 @@
 #                    timed, the default sampling, alternating (sweep and training loops)
 # Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
 set -uo pipefail
-T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${WORK:-/tmp/profiler}
+T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${PROFILER_WORK:-/tmp/profiler}
 mkdir -p "$OUT" "$RESULTS"
 cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
