@@ -115,12 +115,11 @@ impl Comm {
     ) -> *mut c_void {
         let func = NcclFunc::from_nccl(bytes_of(func));
         let bytes = count as u64 * datatype_bytes(bytes_of(dtype));
-        // Whether NCCL times this one: the mask as it was when the operation was
-        // enqueued, which only the posts before it changed.
-        let timed = kernel_sampling::timing();
-        kernel_sampling::posted();
+        // Whether NCCL times this one, as far as the posts tell: only those get a
+        // record (a burst's records must not wait behind thousands of untimed ones).
+        let timed = kernel_sampling::post();
         let index = self.next.fetch_add(1, Relaxed);
-        self.publish_open(index, func, bytes, timed);
+        self.publish_open(index, func, bytes);
         let op = &self.ops[index as usize % RING];
         let handle = if !timed {
             std::ptr::null_mut()
@@ -141,12 +140,11 @@ impl Comm {
     }
 
     /// The ring entry the agent reads while `index` is open.
-    fn publish_open(&self, index: u64, func: NcclFunc, bytes: u64, timed: bool) {
+    fn publish_open(&self, index: u64, func: NcclFunc, bytes: u64) {
         let i = index as usize;
         self.word(open_word(i, O_INDEX1)).store(0, Relaxed);
-        let flag = if timed { TIMED } else { 0 };
         self.word(open_word(i, O_FUNC))
-            .store(func.id() as u64 | flag, Relaxed);
+            .store(func.id() as u64, Relaxed);
         self.word(open_word(i, O_BYTES)).store(bytes, Relaxed);
         self.word(open_word(i, O_KERNEL_START)).store(0, Relaxed);
         self.word(open_word(i, O_INDEX1)).store(index + 1, Release);

@@ -1,12 +1,15 @@
 //! Which operations NCCL times on the GPU (`KernelSampling`, in the shared crate,
 //! says why): a burst of operations is timed, then none until the next burst, about
-//! one period later (jittered, so a training step's rhythm cannot line up with it).
-//! Operations are still counted as posted, one by one, whether timed or not.
+//! one period's worth of posts later (jittered, counted in posts so that where a burst
+//! begins does not follow a step's pauses). Operations are still counted as posted,
+//! one by one, whether timed or not.
 //!
-//! NCCL keeps one activation mask per process and reads it as each operation is
-//! enqueued; the plugin flips its kernel-channel bit from the host thread that posts
-//! operations. Only atomics: no lock, allocation or system call (the clock is read
-//! through the vDSO).
+//! NCCL keeps one activation mask per process and copies it into each operation as
+//! it is enqueued; the plugin flips its kernel-channel bit from the thread that posts
+//! operations. The plugin's idea of which operations are timed is a guess (a group's
+//! operations are all enqueued before its first post); the counters take an operation
+//! as timed only once its kernel channels report. Only atomics: no lock, allocation or
+//! system call (the clock is read through the vDSO).
 
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
@@ -23,10 +26,9 @@ pub const TIMED: c_int = POSTED | EVENT_KERNEL_CH as c_int;
 /// The sampling the rank's environment asks for (toporun checked the value before
 /// the rank started; one it did not check falls back to the default).
 pub fn from_env() -> KernelSampling {
-    std::env::var(SAMPLING_VAR)
-        .ok()
-        .and_then(|v| KernelSampling::parse(&v).ok())
-        .unwrap_or_default()
+    let var = |k| std::env::var(k).ok();
+    let blocking = var("CUDA_LAUNCH_BLOCKING");
+    KernelSampling::for_rank(var(SAMPLING_VAR).as_deref(), blocking.as_deref()).unwrap_or_default()
 }
 
 /// NCCL's process-wide mask (null: no communicator counted).
@@ -34,10 +36,17 @@ static MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
 /// Burst length; 0 with PERIOD_NS 0: every operation timed; 0 otherwise: none.
 static BURST: AtomicU32 = AtomicU32::new(0);
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-/// Operations left to time in this burst.
+/// Posts left to time in this burst.
 static LEFT: AtomicU32 = AtomicU32::new(0);
-/// When the next burst may begin (ns since EPOCH).
-static NEXT_NS: AtomicU64 = AtomicU64::new(0);
+/// Posts until the next burst begins (counted in posts, not time: the post that
+/// begins it may come right before a pause, so the first one after a pause is timed
+/// as often as any other).
+static COUNTDOWN: AtomicU32 = AtomicU32::new(0);
+/// Posts in the last period, and the current period's start (ns since EPOCH) and
+/// posts: how many posts a period holds, so bursts come about a period apart.
+static RATE: AtomicU32 = AtomicU32::new(0);
+static PERIOD_START_NS: AtomicU64 = AtomicU64::new(0);
+static PERIOD_POSTS: AtomicU32 = AtomicU32::new(0);
 static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
@@ -45,17 +54,29 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-fn set_mask(value: c_int) {
+/// NCCL's mask made to say what the state says. Two threads may change the state at
+/// once (two communicators, NCCL's callback thread): each writes after its change
+/// and writes again if the state moved meanwhile, so the last word is the state's.
+fn sync_mask() {
     let p = MASK.load(Acquire);
-    if !p.is_null() {
-        // NCCL reads it with relaxed atomic loads; the pointer stays valid while a
-        // communicator of this process lives.
-        unsafe { AtomicI32::from_ptr(p) }.store(value, Relaxed);
+    if p.is_null() {
+        return;
+    }
+    // NCCL reads it with relaxed atomic loads; the pointer stays valid while a
+    // communicator of this process lives.
+    let mask = unsafe { AtomicI32::from_ptr(p) };
+    loop {
+        let on = LEFT.load(Acquire) > 0;
+        mask.store(if on { TIMED } else { POSTED }, Release);
+        if (LEFT.load(Acquire) > 0) == on {
+            return;
+        }
     }
 }
 
 /// A communicator is counted: NCCL's mask is `mask`; the sampling is `s`. Returns
-/// the mask to start with.
+/// the mask to start with. Only the first communicator of a process sets the state
+/// up (a later one's init would relabel operations already enqueued).
 pub fn start(mask: *mut c_int, s: KernelSampling) -> c_int {
     let (burst, period_ns) = match s {
         KernelSampling::All => (0, 0),
@@ -65,18 +86,26 @@ pub fn start(mask: *mut c_int, s: KernelSampling) -> c_int {
             period_ms.saturating_mul(1_000_000),
         ),
     };
-    BURST.store(burst, Relaxed);
-    PERIOD_NS.store(period_ns, Relaxed);
-    RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
-    if !mask.is_null() {
-        MASK.store(mask, Release);
+    let first = MASK
+        .compare_exchange(std::ptr::null_mut(), mask, AcqRel, Acquire)
+        .is_ok();
+    if first {
+        BURST.store(burst, Relaxed);
+        PERIOD_NS.store(period_ns, Relaxed);
+        RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
+        RATE.store(0, Relaxed);
+        PERIOD_POSTS.store(0, Relaxed);
+        PERIOD_START_NS.store(now_ns(), Relaxed);
+        // The first operations are timed: a job's first collectives say most about
+        // its links.
+        COUNTDOWN.store(0, Relaxed);
+        LEFT.store(burst, Release);
     }
-    // The first operations are timed: a job's first collectives say most about links.
-    LEFT.store(burst, Relaxed);
-    NEXT_NS.store(now_ns().saturating_add(jittered(period_ns)), Relaxed);
-    match s {
-        KernelSampling::Off => POSTED,
-        _ => TIMED,
+    match (BURST.load(Relaxed), PERIOD_NS.load(Relaxed)) {
+        (0, 0) => TIMED,
+        (0, _) => POSTED,
+        _ if LEFT.load(Acquire) > 0 => TIMED,
+        _ => POSTED,
     }
 }
 
@@ -85,41 +114,53 @@ pub fn stop() {
     MASK.store(std::ptr::null_mut(), Release);
 }
 
-/// Whether operations posted now are being timed.
-pub fn timing() -> bool {
-    match (BURST.load(Relaxed), PERIOD_NS.load(Relaxed)) {
-        (0, 0) => true,
-        (0, _) => false,
-        _ => LEFT.load(Relaxed) > 0,
+/// The host posted an operation: whether NCCL times it (as far as this plugin can
+/// tell: the mask as its posts left it when the operation was enqueued; operations
+/// of one group were all enqueued before the group's first post). Counts it against
+/// the burst, or towards the next.
+pub fn post() -> bool {
+    let burst = BURST.load(Relaxed);
+    if burst == 0 {
+        return PERIOD_NS.load(Relaxed) == 0; // all, or none: the mask never changes
+    }
+    count_rate();
+    match LEFT.fetch_update(AcqRel, Acquire, |l| l.checked_sub(1)) {
+        Ok(1) => {
+            // The burst's last: the ones after it are not timed.
+            COUNTDOWN.store(next_gap(), Release);
+            sync_mask();
+            true
+        }
+        Ok(_) => true,
+        Err(_) => {
+            if COUNTDOWN.fetch_update(AcqRel, Acquire, |c| c.checked_sub(1)) == Ok(1) {
+                // This one was enqueued before the bit went on: the next BURST are timed.
+                LEFT.store(burst, Release);
+                sync_mask();
+            }
+            false
+        }
     }
 }
 
-/// The host posted an operation: count it against the burst, or begin the next
-/// burst when its time has come.
-pub fn posted() {
-    let burst = BURST.load(Relaxed);
-    if burst == 0 {
-        return; // all or none: the mask never changes
-    }
-    let left = LEFT.load(Relaxed);
-    if left > 0 {
-        if LEFT.fetch_sub(1, Relaxed) == 1 {
-            set_mask(POSTED);
-        }
-        return;
-    }
-    let (now, next) = (now_ns(), NEXT_NS.load(Relaxed));
-    if now < next {
-        return;
-    }
-    let wait = jittered(PERIOD_NS.load(Relaxed));
-    if NEXT_NS
-        .compare_exchange(next, now.saturating_add(wait), Relaxed, Relaxed)
-        .is_ok()
+/// Posts in each period, for the gap between bursts.
+fn count_rate() {
+    let n = PERIOD_POSTS.fetch_add(1, Relaxed).saturating_add(1);
+    let (now, start) = (now_ns(), PERIOD_START_NS.load(Relaxed));
+    if now.saturating_sub(start) >= PERIOD_NS.load(Relaxed)
+        && PERIOD_START_NS
+            .compare_exchange(start, now, Relaxed, Relaxed)
+            .is_ok()
     {
-        LEFT.store(burst, Relaxed);
-        set_mask(TIMED);
+        RATE.store(n, Relaxed);
+        PERIOD_POSTS.store(0, Relaxed);
     }
+}
+
+/// Posts until the next burst: about one period's worth, at least one.
+fn next_gap() -> u32 {
+    let rate = u64::from(RATE.load(Relaxed));
+    jittered(rate).clamp(1, u64::from(u32::MAX)) as u32
 }
 
 /// A period between half and one and a half times `period` (xorshift).
@@ -142,5 +183,34 @@ mod tests {
             let j = jittered(100);
             assert!((50..150).contains(&j), "{j}");
         }
+        assert_eq!(jittered(0), 0);
+        assert!(jittered(u64::MAX) >= u64::MAX / 2, "no overflow");
+    }
+
+    /// Threads posting at once never leave a burst longer than BURST (the count
+    /// wrapping would label every later post timed), and NCCL's mask ends as the
+    /// state says.
+    #[test]
+    fn concurrent_posts_keep_the_burst_and_the_mask_consistent() {
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let first = start(
+            NCCL_MASK.as_ptr(),
+            KernelSampling::Bursts {
+                burst: 3,
+                period_ms: 1,
+            },
+        );
+        assert_eq!(first, TIMED);
+        let timed: u32 = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..4)
+                .map(|_| s.spawn(|| (0..20_000).filter(|_| post()).count() as u32))
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        assert!(LEFT.load(Relaxed) <= 3, "{}", LEFT.load(Relaxed));
+        assert!(timed > 0 && timed < 80_000, "{timed}");
+        let on = LEFT.load(Relaxed) > 0;
+        assert_eq!(NCCL_MASK.load(Relaxed), if on { TIMED } else { POSTED });
+        stop();
     }
 }

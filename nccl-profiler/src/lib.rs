@@ -85,7 +85,9 @@ unsafe extern "C" fn init(
                 *context = Box::into_raw(Comm::new(slot)).cast();
                 let first = kernel_sampling::start(mask, sampling);
                 if !mask.is_null() {
-                    *mask = first;
+                    // NCCL and the posting threads use it atomically.
+                    std::sync::atomic::AtomicI32::from_ptr(mask)
+                        .store(first, std::sync::atomic::Ordering::Release);
                 }
                 log(logfn, &format!("toporun profiler: communicator {comm_id:#x} rank {rank} of {nranks} counted in {}", path.display()));
                 NCCL_SUCCESS

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
 use toporun_nccl_profiler::*;
-use toporun_shared::nccl_counters::{decode, NcclFunc, RankCounters};
+use toporun_shared::nccl_counters::{decode, KernelSampling, NcclFunc, RankCounters};
 
 /// The plugin has one counters file per process and reads its path at init.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -317,11 +317,13 @@ fn operations_without_channels_or_past_the_ring_are_not_left_open() {
 }
 
 /// Sampled: a burst of operations timed (the mask's kernel-channel bit on while they
-/// are enqueued), then only counted as posted until the next burst.
+/// are enqueued), then only counted as posted until the next burst, a period's worth
+/// of posts later (none counted yet within this 60 s period: the next post). The
+/// counters take an operation as timed once its channels report.
 #[test]
 fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
     with_file(|path| {
-        std::env::set_var(SAMPLING_VAR, "2/20");
+        std::env::set_var(SAMPLING_VAR, "2/60000");
         let nccl = here();
         let all_reduce = CString::new("AllReduce").unwrap();
         let mask = || NCCL_MASK.load(Ordering::Relaxed) as u64;
@@ -331,22 +333,30 @@ fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
         assert!(timed.iter().all(|op| !op.is_null()));
         assert_eq!(mask(), EVENT_COLL | EVENT_P2P, "the burst is over");
         for (i, op) in timed.into_iter().enumerate() {
-            nccl.channel(ctx, op, 0, 100 * i as u64, 100 * i as u64 + 40);
+            nccl.channel(ctx, op, 0, 100 * i as u64 + 1, 100 * i as u64 + 41);
         }
+        // Enqueued before the bit went on again: not timed; the next two are.
         assert!(nccl.post(ctx, &all_reduce, 8, 1).is_null(), "not timed");
-        std::thread::sleep(std::time::Duration::from_millis(31));
-        // The next post after the period begins a burst for the ones after it.
-        assert!(nccl.post(ctx, &all_reduce, 8, 1).is_null());
         assert_eq!(mask(), EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
         let op = nccl.post(ctx, &all_reduce, 8, 1);
         assert!(!op.is_null());
         nccl.channel(ctx, op, 0, 1000, 1050);
-        let c = &read(path).comms[0];
-        assert_eq!((c.posted, c.done, c.busy_ns), (5, 3, 130));
+        let r = read(path);
         assert_eq!(
-            c.completed, 5,
+            r.sampling,
+            KernelSampling::Bursts {
+                burst: 2,
+                period_ms: 60000
+            }
+        );
+        let c = &r.comms[0];
+        assert_eq!((c.posted, c.done, c.busy_ns), (4, 3, 130));
+        assert_eq!(
+            c.completed, 4,
             "the last timed one completes those before it"
         );
+        let timed: Vec<bool> = c.recent.iter().map(|o| o.timed).collect();
+        assert_eq!(timed, [true, true, false, true]);
         nccl.finalize(ctx);
     });
 }

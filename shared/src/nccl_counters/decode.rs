@@ -52,6 +52,9 @@ pub struct CommCounters {
     /// The last operations posted that the ring still holds, oldest first.
     #[serde(default)]
     pub recent: Vec<OpenOp>,
+    /// NCCL times every operation (no sampling): `completed` is exact.
+    #[serde(default = "timed_by_default")]
+    pub every_op_timed: bool,
     /// Totals of the functions that ran.
     pub funcs: Vec<FuncTotals>,
 }
@@ -65,7 +68,8 @@ pub struct OpenOp {
     pub bytes: u64,
     /// GPU timer when its first channel started; None: its kernel has not started.
     pub kernel_start_ns: Option<u64>,
-    /// NCCL times it on the GPU: its completion will be seen.
+    /// NCCL times it on the GPU, so its completion will be seen: every operation is
+    /// (no sampling), or its kernel channels reported.
     #[serde(default = "timed_by_default")]
     pub timed: bool,
 }
@@ -115,8 +119,12 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
     if !(1..=VERSION).contains(&version) {
         return Err(CountersError::Version(version));
     }
+    let sampling = match version {
+        1 | 2 => KernelSampling::All,
+        _ => KernelSampling::of_words(w(H_SAMPLE_BURST), w(H_SAMPLE_PERIOD_MS)),
+    };
     let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
-        .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot, version))
+        .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot, version, sampling))
         .collect();
     if version == 1 {
         comms.iter_mut().for_each(|c| c.done = c.completed);
@@ -126,20 +134,22 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
         inits: w(H_INITS),
         dropped: w(H_DROPPED),
         comms,
-        sampling: match version {
-            1 | 2 => KernelSampling::All,
-            _ => KernelSampling::of_words(w(H_SAMPLE_BURST), w(H_SAMPLE_PERIOD_MS)),
-        },
+        sampling,
     })
 }
 
-fn comm(w: &dyn Fn(usize) -> u64, slot: usize, version: u64) -> Option<CommCounters> {
+fn comm(
+    w: &dyn Fn(usize) -> u64,
+    slot: usize,
+    version: u64,
+    sampling: KernelSampling,
+) -> Option<CommCounters> {
     let state = w(S_STATE);
     if state == FREE {
         return None;
     }
     let (posted, completed) = (w(S_POSTED), w(S_COMPLETED).min(w(S_POSTED)));
-    let all_timed = version < 3;
+    let all_timed = version < 3 || sampling == KernelSampling::All;
     let open = (posted > completed)
         .then(|| open_op(w, completed, all_timed))
         .flatten();
@@ -173,6 +183,7 @@ fn comm(w: &dyn Fn(usize) -> u64, slot: usize, version: u64) -> Option<CommCount
         last_stop_ns: w(S_LAST_STOP_NS),
         open,
         recent,
+        every_op_timed: all_timed,
         funcs,
     })
 }
@@ -180,13 +191,13 @@ fn comm(w: &dyn Fn(usize) -> u64, slot: usize, version: u64) -> Option<CommCount
 /// The ring's entry for posted index `index`, if it still holds that one.
 fn open_op(w: &dyn Fn(usize) -> u64, index: u64, all_timed: bool) -> Option<OpenOp> {
     let i = index as usize;
-    let func = w(open_word(i, O_FUNC));
+    let kernel_start_ns = Some(w(open_word(i, O_KERNEL_START))).filter(|t| *t > 0);
     (w(open_word(i, O_INDEX1)) == index + 1).then(|| OpenOp {
         index,
-        func: NcclFunc::from_id(func & !TIMED),
+        func: NcclFunc::from_id(w(open_word(i, O_FUNC)) & FUNC_ID_BITS),
         bytes: w(open_word(i, O_BYTES)),
-        kernel_start_ns: Some(w(open_word(i, O_KERNEL_START))).filter(|t| *t > 0),
-        timed: all_timed || func & TIMED != 0,
+        kernel_start_ns,
+        timed: all_timed || kernel_start_ns.is_some(),
     })
 }
 

@@ -9,7 +9,7 @@ pub const HEADER_WORDS: usize = 16;
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
 /// Bumped when a word's meaning changes: 2 added S_DONE (version 1 files, as the
 /// first GPU runs kept them, read with done = completed); 3 added sampling (the
-/// header's H_SAMPLE_* words, an open entry's TIMED bit; earlier files timed all).
+/// header's H_SAMPLE_* words; earlier files timed every operation).
 pub const VERSION: u64 = 3;
 
 /// Header words.
@@ -69,15 +69,16 @@ pub const S_DONE: usize = 10;
 pub const S_OPEN: usize = 16;
 pub const OPEN_RING: usize = 8;
 pub const OPEN_WORDS: usize = 4;
-/// Entry words: posted index + 1 (0: empty), function (with [`TIMED`]), bytes, GPU
-/// timer when its first channel started (0: not yet).
+/// Entry words: posted index + 1 (0: empty), function (its id in the low 32 bits;
+/// the first sampled GPU captures also set bit 32, the plugin's guess that NCCL times
+/// it: ignored), bytes, GPU timer when its first channel started (0: not yet, or not
+/// timed: with sampling, an operation whose channels reported is the one NCCL timed).
 pub const O_INDEX1: usize = 0;
 pub const O_FUNC: usize = 1;
 pub const O_BYTES: usize = 2;
 pub const O_KERNEL_START: usize = 3;
-/// In an entry's function word: NCCL times this operation's kernel channels, so its
-/// completion will be seen.
-pub const TIMED: u64 = 1 << 32;
+/// The bits of an entry's function word that hold the function's id.
+pub const FUNC_ID_BITS: u64 = 0xffff_ffff;
 
 /// Per function (by [`super::NcclFunc`] id), FUNC_WORDS each, from S_FUNCS.
 pub const S_FUNCS: usize = S_OPEN + OPEN_RING * OPEN_WORDS;

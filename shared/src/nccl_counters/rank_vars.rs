@@ -43,8 +43,10 @@ impl Profiler {
         Ok(match (on, found) {
             (false, _) => Profiler::Off,
             (true, Ok(p)) => {
-                let sampling = user.get(SAMPLING_VAR).map(String::as_str);
-                Profiler::Toporun(p, KernelSampling::from_var(sampling)?)
+                let var = |k: &str| user.get(k).map(String::as_str);
+                let sampling =
+                    KernelSampling::for_rank(var(SAMPLING_VAR), var("CUDA_LAUNCH_BLOCKING"))?;
+                Profiler::Toporun(p, sampling)
             }
             (true, Err(looked)) => Profiler::NotInstalled(looked),
         })
@@ -122,7 +124,7 @@ mod tests {
         );
         assert!(
             p.line()
-                .contains("bursts of 8 operations about every 100 ms"),
+                .contains("bursts of 8 operations on the GPU, about one every 100 ms"),
             "{}",
             p.line()
         );

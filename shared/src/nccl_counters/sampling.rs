@@ -59,9 +59,20 @@ impl KernelSampling {
         }
     }
 
-    /// From the variable's value where set (None: the default).
-    pub fn from_var(value: Option<&str>) -> Result<KernelSampling, BadSampling> {
-        value.map_or(Ok(KernelSampling::default()), KernelSampling::parse)
+    /// For a rank whose environment has `value` for the variable and `launch_blocking`
+    /// for CUDA_LAUNCH_BLOCKING. Unset, the default; but with launches blocking NCCL
+    /// reports an operation only through a host callback it queues for work with a
+    /// proxy part, which an operation outside a burst does not have: every one is
+    /// timed then.
+    pub fn for_rank(
+        value: Option<&str>,
+        launch_blocking: Option<&str>,
+    ) -> Result<KernelSampling, BadSampling> {
+        match (value, launch_blocking.map(str::trim)) {
+            (Some(v), _) => KernelSampling::parse(v),
+            (None, Some("1")) => Ok(KernelSampling::All),
+            (None, _) => Ok(KernelSampling::default()),
+        }
     }
 
     /// The counters file's header words (H_SAMPLE_BURST, H_SAMPLE_PERIOD_MS).
@@ -87,7 +98,7 @@ impl KernelSampling {
         match self {
             KernelSampling::All => format!("NCCL times every operation on the GPU ({SAMPLING_VAR}=all: 6-20% slower back-to-back collectives of 128 KiB-2 MiB)"),
             KernelSampling::Off => format!("NCCL times no operation on the GPU ({SAMPLING_VAR}=off): hangs are judged from operations posted, no GPU straggler is named"),
-            KernelSampling::Bursts { burst, period_ms } => format!("NCCL times bursts of {burst} operations about every {period_ms} ms on the GPU ({SAMPLING_VAR}=all to time every one)"),
+            KernelSampling::Bursts { burst, period_ms } => format!("NCCL times bursts of {burst} operations on the GPU, about one every {period_ms} ms of operations ({SAMPLING_VAR}=all to time every one, as CUDA graphs need)"),
         }
     }
 }
@@ -114,9 +125,17 @@ mod tests {
                 "{e}"
             );
         }
+        let rank = KernelSampling::for_rank;
+        assert_eq!(rank(None, None), Ok(KernelSampling::default()));
         assert_eq!(
-            KernelSampling::from_var(None),
-            Ok(KernelSampling::default())
+            rank(None, Some("1")),
+            Ok(KernelSampling::All),
+            "launches block"
+        );
+        assert_eq!(
+            rank(Some("off"), Some("1")),
+            Ok(KernelSampling::Off),
+            "yours wins"
         );
     }
 

@@ -74,21 +74,18 @@ pub enum WaitedOp {
 
 impl NcclStall {
     /// Where the operation was not pinned down, a rank "behind" whose stack waits on
-    /// its GPU or in NCCL (`waits`) posted all it will and waits too: the others wait
-    /// in an earlier operation. With nobody left behind, every rank waits in the last
-    /// one they all posted, or before it.
-    pub fn settle(&mut self, waits: impl Fn(u32) -> bool) {
+    /// its GPU (`on_gpu`) posted all it will: it is not behind (nor waiting in an
+    /// operation it never posted). With nobody left behind, every rank waits in the
+    /// last operation they all posted, or before it: not pinned down.
+    pub fn settle(&mut self, on_gpu: impl Fn(u32) -> bool) {
         if self.which != WaitedOp::FirstNotPosted {
             return;
         }
-        let (wait, behind): (Vec<Behind>, Vec<Behind>) =
-            self.behind.drain(..).partition(|b| waits(b.rank));
-        self.waiting.extend(wait.iter().map(|b| b.rank));
-        self.waiting.sort_unstable();
-        self.behind = behind;
+        self.behind.retain(|b| !on_gpu(b.rank));
         if self.behind.is_empty() {
+            self.which = WaitedOp::LastPosted;
             if let Some(op) = self.last_common {
-                (self.op, self.which) = (op, WaitedOp::LastPosted);
+                self.op = op;
             }
         }
     }
@@ -144,12 +141,12 @@ impl NcclWatch {
         let marks = (mark(|c| c.posted), mark(|c| c.done));
         let moved = marks != self.marks;
         self.marks = marks;
-        let Some(comm) = oldest_wait(node) else {
+        let Some(wait) = awaited(node) else {
             self.since = None;
             return NcclState::Idle;
         };
         let stall = match &self.since {
-            Some(since) if !moved => stall_of(node, since, comm, now),
+            Some(since) if !moved => stall_of(node, since, wait, now),
             _ => None,
         };
         match stall {
@@ -168,7 +165,8 @@ impl NcclWatch {
 
 /// The stall since `since` on `comm`'s open `op`; None where a rank behind wrote
 /// meanwhile (a checkpoint only it saves is progress, as in the stack rule).
-fn stall_of(node: &NodeReading, since: &Since, comm: u64, now: Instant) -> Option<NcclStall> {
+fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> Option<NcclStall> {
+    let Awaited { comm, op, which } = wait;
     let stalled = now.saturating_duration_since(since.at);
     let share = |rank: u32| {
         let (a, b) = (since.cpu.get(&rank)?, node.cpu.get(&rank)?);
@@ -179,7 +177,6 @@ fn stall_of(node: &NodeReading, since: &Since, comm: u64, now: Instant) -> Optio
         _ => false,
     };
     let members = members(node, comm);
-    let (op, which) = waited_in(&members)?;
     let (mut waiting, mut behind, mut group) = (Vec::new(), Vec::new(), None);
     for &(rank, x) in &members {
         group = Some((x.nranks, x.nnodes));
@@ -231,9 +228,18 @@ fn members(node: &NodeReading, comm: u64) -> Vec<(u32, &CommCounters)> {
         .collect()
 }
 
+/// What ranks wait in: a communicator and its operation.
+#[derive(Debug, Clone, Copy)]
+struct Awaited {
+    comm: u64,
+    op: OpenOp,
+    which: WaitedOp,
+}
+
 /// The operation the members wait in: the oldest not completed where NCCL timed it
-/// (every operation before it completed); else the first one some member never
-/// posted; else, all having posted alike, their last.
+/// on every member that completed no further (so every operation before it
+/// completed); else the first one some member never posted; else, all having posted
+/// alike, their last.
 fn waited_in(members: &[(u32, &CommCounters)]) -> Option<(OpenOp, WaitedOp)> {
     let unknown = |index| OpenOp {
         index,
@@ -244,10 +250,17 @@ fn waited_in(members: &[(u32, &CommCounters)]) -> Option<(OpenOp, WaitedOp)> {
     };
     let find = |index| members.iter().find_map(|(_, c)| c.op(index));
     let oldest = members.iter().map(|(_, c)| c.completed).min()?;
-    let all_timed = members
+    let every_op_timed = members.iter().all(|(_, c)| c.every_op_timed);
+    let lagging: Vec<&CommCounters> = members
         .iter()
-        .all(|(_, c)| c.recent.iter().all(|o| o.timed));
-    if all_timed || find(oldest).is_some_and(|o| o.timed) {
+        .map(|(_, c)| *c)
+        .filter(|c| c.completed == oldest && c.posted > oldest)
+        .collect();
+    let lagging_timed = !lagging.is_empty()
+        && lagging
+            .iter()
+            .all(|c| c.op(oldest).is_some_and(|o| o.timed));
+    if every_op_timed || lagging_timed {
         return Some((find(oldest).unwrap_or(unknown(oldest)), WaitedOp::Oldest));
     }
     let posted = members.iter().map(|(_, c)| c.posted);
@@ -262,15 +275,34 @@ fn waited_in(members: &[(u32, &CommCounters)]) -> Option<(OpenOp, WaitedOp)> {
     Some((find(last).unwrap_or(unknown(last)), WaitedOp::LastPosted))
 }
 
-/// The communicator most ranks have operations open on.
-fn oldest_wait(node: &NodeReading) -> Option<u64> {
-    let mut by: BTreeMap<u64, u32> = BTreeMap::new();
-    for c in node.counters.values().flat_map(|c| &c.comms) {
-        if c.live && c.in_flight() > 0 {
-            *by.entry(c.hash).or_default() += 1;
-        }
-    }
-    by.into_iter().max_by_key(|(_, n)| *n).map(|(hash, _)| hash)
+/// Of the communicators with operations open, the one whose wait says most: a timed
+/// operation open, then one a member never posted, then a last posted (with sampling
+/// every communicator has untimed operations open); then the one most ranks are in.
+fn awaited(node: &NodeReading) -> Option<Awaited> {
+    let open: std::collections::BTreeSet<u64> = node
+        .counters
+        .values()
+        .flat_map(|c| &c.comms)
+        .filter(|c| c.live && c.in_flight() > 0)
+        .map(|c| c.hash)
+        .collect();
+    let rank = |w: WaitedOp| match w {
+        WaitedOp::Oldest => 0,
+        WaitedOp::FirstNotPosted => 1,
+        WaitedOp::LastPosted => 2,
+    };
+    open.into_iter()
+        .filter_map(|comm| {
+            let members = members(node, comm);
+            let (op, which) = waited_in(&members)?;
+            Some((
+                rank(which),
+                std::cmp::Reverse(members.len()),
+                Awaited { comm, op, which },
+            ))
+        })
+        .min_by_key(|(r, n, a)| (*r, *n, a.comm))
+        .map(|(_, _, a)| a)
 }
 
 #[cfg(test)]
@@ -419,14 +451,11 @@ mod tests {
             (1, WaitedOp::FirstNotPosted)
         );
         // Rank 1 waits on its GPU: it posted all it will; both wait in the 13th or
-        // before (a mismatch, a GPU hang).
+        // before (a mismatch, a GPU hang): not pinned down, nobody behind.
         let mut gpu = s;
         gpu.settle(|r| r == 1);
         assert!(gpu.behind.is_empty());
-        assert_eq!(
-            (gpu.waiting, gpu.which, gpu.op.index),
-            (vec![0, 1], WaitedOp::LastPosted, 12)
-        );
+        assert_eq!((gpu.which, gpu.op.index), (WaitedOp::LastPosted, 12));
         // All posted alike: the last posted, said not to be pinned down.
         let mut w = NcclWatch::default();
         w.observe(&node(4, 4), t0);
@@ -436,6 +465,89 @@ mod tests {
         assert_eq!(
             (s.op.index, s.which, s.behind.len()),
             (13, WaitedOp::LastPosted, 0)
+        );
+    }
+
+    /// Sampled, each rank times its own bursts: operation 10 is timed on rank 0 only.
+    /// Rank 2 completed no further than 10 and did not time it, so 10 is not known to
+    /// be the one they wait in: the rank that never posted the 13th is named.
+    #[test]
+    fn the_oldest_open_counts_only_where_the_ranks_that_reached_it_timed_it() {
+        let t0 = Instant::now();
+        let rank = |r: u32, posted: u64, timed_10: bool| {
+            let mut w = Words::default();
+            w.comm(0, 7, r, 3)
+                .ops(0, NcclFunc::AllReduce, 64, 10, 10, 1000)
+                .untimed(0, NcclFunc::AllReduce, 64, posted - 10);
+            if timed_10 {
+                w.started(0, 10, 5);
+            }
+            decode(&w.bytes()).unwrap()
+        };
+        let node = NodeReading {
+            counters: [
+                (0, rank(0, 13, true)),
+                (1, rank(1, 12, false)),
+                (2, rank(2, 13, false)),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let mut w = NcclWatch::default();
+        w.observe(&node, t0);
+        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(9)) else {
+            panic!("stalled");
+        };
+        assert_eq!((s.which, s.op.index), (WaitedOp::FirstNotPosted, 12));
+        assert_eq!((s.waiting.clone(), s.behind[0].rank), (vec![0, 2], 1));
+        // Timed on every rank that reached it: that one is the wait, exactly.
+        let node = NodeReading {
+            counters: [
+                (0, rank(0, 13, true)),
+                (1, rank(1, 12, true)),
+                (2, rank(2, 13, true)),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let mut w = NcclWatch::default();
+        w.observe(&node, t0);
+        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(9)) else {
+            panic!("stalled");
+        };
+        assert_eq!(
+            (s.which, s.op.index, s.behind.len()),
+            (WaitedOp::Oldest, 10, 0)
+        );
+    }
+
+    /// Sampled, a side communicator (a metrics group) always has untimed operations
+    /// open: the one whose member never posted is the wait, whatever the hashes.
+    #[test]
+    fn the_communicator_a_member_never_posted_in_wins_over_one_merely_open() {
+        let t0 = Instant::now();
+        let rank = |r: u32, posted: u64| {
+            let mut w = Words::default();
+            w.comm(0, 7, r, 2)
+                .ops(0, NcclFunc::AllReduce, 64, 10, 10, 1000)
+                .untimed(0, NcclFunc::AllReduce, 64, posted - 10);
+            w.comm(1, u64::MAX, r, 2)
+                .ops(1, NcclFunc::AllGather, 64, 5, 5, 1000)
+                .untimed(1, NcclFunc::AllGather, 64, 2);
+            decode(&w.bytes()).unwrap()
+        };
+        let node = NodeReading {
+            counters: [(0, rank(0, 13)), (1, rank(1, 12))].into(),
+            ..Default::default()
+        };
+        let mut w = NcclWatch::default();
+        w.observe(&node, t0);
+        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(9)) else {
+            panic!("stalled");
+        };
+        assert_eq!(
+            (s.comm, s.which, s.behind[0].rank),
+            (7, WaitedOp::FirstNotPosted, 1)
         );
     }
 

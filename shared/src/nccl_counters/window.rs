@@ -24,6 +24,10 @@ fn pairs<'a>(
     })
 }
 
+/// With sampling, a communicator's GPU time in a window is estimated from at least
+/// this many timed operations (a burst's worth).
+pub const MIN_TIMED: u64 = 8;
+
 /// Per kind: bus bytes, GPU ns, count, bytes of the big operations in the window.
 type Big = BTreeMap<NcclFunc, (f64, u64, u64, u64)>;
 
@@ -64,10 +68,12 @@ pub fn gpu_time(
         let ns = a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
         let done = a.done.saturating_sub(b.map_or(0, |b| b.done));
         let posted = a.posted.saturating_sub(b.map_or(0, |b| b.posted));
-        if done > 0 && posted > done && after.sampling != KernelSampling::All {
-            busy += (ns as f64 * posted as f64 / done as f64) as u64;
-        } else {
+        if after.sampling == KernelSampling::All {
             busy += ns;
+        } else if done >= MIN_TIMED {
+            busy += (ns as f64 * posted.max(done) as f64 / done as f64) as u64;
+        } else {
+            continue; // too few timed to stand for the others: one wait would be all
         }
         timed += done;
     }

@@ -52,7 +52,7 @@ impl Words {
             self.0[f(F_BIG_GPU_NS)] += completed * gpu_ns;
         }
         let first_open = self.0[s(S_COMPLETED)];
-        self.ring(slot, first_open, func, bytes, TIMED)
+        self.ring(slot, first_open, func, bytes)
     }
 
     /// `posted` more operations of `func` that NCCL does not time (sampling).
@@ -60,23 +60,23 @@ impl Words {
         let first = self.0[slot_word(slot, S_POSTED)];
         self.0[slot_word(slot, S_POSTED)] += posted;
         (self.0[H_SAMPLE_BURST], self.0[H_SAMPLE_PERIOD_MS]) = (8, 100);
-        self.ring(slot, first, func, bytes, 0)
+        self.ring(slot, first, func, bytes)
+    }
+
+    /// The kernel of posted operation `index` of `slot` started at `ns` (with
+    /// sampling: NCCL timed it).
+    pub fn started(&mut self, slot: usize, index: u64, ns: u64) -> &mut Self {
+        self.0[slot_word(slot, open_word(index as usize, O_KERNEL_START))] = ns;
+        self
     }
 
     /// Ring entries for the operations posted from `first`.
-    fn ring(
-        &mut self,
-        slot: usize,
-        first: u64,
-        func: NcclFunc,
-        bytes: u64,
-        timed: u64,
-    ) -> &mut Self {
+    fn ring(&mut self, slot: usize, first: u64, func: NcclFunc, bytes: u64) -> &mut Self {
         let s = |i| slot_word(slot, i);
         for index in first..self.0[s(S_POSTED)] {
             let o = |i| s(open_word(index as usize, i));
             (self.0[o(O_INDEX1)], self.0[o(O_FUNC)], self.0[o(O_BYTES)]) =
-                (index + 1, func.id() as u64 | timed, bytes);
+                (index + 1, func.id() as u64, bytes);
         }
         self
     }

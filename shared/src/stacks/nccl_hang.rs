@@ -7,7 +7,7 @@ use super::hang_report::{ranks_word, Context, Hang};
 use super::merge::{rank_label, ranks_text, Places};
 use super::model::RankStack;
 use super::standing::Standing;
-use crate::nccl_counters::{Behind, NcclStall, OpenOp, WaitedOp};
+use crate::nccl_counters::{Behind, NcclStall, OpenOp};
 use crate::units::format_size;
 use std::time::Duration;
 
@@ -77,16 +77,12 @@ impl Hang {
             return hang;
         }
         if stall.behind.is_empty() {
-            hang.headline = match (stall.missing, stall.which) {
-                (0, WaitedOp::Oldest) => format!(
+            hang.headline = match stall.missing {
+                0 => format!(
                     "every rank here posted {op} and none completed: {}",
                     hang.headline
                 ),
-                (0, _) => format!(
-                    "every rank here last posted {op} and nothing completed since: {}",
-                    hang.headline
-                ),
-                (n, _) => format!(
+                n => format!(
                     "ranks {} wait in {op}{}",
                     ranks_text(&stall.waiting),
                     missing_text(n)
@@ -146,7 +142,7 @@ mod tests {
             waiting: vec![0, 2, 3],
             behind,
             missing: 0,
-            which: WaitedOp::Oldest,
+            which: crate::nccl_counters::WaitedOp::Oldest,
             last_common: None,
         }
     }

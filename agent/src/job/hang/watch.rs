@@ -16,10 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
-use toporun_shared::nccl_counters::{NcclState, NcclWatch};
+use toporun_shared::nccl_counters::{NcclState, NcclWatch, WaitedOp};
 use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
+use toporun_shared::stacks::standing::Standing;
 use toporun_shared::stacks::{Places, RankStack};
 
 /// The ranks running now (the supervisor adds and removes them).
@@ -316,7 +317,17 @@ impl Judge {
         // reports done (a kernel without profiler hooks) while the ranks compute and
         // sit at `.item()` now and then.
         let stands = ctx.standings(stacks);
-        stall.settle(|rank| stands.iter().any(|s| s.0 == rank && s.1.waits()));
+        stall.settle(|rank| {
+            stands
+                .iter()
+                .any(|s| s.0 == rank && matches!(s.1, Standing::GpuWait { .. }))
+        });
+        if stall.which == WaitedOp::LastPosted {
+            // Sampled, with nobody behind: which operation they wait in is not known,
+            // and a phase without collectives (an evaluation every rank runs) reads the
+            // same. The stack rule decides, as where no operation is open.
+            return None;
+        }
         if !stands
             .iter()
             .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
