@@ -47,6 +47,7 @@ impl CountersFiles {
                 .iter()
                 .filter_map(|r| Some((r.rank, crate::stacks::written(root, r.pid)?)))
                 .collect(),
+            on_gpu: Default::default(),
         }
     }
 }

@@ -135,8 +135,8 @@ pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Option<Slot>> {
     }))
 }
 
-/// The communicator of `slot` is gone; the last one unmaps the file (and says so).
-pub fn release(slot: &Slot) -> bool {
+/// The communicator of `slot` is gone; the last one unmaps the file.
+pub fn release(slot: &Slot) {
     let mut file = FILE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -145,10 +145,8 @@ pub fn release(slot: &Slot) -> bool {
         m.users = m.users.saturating_sub(1);
         if m.users == 0 {
             *file = None;
-            return true;
         }
     }
-    false
 }
 
 /// Says in the header how operations are picked for timing.

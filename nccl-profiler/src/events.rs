@@ -75,9 +75,8 @@ impl Comm {
     }
 
     pub fn release(&self) {
-        if counters_file::release(&self.slot) {
-            kernel_sampling::stop();
-        }
+        counters_file::release(&self.slot);
+        kernel_sampling::stop();
     }
 
     fn word(&self, i: usize) -> &AtomicU64 {

@@ -14,7 +14,7 @@
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use toporun_shared::nccl_counters::{KernelSampling, SAMPLING_VAR};
 
@@ -54,64 +54,84 @@ fn now_ns() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
+/// The mask the state asks for.
+fn wanted() -> c_int {
+    match (BURST.load(Relaxed), PERIOD_NS.load(Relaxed)) {
+        (0, 0) => TIMED,
+        (0, _) => POSTED,
+        _ if LEFT.load(SeqCst) > 0 => TIMED,
+        _ => POSTED,
+    }
+}
+
 /// NCCL's mask made to say what the state says. Two threads may change the state at
 /// once (two communicators, NCCL's callback thread): each writes after its change
-/// and writes again if the state moved meanwhile, so the last word is the state's.
+/// and writes again if the state moved meanwhile, so the last word is the state's
+/// (sequentially consistent: a store still in one core's buffer must not land after
+/// another core's later word). It retries only when another thread moved the state.
 fn sync_mask() {
-    let p = MASK.load(Acquire);
+    let p = MASK.load(SeqCst);
     if p.is_null() {
         return;
     }
     // NCCL reads it with relaxed atomic loads; the pointer stays valid while a
-    // communicator of this process lives.
+    // communicator of this process lives (USERS).
     let mask = unsafe { AtomicI32::from_ptr(p) };
     loop {
-        let on = LEFT.load(Acquire) > 0;
-        mask.store(if on { TIMED } else { POSTED }, Release);
-        if (LEFT.load(Acquire) > 0) == on {
+        let want = wanted();
+        mask.store(want, SeqCst);
+        if wanted() == want {
             return;
         }
     }
 }
 
-/// A communicator is counted: NCCL's mask is `mask`; the sampling is `s`. Returns
-/// the mask to start with. Only the first communicator of a process sets the state
-/// up (a later one's init would relabel operations already enqueued).
-pub fn start(mask: *mut c_int, s: KernelSampling) -> c_int {
-    let (burst, period_ns) = match s {
-        KernelSampling::All => (0, 0),
-        KernelSampling::Off => (0, u64::MAX),
-        KernelSampling::Bursts { burst, period_ms } => (
-            u32::try_from(burst).unwrap_or(u32::MAX),
-            period_ms.saturating_mul(1_000_000),
-        ),
-    };
-    let first = MASK
-        .compare_exchange(std::ptr::null_mut(), mask, AcqRel, Acquire)
-        .is_ok();
-    if first {
-        BURST.store(burst, Relaxed);
-        PERIOD_NS.store(period_ns, Relaxed);
+/// Communicators counted in this process; the state is set up by the first and the
+/// mask pointer dropped with the last (init and finalize only: a lock is fine).
+static USERS: Mutex<u32> = Mutex::new(0);
+
+/// A communicator is counted: NCCL's mask is `mask`; the sampling is `s`. The first
+/// communicator of a process sets the state up (a later one's init would relabel
+/// operations already enqueued); every one then writes NCCL's mask as the state
+/// says.
+pub fn start(mask: *mut c_int, s: KernelSampling) {
+    let mut users = USERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *users == 0 {
+        let (burst, period_ns) = match s {
+            KernelSampling::All => (0, 0),
+            KernelSampling::Off => (0, u64::MAX),
+            KernelSampling::Bursts { burst, period_ms } => (
+                u32::try_from(burst).unwrap_or(u32::MAX),
+                period_ms.saturating_mul(1_000_000),
+            ),
+        };
+        BURST.store(burst, SeqCst);
+        PERIOD_NS.store(period_ns, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         RATE.store(0, Relaxed);
         PERIOD_POSTS.store(0, Relaxed);
         PERIOD_START_NS.store(now_ns(), Relaxed);
         // The first operations are timed: a job's first collectives say most about
         // its links.
-        COUNTDOWN.store(0, Relaxed);
-        LEFT.store(burst, Release);
+        COUNTDOWN.store(0, SeqCst);
+        LEFT.store(burst, SeqCst);
+        MASK.store(mask, SeqCst);
     }
-    match (BURST.load(Relaxed), PERIOD_NS.load(Relaxed)) {
-        (0, 0) => TIMED,
-        (0, _) => POSTED,
-        _ if LEFT.load(Acquire) > 0 => TIMED,
-        _ => POSTED,
-    }
+    *users += 1;
+    sync_mask();
 }
 
-/// The last counted communicator is gone: NCCL's mask may go with the plugin.
+/// A counted communicator is gone; with the last, NCCL's mask may go with the plugin.
 pub fn stop() {
-    MASK.store(std::ptr::null_mut(), Release);
+    let mut users = USERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    *users = users.saturating_sub(1);
+    if *users == 0 {
+        MASK.store(std::ptr::null_mut(), SeqCst);
+    }
 }
 
 /// The host posted an operation: whether NCCL times it (as far as this plugin can
@@ -124,18 +144,18 @@ pub fn post() -> bool {
         return PERIOD_NS.load(Relaxed) == 0; // all, or none: the mask never changes
     }
     count_rate();
-    match LEFT.fetch_update(AcqRel, Acquire, |l| l.checked_sub(1)) {
+    match LEFT.fetch_update(SeqCst, SeqCst, |l| l.checked_sub(1)) {
         Ok(1) => {
             // The burst's last: the ones after it are not timed.
-            COUNTDOWN.store(next_gap(), Release);
+            COUNTDOWN.store(next_gap(), SeqCst);
             sync_mask();
             true
         }
         Ok(_) => true,
         Err(_) => {
-            if COUNTDOWN.fetch_update(AcqRel, Acquire, |c| c.checked_sub(1)) == Ok(1) {
+            if COUNTDOWN.fetch_update(SeqCst, SeqCst, |c| c.checked_sub(1)) == Ok(1) {
                 // This one was enqueued before the bit went on: the next BURST are timed.
-                LEFT.store(burst, Release);
+                LEFT.store(burst, SeqCst);
                 sync_mask();
             }
             false
@@ -179,6 +199,7 @@ mod tests {
 
     #[test]
     fn the_jitter_stays_within_half_a_period_either_way() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         for _ in 0..1000 {
             let j = jittered(100);
             assert!((50..150).contains(&j), "{j}");
@@ -187,20 +208,64 @@ mod tests {
         assert!(jittered(u64::MAX) >= u64::MAX / 2, "no overflow");
     }
 
+    /// The sampling state is the process's: one test at a time.
+    static ONE: Mutex<()> = Mutex::new(());
+
+    /// A communicator counted for the test's length (stopped even when it fails).
+    struct Counted;
+    impl Counted {
+        fn start(mask: &'static AtomicI32, s: KernelSampling) -> Counted {
+            start(mask.as_ptr(), s);
+            Counted
+        }
+    }
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            stop();
+        }
+    }
+
+    /// After a burst, the next begins about a period's worth of posts later (half to
+    /// one and a half times), and times BURST posts.
+    #[test]
+    fn bursts_come_a_period_of_posts_apart() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let hour = KernelSampling::Bursts {
+            burst: 2,
+            period_ms: 3_600_000,
+        };
+        let _counted = Counted::start(&NCCL_MASK, hour);
+        RATE.store(100, Relaxed); // as if the last hour held 100 posts
+        let timed: Vec<bool> = (0..2).map(|_| post()).collect();
+        assert_eq!(timed, [true, true]);
+        assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
+        for _ in 0..20 {
+            RATE.store(100, Relaxed); // as if the last hour held 100 posts
+            let mut untimed = 0;
+            while !post() {
+                untimed += 1;
+                assert!(untimed <= 151, "no burst after {untimed} posts");
+            }
+            assert!((50..=151).contains(&untimed), "{untimed}");
+            assert!(post(), "a burst of 2");
+            assert!(!post() || LEFT.load(Relaxed) > 0);
+        }
+    }
+
     /// Threads posting at once never leave a burst longer than BURST (the count
     /// wrapping would label every later post timed), and NCCL's mask ends as the
     /// state says.
     #[test]
     fn concurrent_posts_keep_the_burst_and_the_mask_consistent() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let first = start(
-            NCCL_MASK.as_ptr(),
-            KernelSampling::Bursts {
-                burst: 3,
-                period_ms: 1,
-            },
-        );
-        assert_eq!(first, TIMED);
+        let burst = KernelSampling::Bursts {
+            burst: 3,
+            period_ms: 1,
+        };
+        let _counted = Counted::start(&NCCL_MASK, burst);
+        assert_eq!(NCCL_MASK.load(Relaxed), TIMED);
         let timed: u32 = std::thread::scope(|s| {
             let hs: Vec<_> = (0..4)
                 .map(|_| s.spawn(|| (0..20_000).filter(|_| post()).count() as u32))
@@ -211,6 +276,5 @@ mod tests {
         assert!(timed > 0 && timed < 80_000, "{timed}");
         let on = LEFT.load(Relaxed) > 0;
         assert_eq!(NCCL_MASK.load(Relaxed), if on { TIMED } else { POSTED });
-        stop();
     }
 }

@@ -83,12 +83,9 @@ unsafe extern "C" fn init(
                 let sampling = kernel_sampling::from_env();
                 counters_file::sampling(&slot, sampling.words());
                 *context = Box::into_raw(Comm::new(slot)).cast();
-                let first = kernel_sampling::start(mask, sampling);
-                if !mask.is_null() {
-                    // NCCL and the posting threads use it atomically.
-                    std::sync::atomic::AtomicI32::from_ptr(mask)
-                        .store(first, std::sync::atomic::Ordering::Release);
-                }
+                // Writes NCCL's mask as the sampling says (atomically: the posting
+                // threads write it too).
+                kernel_sampling::start(mask, sampling);
                 log(logfn, &format!("toporun profiler: communicator {comm_id:#x} rank {rank} of {nranks} counted in {}", path.display()));
                 NCCL_SUCCESS
             }

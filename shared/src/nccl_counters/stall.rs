@@ -9,7 +9,7 @@
 use super::decode::{CommCounters, OpenOp, RankCounters};
 use super::func::NcclFunc;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 /// A rank busy at least this share of the stall on its CPU is busy, not stuck.
@@ -24,6 +24,9 @@ pub struct NodeReading {
     pub counters: BTreeMap<u32, RankCounters>,
     pub cpu: BTreeMap<u32, Duration>,
     pub written: BTreeMap<u32, u64>,
+    /// Ranks whose stacks wait on their GPU (`.item()`, `synchronize`): they posted
+    /// all they will, so none of them is behind.
+    pub on_gpu: BTreeSet<u32>,
 }
 
 /// What the counters say at a reading.
@@ -54,9 +57,6 @@ pub struct NcclStall {
     /// How `op` is known to be the one waited in.
     #[serde(default)]
     pub which: WaitedOp,
-    /// The last operation every member posted (where `which` is not `Oldest`).
-    #[serde(default)]
-    pub last_common: Option<OpenOp>,
 }
 
 /// How the operation of a stall was found.
@@ -65,30 +65,11 @@ pub enum WaitedOp {
     /// The oldest one not completed: NCCL timed it, and every one before completed.
     #[default]
     Oldest,
-    /// The first one some member never posted; NCCL did not time the ones before it
-    /// (sampling), so the others may wait in an earlier one: see [`NcclStall::settle`].
+    /// The first one some member never posted (and that member's stack does not wait
+    /// on its GPU); NCCL did not time the ones before it (sampling).
     FirstNotPosted,
     /// Every member's last posted; which one they wait in is not known.
     LastPosted,
-}
-
-impl NcclStall {
-    /// Where the operation was not pinned down, a rank "behind" whose stack waits on
-    /// its GPU (`on_gpu`) posted all it will: it is not behind (nor waiting in an
-    /// operation it never posted). With nobody left behind, every rank waits in the
-    /// last operation they all posted, or before it: not pinned down.
-    pub fn settle(&mut self, on_gpu: impl Fn(u32) -> bool) {
-        if self.which != WaitedOp::FirstNotPosted {
-            return;
-        }
-        self.behind.retain(|b| !on_gpu(b.rank));
-        if self.behind.is_empty() {
-            self.which = WaitedOp::LastPosted;
-            if let Some(op) = self.last_common {
-                self.op = op;
-            }
-        }
-    }
 }
 
 /// A rank that never posted the operation the others wait in.
@@ -182,6 +163,8 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         group = Some((x.nranks, x.nnodes));
         if x.posted > op.index {
             waiting.push(rank);
+        } else if which != WaitedOp::Oldest && node.on_gpu.contains(&rank) {
+            continue; // posted all it will: neither behind nor in this operation
         } else if wrote(rank) {
             return None;
         } else {
@@ -204,12 +187,6 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         behind,
         missing,
         which,
-        last_common: members
-            .iter()
-            .map(|(_, c)| c.posted)
-            .min()
-            .and_then(|least| least.checked_sub(1))
-            .and_then(|i| members.iter().find_map(|(_, c)| c.op(i))),
     })
 }
 
@@ -238,9 +215,13 @@ struct Awaited {
 
 /// The operation the members wait in: the oldest not completed where NCCL timed it
 /// on every member that completed no further (so every operation before it
-/// completed); else the first one some member never posted; else, all having posted
-/// alike, their last.
-fn waited_in(members: &[(u32, &CommCounters)]) -> Option<(OpenOp, WaitedOp)> {
+/// completed); else the first one some member never posted (where that member does
+/// not wait on its GPU, and the communicator is not point-to-point: pipeline stages
+/// post different counts by design); else the last one they all posted.
+fn waited_in(
+    members: &[(u32, &CommCounters)],
+    on_gpu: &BTreeSet<u32>,
+) -> Option<(OpenOp, WaitedOp)> {
     let unknown = |index| OpenOp {
         index,
         func: NcclFunc::Unknown,
@@ -265,13 +246,19 @@ fn waited_in(members: &[(u32, &CommCounters)]) -> Option<(OpenOp, WaitedOp)> {
     }
     let posted = members.iter().map(|(_, c)| c.posted);
     let (least, most) = (posted.clone().min()?, posted.max()?);
-    if least < most {
+    let p2p = members
+        .iter()
+        .any(|(_, c)| c.recent.iter().any(|o| o.func.is_p2p()));
+    let behind = members
+        .iter()
+        .any(|(r, c)| c.posted == least && !on_gpu.contains(r));
+    if least < most && !p2p && behind {
         return Some((
             find(least).unwrap_or(unknown(least)),
             WaitedOp::FirstNotPosted,
         ));
     }
-    let last = most.saturating_sub(1);
+    let last = least.saturating_sub(1);
     Some((find(last).unwrap_or(unknown(last)), WaitedOp::LastPosted))
 }
 
@@ -294,7 +281,7 @@ fn awaited(node: &NodeReading) -> Option<Awaited> {
     open.into_iter()
         .filter_map(|comm| {
             let members = members(node, comm);
-            let (op, which) = waited_in(&members)?;
+            let (op, which) = waited_in(&members, &node.on_gpu)?;
             Some((
                 rank(which),
                 std::cmp::Reverse(members.len()),
@@ -328,6 +315,7 @@ mod tests {
                 .iter()
                 .map(|&(r, ms)| (r, Duration::from_millis(ms)))
                 .collect(),
+            on_gpu: BTreeSet::new(),
         }
     }
 
@@ -431,6 +419,10 @@ mod tests {
             counters: [(0, sampled(0, a)), (1, sampled(1, b))].into(),
             ..Default::default()
         };
+        let on_gpu = |a: u64, b: u64| NodeReading {
+            on_gpu: [1].into(),
+            ..node(a, b)
+        };
         let mut w = NcclWatch::default();
         assert_eq!(w.observe(&node(3, 3), t0), NcclState::Moving);
         let secs = |s| t0 + Duration::from_secs(s);
@@ -443,19 +435,15 @@ mod tests {
             (13, NcclFunc::Broadcast, WaitedOp::FirstNotPosted)
         );
         assert_eq!((s.waiting.clone(), s.behind[0].rank), (vec![0], 1));
-        // Rank 1 spins in Python: it stays behind.
-        let mut spin = s.clone();
-        spin.settle(|_| false);
-        assert_eq!(
-            (spin.behind.len(), spin.which),
-            (1, WaitedOp::FirstNotPosted)
-        );
         // Rank 1 waits on its GPU: it posted all it will; both wait in the 13th or
         // before (a mismatch, a GPU hang): not pinned down, nobody behind.
-        let mut gpu = s;
-        gpu.settle(|r| r == 1);
-        assert!(gpu.behind.is_empty());
-        assert_eq!((gpu.which, gpu.op.index), (WaitedOp::LastPosted, 12));
+        let mut w = NcclWatch::default();
+        w.observe(&on_gpu(4, 3), t0);
+        let NcclState::Stalled(s) = w.observe(&on_gpu(4, 3), secs(30)) else {
+            panic!("stalled");
+        };
+        assert!(s.behind.is_empty(), "{s:?}");
+        assert_eq!((s.which, s.op.index), (WaitedOp::LastPosted, 12));
         // All posted alike: the last posted, said not to be pinned down.
         let mut w = NcclWatch::default();
         w.observe(&node(4, 4), t0);
@@ -531,7 +519,7 @@ mod tests {
             w.comm(0, 7, r, 2)
                 .ops(0, NcclFunc::AllReduce, 64, 10, 10, 1000)
                 .untimed(0, NcclFunc::AllReduce, 64, posted - 10);
-            w.comm(1, u64::MAX, r, 2)
+            w.comm(1, 3, r, 2)
                 .ops(1, NcclFunc::AllGather, 64, 5, 5, 1000)
                 .untimed(1, NcclFunc::AllGather, 64, 2);
             decode(&w.bytes()).unwrap()

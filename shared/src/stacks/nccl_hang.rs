@@ -143,7 +143,6 @@ mod tests {
             behind,
             missing: 0,
             which: crate::nccl_counters::WaitedOp::Oldest,
-            last_common: None,
         }
     }
 

@@ -304,24 +304,25 @@ impl Judge {
         stacks: &[RankStack],
         now: Instant,
     ) -> Option<bool> {
-        let (files, watch) = self.nccl.as_mut()?;
-        let state = watch.observe(&files.node(&self.root, live), now);
-        let mut stall = match state {
-            NcclState::Idle => return None,
-            NcclState::Moving => return Some(false),
-            NcclState::Stalled(s) => s,
-        };
+        self.nccl.as_ref()?;
         let ctx = self.context(stacks);
         // A real wait shows in the waiting ranks' stacks (in a collective, or at a sync
         // on the GPU) at every sample; counters alone can hold an operation NCCL never
         // reports done (a kernel without profiler hooks) while the ranks compute and
         // sit at `.item()` now and then.
         let stands = ctx.standings(stacks);
-        stall.settle(|rank| {
-            stands
-                .iter()
-                .any(|s| s.0 == rank && matches!(s.1, Standing::GpuWait { .. }))
-        });
+        let (files, watch) = self.nccl.as_mut()?;
+        let mut reading = files.node(&self.root, live);
+        reading.on_gpu = stands
+            .iter()
+            .filter(|s| matches!(s.1, Standing::GpuWait { .. }))
+            .map(|s| s.0)
+            .collect();
+        let stall = match watch.observe(&reading, now) {
+            NcclState::Idle => return None,
+            NcclState::Moving => return Some(false),
+            NcclState::Stalled(s) => s,
+        };
         if stall.which == WaitedOp::LastPosted {
             // Sampled, with nobody behind: which operation they wait in is not known,
             // and a phase without collectives (an evaluation every rank runs) reads the
