@@ -319,6 +319,24 @@ mod tests {
         }
     }
 
+    /// The stall `node` shows when read twice `secs` apart with nothing moving.
+    fn still(node: &NodeReading, secs: u64) -> NcclStall {
+        let t0 = Instant::now();
+        let mut w = NcclWatch::default();
+        w.observe(node, t0);
+        match w.observe(node, t0 + Duration::from_secs(secs)) {
+            NcclState::Stalled(s) => s,
+            other => panic!("not stalled: {other:?}"),
+        }
+    }
+
+    fn node_of(ranks: impl IntoIterator<Item = (u32, RankCounters)>) -> NodeReading {
+        NodeReading {
+            counters: ranks.into_iter().collect(),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn a_rank_that_never_posted_is_behind_and_busy_when_its_cpu_runs() {
         let t0 = Instant::now();
@@ -461,7 +479,6 @@ mod tests {
     /// be the one they wait in: the rank that never posted the 13th is named.
     #[test]
     fn the_oldest_open_counts_only_where_the_ranks_that_reached_it_timed_it() {
-        let t0 = Instant::now();
         let rank = |r: u32, posted: u64, timed_10: bool| {
             let mut w = Words::default();
             w.comm(0, 7, r, 3)
@@ -472,37 +489,25 @@ mod tests {
             }
             decode(&w.bytes()).unwrap()
         };
-        let node = NodeReading {
-            counters: [
+        let s = still(
+            &node_of([
                 (0, rank(0, 13, true)),
                 (1, rank(1, 12, false)),
                 (2, rank(2, 13, false)),
-            ]
-            .into(),
-            ..Default::default()
-        };
-        let mut w = NcclWatch::default();
-        w.observe(&node, t0);
-        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(9)) else {
-            panic!("stalled");
-        };
+            ]),
+            9,
+        );
         assert_eq!((s.which, s.op.index), (WaitedOp::FirstNotPosted, 12));
         assert_eq!((s.waiting.clone(), s.behind[0].rank), (vec![0, 2], 1));
         // Timed on every rank that reached it: that one is the wait, exactly.
-        let node = NodeReading {
-            counters: [
+        let s = still(
+            &node_of([
                 (0, rank(0, 13, true)),
                 (1, rank(1, 12, true)),
                 (2, rank(2, 13, true)),
-            ]
-            .into(),
-            ..Default::default()
-        };
-        let mut w = NcclWatch::default();
-        w.observe(&node, t0);
-        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(9)) else {
-            panic!("stalled");
-        };
+            ]),
+            9,
+        );
         assert_eq!(
             (s.which, s.op.index, s.behind.len()),
             (WaitedOp::Oldest, 10, 0)
@@ -513,7 +518,6 @@ mod tests {
     /// open: the one whose member never posted is the wait, whatever the hashes.
     #[test]
     fn the_communicator_a_member_never_posted_in_wins_over_one_merely_open() {
-        let t0 = Instant::now();
         let rank = |r: u32, posted: u64| {
             let mut w = Words::default();
             w.comm(0, 7, r, 2)
@@ -524,15 +528,7 @@ mod tests {
                 .untimed(1, NcclFunc::AllGather, 64, 2);
             decode(&w.bytes()).unwrap()
         };
-        let node = NodeReading {
-            counters: [(0, rank(0, 13)), (1, rank(1, 12))].into(),
-            ..Default::default()
-        };
-        let mut w = NcclWatch::default();
-        w.observe(&node, t0);
-        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(9)) else {
-            panic!("stalled");
-        };
+        let s = still(&node_of([(0, rank(0, 13)), (1, rank(1, 12))]), 9);
         assert_eq!(
             (s.comm, s.which, s.behind[0].rank),
             (7, WaitedOp::FirstNotPosted, 1)
