@@ -8,14 +8,15 @@
 //! it is enqueued; the plugin flips its kernel-channel bit from the thread that posts
 //! operations. The plugin's idea of which operations are timed is a guess (a group's
 //! operations are all enqueued before its first post); the counters take an operation
-//! as timed only once its kernel channels report. Only atomics: no lock, allocation or
-//! system call (the clock is read through the vDSO).
+//! as timed only once its kernel channels report. On the post path only atomics: no
+//! lock, allocation or system call (the clock is read through the vDSO).
 
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
+use toporun_shared::nccl_counters::sampling::LAUNCH_BLOCKING_VAR;
 use toporun_shared::nccl_counters::{KernelSampling, SAMPLING_VAR};
 
 /// Operations NCCL always reports to the plugin.
@@ -27,7 +28,7 @@ pub const TIMED: c_int = POSTED | EVENT_KERNEL_CH as c_int;
 /// the rank started; one it did not check falls back to the default).
 pub fn from_env() -> KernelSampling {
     let var = |k| std::env::var(k).ok();
-    let blocking = var("CUDA_LAUNCH_BLOCKING");
+    let blocking = var(LAUNCH_BLOCKING_VAR);
     KernelSampling::for_rank(var(SAMPLING_VAR).as_deref(), blocking.as_deref()).unwrap_or_default()
 }
 
@@ -99,16 +100,11 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if *users == 0 {
-        let (burst, period_ns) = match s {
-            KernelSampling::All => (0, 0),
-            KernelSampling::Off => (0, u64::MAX),
-            KernelSampling::Bursts { burst, period_ms } => (
-                u32::try_from(burst).unwrap_or(u32::MAX),
-                period_ms.saturating_mul(1_000_000),
-            ),
-        };
+        // All: no burst, no period; off: no burst, a period that never ends.
+        let (burst, period_ms) = s.words();
+        let burst = u32::try_from(burst).unwrap_or(u32::MAX);
         BURST.store(burst, SeqCst);
-        PERIOD_NS.store(period_ns, SeqCst);
+        PERIOD_NS.store(period_ms.saturating_mul(1_000_000), SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         RATE.store(0, Relaxed);
         PERIOD_POSTS.store(0, Relaxed);

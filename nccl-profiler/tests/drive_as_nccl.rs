@@ -172,7 +172,7 @@ fn an_operation_completes_with_its_last_channel() {
             (1, 0),
             "one channel still runs"
         );
-        let open = comm.open.unwrap();
+        let open = comm.open().unwrap();
         assert_eq!(
             (open.func, open.bytes, open.kernel_start_ns),
             (NcclFunc::AllReduce, 4 << 20, Some(1000))
@@ -181,7 +181,7 @@ fn an_operation_completes_with_its_last_channel() {
         let c = read(path);
         let comm = &c.comms[0];
         assert_eq!((comm.posted, comm.completed, comm.busy_ns), (1, 1, 5000));
-        assert_eq!(comm.open, None);
+        assert_eq!(comm.open(), None);
         let f = comm.funcs[0];
         assert_eq!(
             (f.func, f.count, f.bytes, f.big_count, f.big_gpu_ns),
@@ -229,7 +229,7 @@ fn two_communicators_count_apart_and_a_posted_operation_stays_open() {
             (ca.hash, ca.posted, ca.completed, ca.busy_ns),
             (1, 4, 3, 15)
         );
-        let open = ca.open.unwrap();
+        let open = ca.open().unwrap();
         assert_eq!(
             (open.index, open.func, open.kernel_start_ns),
             (3, NcclFunc::AllGather, None)

@@ -47,8 +47,6 @@ pub struct CommCounters {
     pub done: u64,
     pub busy_ns: u64,
     pub last_stop_ns: u64,
-    /// The oldest operation posted and not completed, where the ring still holds it.
-    pub open: Option<OpenOp>,
     /// The last operations posted that the ring still holds, oldest first.
     #[serde(default)]
     pub recent: Vec<OpenOp>,
@@ -100,6 +98,13 @@ impl CommCounters {
         self.posted.saturating_sub(self.completed)
     }
 
+    /// The oldest operation posted and not completed, where the ring still holds it.
+    pub fn open(&self) -> Option<OpenOp> {
+        (self.posted > self.completed)
+            .then(|| self.op(self.completed))
+            .flatten()
+    }
+
     /// Posted operation `index`, where the ring still holds it.
     pub fn op(&self, index: u64) -> Option<OpenOp> {
         self.recent.iter().find(|o| o.index == index).copied()
@@ -124,7 +129,13 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
         _ => KernelSampling::of_words(w(H_SAMPLE_BURST), w(H_SAMPLE_PERIOD_MS)),
     };
     let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
-        .filter_map(|slot| comm(&|i| w(slot_word(slot, i)), slot, version, sampling))
+        .filter_map(|slot| {
+            comm(
+                &|i| w(slot_word(slot, i)),
+                slot,
+                sampling == KernelSampling::All,
+            )
+        })
         .collect();
     if version == 1 {
         comms.iter_mut().for_each(|c| c.done = c.completed);
@@ -138,21 +149,13 @@ pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
     })
 }
 
-fn comm(
-    w: &dyn Fn(usize) -> u64,
-    slot: usize,
-    version: u64,
-    sampling: KernelSampling,
-) -> Option<CommCounters> {
+/// Slot `slot`'s communicator; `all_timed`: the file times every operation.
+fn comm(w: &dyn Fn(usize) -> u64, slot: usize, all_timed: bool) -> Option<CommCounters> {
     let state = w(S_STATE);
     if state == FREE {
         return None;
     }
     let (posted, completed) = (w(S_POSTED), w(S_COMPLETED).min(w(S_POSTED)));
-    let all_timed = version < 3 || sampling == KernelSampling::All;
-    let open = (posted > completed)
-        .then(|| open_op(w, completed, all_timed))
-        .flatten();
     let recent = (posted.saturating_sub(OPEN_RING as u64)..posted)
         .filter_map(|i| open_op(w, i, all_timed))
         .collect();
@@ -181,7 +184,6 @@ fn comm(
         done: w(S_DONE),
         busy_ns: w(S_BUSY_NS),
         last_stop_ns: w(S_LAST_STOP_NS),
-        open,
         recent,
         every_op_timed: all_timed,
         funcs,
@@ -217,7 +219,7 @@ mod tests {
         assert_eq!((comm.hash, comm.rank, comm.nranks), (0xabc, 1, 4));
         assert_eq!((comm.posted, comm.completed, comm.in_flight()), (10, 9, 1));
         assert_eq!(comm.busy_ns, 9000);
-        let open = comm.open.unwrap();
+        let open = comm.open().unwrap();
         assert_eq!(
             (open.index, open.func, open.bytes),
             (9, NcclFunc::AllReduce, 4 << 20)
@@ -243,7 +245,8 @@ mod tests {
         w.comm(0, 1, 0, 2).ops(0, NcclFunc::AllReduce, 64, 20, 0, 0);
         let c = decode(&w.bytes()).unwrap();
         assert_eq!(
-            c.comms[0].open, None,
+            c.comms[0].open(),
+            None,
             "index 0 was overwritten by index 8 and 16"
         );
     }

@@ -2,7 +2,7 @@
 //! make them: NCCL_PROFILER_PLUGIN (an absolute path) and, per rank, where its
 //! counters go. A plugin the user chose wins: NCCL loads one per process.
 
-use super::sampling::{BadSampling, KernelSampling, SAMPLING_VAR};
+use super::sampling::{BadSampling, KernelSampling, LAUNCH_BLOCKING_VAR, SAMPLING_VAR};
 use crate::user_env::UserEnv;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -45,7 +45,7 @@ impl Profiler {
             (true, Ok(p)) => {
                 let var = |k: &str| user.get(k).map(String::as_str);
                 let sampling =
-                    KernelSampling::for_rank(var(SAMPLING_VAR), var("CUDA_LAUNCH_BLOCKING"))?;
+                    KernelSampling::for_rank(var(SAMPLING_VAR), var(LAUNCH_BLOCKING_VAR))?;
                 Profiler::Toporun(p, sampling)
             }
             (true, Err(looked)) => Profiler::NotInstalled(looked),

@@ -10,6 +10,9 @@ use serde::{Deserialize, Serialize};
 
 /// The variable the ranks' plugin reads (toporun checks it before the ranks start).
 pub const SAMPLING_VAR: &str = ToporunVar::NcclKernelSampling.name();
+/// CUDA's variable that makes every launch wait (then NCCL reports operations only
+/// through host callbacks: every one is timed).
+pub const LAUNCH_BLOCKING_VAR: &str = "CUDA_LAUNCH_BLOCKING";
 /// Operations timed a burst, and the mean milliseconds from one burst to the next.
 pub const DEFAULT_BURST: u64 = 8;
 pub const DEFAULT_PERIOD_MS: u64 = 100;

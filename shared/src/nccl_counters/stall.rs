@@ -232,15 +232,13 @@ fn waited_in(
     let find = |index| members.iter().find_map(|(_, c)| c.op(index));
     let oldest = members.iter().map(|(_, c)| c.completed).min()?;
     let every_op_timed = members.iter().all(|(_, c)| c.every_op_timed);
-    let lagging: Vec<&CommCounters> = members
+    // The members that completed no further and have it open: each must time it.
+    let mut lagging = members
         .iter()
-        .map(|(_, c)| *c)
-        .filter(|c| c.completed == oldest && c.posted > oldest)
-        .collect();
-    let lagging_timed = !lagging.is_empty()
-        && lagging
-            .iter()
-            .all(|c| c.op(oldest).is_some_and(|o| o.timed));
+        .filter(|(_, c)| c.completed == oldest && c.posted > oldest)
+        .peekable();
+    let lagging_timed =
+        lagging.peek().is_some() && lagging.all(|(_, c)| c.op(oldest).is_some_and(|o| o.timed));
     if every_op_timed || lagging_timed {
         return Some((find(oldest).unwrap_or(unknown(oldest)), WaitedOp::Oldest));
     }
