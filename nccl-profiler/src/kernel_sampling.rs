@@ -13,7 +13,7 @@
 
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use toporun_shared::nccl_counters::sampling::LAUNCH_BLOCKING_VAR;
@@ -48,6 +48,11 @@ static COUNTDOWN: AtomicU32 = AtomicU32::new(0);
 static RATE: AtomicU32 = AtomicU32::new(0);
 static PERIOD_START_NS: AtomicU64 = AtomicU64::new(0);
 static PERIOD_POSTS: AtomicU32 = AtomicU32::new(0);
+/// The sampling the first communicator set (what `BenchMode::Sampled` returns to).
+static STARTED_BURST: AtomicU32 = AtomicU32::new(0);
+static STARTED_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
+/// `BenchMode::Silent`: NCCL's mask empty, so it reports nothing.
+static SILENT: AtomicBool = AtomicBool::new(false);
 static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
@@ -57,6 +62,9 @@ fn now_ns() -> u64 {
 
 /// The mask the state asks for.
 fn wanted() -> c_int {
+    if SILENT.load(SeqCst) {
+        return 0;
+    }
     match (BURST.load(Relaxed), PERIOD_NS.load(Relaxed)) {
         (0, 0) => TIMED,
         (0, _) => POSTED,
@@ -103,8 +111,10 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         // All: no burst, no period; off: no burst, a period that never ends.
         let (burst, period_ms) = s.words();
         let burst = u32::try_from(burst).unwrap_or(u32::MAX);
-        BURST.store(burst, SeqCst);
-        PERIOD_NS.store(period_ms.saturating_mul(1_000_000), SeqCst);
+        let period_ns = period_ms.saturating_mul(1_000_000);
+        STARTED_BURST.store(burst, SeqCst);
+        STARTED_PERIOD_NS.store(period_ns, SeqCst);
+        SILENT.store(false, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         RATE.store(0, Relaxed);
         PERIOD_POSTS.store(0, Relaxed);
@@ -113,6 +123,8 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         // its links.
         COUNTDOWN.store(0, SeqCst);
         LEFT.store(burst, SeqCst);
+        BURST.store(burst, SeqCst);
+        PERIOD_NS.store(period_ns, SeqCst);
         MASK.store(mask, SeqCst);
     }
     *users += 1;
@@ -145,9 +157,13 @@ pub fn post() -> bool {
             // The burst's last: the ones after it are not timed.
             COUNTDOWN.store(next_gap(), SeqCst);
             sync_mask();
+            bench_count_timed();
             true
         }
-        Ok(_) => true,
+        Ok(_) => {
+            bench_count_timed();
+            true
+        }
         Err(_) => {
             if COUNTDOWN.fetch_update(SeqCst, SeqCst, |c| c.checked_sub(1)) == Ok(1) {
                 // This one was enqueued before the bit went on: the next BURST are timed.
@@ -157,6 +173,75 @@ pub fn post() -> bool {
             false
         }
     }
+}
+
+/// What a benchmark has the plugin ask of NCCL, switched inside one process so that
+/// each variant's cost is measured against the others on the same communicators
+/// (separate processes differ by more than the plugin costs). The counters file's
+/// header keeps the sampling the rank started with: not for a job toporun watches.
+#[cfg(any(test, feature = "bench-control"))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchMode {
+    /// No event asked: as if no plugin were loaded (NCCL checks an empty mask).
+    Silent,
+    /// Operations counted as posted, none timed.
+    Posted,
+    /// The sampling the rank started with; bursts go on where they stopped.
+    Sampled,
+    /// Every operation timed.
+    All,
+}
+
+#[cfg(any(test, feature = "bench-control"))]
+impl BenchMode {
+    /// From the exported control's number (0-3 in the order above).
+    pub fn from_code(code: c_int) -> Option<BenchMode> {
+        [Self::Silent, Self::Posted, Self::Sampled, Self::All]
+            .get(usize::try_from(code).ok()?)
+            .copied()
+    }
+}
+
+/// Switches what NCCL is asked for; false where no communicator is counted.
+#[cfg(any(test, feature = "bench-control"))]
+pub fn bench_mode(mode: BenchMode) -> bool {
+    let users = USERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if *users == 0 {
+        return false;
+    }
+    let words = |s: KernelSampling| {
+        let (b, p) = s.words();
+        (
+            u32::try_from(b).unwrap_or(u32::MAX),
+            p.saturating_mul(1_000_000),
+        )
+    };
+    let (burst, period_ns) = match mode {
+        BenchMode::Silent | BenchMode::Posted => words(KernelSampling::Off),
+        // Posts are counted only while sampling, and a period ends at the first post
+        // after it: the count is about one sampling segment's posts (restarting the
+        // period here left segments shorter than it with no count, and every
+        // operation in a burst).
+        BenchMode::Sampled => (STARTED_BURST.load(SeqCst), STARTED_PERIOD_NS.load(SeqCst)),
+        BenchMode::All => words(KernelSampling::All),
+    };
+    SILENT.store(mode == BenchMode::Silent, SeqCst);
+    BURST.store(burst, SeqCst);
+    PERIOD_NS.store(period_ns, SeqCst);
+    sync_mask();
+    true
+}
+
+/// Posts the plugin took as timed while bursting, for a benchmark's check that
+/// bursts are as rare as meant (bench builds only: not on a shipped hot path).
+#[cfg(feature = "bench-control")]
+pub static BENCH_TIMED: AtomicU64 = AtomicU64::new(0);
+
+fn bench_count_timed() {
+    #[cfg(feature = "bench-control")]
+    BENCH_TIMED.fetch_add(1, Relaxed);
 }
 
 /// Posts in each period, for the gap between bursts.
@@ -241,11 +326,12 @@ mod tests {
             let mut untimed = 0;
             while !post() {
                 untimed += 1;
-                assert!(untimed <= 151, "no burst after {untimed} posts");
+                assert!(untimed < 150, "no burst after {untimed} posts");
             }
-            assert!((50..=151).contains(&untimed), "{untimed}");
+            // The gap is jittered(100): 50 to 149 posts.
+            assert!((50..150).contains(&untimed), "{untimed}");
             assert!(post(), "a burst of 2");
-            assert!(!post() || LEFT.load(Relaxed) > 0);
+            assert_eq!(NCCL_MASK.load(Relaxed), POSTED, "the burst is over");
         }
     }
 
@@ -272,5 +358,37 @@ mod tests {
         assert!(timed > 0 && timed < 80_000, "{timed}");
         let on = LEFT.load(Relaxed) > 0;
         assert_eq!(NCCL_MASK.load(Relaxed), if on { TIMED } else { POSTED });
+    }
+
+    /// A benchmark's switch: silent empties NCCL's mask, posted leaves the post bits,
+    /// all sets the kernel bit, and the started sampling comes back with its bursts.
+    #[test]
+    fn the_bench_switch_writes_what_each_mode_asks_of_nccl() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(!bench_mode(BenchMode::All), "no communicator counted yet");
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let s = KernelSampling::Bursts {
+            burst: 2,
+            period_ms: 3_600_000,
+        };
+        let _counted = Counted::start(&NCCL_MASK, s);
+        RATE.store(100, Relaxed); // as if the last hour held 100 posts
+        assert!(bench_mode(BenchMode::Silent));
+        assert_eq!(NCCL_MASK.load(Relaxed), 0);
+        assert!(bench_mode(BenchMode::Posted));
+        assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
+        assert!(!post(), "posted: nothing timed");
+        assert!(bench_mode(BenchMode::All));
+        assert_eq!(NCCL_MASK.load(Relaxed), TIMED);
+        assert!(post() && post() && post(), "all: every one timed");
+        assert!(bench_mode(BenchMode::Sampled));
+        assert_eq!(NCCL_MASK.load(Relaxed), TIMED, "the first burst still open");
+        assert!(post() && post());
+        assert!(!post(), "a burst of 2, then none");
+        assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
+        assert_eq!(BenchMode::from_code(0), Some(BenchMode::Silent));
+        assert_eq!(BenchMode::from_code(3), Some(BenchMode::All));
+        assert_eq!(BenchMode::from_code(4), None);
+        assert_eq!(BenchMode::from_code(-1), None);
     }
 }

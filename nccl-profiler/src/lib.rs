@@ -159,6 +159,29 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
     })
 }
 
+/// A benchmark's switch, in builds with the `bench-control` feature only (the
+/// counters would no longer say which operations are timed): 0 no event asked, 1
+/// posts counted, 2 the rank's sampling, 3 every operation timed
+/// (`kernel_sampling::BenchMode`). Returns 0, or -1 where no communicator is counted
+/// or the mode is unknown. `scripts/device/gpu_profiler_cost_inproc_rank.py` calls it.
+#[cfg(feature = "bench-control")]
+#[no_mangle]
+pub extern "C" fn toporun_nccl_profiler_bench_mode(mode: c_int) -> c_int {
+    guarded(-1, || {
+        match kernel_sampling::BenchMode::from_code(mode).map(kernel_sampling::bench_mode) {
+            Some(true) => 0,
+            _ => -1,
+        }
+    })
+}
+
+/// Operations timed in bursts so far (bench builds only).
+#[cfg(feature = "bench-control")]
+#[no_mangle]
+pub extern "C" fn toporun_nccl_profiler_bench_timed() -> u64 {
+    kernel_sampling::BENCH_TIMED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
