@@ -9,6 +9,10 @@
 #                    balanced; counters copied at 30 s and 50 s
 #   cost             scripts/device/gpu_profiler_cost.sh: no plugin, every operation
 #                    timed, the default sampling, alternating (sweep and training loops)
+#   inproc           scripts/device/gpu_profiler_cost_inproc_rank.py on 4 ranks: the same
+#                    variants switched inside each rank; needs BENCH_TOPORUN, a toporun
+#                    with the plugin built with `--features bench-control` beside it
+#                    (PASSES, SEGMENTS, MAX_BYTES: see the rank script)
 # Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
 set -uo pipefail
 T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${PROFILER_WORK:-/tmp/profiler}
@@ -49,6 +53,12 @@ straggler() {  # NPROC NAME VAR=VALUE...
 cost() {  # plugin off against its default sampling and against every operation timed
   VARIANTS=${VARIANTS:-none all bursts} bash scripts/device/gpu_profiler_cost.sh "$T" "$OUT/cost"
   cat "$OUT/cost/cost-summary.txt" >> "$S"
+}
+inproc() {
+  local d=$OUT/inproc; mkdir -p "$d"
+  [ -x "${BENCH_TOPORUN:-}" ] || { echo "== inproc: BENCH_TOPORUN is not an executable toporun" | tee -a "$S"; return; }
+  echo "== inproc: $(python3 scripts/device/timed_run.py 500 "$d/stdout" "$d/stderr" "$BENCH_TOPORUN" --standalone --nproc-per-node="${NPROC:-4}" --nccl-profiler=on --gpu-timing=off --nccl-report=off --log-dir "$d/run" scripts/device/gpu_profiler_cost_inproc_rank.py)" | tee -a "$S"
+  grep -E "^(sweep|train|timed)" "$d/stdout" | tee -a "$S"; lines "$d/stderr" | tee -a "$S"; rm -rf "$d/run"
 }
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
 for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do

@@ -1,0 +1,136 @@
+"""Issue 49's cost measured inside one process a rank: the plugin built with the
+`bench-control` feature switches what it asks of NCCL between timed blocks, so every
+variant runs on the same communicators, buffers and GPU clocks (separate runs differed
+by more than the plugin costs: 33-51 us for a 128 KiB all_reduce). Modes, in an order
+shuffled each pass (the same on every rank):
+  silent   no event asked: as if no plugin were loaded (NCCL checks an empty mask)
+  posted   every operation counted as posted, none timed
+  sampled  the rank's sampling (the default bursts)
+  all      every operation's kernel channels timed
+Sweep: all_reduce 8 KiB-512 MiB (up to MAX_BYTES), PASSES passes; a pass runs every size under each mode.
+Loops: DDP-like steps (2 bf16 matmuls of 4096, then 5 all_reduces of 4 MiB or 20 of
+256 KiB, reading the loss), SEGMENTS segments of STEPS steps a mode.
+Rank 0 prints, per size and mode, the median us and the median of the passes' ratios to
+silent with their quartiles:
+  sweep BYTES MODE MEDIAN_US RATIO_MEDIAN_PCT Q1_PCT Q3_PCT
+  train KIND MODE MEDIAN_STEP_MS RATIO_MEDIAN_PCT Q1_PCT Q3_PCT MAX_STEP_MS STEPS
+  timed PART sampled TIMED of POSTED posted   (the bursts' share in sampled segments)
+Run by toporun with the bench plugin beside it (scripts/device/gpu_profiler.sh, stage
+inproc)."""
+import ctypes
+import os
+import random
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+MODES = ["silent", "posted", "sampled", "all"]
+local = int(os.environ["LOCAL_RANK"])
+torch.cuda.set_device(local)
+dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+rank = dist.get_rank()
+
+
+def say(line):
+    if rank == 0:
+        print(line, flush=True)
+
+
+# NCCL loaded the plugin at the communicator's init: the same library, not a new one.
+dist.all_reduce(torch.ones(1, device="cuda"))
+lib = ctypes.CDLL(os.environ["NCCL_PROFILER_PLUGIN"], mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+switch = lib.toporun_nccl_profiler_bench_mode
+switch.argtypes, switch.restype = [ctypes.c_int], ctypes.c_int
+timed_so_far = lib.toporun_nccl_profiler_bench_timed
+timed_so_far.restype = ctypes.c_uint64
+# Operations timed in sampled segments against those posted there (barriers included):
+# the bursts' share, which should be about BURST a period's worth of posts.
+share = {"timed": 0, "posted": 0}
+
+
+def mode(name):
+    if switch(MODES.index(name)) != 0:
+        raise SystemExit(f"the plugin refused mode {name}: no communicator counted?")
+
+
+def quartiles(xs):
+    q = statistics.quantiles(xs, n=4)
+    return statistics.median(xs), q[0], q[2]
+
+
+def report(prefix, per_mode, extra=lambda m: ""):
+    """per_mode: MODE -> list of (value, ...) by pass; ratios paired by pass."""
+    base = per_mode["silent"]
+    for m in MODES:
+        xs = per_mode[m]
+        r = [100 * (x / b - 1) for x, b in zip(xs, base)]
+        med, q1, q3 = quartiles(r)
+        say(f"{prefix} {m} {statistics.median(xs):.3f} {med:+.2f} {q1:+.2f} {q3:+.2f}{extra(m)}")
+
+
+sizes = [8 << 10 << (2 * i) for i in range(9)]
+sizes = [b for b in sizes if b <= int(os.environ.get("MAX_BYTES", str(sizes[-1])))]
+bufs = {size: torch.ones(size // 4, device="cuda") for size in sizes}
+for t in bufs.values():
+    for _ in range(10):
+        dist.all_reduce(t)
+trials = {size: {m: [] for m in MODES} for size in sizes}
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+for npass in range(int(os.environ.get("PASSES", "100"))):
+    order = MODES[:]
+    random.Random(npass).shuffle(order)
+    for m in order:
+        mode(m)
+        before = timed_so_far()
+        for size in sizes:
+            t, iters = bufs[size], max(20, min(200, (64 << 20) // size))
+            dist.barrier()
+            torch.cuda.synchronize()
+            s.record()
+            for _ in range(iters):
+                dist.all_reduce(t)
+            e.record()
+            torch.cuda.synchronize()
+            trials[size][m].append(s.elapsed_time(e) * 1000 / iters)
+            if m == "sampled":
+                share["posted"] += iters + 1
+        if m == "sampled":
+            share["timed"] += timed_so_far() - before
+say(f"timed sweep sampled {share['timed']} of {share['posted']} posted")
+for size in sizes:
+    report(f"sweep {size}", trials[size])
+
+a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
+steps = int(os.environ.get("STEPS", "20"))
+for kind, buckets, kib in [("train4m", 5, 4096), ("train256k", 20, 256)]:
+    grads = [torch.ones(kib << 8, device="cuda") for _ in range(buckets)]
+    seg = {m: [] for m in MODES}  # each segment's median step
+    every = {m: [] for m in MODES}
+    for nseg in range(int(os.environ.get("SEGMENTS", "150"))):
+        order = MODES[:]
+        random.Random(1000 + nseg).shuffle(order)
+        for m in order:
+            mode(m)
+            dist.barrier()
+            before = timed_so_far()
+            times = []
+            for _ in range(steps + 1):
+                t0 = time.perf_counter()
+                out = torch.tanh(torch.tanh(a @ a) @ a)
+                for g in grads:
+                    dist.all_reduce(g)
+                out.sum().item()
+                times.append((time.perf_counter() - t0) * 1000)
+            # The first step after a switch also waits for the barrier's stragglers.
+            seg[m].append(statistics.median(times[1:]))
+            every[m] += times[1:]
+            if m == "sampled":
+                share["timed"] += timed_so_far() - before
+                share["posted"] += (steps + 1) * buckets
+    say(f"timed {kind} sampled {share['timed']} of {share['posted']} posted")
+    share = {"timed": 0, "posted": 0}
+    report(f"train {kind}", seg, lambda m: f" {max(every[m]):.1f} {len(every[m])}")
+mode("sampled")
+dist.destroy_process_group()
