@@ -1,5 +1,5 @@
 //! What 4x H200 (torch 2.11, NCCL 2.28.9) gave for issue 49 with toporun's NCCL
-//! profiler plugin loaded, kept under tests/fixtures/device/nccl-profiler-h200x4
+//! profiler plugin loaded, kept under tests/fixtures/device/nccl-profiler-*-h200x4
 //! (`scripts/device/gpu_profiler.sh`), and the decisions taken on the ranks' captured
 //! counters files: the rank that never posted the awaited all_reduce, a mismatch where
 //! every rank posted, and each rank's GPU wait share and link speed over a window.
@@ -19,8 +19,12 @@ use toporun_shared::nccl_counters::{
 /// as it is now; counters layout version 2).
 const ALL: &str = "nccl-profiler-h200x4";
 /// The same cases with the plugin's default sampling (bursts of 8 operations timed
-/// about every 100 ms; layout version 3).
+/// about every 100 ms; layout version 3), a burst begun at the first post after each
+/// period.
 const SAMPLED: &str = "nccl-profiler-sampled-h200x4";
+/// Again with the default sampling as it is now: a burst begins after a period's worth
+/// of posts, an operation is timed once its channels report.
+const BURSTS: &str = "nccl-profiler-bursts-h200x4";
 
 fn fixture_in(set: &str, path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -80,6 +84,10 @@ fn the_rank_that_never_posted_the_awaited_all_reduce_is_behind() {
         (SAMPLED, "hang2-stuck", 2, 60554),
         (SAMPLED, "hang4-spin", 4, 49616),
         (SAMPLED, "hang4-stuck", 4, 51890),
+        (BURSTS, "hang2-spin", 2, 65258),
+        (BURSTS, "hang2-stuck", 2, 62336),
+        (BURSTS, "hang4-spin", 4, 54680),
+        (BURSTS, "hang4-stuck", 4, 51398),
     ] {
         let NcclState::Stalled(s) = stalled(&format!("{set}:{dir}/nccl-counters"), ranks, 21)
         else {
@@ -160,7 +168,8 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 /// than the others, which wait for it; balanced, the shares are alike.
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
-    for (set, ranks) in [(ALL, 2), (ALL, 4), (SAMPLED, 2), (SAMPLED, 4)] {
+    let sets = [ALL, SAMPLED, BURSTS];
+    for (set, ranks) in sets.into_iter().flat_map(|set| [(set, 2), (set, 4)]) {
         let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
         let expected = match set {
             ALL => KernelSampling::All,
@@ -198,6 +207,8 @@ fn healthy_nvlink_reads_as_healthy() {
         "straggler2-balanced",
         "nccl-profiler-sampled-h200x4:straggler4-balanced",
         "nccl-profiler-sampled-h200x4:straggler2-slow",
+        "nccl-profiler-bursts-h200x4:straggler4-slow",
+        "nccl-profiler-bursts-h200x4:straggler2-balanced",
     ] {
         let ranks = if dir.contains("straggler4") { 4 } else { 2 };
         let pairs: Vec<(RankCounters, RankCounters)> = (0..ranks)
