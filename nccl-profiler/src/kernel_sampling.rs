@@ -306,18 +306,25 @@ mod tests {
         }
     }
 
+    /// Bursts of 2 an hour apart, as if the last hour held 100 posts: the gap after a
+    /// burst is then 50 to 149 posts, and no period ends during a test.
+    fn hourly_bursts_of_2(mask: &'static AtomicI32) -> Counted {
+        let hour = KernelSampling::Bursts {
+            burst: 2,
+            period_ms: 3_600_000,
+        };
+        let counted = Counted::start(mask, hour);
+        RATE.store(100, Relaxed);
+        counted
+    }
+
     /// After a burst, the next begins about a period's worth of posts later (half to
     /// one and a half times), and times BURST posts.
     #[test]
     fn bursts_come_a_period_of_posts_apart() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let hour = KernelSampling::Bursts {
-            burst: 2,
-            period_ms: 3_600_000,
-        };
-        let _counted = Counted::start(&NCCL_MASK, hour);
-        RATE.store(100, Relaxed); // as if the last hour held 100 posts
+        let _counted = hourly_bursts_of_2(&NCCL_MASK);
         let timed: Vec<bool> = (0..2).map(|_| post()).collect();
         assert_eq!(timed, [true, true]);
         assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
@@ -367,12 +374,7 @@ mod tests {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         assert!(!bench_mode(BenchMode::All), "no communicator counted yet");
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let s = KernelSampling::Bursts {
-            burst: 2,
-            period_ms: 3_600_000,
-        };
-        let _counted = Counted::start(&NCCL_MASK, s);
-        RATE.store(100, Relaxed); // as if the last hour held 100 posts
+        let _counted = hourly_bursts_of_2(&NCCL_MASK);
         assert!(bench_mode(BenchMode::Silent));
         assert_eq!(NCCL_MASK.load(Relaxed), 0);
         assert!(bench_mode(BenchMode::Posted));
