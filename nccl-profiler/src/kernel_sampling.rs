@@ -13,7 +13,7 @@
 
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 use toporun_shared::nccl_counters::sampling::LAUNCH_BLOCKING_VAR;
@@ -52,7 +52,8 @@ static PERIOD_POSTS: AtomicU32 = AtomicU32::new(0);
 static STARTED_BURST: AtomicU32 = AtomicU32::new(0);
 static STARTED_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 /// `BenchMode::Silent`: NCCL's mask empty, so it reports nothing.
-static SILENT: AtomicBool = AtomicBool::new(false);
+#[cfg(any(test, feature = "bench-control"))]
+static SILENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
@@ -62,10 +63,12 @@ fn now_ns() -> u64 {
 
 /// The mask the state asks for.
 fn wanted() -> c_int {
+    #[cfg(any(test, feature = "bench-control"))]
     if SILENT.load(SeqCst) {
         return 0;
     }
-    match (BURST.load(Relaxed), PERIOD_NS.load(Relaxed)) {
+    // Sequentially consistent: a benchmark's switch changes these too.
+    match (BURST.load(SeqCst), PERIOD_NS.load(SeqCst)) {
         (0, 0) => TIMED,
         (0, _) => POSTED,
         _ if LEFT.load(SeqCst) > 0 => TIMED,
@@ -114,6 +117,7 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         let period_ns = period_ms.saturating_mul(1_000_000);
         STARTED_BURST.store(burst, SeqCst);
         STARTED_PERIOD_NS.store(period_ns, SeqCst);
+        #[cfg(any(test, feature = "bench-control"))]
         SILENT.store(false, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         RATE.store(0, Relaxed);
@@ -221,15 +225,20 @@ pub fn bench_mode(mode: BenchMode) -> bool {
     let (burst, period_ns) = match mode {
         BenchMode::Silent | BenchMode::Posted => words(KernelSampling::Off),
         // Posts are counted only while sampling, and a period ends at the first post
-        // after it: the count is about one sampling segment's posts (restarting the
-        // period here left segments shorter than it with no count, and every
+        // after it: the count is about one sampling segment's posts, so segments
+        // shorter than the period get about a burst each, more than a steady job
+        // (restarting the period here left such segments with no count, and every
         // operation in a burst).
         BenchMode::Sampled => (STARTED_BURST.load(SeqCst), STARTED_PERIOD_NS.load(SeqCst)),
         BenchMode::All => words(KernelSampling::All),
     };
     SILENT.store(mode == BenchMode::Silent, SeqCst);
-    BURST.store(burst, SeqCst);
+    // Through (0, period) only, a mode of its own: (burst, 0) would end a period at
+    // every post. A post racing the switch may count under either mode; the benchmark
+    // switches between timed blocks.
+    BURST.store(0, SeqCst);
     PERIOD_NS.store(period_ns, SeqCst);
+    BURST.store(burst, SeqCst);
     sync_mask();
     true
 }

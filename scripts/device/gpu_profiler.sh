@@ -12,7 +12,7 @@
 #   inproc           scripts/device/gpu_profiler_cost_inproc_rank.py on 4 ranks: the same
 #                    variants switched inside each rank; needs BENCH_TOPORUN, a toporun
 #                    with the plugin built with `--features bench-control` beside it
-#                    (PASSES, SEGMENTS, MAX_BYTES: see the rank script)
+#                    (PASSES, SEGMENTS, STEPS, MAX_BYTES: see the rank script)
 # Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
 set -uo pipefail
 T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${PROFILER_WORK:-/tmp/profiler}

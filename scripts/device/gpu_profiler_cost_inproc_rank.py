@@ -3,13 +3,15 @@
 variant runs on the same communicators, buffers and GPU clocks (separate runs differed
 by more than the plugin costs: 33-51 us for a 128 KiB all_reduce). Modes, in an order
 shuffled each pass (the same on every rank):
-  silent   no event asked: as if no plugin were loaded (NCCL checks an empty mask)
+  silent   no event asked (NCCL's activation mask empty; the plugin still loaded)
   posted   every operation counted as posted, none timed
   sampled  the rank's sampling (the default bursts)
   all      every operation's kernel channels timed
-Sweep: all_reduce 8 KiB-512 MiB (up to MAX_BYTES), PASSES passes; a pass runs every size under each mode.
+Sweep: all_reduce 8 KiB-512 MiB (up to MAX_BYTES), PASSES passes; a pass runs every
+size under each mode.
 Loops: DDP-like steps (2 bf16 matmuls of 4096, then 5 all_reduces of 4 MiB or 20 of
-256 KiB, reading the loss), SEGMENTS segments of STEPS steps a mode.
+256 KiB, reading the loss), SEGMENTS segments of STEPS steps a mode (LOOPS: which,
+default "train4m train256k").
 Rank 0 prints, per size and mode, the median us and the median of the passes' ratios to
 silent with their quartiles:
   sweep BYTES MODE MEDIAN_US RATIO_MEDIAN_PCT Q1_PCT Q3_PCT
@@ -45,14 +47,26 @@ switch = lib.toporun_nccl_profiler_bench_mode
 switch.argtypes, switch.restype = [ctypes.c_int], ctypes.c_int
 timed_so_far = lib.toporun_nccl_profiler_bench_timed
 timed_so_far.restype = ctypes.c_uint64
-# Operations timed in sampled segments against those posted there (barriers included):
-# the bursts' share, which should be about BURST a period's worth of posts.
+# Operations timed in sampled segments against those posted there (the sweep's barriers
+# included), each part on its own: the bursts' share. The plugin learns the post rate
+# from sampled segments only, so a segment shorter than the period gets about a burst:
+# more than a steady job would time.
 share = {"timed": 0, "posted": 0}
 
 
 def mode(name):
-    if switch(MODES.index(name)) != 0:
-        raise SystemExit(f"the plugin refused mode {name}: no communicator counted?")
+    # Every rank learns whether any refused, so none is left waiting in a barrier.
+    refused = torch.tensor([float(switch(MODES.index(name)) != 0)], device="cuda")
+    dist.all_reduce(refused)
+    if refused.item() > 0:
+        raise SystemExit(f"a rank's plugin refused mode {name}: no communicator counted there?")
+
+
+def count(var, default, least):
+    n = int(os.environ.get(var, str(default)))
+    if n < least:
+        raise SystemExit(f"{var}={n}: at least {least}")
+    return n
 
 
 def quartiles(xs):
@@ -78,7 +92,7 @@ for t in bufs.values():
         dist.all_reduce(t)
 trials = {size: {m: [] for m in MODES} for size in sizes}
 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-for npass in range(int(os.environ.get("PASSES", "100"))):
+for npass in range(count("PASSES", 100, 2)):
     order = MODES[:]
     random.Random(npass).shuffle(order)
     for m in order:
@@ -99,16 +113,19 @@ for npass in range(int(os.environ.get("PASSES", "100"))):
         if m == "sampled":
             share["timed"] += timed_so_far() - before
 say(f"timed sweep sampled {share['timed']} of {share['posted']} posted")
+share = {"timed": 0, "posted": 0}
 for size in sizes:
     report(f"sweep {size}", trials[size])
 
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
-steps = int(os.environ.get("STEPS", "20"))
-for kind, buckets, kib in [("train4m", 5, 4096), ("train256k", 20, 256)]:
+steps = count("STEPS", 20, 1)
+loops = [("train4m", 5, 4096), ("train256k", 20, 256)]
+kinds = os.environ.get("LOOPS", "train4m train256k").split()
+for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
     grads = [torch.ones(kib << 8, device="cuda") for _ in range(buckets)]
     seg = {m: [] for m in MODES}  # each segment's median step
     every = {m: [] for m in MODES}
-    for nseg in range(int(os.environ.get("SEGMENTS", "150"))):
+    for nseg in range(count("SEGMENTS", 150, 2)):
         order = MODES[:]
         random.Random(1000 + nseg).shuffle(order)
         for m in order:
