@@ -98,6 +98,16 @@ fn sync_mask() {
     }
 }
 
+/// BURST and PERIOD_NS for a sampling (all: no burst, no period; off: no burst, a
+/// period that never ends).
+fn state_words(s: KernelSampling) -> (u32, u64) {
+    let (burst, period_ms) = s.words();
+    (
+        u32::try_from(burst).unwrap_or(u32::MAX),
+        period_ms.saturating_mul(1_000_000),
+    )
+}
+
 /// Communicators counted in this process; the state is set up by the first and the
 /// mask pointer dropped with the last (init and finalize only: a lock is fine).
 static USERS: Mutex<u32> = Mutex::new(0);
@@ -111,10 +121,7 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     if *users == 0 {
-        // All: no burst, no period; off: no burst, a period that never ends.
-        let (burst, period_ms) = s.words();
-        let burst = u32::try_from(burst).unwrap_or(u32::MAX);
-        let period_ns = period_ms.saturating_mul(1_000_000);
+        let (burst, period_ns) = state_words(s);
         STARTED_BURST.store(burst, SeqCst);
         STARTED_PERIOD_NS.store(period_ns, SeqCst);
         #[cfg(any(test, feature = "bench-control"))]
@@ -215,22 +222,15 @@ pub fn bench_mode(mode: BenchMode) -> bool {
     if *users == 0 {
         return false;
     }
-    let words = |s: KernelSampling| {
-        let (b, p) = s.words();
-        (
-            u32::try_from(b).unwrap_or(u32::MAX),
-            p.saturating_mul(1_000_000),
-        )
-    };
     let (burst, period_ns) = match mode {
-        BenchMode::Silent | BenchMode::Posted => words(KernelSampling::Off),
+        BenchMode::Silent | BenchMode::Posted => state_words(KernelSampling::Off),
         // Posts are counted only while sampling, and a period ends at the first post
         // after it: the count is about one sampling segment's posts, so segments
         // shorter than the period get about a burst each, more than a steady job
         // (restarting the period here left such segments with no count, and every
         // operation in a burst).
         BenchMode::Sampled => (STARTED_BURST.load(SeqCst), STARTED_PERIOD_NS.load(SeqCst)),
-        BenchMode::All => words(KernelSampling::All),
+        BenchMode::All => state_words(KernelSampling::All),
     };
     SILENT.store(mode == BenchMode::Silent, SeqCst);
     // Through (0, period) only, a mode of its own: (burst, 0) would end a period at

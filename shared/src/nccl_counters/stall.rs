@@ -59,8 +59,9 @@ pub struct NcclStall {
     pub which: WaitedOp,
 }
 
-/// How the operation of a stall was found.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+/// How the operation of a stall was found, surest first (the order ranks
+/// communicators: `awaited`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum WaitedOp {
     /// The oldest one not completed: NCCL timed it, and every one before completed.
     #[default]
@@ -264,30 +265,24 @@ fn waited_in(
 /// operation open, then one a member never posted, then a last posted (with sampling
 /// every communicator has untimed operations open); then the one most ranks are in.
 fn awaited(node: &NodeReading) -> Option<Awaited> {
-    let open: std::collections::BTreeSet<u64> = node
+    let open: BTreeSet<u64> = node
         .counters
         .values()
         .flat_map(|c| &c.comms)
         .filter(|c| c.live && c.in_flight() > 0)
         .map(|c| c.hash)
         .collect();
-    let rank = |w: WaitedOp| match w {
-        WaitedOp::Oldest => 0,
-        WaitedOp::FirstNotPosted => 1,
-        WaitedOp::LastPosted => 2,
-    };
     open.into_iter()
         .filter_map(|comm| {
             let members = members(node, comm);
             let (op, which) = waited_in(&members, &node.on_gpu)?;
             Some((
-                rank(which),
                 std::cmp::Reverse(members.len()),
                 Awaited { comm, op, which },
             ))
         })
-        .min_by_key(|(r, n, a)| (*r, *n, a.comm))
-        .map(|(_, _, a)| a)
+        .min_by_key(|(n, a)| (a.which, *n, a.comm))
+        .map(|(_, a)| a)
 }
 
 #[cfg(test)]

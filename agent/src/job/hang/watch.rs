@@ -333,9 +333,7 @@ impl Judge {
             .iter()
             .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
         {
-            if let Some((_, watch)) = self.nccl.as_mut() {
-                watch.hold_off();
-            }
+            watch.hold_off();
             return None;
         }
         let timeout = self.watch.timeout;
