@@ -9,7 +9,8 @@
 //! operations. The plugin's idea of which operations are timed is a guess (a group's
 //! operations are all enqueued before its first post); the counters take an operation
 //! as timed only once its kernel channels report. On the post path only atomics: no
-//! lock, allocation or system call (the clock is read through the vDSO).
+//! lock, allocation or system call (the clock, read through the vDSO, about 16
+//! times a period).
 
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
@@ -37,23 +38,34 @@ static MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
 /// Burst length; 0 with PERIOD_NS 0: every operation timed; 0 otherwise: none.
 static BURST: AtomicU32 = AtomicU32::new(0);
 static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-/// Posts left to time in this burst.
-static LEFT: AtomicU32 = AtomicU32::new(0);
-/// Posts until the next burst begins (counted in posts, not time: the post that
-/// begins it may come right before a pause, so the first one after a pause is timed
-/// as often as any other).
-static COUNTDOWN: AtomicU32 = AtomicU32::new(0);
-/// Posts in the last period, and the current period's start (ns since EPOCH) and
-/// posts: how many posts a period holds, so bursts come about a period apart.
-static RATE: AtomicU32 = AtomicU32::new(0);
+/// Posts counted while sampling: a post's index (one read-modify-write a post).
+static POSTS: AtomicU64 = AtomicU64::new(0);
+/// The index of the current or next burst's first post. Bursts are placed in posts,
+/// not time: the post that begins one may come right before a pause, so the first
+/// one after a pause is timed as often as any other.
+static BURST_FROM: AtomicU64 = AtomicU64::new(0);
+/// Posts in the last period (0: none has ended yet), and the current period's start
+/// (ns since EPOCH, 0 before the first post; and the post index): how many posts a
+/// period holds, so bursts come about a period apart.
+static RATE: AtomicU64 = AtomicU64::new(0);
 static PERIOD_START_NS: AtomicU64 = AtomicU64::new(0);
-static PERIOD_POSTS: AtomicU32 = AtomicU32::new(0);
+static PERIOD_START_POST: AtomicU64 = AtomicU64::new(0);
+/// The clock is read when a post's index has none of these bits: about 16 times a
+/// period, every post where posts are rare (the clock costs about as much as the
+/// rest of a post's bookkeeping).
+static CLOCK_MASK: AtomicU64 = AtomicU64::new(0);
 /// The sampling the first communicator set (what `BenchMode::Sampled` returns to).
 static STARTED_BURST: AtomicU32 = AtomicU32::new(0);
 static STARTED_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
 /// `BenchMode::Silent`: NCCL's mask empty, so it reports nothing.
 #[cfg(any(test, feature = "bench-control"))]
 static SILENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// `BenchMode::Ignored`: NCCL reports posts, the plugin returns at once.
+#[cfg(any(test, feature = "bench-control"))]
+static IGNORED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// When a benchmark last switched away from sampling (0: sampling now).
+#[cfg(any(test, feature = "bench-control"))]
+static SAMPLING_LEFT_NS: AtomicU64 = AtomicU64::new(0);
 static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
@@ -71,8 +83,15 @@ fn wanted() -> c_int {
     match (BURST.load(SeqCst), PERIOD_NS.load(SeqCst)) {
         (0, 0) => TIMED,
         (0, _) => POSTED,
-        _ if LEFT.load(SeqCst) > 0 => TIMED,
-        _ => POSTED,
+        (burst, _) => {
+            // The next post's index inside the burst: the operation enqueued next is timed.
+            let (next, from) = (POSTS.load(SeqCst), BURST_FROM.load(SeqCst));
+            if (from..from.saturating_add(burst.into())).contains(&next) {
+                TIMED
+            } else {
+                POSTED
+            }
+        }
     }
 }
 
@@ -126,14 +145,21 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         STARTED_PERIOD_NS.store(period_ns, SeqCst);
         #[cfg(any(test, feature = "bench-control"))]
         SILENT.store(false, SeqCst);
+        #[cfg(any(test, feature = "bench-control"))]
+        IGNORED.store(false, SeqCst);
+        #[cfg(any(test, feature = "bench-control"))]
+        SAMPLING_LEFT_NS.store(0, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         RATE.store(0, Relaxed);
-        PERIOD_POSTS.store(0, Relaxed);
-        PERIOD_START_NS.store(now_ns(), Relaxed);
+        CLOCK_MASK.store(0, Relaxed);
+        // The first period begins with the first post: from init it would hold the
+        // time the job took to post it, and a rate of one post.
+        PERIOD_START_NS.store(0, Relaxed);
+        PERIOD_START_POST.store(0, Relaxed);
         // The first operations are timed: a job's first collectives say most about
         // its links.
-        COUNTDOWN.store(0, SeqCst);
-        LEFT.store(burst, SeqCst);
+        POSTS.store(0, SeqCst);
+        BURST_FROM.store(0, SeqCst);
         BURST.store(burst, SeqCst);
         PERIOD_NS.store(period_ns, SeqCst);
         MASK.store(mask, SeqCst);
@@ -156,34 +182,34 @@ pub fn stop() {
 /// The host posted an operation: whether NCCL times it (as far as this plugin can
 /// tell: the mask as its posts left it when the operation was enqueued; operations
 /// of one group were all enqueued before the group's first post). Counts it against
-/// the burst, or towards the next.
+/// the burst, or towards the next. Outside bursts: one read-modify-write and a few
+/// loads; the clock only now and then.
 pub fn post() -> bool {
-    let burst = BURST.load(Relaxed);
+    let burst = u64::from(BURST.load(Relaxed));
     if burst == 0 {
         return PERIOD_NS.load(Relaxed) == 0; // all, or none: the mask never changes
     }
-    count_rate();
-    match LEFT.fetch_update(SeqCst, SeqCst, |l| l.checked_sub(1)) {
-        Ok(1) => {
-            // The burst's last: the ones after it are not timed.
-            COUNTDOWN.store(next_gap(), SeqCst);
-            sync_mask();
-            bench_count_timed();
-            true
-        }
-        Ok(_) => {
-            bench_count_timed();
-            true
-        }
-        Err(_) => {
-            if COUNTDOWN.fetch_update(SeqCst, SeqCst, |c| c.checked_sub(1)) == Ok(1) {
-                // This one was enqueued before the bit went on: the next BURST are timed.
-                LEFT.store(burst, SeqCst);
-                sync_mask();
-            }
-            false
-        }
+    let i = POSTS.fetch_add(1, SeqCst);
+    if i & CLOCK_MASK.load(Relaxed) == 0 {
+        count_rate(i);
     }
+    let from = BURST_FROM.load(SeqCst);
+    let end = from.saturating_add(burst);
+    if i.saturating_add(1) == from {
+        // This one was enqueued before the bit goes on: the next `burst` are timed.
+        sync_mask();
+    }
+    if !(from..end).contains(&i) {
+        return false;
+    }
+    if i + 1 == end {
+        // The burst's last: the ones after it are not timed (one post a burst gets
+        // here, so one thread places the next burst).
+        BURST_FROM.store(end.saturating_add(next_gap(i)), SeqCst);
+        sync_mask();
+    }
+    bench_count_timed();
+    true
 }
 
 /// What a benchmark has the plugin ask of NCCL, switched inside one process so that
@@ -201,15 +227,24 @@ pub enum BenchMode {
     Sampled,
     /// Every operation timed.
     All,
+    /// As posted, but the plugin returns as soon as NCCL calls it: what NCCL's own
+    /// calls cost, apart from the plugin's counting.
+    Ignored,
 }
 
 #[cfg(any(test, feature = "bench-control"))]
 impl BenchMode {
-    /// From the exported control's number (0-3 in the order above).
+    /// From the exported control's number (0-4 in the order above).
     pub fn from_code(code: c_int) -> Option<BenchMode> {
-        [Self::Silent, Self::Posted, Self::Sampled, Self::All]
-            .get(usize::try_from(code).ok()?)
-            .copied()
+        [
+            Self::Silent,
+            Self::Posted,
+            Self::Sampled,
+            Self::All,
+            Self::Ignored,
+        ]
+        .get(usize::try_from(code).ok()?)
+        .copied()
     }
 }
 
@@ -223,16 +258,17 @@ pub fn bench_mode(mode: BenchMode) -> bool {
         return false;
     }
     let (burst, period_ns) = match mode {
-        BenchMode::Silent | BenchMode::Posted => state_words(KernelSampling::Off),
-        // Posts are counted only while sampling, and a period ends at the first post
-        // after it: the count is about one sampling segment's posts, so segments
-        // shorter than the period get about a burst each, more than a steady job
-        // (restarting the period here left such segments with no count, and every
-        // operation in a burst).
+        BenchMode::Silent | BenchMode::Posted | BenchMode::Ignored => {
+            state_words(KernelSampling::Off)
+        }
+        // Bursts go on where they stopped (restarting them here gave every short
+        // segment a burst at its start).
         BenchMode::Sampled => (STARTED_BURST.load(SeqCst), STARTED_PERIOD_NS.load(SeqCst)),
         BenchMode::All => state_words(KernelSampling::All),
     };
     SILENT.store(mode == BenchMode::Silent, SeqCst);
+    IGNORED.store(mode == BenchMode::Ignored, SeqCst);
+    pause_period_clock(mode);
     // Through (0, period) only, a mode of its own: (burst, 0) would end a period at
     // every post. A post racing the switch may count under either mode; the benchmark
     // switches between timed blocks.
@@ -241,6 +277,29 @@ pub fn bench_mode(mode: BenchMode) -> bool {
     BURST.store(burst, SeqCst);
     sync_mask();
     true
+}
+
+/// Whether a benchmark has the plugin ignore what NCCL reports.
+#[cfg(feature = "bench-control")]
+pub fn bench_ignores() -> bool {
+    IGNORED.load(Relaxed)
+}
+
+/// The period's clock runs only while sampling, so that a benchmark's sampled
+/// blocks learn the rate a job sampling all along would (counted over wall time,
+/// the posts of a quarter of it would place bursts four times as often).
+#[cfg(any(test, feature = "bench-control"))]
+fn pause_period_clock(mode: BenchMode) {
+    let now = now_ns();
+    if mode == BenchMode::Sampled {
+        let left = SAMPLING_LEFT_NS.swap(0, SeqCst);
+        if left != 0 {
+            let away = now.saturating_sub(left);
+            let _ = PERIOD_START_NS.fetch_update(SeqCst, SeqCst, |s| (s != 0).then(|| s + away));
+        }
+    } else if SAMPLING_LEFT_NS.load(SeqCst) == 0 {
+        SAMPLING_LEFT_NS.store(now.max(1), SeqCst);
+    }
 }
 
 /// Posts the plugin took as timed while bursting, for a benchmark's check that
@@ -253,24 +312,47 @@ fn bench_count_timed() {
     BENCH_TIMED.fetch_add(1, Relaxed);
 }
 
-/// Posts in each period, for the gap between bursts.
-fn count_rate() {
-    let n = PERIOD_POSTS.fetch_add(1, Relaxed).saturating_add(1);
-    let (now, start) = (now_ns(), PERIOD_START_NS.load(Relaxed));
-    if now.saturating_sub(start) >= PERIOD_NS.load(Relaxed)
-        && PERIOD_START_NS
-            .compare_exchange(start, now, Relaxed, Relaxed)
-            .is_ok()
-    {
-        RATE.store(n, Relaxed);
-        PERIOD_POSTS.store(0, Relaxed);
+/// At post `i`: if a period has passed since the current one began, the posts it
+/// held are the rate, and the clock is read about 16 times the next.
+fn count_rate(i: u64) {
+    let (now, start) = (now_ns().max(1), PERIOD_START_NS.load(Relaxed));
+    if start == 0 {
+        let _ = PERIOD_START_NS.compare_exchange(0, now, Relaxed, Relaxed);
+        return;
     }
+    if now.saturating_sub(start) < PERIOD_NS.load(Relaxed)
+        || PERIOD_START_NS
+            .compare_exchange(start, now, Relaxed, Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let posts = i.saturating_sub(PERIOD_START_POST.swap(i, Relaxed));
+    RATE.store(posts.max(1), Relaxed);
+    CLOCK_MASK.store(clock_mask(posts), Relaxed);
 }
 
-/// Posts until the next burst: about one period's worth, at least one.
-fn next_gap() -> u32 {
-    let rate = u64::from(RATE.load(Relaxed));
-    jittered(rate).clamp(1, u64::from(u32::MAX)) as u32
+/// Index bits that skip the clock: it is read about 16 times a period of `posts`,
+/// at most every 64th post (a period's end is seen at most 64 posts late).
+fn clock_mask(posts: u64) -> u64 {
+    let every = (posts / 16).clamp(1, 64);
+    (1 << every.ilog2()) - 1
+}
+
+/// Posts until the next burst after the one ending at post `i`: about one period's
+/// worth, at least one. Before a period has ended, the posts so far scaled to one.
+fn next_gap(i: u64) -> u64 {
+    let mut rate = RATE.load(Relaxed);
+    if rate == 0 {
+        let elapsed = now_ns()
+            .saturating_sub(PERIOD_START_NS.load(Relaxed))
+            .max(1);
+        let posts = i.saturating_sub(PERIOD_START_POST.load(Relaxed)) + 1;
+        let period = PERIOD_NS.load(Relaxed);
+        rate = u64::try_from(u128::from(posts) * u128::from(period) / u128::from(elapsed))
+            .unwrap_or(u64::MAX);
+    }
+    jittered(rate).max(1)
 }
 
 /// A period between half and one and a half times `period` (xorshift).
@@ -351,6 +433,89 @@ mod tests {
         }
     }
 
+    /// The first period begins with the first post, however long after init it
+    /// comes: from init, it held one post, and every other operation of the next
+    /// period was timed.
+    #[test]
+    fn the_first_period_begins_with_the_first_post() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let fast = KernelSampling::Bursts {
+            burst: 2,
+            period_ms: 20,
+        };
+        let _counted = Counted::start(&NCCL_MASK, fast);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let t = Instant::now();
+        let mut posts = 0;
+        while t.elapsed().as_millis() < 30 {
+            post();
+            posts += 1;
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let rate = RATE.load(Relaxed);
+        assert!(
+            rate * 4 > posts,
+            "a period of {posts} posts in 30 ms held {rate}"
+        );
+    }
+
+    /// Before any period has ended, the gap after a burst follows the posts so far
+    /// scaled to a period (it was one post: every other operation timed through a
+    /// job's first period).
+    #[test]
+    fn before_a_period_ends_bursts_are_spaced_by_the_posts_so_far() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let hour = KernelSampling::Bursts {
+            burst: 2,
+            period_ms: 3_600_000,
+        };
+        let _counted = Counted::start(&NCCL_MASK, hour);
+        assert!(post() && post(), "the first operations are timed");
+        assert_eq!(RATE.load(Relaxed), 0, "no period has ended");
+        assert!(
+            (0..10_000).all(|_| !post()),
+            "two posts in microseconds: an hour holds billions"
+        );
+        assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
+    }
+
+    #[test]
+    fn the_clock_is_read_about_16_times_a_period_and_at_least_every_64th_post() {
+        let every = |posts| clock_mask(posts) + 1;
+        assert_eq!(every(0), 1);
+        assert_eq!(every(31), 1, "rare posts: every one");
+        assert_eq!(every(32), 2);
+        assert_eq!(every(100), 4, "a power of two, at most posts/16");
+        assert_eq!(every(1024), 64);
+        assert_eq!(every(u64::MAX), 64);
+    }
+
+    /// A benchmark's blocks outside sampling do not count towards the period, so the
+    /// sampled blocks learn the rate a job sampling all along would.
+    #[test]
+    fn the_bench_switch_stops_the_period_clock_outside_sampling() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let _counted = hourly_bursts_of_2(&NCCL_MASK);
+        post(); // the first period begins
+        let before = PERIOD_START_NS.load(Relaxed);
+        assert!(bench_mode(BenchMode::Posted));
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(bench_mode(BenchMode::All), "still away from sampling");
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        assert!(bench_mode(BenchMode::Sampled));
+        let moved = PERIOD_START_NS.load(Relaxed) - before;
+        assert!(moved >= 60_000_000, "the period began {moved} ns later");
+        assert!(bench_mode(BenchMode::Sampled));
+        assert_eq!(
+            PERIOD_START_NS.load(Relaxed) - before,
+            moved,
+            "sampling all along"
+        );
+    }
+
     /// Threads posting at once never leave a burst longer than BURST (the count
     /// wrapping would label every later post timed), and NCCL's mask ends as the
     /// state says.
@@ -370,9 +535,10 @@ mod tests {
                 .collect();
             hs.into_iter().map(|h| h.join().unwrap()).sum()
         });
-        assert!(LEFT.load(Relaxed) <= 3, "{}", LEFT.load(Relaxed));
         assert!(timed > 0 && timed < 80_000, "{timed}");
-        let on = LEFT.load(Relaxed) > 0;
+        assert_eq!(POSTS.load(Relaxed), 80_000);
+        let from = BURST_FROM.load(Relaxed);
+        let on = (from..from + 3).contains(&80_000);
         assert_eq!(NCCL_MASK.load(Relaxed), if on { TIMED } else { POSTED });
     }
 
@@ -399,7 +565,13 @@ mod tests {
         assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
         assert_eq!(BenchMode::from_code(0), Some(BenchMode::Silent));
         assert_eq!(BenchMode::from_code(3), Some(BenchMode::All));
-        assert_eq!(BenchMode::from_code(4), None);
+        assert!(bench_mode(BenchMode::Ignored));
+        assert_eq!(NCCL_MASK.load(Relaxed), POSTED, "NCCL still reports posts");
+        assert!(IGNORED.load(Relaxed));
+        assert!(bench_mode(BenchMode::Posted));
+        assert!(!IGNORED.load(Relaxed));
+        assert_eq!(BenchMode::from_code(4), Some(BenchMode::Ignored));
+        assert_eq!(BenchMode::from_code(5), None);
         assert_eq!(BenchMode::from_code(-1), None);
     }
 }

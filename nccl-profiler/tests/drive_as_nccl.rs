@@ -318,18 +318,24 @@ fn operations_without_channels_or_past_the_ring_are_not_left_open() {
 
 /// Sampled: a burst of operations timed (the mask's kernel-channel bit on while they
 /// are enqueued), then only counted as posted until the next burst, a period's worth
-/// of posts later (none counted yet within this 60 s period: the next post). The
-/// counters take an operation as timed once its channels report.
+/// of posts later (here the burst's second post comes two periods after its first:
+/// a period held one post, so the next burst begins after one). The counters take
+/// an operation as timed once its channels report.
 #[test]
 fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
     with_file(|path| {
-        std::env::set_var(SAMPLING_VAR, "2/60000");
+        std::env::set_var(SAMPLING_VAR, "2/40");
         let nccl = here();
         let all_reduce = CString::new("AllReduce").unwrap();
         let mask = || NCCL_MASK.load(Ordering::Relaxed) as u64;
         let (ctx, first) = nccl.init(0xb0b, 0, 2);
         assert_eq!(first as u64, EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
-        let timed: Vec<_> = (0..2).map(|_| nccl.post(ctx, &all_reduce, 8, 1)).collect();
+        let timed: Vec<_> = (0..2)
+            .map(|i| {
+                std::thread::sleep(std::time::Duration::from_millis(100 * i));
+                nccl.post(ctx, &all_reduce, 8, 1)
+            })
+            .collect();
         assert!(timed.iter().all(|op| !op.is_null()));
         assert_eq!(mask(), EVENT_COLL | EVENT_P2P, "the burst is over");
         for (i, op) in timed.into_iter().enumerate() {
@@ -346,7 +352,7 @@ fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
             r.sampling,
             KernelSampling::Bursts {
                 burst: 2,
-                period_ms: 60000
+                period_ms: 40
             }
         );
         let c = &r.comms[0];
