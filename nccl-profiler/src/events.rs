@@ -112,8 +112,8 @@ impl Comm {
         dtype: *const c_char,
         channels: u8,
     ) -> *mut c_void {
-        let func = NcclFunc::from_nccl(bytes_of(func));
-        let bytes = count as u64 * datatype_bytes(bytes_of(dtype));
+        let func = NcclFunc::from_id(FUNC_NAMES.get(func, |s| NcclFunc::from_nccl(s).id() as u64));
+        let bytes = count as u64 * DATATYPE_NAMES.get(dtype, datatype_bytes);
         // Whether NCCL times this one, as far as the posts tell: only those get a
         // record (a burst's records must not wait behind thousands of untimed ones).
         let timed = kernel_sampling::post();
@@ -219,6 +219,33 @@ impl Op {
     }
 }
 
+/// What the last NCCL string seen at one pointer said, in one word (the pointer above
+/// the low byte, the value in it). NCCL names functions and datatypes with its own
+/// static strings, one pointer each: matching the same one again on every post read
+/// cold lines (the string, the name table) between a rank's Python and CUDA calls.
+struct NameCache(AtomicU64);
+
+static FUNC_NAMES: NameCache = NameCache(AtomicU64::new(0));
+static DATATYPE_NAMES: NameCache = NameCache(AtomicU64::new(0));
+
+impl NameCache {
+    /// `parse(name)` (below 256) for the string at `s`, from the cache when the last
+    /// string parsed was at `s`.
+    ///
+    /// # Safety
+    /// `s` is null or a C string that stays as it is while its pointer is in use.
+    unsafe fn get(&self, s: *const c_char, parse: impl FnOnce(&[u8]) -> u64) -> u64 {
+        let key = (s as u64) << 8;
+        let cached = self.0.load(Relaxed);
+        if cached != 0 && cached & !0xff == key && (s as u64) >> 56 == 0 {
+            return cached & 0xff;
+        }
+        let value = parse(bytes_of(s)).min(0xff);
+        self.0.store(key | value, Relaxed);
+        value
+    }
+}
+
 /// NCCL's C string as bytes (empty where null).
 unsafe fn bytes_of<'a>(s: *const c_char) -> &'a [u8] {
     if s.is_null() {
@@ -301,5 +328,35 @@ pub unsafe fn stop(handle: *mut c_void) {
             first.min(stop),
             op.last_stop.load(Relaxed),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::Cell;
+
+    /// A pointer seen again gives what its string said without reading it; another
+    /// pointer is read; null reads as empty every time.
+    #[test]
+    fn the_name_cache_reads_each_new_pointer_and_only_those() {
+        let cache = NameCache(AtomicU64::new(0));
+        let (a, b) = (c"ncclFloat32", c"ncclBfloat16");
+        let reads = Cell::new(0);
+        let get = |s: *const c_char| unsafe {
+            cache.get(s, |name| {
+                reads.set(reads.get() + 1);
+                datatype_bytes(name)
+            })
+        };
+        assert_eq!(get(a.as_ptr()), 4);
+        assert_eq!(get(a.as_ptr()), 4);
+        assert_eq!(reads.get(), 1, "the same pointer again: not read");
+        assert_eq!(get(b.as_ptr()), 2);
+        assert_eq!(get(a.as_ptr()), 4);
+        assert_eq!(reads.get(), 3, "each change of pointer read");
+        assert_eq!(get(std::ptr::null()), 0);
+        assert_eq!(get(std::ptr::null()), 0);
+        assert_eq!(reads.get(), 5, "null: never cached");
     }
 }
