@@ -12,7 +12,8 @@
 #   inproc           scripts/device/gpu_profiler_cost_inproc_rank.py on 4 ranks: the same
 #                    variants switched inside each rank; needs BENCH_TOPORUN, a toporun
 #                    with the plugin built with `--features bench-control` beside it
-#                    (PASSES, SEGMENTS, STEPS, MAX_BYTES: see the rank script)
+#                    (PASSES, SEGMENTS, STEPS, MAX_BYTES, LOOPS: see the rank script;
+#                    INPROC_TAG names the run's directory, inproc-TAG)
 # Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
 set -uo pipefail
 T=$(readlink -f "$1") RESULTS=$(readlink -f "$2") OUT=${PROFILER_WORK:-/tmp/profiler}
@@ -55,10 +56,10 @@ cost() {  # plugin off against its default sampling and against every operation 
   cat "$OUT/cost/cost-summary.txt" >> "$S"
 }
 inproc() {
-  local d=$OUT/inproc; mkdir -p "$d"
+  local d=$OUT/inproc${INPROC_TAG:+-$INPROC_TAG}; mkdir -p "$d"
   [ -x "${BENCH_TOPORUN:-}" ] || { echo "== inproc: BENCH_TOPORUN is not an executable toporun" | tee -a "$S"; return; }
-  echo "== inproc: $(python3 scripts/device/timed_run.py 500 "$d/stdout" "$d/stderr" "$BENCH_TOPORUN" --standalone --nproc-per-node="${NPROC:-4}" --nccl-profiler=on --gpu-timing=off --nccl-report=off --log-dir "$d/run" scripts/device/gpu_profiler_cost_inproc_rank.py)" | tee -a "$S"
-  grep -E "^(sweep|train|timed)" "$d/stdout" | tee -a "$S"; lines "$d/stderr" | tee -a "$S"; rm -rf "$d/run"
+  echo "== inproc${INPROC_TAG:+ $INPROC_TAG}: $(python3 scripts/device/timed_run.py 500 "$d/stdout" "$d/stderr" "$BENCH_TOPORUN" --standalone --nproc-per-node="${NPROC:-4}" --nccl-profiler=on --gpu-timing=off --nccl-report=off --log-dir "$d/run" scripts/device/gpu_profiler_cost_inproc_rank.py)" | tee -a "$S"
+  grep -E "^(sweep|train|timed|burst)" "$d/stdout" | tee -a "$S"; lines "$d/stderr" | tee -a "$S"; rm -rf "$d/run"
 }
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
 for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do

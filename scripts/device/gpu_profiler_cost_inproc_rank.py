@@ -7,16 +7,25 @@ shuffled each pass (the same on every rank):
   posted   every operation counted as posted, none timed
   sampled  the rank's sampling (the default bursts)
   all      every operation's kernel channels timed
-Sweep: all_reduce 8 KiB-512 MiB (up to MAX_BYTES), PASSES passes; a pass runs every
-size under each mode.
+  ignored  NCCL reports every post, the plugin returns at once (NCCL's own share)
+Sweep: all_reduce 8 KiB-1 GiB (up to MAX_BYTES), one size after another (so that the
+plugin learns each size's post rate, as in a job posting it steadily), PASSES passes a
+size, each running the modes back to back (the blocks compared close in time).
 Loops: DDP-like steps (2 bf16 matmuls of 4096, then 5 all_reduces of 4 MiB or 20 of
 256 KiB, reading the loss), SEGMENTS segments of STEPS steps a mode (LOOPS: which,
 default "train4m train256k").
 Rank 0 prints, per size and mode, the median us and the median of the passes' ratios to
-silent with their quartiles:
-  sweep BYTES MODE MEDIAN_US RATIO_MEDIAN_PCT Q1_PCT Q3_PCT
-  train KIND MODE MEDIAN_STEP_MS RATIO_MEDIAN_PCT Q1_PCT Q3_PCT MAX_STEP_MS STEPS
-  timed PART sampled TIMED of POSTED posted   (the bursts' share in sampled segments)
+silent with their quartiles and the median's 95% confidence interval (order
+statistics):
+  sweep BYTES MODE MEDIAN_US RATIO_MEDIAN_PCT Q1_PCT Q3_PCT CI_LO_PCT CI_HI_PCT
+  train KIND MODE MEDIAN_STEP_MS RATIO_MEDIAN_PCT Q1_PCT Q3_PCT CI_LO_PCT CI_HI_PCT MAX_STEP_MS STEPS
+  timed PART sampled TIMED of POSTED posted   (the bursts' share in sampled segments;
+                                               PART: sweep-BYTES, or the loop)
+and where the sampled steps' cost lies, against the segment's silent median:
+  burst KIND quiet|bursty STEPS RATIO_MEDIAN_PCT CI_LO_PCT CI_HI_PCT
+(quiet: steps in which the plugin timed nothing; bursty: those with a burst). The
+plugin's period clock runs only in sampled segments (the bench switch stops it
+outside), so bursts are as frequent as in a job sampling all along.
 Run by toporun with the bench plugin beside it (scripts/device/gpu_profiler.sh, stage
 inproc)."""
 import ctypes
@@ -28,7 +37,7 @@ import time
 import torch
 import torch.distributed as dist
 
-MODES = ["silent", "posted", "sampled", "all"]
+MODES = ["silent", "posted", "sampled", "all", "ignored"]  # the bench switch's codes
 local = int(os.environ["LOCAL_RANK"])
 torch.cuda.set_device(local)
 dist.init_process_group("nccl", device_id=torch.device("cuda", local))
@@ -47,11 +56,9 @@ switch = lib.toporun_nccl_profiler_bench_mode
 switch.argtypes, switch.restype = [ctypes.c_int], ctypes.c_int
 timed_so_far = lib.toporun_nccl_profiler_bench_timed
 timed_so_far.restype = ctypes.c_uint64
-# Operations timed in sampled segments against those posted there (the sweep's barriers
-# included), each part on its own: the bursts' share. The plugin learns the post rate
-# from sampled segments only, so a segment shorter than the period gets about a burst:
-# more than a steady job would time.
-share = {"timed": 0, "posted": 0}
+# Operations timed in sampled segments against those posted there (the switches and
+# barriers included), each part on its own: the bursts' share. The plugin's period
+# clock runs in sampled segments only, so it is about what a steady job would time.
 
 
 def mode(name):
@@ -69,22 +76,28 @@ def count(var, default, least):
     return n
 
 
-def quartiles(xs):
+def spread(xs):
+    """Median, quartiles, and the median's 95% confidence interval: the order
+    statistics n/2 -+ 0.98 sqrt(n) (distribution-free)."""
     q = statistics.quantiles(xs, n=4)
-    return statistics.median(xs), q[0], q[2]
+    xs, n = sorted(xs), len(xs)
+    half = 0.98 * n**0.5
+    lo, hi = xs[max(0, int(n / 2 - half))], xs[min(n - 1, int(n / 2 + half + 1))]
+    return f"{statistics.median(xs):+.2f} {q[0]:+.2f} {q[2]:+.2f} {lo:+.2f} {hi:+.2f}"
+
+
+def ratios(xs, base):
+    return [100 * (x / b - 1) for x, b in zip(xs, base)]
 
 
 def report(prefix, per_mode, extra=lambda m: ""):
-    """per_mode: MODE -> list of (value, ...) by pass; ratios paired by pass."""
-    base = per_mode["silent"]
+    """per_mode: MODE -> list of values by pass; ratios paired by pass."""
     for m in MODES:
         xs = per_mode[m]
-        r = [100 * (x / b - 1) for x, b in zip(xs, base)]
-        med, q1, q3 = quartiles(r)
-        say(f"{prefix} {m} {statistics.median(xs):.3f} {med:+.2f} {q1:+.2f} {q3:+.2f}{extra(m)}")
+        say(f"{prefix} {m} {statistics.median(xs):.3f} {spread(ratios(xs, per_mode['silent']))}{extra(m)}")
 
 
-sizes = [8 << 10 << (2 * i) for i in range(9)]
+sizes = [8 << 10 << (2 * i) for i in range(9)] + [1 << 30]
 sizes = [b for b in sizes if b <= int(os.environ.get("MAX_BYTES", str(sizes[-1])))]
 bufs = {size: torch.ones(size // 4, device="cuda") for size in sizes}
 for t in bufs.values():
@@ -92,14 +105,16 @@ for t in bufs.values():
         dist.all_reduce(t)
 trials = {size: {m: [] for m in MODES} for size in sizes}
 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-for npass in range(count("PASSES", 100, 2)):
-    order = MODES[:]
-    random.Random(npass).shuffle(order)
-    for m in order:
-        mode(m)
-        before = timed_so_far()
-        for size in sizes:
-            t, iters = bufs[size], max(20, min(200, (64 << 20) // size))
+passes = count("PASSES", 100, 2)
+for size in sizes:
+    share = {"timed": 0, "posted": 0}
+    for npass in range(passes):
+        order = MODES[:]
+        random.Random(npass * 100 + size.bit_length()).shuffle(order)
+        t, iters = bufs[size], max(20, min(200, (64 << 20) // size))
+        for m in order:
+            mode(m)
+            before = timed_so_far()
             dist.barrier()
             torch.cuda.synchronize()
             s.record()
@@ -109,10 +124,9 @@ for npass in range(count("PASSES", 100, 2)):
             torch.cuda.synchronize()
             trials[size][m].append(s.elapsed_time(e) * 1000 / iters)
             if m == "sampled":
-                share["posted"] += iters + 1
-        if m == "sampled":
-            share["timed"] += timed_so_far() - before
-say(f"timed sweep sampled {share['timed']} of {share['posted']} posted")
+                share["posted"] += iters + 2
+                share["timed"] += timed_so_far() - before
+    say(f"timed sweep-{size} sampled {share['timed']} of {share['posted']} posted")
 share = {"timed": 0, "posted": 0}
 for size in sizes:
     report(f"sweep {size}", trials[size])
@@ -125,29 +139,40 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
     grads = [torch.ones(kib << 8, device="cuda") for _ in range(buckets)]
     seg = {m: [] for m in MODES}  # each segment's median step
     every = {m: [] for m in MODES}
+    # Sampled steps against their segment's silent median: without a burst, with one.
+    where = {"quiet": [], "bursty": []}
     for nseg in range(count("SEGMENTS", 150, 2)):
         order = MODES[:]
         random.Random(1000 + nseg).shuffle(order)
+        sampled_steps = []
         for m in order:
             mode(m)
             dist.barrier()
             before = timed_so_far()
             times = []
             for _ in range(steps + 1):
-                t0 = time.perf_counter()
+                t0, timed0 = time.perf_counter(), timed_so_far()
                 out = torch.tanh(torch.tanh(a @ a) @ a)
                 for g in grads:
                     dist.all_reduce(g)
                 out.sum().item()
                 times.append((time.perf_counter() - t0) * 1000)
+                if m == "sampled":
+                    sampled_steps.append((times[-1], timed_so_far() > timed0))
             # The first step after a switch also waits for the barrier's stragglers.
             seg[m].append(statistics.median(times[1:]))
             every[m] += times[1:]
             if m == "sampled":
                 share["timed"] += timed_so_far() - before
                 share["posted"] += (steps + 1) * buckets
+        for ms, bursty in sampled_steps[1:]:
+            where["bursty" if bursty else "quiet"].append(100 * (ms / seg["silent"][-1] - 1))
     say(f"timed {kind} sampled {share['timed']} of {share['posted']} posted")
     share = {"timed": 0, "posted": 0}
     report(f"train {kind}", seg, lambda m: f" {max(every[m]):.1f} {len(every[m])}")
+    for part, r in where.items():
+        if len(r) >= 2:
+            med, _, _, lo, hi = spread(r).split()
+            say(f"burst {kind} {part} {len(r)} {med} {lo} {hi}")
 mode("sampled")
 dist.destroy_process_group()
