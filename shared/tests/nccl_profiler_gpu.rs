@@ -25,6 +25,9 @@ const SAMPLED: &str = "nccl-profiler-sampled-h200x4";
 /// Again with the default sampling as it is now: a burst begins after a period's worth
 /// of posts, an operation is timed once its channels report.
 const BURSTS: &str = "nccl-profiler-bursts-h200x4";
+/// Again after the post path was made cheaper (bursts placed by post index, the clock
+/// read now and then, the first period from the first post, names matched once).
+const POST_PATH: &str = "nccl-profiler-post-path-h200x4";
 
 fn fixture_in(set: &str, path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -88,6 +91,10 @@ fn the_rank_that_never_posted_the_awaited_all_reduce_is_behind() {
         (BURSTS, "hang2-stuck", 2, 62336),
         (BURSTS, "hang4-spin", 4, 54680),
         (BURSTS, "hang4-stuck", 4, 51398),
+        (POST_PATH, "hang2-spin", 2, 66212),
+        (POST_PATH, "hang2-stuck", 2, 66674),
+        (POST_PATH, "hang4-spin", 4, 53018),
+        (POST_PATH, "hang4-stuck", 4, 47642),
     ] {
         let NcclState::Stalled(s) = stalled(&format!("{set}:{dir}/nccl-counters"), ranks, 21)
         else {
@@ -168,7 +175,7 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 /// than the others, which wait for it; balanced, the shares are alike.
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
-    let sets = [ALL, SAMPLED, BURSTS];
+    let sets = [ALL, SAMPLED, BURSTS, POST_PATH];
     for (set, ranks) in sets.into_iter().flat_map(|set| [(set, 2), (set, 4)]) {
         let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
         let expected = match set {
@@ -209,6 +216,8 @@ fn healthy_nvlink_reads_as_healthy() {
         "nccl-profiler-sampled-h200x4:straggler2-slow",
         "nccl-profiler-bursts-h200x4:straggler4-slow",
         "nccl-profiler-bursts-h200x4:straggler2-balanced",
+        "nccl-profiler-post-path-h200x4:straggler4-balanced",
+        "nccl-profiler-post-path-h200x4:straggler2-slow",
     ] {
         let ranks = if dir.contains("straggler4") { 4 } else { 2 };
         let pairs: Vec<(RankCounters, RankCounters)> = (0..ranks)
