@@ -1,6 +1,6 @@
 //! Which operations toporun's plugin has NCCL time on the GPU. Kernel-channel events
 //! make NCCL post a proxy operation for every channel of every collective (intra-node
-//! ones included) and its proxy thread poll the kernel's timestamps: on 4x H200 12-20%
+//! ones included) and its proxy thread poll the kernel's timestamps: on 4x H200 11-21%
 //! on back-to-back all_reduces of 128 KiB-2 MiB (docs/measurements.md). So by default
 //! bursts of operations are timed, about a period apart; every operation is still
 //! counted as posted. `TOPORUN_NCCL_KERNEL_SAMPLING` chooses: `all`, `off` or `BURST/PERIOD_MS`.
@@ -99,7 +99,7 @@ impl KernelSampling {
     /// What the dry run says of it.
     pub fn text(self) -> String {
         match self {
-            KernelSampling::All => format!("NCCL times every operation on the GPU ({SAMPLING_VAR}=all: 12-20% slower back-to-back collectives of 128 KiB-2 MiB)"),
+            KernelSampling::All => format!("NCCL times every operation on the GPU ({SAMPLING_VAR}=all: 11-21% slower back-to-back collectives of 128 KiB-2 MiB)"),
             KernelSampling::Off => format!("NCCL times no operation on the GPU ({SAMPLING_VAR}=off): hangs are judged from operations posted, no GPU straggler is named"),
             KernelSampling::Bursts { burst, period_ms } => format!("NCCL times bursts of {burst} operations on the GPU, about one every {period_ms} ms of operations ({SAMPLING_VAR}=all to time every one, as CUDA graphs need)"),
         }
