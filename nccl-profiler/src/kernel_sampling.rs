@@ -33,27 +33,41 @@ pub fn from_env() -> KernelSampling {
     KernelSampling::for_rank(var(SAMPLING_VAR).as_deref(), blocking.as_deref()).unwrap_or_default()
 }
 
+/// The words every post reads or writes, on one cache line: between a rank's Python
+/// and CUDA calls the line is cold, one miss rather than one a word.
+#[repr(C, align(64))]
+struct Hot {
+    /// Burst length; 0 with `period_ns` 0: every operation timed; 0 otherwise: none.
+    burst: AtomicU32,
+    period_ns: AtomicU64,
+    /// Posts counted while sampling: a post's index (one read-modify-write a post).
+    posts: AtomicU64,
+    /// The index of the current or next burst's first post. Bursts are placed in
+    /// posts, not time: the post that begins one may come right before a pause, so the
+    /// first one after a pause is timed as often as any other.
+    burst_from: AtomicU64,
+    /// The clock is read when a post's index has none of these bits: about 16 times a
+    /// period, every post where posts are rare (the clock costs about as much as the
+    /// rest of a post's bookkeeping).
+    clock_mask: AtomicU64,
+}
+
+static HOT: Hot = Hot {
+    burst: AtomicU32::new(0),
+    period_ns: AtomicU64::new(0),
+    posts: AtomicU64::new(0),
+    burst_from: AtomicU64::new(0),
+    clock_mask: AtomicU64::new(0),
+};
+
 /// NCCL's process-wide mask (null: no communicator counted).
 static MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
-/// Burst length; 0 with PERIOD_NS 0: every operation timed; 0 otherwise: none.
-static BURST: AtomicU32 = AtomicU32::new(0);
-static PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-/// Posts counted while sampling: a post's index (one read-modify-write a post).
-static POSTS: AtomicU64 = AtomicU64::new(0);
-/// The index of the current or next burst's first post. Bursts are placed in posts,
-/// not time: the post that begins one may come right before a pause, so the first
-/// one after a pause is timed as often as any other.
-static BURST_FROM: AtomicU64 = AtomicU64::new(0);
 /// Posts in the last period (0: none has ended yet), and the current period's start
 /// (ns since EPOCH, 0 before the first post; and the post index): how many posts a
 /// period holds, so bursts come about a period apart.
 static RATE: AtomicU64 = AtomicU64::new(0);
 static PERIOD_START_NS: AtomicU64 = AtomicU64::new(0);
 static PERIOD_START_POST: AtomicU64 = AtomicU64::new(0);
-/// The clock is read when a post's index has none of these bits: about 16 times a
-/// period, every post where posts are rare (the clock costs about as much as the
-/// rest of a post's bookkeeping).
-static CLOCK_MASK: AtomicU64 = AtomicU64::new(0);
 /// The sampling the first communicator set (what `BenchMode::Sampled` returns to).
 static STARTED_BURST: AtomicU32 = AtomicU32::new(0);
 static STARTED_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
@@ -80,12 +94,12 @@ fn wanted() -> c_int {
         return 0;
     }
     // Sequentially consistent: a benchmark's switch changes these too.
-    match (BURST.load(SeqCst), PERIOD_NS.load(SeqCst)) {
+    match (HOT.burst.load(SeqCst), HOT.period_ns.load(SeqCst)) {
         (0, 0) => TIMED,
         (0, _) => POSTED,
         (burst, _) => {
             // The next post's index inside the burst: the operation enqueued next is timed.
-            let (next, from) = (POSTS.load(SeqCst), BURST_FROM.load(SeqCst));
+            let (next, from) = (HOT.posts.load(SeqCst), HOT.burst_from.load(SeqCst));
             if (from..from.saturating_add(burst.into())).contains(&next) {
                 TIMED
             } else {
@@ -117,7 +131,7 @@ fn sync_mask() {
     }
 }
 
-/// BURST and PERIOD_NS for a sampling (all: no burst, no period; off: no burst, a
+/// `burst` and `period_ns` for a sampling (all: no burst, no period; off: no burst, a
 /// period that never ends).
 fn state_words(s: KernelSampling) -> (u32, u64) {
     let (burst, period_ms) = s.words();
@@ -151,17 +165,17 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         SAMPLING_LEFT_NS.store(0, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         RATE.store(0, Relaxed);
-        CLOCK_MASK.store(0, Relaxed);
+        HOT.clock_mask.store(0, Relaxed);
         // The first period begins with the first post: from init it would hold the
         // time the job took to post it, and a rate of one post.
         PERIOD_START_NS.store(0, Relaxed);
         PERIOD_START_POST.store(0, Relaxed);
         // The first operations are timed: a job's first collectives say most about
         // its links.
-        POSTS.store(0, SeqCst);
-        BURST_FROM.store(0, SeqCst);
-        BURST.store(burst, SeqCst);
-        PERIOD_NS.store(period_ns, SeqCst);
+        HOT.posts.store(0, SeqCst);
+        HOT.burst_from.store(0, SeqCst);
+        HOT.burst.store(burst, SeqCst);
+        HOT.period_ns.store(period_ns, SeqCst);
         MASK.store(mask, SeqCst);
     }
     *users += 1;
@@ -185,15 +199,15 @@ pub fn stop() {
 /// the burst, or towards the next. Outside bursts: one read-modify-write and a few
 /// loads; the clock only now and then.
 pub fn post() -> bool {
-    let burst = u64::from(BURST.load(Relaxed));
+    let burst = u64::from(HOT.burst.load(Relaxed));
     if burst == 0 {
-        return PERIOD_NS.load(Relaxed) == 0; // all, or none: the mask never changes
+        return HOT.period_ns.load(Relaxed) == 0; // all, or none: the mask never changes
     }
-    let i = POSTS.fetch_add(1, SeqCst);
-    if i & CLOCK_MASK.load(Relaxed) == 0 {
+    let i = HOT.posts.fetch_add(1, SeqCst);
+    if i & HOT.clock_mask.load(Relaxed) == 0 {
         count_rate(i);
     }
-    let from = BURST_FROM.load(SeqCst);
+    let from = HOT.burst_from.load(SeqCst);
     let end = from.saturating_add(burst);
     if i.saturating_add(1) == from {
         // This one was enqueued before the bit goes on: the next `burst` are timed.
@@ -205,7 +219,8 @@ pub fn post() -> bool {
     if i + 1 == end {
         // The burst's last: the ones after it are not timed (one post a burst gets
         // here, so one thread places the next burst).
-        BURST_FROM.store(end.saturating_add(next_gap(i)), SeqCst);
+        HOT.burst_from
+            .store(end.saturating_add(next_gap(i)), SeqCst);
         sync_mask();
     }
     bench_count_timed();
@@ -272,9 +287,9 @@ pub fn bench_mode(mode: BenchMode) -> bool {
     // Through (0, period) only, a mode of its own: (burst, 0) would end a period at
     // every post. A post racing the switch may count under either mode; the benchmark
     // switches between timed blocks.
-    BURST.store(0, SeqCst);
-    PERIOD_NS.store(period_ns, SeqCst);
-    BURST.store(burst, SeqCst);
+    HOT.burst.store(0, SeqCst);
+    HOT.period_ns.store(period_ns, SeqCst);
+    HOT.burst.store(burst, SeqCst);
     sync_mask();
     true
 }
@@ -320,7 +335,7 @@ fn count_rate(i: u64) {
         let _ = PERIOD_START_NS.compare_exchange(0, now, Relaxed, Relaxed);
         return;
     }
-    if now.saturating_sub(start) < PERIOD_NS.load(Relaxed)
+    if now.saturating_sub(start) < HOT.period_ns.load(Relaxed)
         || PERIOD_START_NS
             .compare_exchange(start, now, Relaxed, Relaxed)
             .is_err()
@@ -329,7 +344,7 @@ fn count_rate(i: u64) {
     }
     let posts = i.saturating_sub(PERIOD_START_POST.swap(i, Relaxed));
     RATE.store(posts.max(1), Relaxed);
-    CLOCK_MASK.store(clock_mask(posts), Relaxed);
+    HOT.clock_mask.store(clock_mask(posts), Relaxed);
 }
 
 /// Index bits that skip the clock: it is read about 16 times a period of `posts`,
@@ -348,7 +363,7 @@ fn next_gap(i: u64) -> u64 {
             .saturating_sub(PERIOD_START_NS.load(Relaxed))
             .max(1);
         let posts = i.saturating_sub(PERIOD_START_POST.load(Relaxed)) + 1;
-        let period = PERIOD_NS.load(Relaxed);
+        let period = HOT.period_ns.load(Relaxed);
         rate = u64::try_from(u128::from(posts) * u128::from(period) / u128::from(elapsed))
             .unwrap_or(u64::MAX);
     }
@@ -410,7 +425,7 @@ mod tests {
     }
 
     /// After a burst, the next begins about a period's worth of posts later (half to
-    /// one and a half times), and times BURST posts.
+    /// one and a half times), and times `burst` posts.
     #[test]
     fn bursts_come_a_period_of_posts_apart() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -516,7 +531,7 @@ mod tests {
         );
     }
 
-    /// Threads posting at once never leave a burst longer than BURST (the count
+    /// Threads posting at once never leave a burst longer than `burst` (the count
     /// wrapping would label every later post timed), and NCCL's mask ends as the
     /// state says.
     #[test]
@@ -536,8 +551,8 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap()).sum()
         });
         assert!(timed > 0 && timed < 80_000, "{timed}");
-        assert_eq!(POSTS.load(Relaxed), 80_000);
-        let from = BURST_FROM.load(Relaxed);
+        assert_eq!(HOT.posts.load(Relaxed), 80_000);
+        let from = HOT.burst_from.load(Relaxed);
         let on = (from..from + 3).contains(&80_000);
         assert_eq!(NCCL_MASK.load(Relaxed), if on { TIMED } else { POSTED });
     }
