@@ -531,9 +531,8 @@ mod tests {
         );
     }
 
-    /// Threads posting at once never leave a burst longer than `burst` (the count
-    /// wrapping would label every later post timed), and NCCL's mask ends as the
-    /// state says.
+    /// Threads posting at once: every post is counted once (each takes its own
+    /// index), some but not all are timed, and NCCL's mask ends as the state says.
     #[test]
     fn concurrent_posts_keep_the_burst_and_the_mask_consistent() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
