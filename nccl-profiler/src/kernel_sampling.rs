@@ -449,8 +449,7 @@ mod tests {
     }
 
     /// The first period begins with the first post, however long after init it
-    /// comes: from init, it held one post, and every other operation of the next
-    /// period was timed.
+    /// comes: from init, it held one post, and the next period's gaps were one post.
     #[test]
     fn the_first_period_begins_with_the_first_post() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -476,8 +475,8 @@ mod tests {
     }
 
     /// Before any period has ended, the gap after a burst follows the posts so far
-    /// scaled to a period (it was one post: every other operation timed through a
-    /// job's first period).
+    /// scaled to a period (it was one post: all but one operation in each burst's
+    /// length plus one timed until the first period ended).
     #[test]
     fn before_a_period_ends_bursts_are_spaced_by_the_posts_so_far() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
