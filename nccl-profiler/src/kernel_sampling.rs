@@ -164,6 +164,9 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         #[cfg(any(test, feature = "bench-control"))]
         SAMPLING_LEFT_NS.store(0, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
+        // The clock's epoch set here, not at a first post (its lock would be taken
+        // there, by every thread posting at once).
+        let _ = now_ns();
         RATE.store(0, Relaxed);
         HOT.clock_mask.store(0, Relaxed);
         // The first period begins with the first post: from init it would hold the
@@ -213,18 +216,34 @@ pub fn post() -> bool {
         // This one was enqueued before the bit goes on: the next `burst` are timed.
         sync_mask();
     }
-    if !(from..end).contains(&i) {
+    if i < from {
+        return false;
+    }
+    if i >= end {
+        // A burst whose last post has not placed the next yet, or never will (another
+        // thread's posts overtook it while it did): any later post places it.
+        place_next_burst(from, i.saturating_add(1), i);
         return false;
     }
     if i + 1 == end {
-        // The burst's last: the ones after it are not timed (one post a burst gets
-        // here, so one thread places the next burst).
-        HOT.burst_from
-            .store(end.saturating_add(next_gap(i)), SeqCst);
-        sync_mask();
+        // The burst's last: the ones after it are not timed.
+        place_next_burst(from, end, i);
     }
     bench_count_timed();
     true
+}
+
+/// The burst that began at `from` is over: the next begins a gap after post index
+/// `after` (post `i` decides the gap), unless another thread placed it first.
+fn place_next_burst(from: u64, after: u64, i: u64) {
+    let next = after.saturating_add(next_gap(i));
+    if HOT
+        .burst_from
+        .compare_exchange(from, next, SeqCst, SeqCst)
+        .is_ok()
+    {
+        sync_mask();
+    }
 }
 
 /// What a benchmark has the plugin ask of NCCL, switched inside one process so that
@@ -343,8 +362,15 @@ fn count_rate(i: u64) {
         return;
     }
     let posts = i.saturating_sub(PERIOD_START_POST.swap(i, Relaxed));
-    RATE.store(posts.max(1), Relaxed);
+    let rate = posts.max(1);
+    RATE.store(rate, Relaxed);
     HOT.clock_mask.store(clock_mask(posts), Relaxed);
+    // A burst placed further than any gap at this rate (from the first period's
+    // estimate, or a faster rate's gap) comes a gap at this rate from here instead.
+    let from = HOT.burst_from.load(SeqCst);
+    if from > i.saturating_add(rate + rate / 2 + 1) {
+        place_next_burst(from, i.saturating_add(1), i);
+    }
 }
 
 /// Index bits that skip the clock: it is read about 16 times a period of `posts`,
@@ -493,6 +519,47 @@ mod tests {
             "two posts in microseconds: an hour holds billions"
         );
         assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
+    }
+
+    /// A burst placed far (as from the first period's estimate when its first posts
+    /// came at once) comes a gap at the measured rate away once a period ends.
+    #[test]
+    fn a_period_s_end_pulls_a_far_burst_to_its_rate() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let fast = KernelSampling::Bursts {
+            burst: 2,
+            period_ms: 20,
+        };
+        let _counted = Counted::start(&NCCL_MASK, fast);
+        assert!(post() && post(), "the first operations are timed");
+        HOT.burst_from.store(u64::MAX / 2, SeqCst);
+        let t = Instant::now();
+        let mut timed = 0;
+        while t.elapsed().as_millis() < 150 && timed == 0 {
+            timed += u32::from(post());
+            std::thread::sleep(std::time::Duration::from_micros(20));
+        }
+        let posts = HOT.posts.load(Relaxed);
+        assert!(timed > 0, "no burst in {posts} posts over 150 ms");
+    }
+
+    /// A burst whose last post never placed the next (another thread's posts took
+    /// the index it waited for): the next post places it, so bursts go on.
+    #[test]
+    fn bursts_go_on_when_the_burst_s_last_post_is_overtaken() {
+        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
+        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
+        let _counted = hourly_bursts_of_2(&NCCL_MASK);
+        HOT.burst_from.store(5, SeqCst);
+        HOT.posts.store(50, SeqCst);
+        let untimed = (0..200).take_while(|_| !post()).count();
+        // This post and a gap of jittered(100): 51 to 150 untimed.
+        assert!(
+            (51..=150).contains(&untimed),
+            "{untimed} posts to the next burst"
+        );
+        assert!(HOT.burst_from.load(Relaxed) > 50);
     }
 
     #[test]
