@@ -233,7 +233,8 @@ impl NameCache {
     /// string parsed was at `s`.
     ///
     /// # Safety
-    /// `s` is null or a C string that stays as it is while its pointer is in use.
+    /// `s` is null or a C string, and a pointer once seen names the same string for
+    /// the process's life (NCCL's string literals do).
     unsafe fn get(&self, s: *const c_char, parse: impl FnOnce(&[u8]) -> u64) -> u64 {
         let key = (s as u64) << 8;
         let cached = self.0.load(Relaxed);

@@ -113,8 +113,8 @@ for size in sizes:
         random.Random(npass * 100 + size.bit_length()).shuffle(order)
         t, iters = bufs[size], max(20, min(200, (64 << 20) // size))
         for m in order:
+            before = timed_so_far()  # before the switch: its all_reduce counts too
             mode(m)
-            before = timed_so_far()
             dist.barrier()
             torch.cuda.synchronize()
             s.record()
@@ -146,9 +146,9 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
         random.Random(1000 + nseg).shuffle(order)
         sampled_steps = []
         for m in order:
+            before = timed_so_far()
             mode(m)
             dist.barrier()
-            before = timed_so_far()
             times = []
             for _ in range(steps + 1):
                 t0, timed0 = time.perf_counter(), timed_so_far()
@@ -164,7 +164,7 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
             every[m] += times[1:]
             if m == "sampled":
                 share["timed"] += timed_so_far() - before
-                share["posted"] += (steps + 1) * buckets
+                share["posted"] += (steps + 1) * buckets + 2
         for ms, bursty in sampled_steps[1:]:
             where["bursty" if bursty else "quiet"].append(100 * (ms / seg["silent"][-1] - 1))
     say(f"timed {kind} sampled {share['timed']} of {share['posted']} posted")
