@@ -166,8 +166,9 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
 /// A benchmark's switch, in builds with the `bench-control` feature only (the
 /// counters would no longer say which operations are timed): 0 no event asked, 1
 /// posts counted, 2 the rank's sampling, 3 every operation timed, 4 posts reported
-/// but ignored (`kernel_sampling::BenchMode`). Returns 0, or -1 where no communicator is counted
-/// or the mode is unknown. `scripts/device/gpu_profiler_cost_inproc_rank.py` calls it.
+/// but ignored (`kernel_sampling::BenchMode`). Returns 0, or -1 where no communicator
+/// is counted or the mode is unknown. `scripts/device/gpu_profiler_cost_inproc_rank.py`
+/// calls it.
 #[cfg(feature = "bench-control")]
 #[no_mangle]
 pub extern "C" fn toporun_nccl_profiler_bench_mode(mode: c_int) -> c_int {
