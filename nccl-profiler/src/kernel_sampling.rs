@@ -71,13 +71,10 @@ static PERIOD_START_POST: AtomicU64 = AtomicU64::new(0);
 /// The sampling the first communicator set (what `BenchMode::Sampled` returns to).
 static STARTED_BURST: AtomicU32 = AtomicU32::new(0);
 static STARTED_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-/// `BenchMode::Silent`: NCCL's mask empty, so it reports nothing.
+/// A benchmark's mode (`BenchMode`'s code; sampled unless a benchmark switched).
 #[cfg(any(test, feature = "bench-control"))]
-static SILENT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// `BenchMode::Ignored`: NCCL reports posts, the plugin returns at once.
-#[cfg(any(test, feature = "bench-control"))]
-static IGNORED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-/// When a benchmark last switched away from sampling (0: sampling now).
+static BENCH: AtomicI32 = AtomicI32::new(BenchMode::Sampled as i32);
+/// When a benchmark last switched away from sampling.
 #[cfg(any(test, feature = "bench-control"))]
 static SAMPLING_LEFT_NS: AtomicU64 = AtomicU64::new(0);
 static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
@@ -90,7 +87,7 @@ fn now_ns() -> u64 {
 /// The mask the state asks for.
 fn wanted() -> c_int {
     #[cfg(any(test, feature = "bench-control"))]
-    if SILENT.load(SeqCst) {
+    if bench_now() == BenchMode::Silent {
         return 0;
     }
     // Sequentially consistent: a benchmark's switch changes these too.
@@ -158,11 +155,7 @@ pub fn start(mask: *mut c_int, s: KernelSampling) {
         STARTED_BURST.store(burst, SeqCst);
         STARTED_PERIOD_NS.store(period_ns, SeqCst);
         #[cfg(any(test, feature = "bench-control"))]
-        SILENT.store(false, SeqCst);
-        #[cfg(any(test, feature = "bench-control"))]
-        IGNORED.store(false, SeqCst);
-        #[cfg(any(test, feature = "bench-control"))]
-        SAMPLING_LEFT_NS.store(0, SeqCst);
+        BENCH.store(BenchMode::Sampled as i32, SeqCst);
         RNG.store(u64::from(std::process::id()) | 1 << 40, Relaxed);
         // The clock's epoch set here, not at a first post (its lock would be taken
         // there, by every thread posting at once).
@@ -252,6 +245,7 @@ fn place_next_burst(from: u64, after: u64, i: u64) {
 /// header keeps the sampling the rank started with: not for a job toporun watches.
 #[cfg(any(test, feature = "bench-control"))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
 pub enum BenchMode {
     /// No event asked: as if no plugin were loaded (NCCL checks an empty mask).
     Silent,
@@ -300,9 +294,8 @@ pub fn bench_mode(mode: BenchMode) -> bool {
         BenchMode::Sampled => (STARTED_BURST.load(SeqCst), STARTED_PERIOD_NS.load(SeqCst)),
         BenchMode::All => state_words(KernelSampling::All),
     };
-    SILENT.store(mode == BenchMode::Silent, SeqCst);
-    IGNORED.store(mode == BenchMode::Ignored, SeqCst);
-    pause_period_clock(mode);
+    pause_period_clock(bench_now(), mode);
+    BENCH.store(mode as i32, SeqCst);
     // Through (0, period) only, a mode of its own: (burst, 0) would end a period at
     // every post. A post racing the switch may count under either mode; the benchmark
     // switches between timed blocks.
@@ -313,26 +306,31 @@ pub fn bench_mode(mode: BenchMode) -> bool {
     true
 }
 
+/// The mode a benchmark switched to (sampled where none did).
+#[cfg(any(test, feature = "bench-control"))]
+fn bench_now() -> BenchMode {
+    BenchMode::from_code(BENCH.load(SeqCst)).unwrap_or(BenchMode::Sampled)
+}
+
 /// Whether a benchmark has the plugin ignore what NCCL reports.
 #[cfg(feature = "bench-control")]
 pub fn bench_ignores() -> bool {
-    IGNORED.load(Relaxed)
+    bench_now() == BenchMode::Ignored
 }
 
 /// The period's clock runs only while sampling, so that a benchmark's sampled
 /// blocks learn the rate a job sampling all along would (counted over wall time,
 /// the posts of a quarter of it would place bursts four times as often).
 #[cfg(any(test, feature = "bench-control"))]
-fn pause_period_clock(mode: BenchMode) {
+fn pause_period_clock(was: BenchMode, mode: BenchMode) {
     let now = now_ns();
-    if mode == BenchMode::Sampled {
-        let left = SAMPLING_LEFT_NS.swap(0, SeqCst);
-        if left != 0 {
-            let away = now.saturating_sub(left);
+    match (was == BenchMode::Sampled, mode == BenchMode::Sampled) {
+        (true, false) => SAMPLING_LEFT_NS.store(now, SeqCst),
+        (false, true) => {
+            let away = now.saturating_sub(SAMPLING_LEFT_NS.load(SeqCst));
             let _ = PERIOD_START_NS.fetch_update(SeqCst, SeqCst, |s| (s != 0).then(|| s + away));
         }
-    } else if SAMPLING_LEFT_NS.load(SeqCst) == 0 {
-        SAMPLING_LEFT_NS.store(now.max(1), SeqCst);
+        _ => {}
     }
 }
 
@@ -438,14 +436,15 @@ mod tests {
         }
     }
 
+    /// Bursts of `burst` about `period_ms` apart, counted for the test's length.
+    fn bursts(mask: &'static AtomicI32, burst: u64, period_ms: u64) -> Counted {
+        Counted::start(mask, KernelSampling::Bursts { burst, period_ms })
+    }
+
     /// Bursts of 2 an hour apart, as if the last hour held 100 posts: the gap after a
     /// burst is then 50 to 149 posts, and no period ends during a test.
     fn hourly_bursts_of_2(mask: &'static AtomicI32) -> Counted {
-        let hour = KernelSampling::Bursts {
-            burst: 2,
-            period_ms: 3_600_000,
-        };
-        let counted = Counted::start(mask, hour);
+        let counted = bursts(mask, 2, 3_600_000);
         RATE.store(100, Relaxed);
         counted
     }
@@ -480,11 +479,7 @@ mod tests {
     fn the_first_period_begins_with_the_first_post() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let fast = KernelSampling::Bursts {
-            burst: 2,
-            period_ms: 20,
-        };
-        let _counted = Counted::start(&NCCL_MASK, fast);
+        let _counted = bursts(&NCCL_MASK, 2, 20);
         std::thread::sleep(std::time::Duration::from_millis(50));
         let t = Instant::now();
         let mut posts = 0;
@@ -507,11 +502,7 @@ mod tests {
     fn before_a_period_ends_bursts_are_spaced_by_the_posts_so_far() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let hour = KernelSampling::Bursts {
-            burst: 2,
-            period_ms: 3_600_000,
-        };
-        let _counted = Counted::start(&NCCL_MASK, hour);
+        let _counted = bursts(&NCCL_MASK, 2, 3_600_000);
         assert!(post() && post(), "the first operations are timed");
         assert_eq!(RATE.load(Relaxed), 0, "no period has ended");
         assert!(
@@ -527,11 +518,7 @@ mod tests {
     fn a_period_s_end_pulls_a_far_burst_to_its_rate() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let fast = KernelSampling::Bursts {
-            burst: 2,
-            period_ms: 20,
-        };
-        let _counted = Counted::start(&NCCL_MASK, fast);
+        let _counted = bursts(&NCCL_MASK, 2, 20);
         assert!(post() && post(), "the first operations are timed");
         HOT.burst_from.store(u64::MAX / 2, SeqCst);
         let t = Instant::now();
@@ -603,11 +590,7 @@ mod tests {
     fn concurrent_posts_keep_the_burst_and_the_mask_consistent() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let burst = KernelSampling::Bursts {
-            burst: 3,
-            period_ms: 1,
-        };
-        let _counted = Counted::start(&NCCL_MASK, burst);
+        let _counted = bursts(&NCCL_MASK, 3, 1);
         assert_eq!(NCCL_MASK.load(Relaxed), TIMED);
         let timed: u32 = std::thread::scope(|s| {
             let hs: Vec<_> = (0..4)
@@ -647,9 +630,9 @@ mod tests {
         assert_eq!(BenchMode::from_code(3), Some(BenchMode::All));
         assert!(bench_mode(BenchMode::Ignored));
         assert_eq!(NCCL_MASK.load(Relaxed), POSTED, "NCCL still reports posts");
-        assert!(IGNORED.load(Relaxed));
+        assert_eq!(bench_now(), BenchMode::Ignored);
         assert!(bench_mode(BenchMode::Posted));
-        assert!(!IGNORED.load(Relaxed));
+        assert_eq!(bench_now(), BenchMode::Posted);
         assert_eq!(BenchMode::from_code(4), Some(BenchMode::Ignored));
         assert_eq!(BenchMode::from_code(5), None);
         assert_eq!(BenchMode::from_code(-1), None);

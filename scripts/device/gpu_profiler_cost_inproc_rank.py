@@ -56,9 +56,6 @@ switch = lib.toporun_nccl_profiler_bench_mode
 switch.argtypes, switch.restype = [ctypes.c_int], ctypes.c_int
 timed_so_far = lib.toporun_nccl_profiler_bench_timed
 timed_so_far.restype = ctypes.c_uint64
-# Operations timed in sampled segments against those posted there (the switches and
-# barriers included), each part on its own: the bursts' share. The plugin's period
-# clock runs in sampled segments only, so it is about what a steady job would time.
 
 
 def mode(name):
@@ -107,6 +104,9 @@ trials = {size: {m: [] for m in MODES} for size in sizes}
 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 passes = count("PASSES", 100, 2)
 for size in sizes:
+    # Operations timed in sampled blocks against those posted there (the switches and
+    # barriers included), each part on its own: the bursts' share. The plugin's period
+    # clock runs in sampled blocks only, so it is about what a steady job would time.
     share = {"timed": 0, "posted": 0}
     for npass in range(passes):
         order = MODES[:]
@@ -127,7 +127,6 @@ for size in sizes:
                 share["posted"] += iters + 2
                 share["timed"] += timed_so_far() - before
     say(f"timed sweep-{size} sampled {share['timed']} of {share['posted']} posted")
-share = {"timed": 0, "posted": 0}
 for size in sizes:
     report(f"sweep {size}", trials[size])
 
@@ -141,6 +140,7 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
     every = {m: [] for m in MODES}
     # Sampled steps against their segment's silent median: without a burst, with one.
     where = {"quiet": [], "bursty": []}
+    share = {"timed": 0, "posted": 0}
     for nseg in range(count("SEGMENTS", 150, 2)):
         order = MODES[:]
         random.Random(1000 + nseg).shuffle(order)
@@ -168,7 +168,6 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
         for ms, bursty in sampled_steps[1:]:
             where["bursty" if bursty else "quiet"].append(100 * (ms / seg["silent"][-1] - 1))
     say(f"timed {kind} sampled {share['timed']} of {share['posted']} posted")
-    share = {"timed": 0, "posted": 0}
     report(f"train {kind}", seg, lambda m: f" {max(every[m]):.1f} {len(every[m])}")
     for part, r in where.items():
         if len(r) >= 2:
