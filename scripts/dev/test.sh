@@ -19,6 +19,9 @@ summary() {
        /^   Doc-tests / { bin = "doc-tests " $2 }
        /^test result: / { printf "  %-60s %s\n", bin, $0 }' "$log"
   grep -E "^test .* \.\.\. FAILED$" "$log" | sed 's/^test /  FAILED: /; s/ \.\.\. FAILED$//' || true
+  # Why each failed: its panic and the message's first lines, cut short, so a CI
+  # report that keeps only the end of the output still says it.
+  awk '/^thread .* panicked at / { left = 5 } left > 0 { print "    " substr($0, 1, 300); left-- }' "$log" || true
   grep -E "^error: (could not compile|test failed)" "$log" | sed 's/^/  /' || true
   [ -s "$skipped" ] && { echo "tests skipped on this machine (they passed without testing):"; sort -u "$skipped"; }
   return 0

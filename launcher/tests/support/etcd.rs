@@ -13,6 +13,17 @@ pub struct EtcdCluster {
     _dir: tempfile::TempDir,
 }
 
+/// Where the members keep their data: in memory (/dev/shm) where it can be, so a
+/// shared disk that is slow to fsync or nearly full (each member preallocates a
+/// 64 MB WAL) cannot stall the cluster's elections under a test.
+fn data_dir() -> tempfile::TempDir {
+    tempfile::tempdir_in(SHM)
+        .or_else(|_| tempfile::tempdir())
+        .unwrap()
+}
+
+const SHM: &str = "/dev/shm";
+
 fn binary() -> PathBuf {
     std::env::var_os("TOPORUN_ETCD")
         .map(PathBuf::from)
@@ -67,7 +78,7 @@ impl EtcdCluster {
     }
 
     fn try_start(n: usize, tls: bool) -> EtcdCluster {
-        let dir = tempfile::tempdir().unwrap();
+        let dir = data_dir();
         let tls_dir = dir.path().join("tls");
         if tls {
             make_certificates(&tls_dir);
