@@ -345,9 +345,16 @@ fn prepare(
     let flight_recorder =
         typed_choice::<OnOff>(m, Extra::FlightRecorder, &parent_env)? == OnOff::On;
     let gpu_timing = typed_choice::<OnOff>(m, Extra::GpuTiming, &parent_env)? == OnOff::On;
+    // A plugin named in NCCL's config files is the user's too: NCCL loads it unless
+    // the environment names another.
     let nccl_profiler = Profiler::choose(
-        &parent_env,
+        &toporun_shared::user_env::with_nccl_conf(&parent_env, &facts.platform.nccl_conf),
         typed_choice::<OnOff>(m, Extra::NcclProfiler, &parent_env)? == OnOff::On,
+        facts
+            .platform
+            .nccl_version
+            .as_deref()
+            .and_then(toporun_shared::version::Version::parse),
         crate::profiler_plugin::find(),
     )
     .map_err(|e| toporun_shared::torchrun::OptionsError::usage(e.to_string()))?;

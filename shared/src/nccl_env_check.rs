@@ -6,6 +6,7 @@ use crate::finding::FindingId;
 use crate::finding::{Finding, Severity};
 use crate::measured::{self, slowdown};
 use crate::nccl_vars;
+use crate::user_env::{with_nccl_conf, SetIn};
 use std::collections::BTreeMap;
 
 /// The id of the findings on the user's NCCL variables.
@@ -32,6 +33,31 @@ pub fn ifname_selects(spec: &str, iface: &str) -> bool {
             }
         });
     hit != exclude
+}
+
+/// [`check`] of what NCCL sees set: the environment, then NCCL's config files. A
+/// finding on a config file's value says so, with the fix made there.
+pub fn check_as_nccl_sees(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> {
+    let seen = with_nccl_conf(env, &facts.platform.nccl_conf);
+    let mut findings = check(facts, &seen);
+    for f in &mut findings {
+        let at = f
+            .facts
+            .get("variable")
+            .map(|v| SetIn::of(v, env, &facts.platform));
+        let Some(SetIn::ConfFiles(files)) = at else {
+            continue;
+        };
+        f.remedy = f
+            .remedy
+            .take()
+            .map(|r| match r.strip_suffix(" from the job spec") {
+                Some(head) => format!("{head} from {files}"),
+                None => format!("{r} (set in {files}: change it there)"),
+            });
+        f.facts.insert("set in".into(), files);
+    }
+    findings
 }
 
 pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> {

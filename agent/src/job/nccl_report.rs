@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toporun_shared::finding::FindingId;
 use toporun_shared::finding::{Finding, Severity};
+use toporun_shared::nccl_counters::ProfilerReport;
 use toporun_shared::nccl_log::TRANSPORT_ID;
 use toporun_shared::nccl_log::{self, Digest, Topology};
 
@@ -81,6 +82,7 @@ impl Reporter {
         let watch = Arc::new(Mutex::new(NcclWatch::new(dir, prefix)));
         let w = watch.clone();
         let facts = p.facts.clone();
+        let profiler = p.watch.nccl_profiler.report();
         let run_dir = run_dir.to_path_buf();
         let ended = Arc::new(AtomicBool::new(false));
         let end = ended.clone();
@@ -123,10 +125,14 @@ impl Reporter {
             let digest = Digest::of(&report, findings);
             write_json(
                 &run_dir.join("nccl-report.json"),
-                &serde_json::json!({"node": &digest, "communicators": &report.comms}),
+                &serde_json::json!({"node": &digest, "communicators": &report.comms, "nccl_profiler": &profiler}),
             );
+            if profiler.plugin == "user" {
+                // The reason the report below has no NCCL-side progress: said with it.
+                crate::console::say!("toporun: nccl: {}", profiler.says);
+            }
             match store {
-                None => job_report(digest, None, &[], &run_dir),
+                None => job_report(digest, None, &[], &run_dir, &profiler),
                 Some(s) => {
                     // Every node judges its own line by the machines the rendezvous
                     // learned, as the job-wide report does: NET between ranks of one
@@ -136,7 +142,8 @@ impl Reporter {
                     if !s.is_host {
                         same_machine.iter().for_each(print);
                     }
-                    if let Err(e) = publish_and_gather(&s, &digest, &run_dir, &end).await {
+                    if let Err(e) = publish_and_gather(&s, &digest, &run_dir, &end, &profiler).await
+                    {
                         crate::console::say!("toporun: nccl report: {e}");
                     }
                 }
@@ -230,6 +237,7 @@ fn job_report(
     expected_nodes: Option<u32>,
     machines: &[Option<String>],
     run_dir: &Path,
+    profiler: &ProfilerReport,
 ) {
     let same_machine = same_machine_net(&mut d, machines);
     let mut findings = d.findings.clone();
@@ -245,7 +253,7 @@ fn job_report(
     }
     write_json(
         &run_dir.join("nccl-report-job.json"),
-        &serde_json::json!({"job": d, "findings": findings, "expected_nccl_nodes": expected_nodes}),
+        &serde_json::json!({"job": d, "findings": findings, "expected_nccl_nodes": expected_nodes, "nccl_profiler": profiler}),
     );
 }
 
@@ -254,6 +262,7 @@ async fn publish_and_gather(
     d: &Digest,
     run_dir: &Path,
     ended: &AtomicBool,
+    profiler: &ProfilerReport,
 ) -> Result<(), crate::store::StoreError> {
     let mut c = StoreClient::connect(&s.host, s.port, Duration::from_secs(30)).await?;
     let mine = s.keys.nccl(s.node_rank);
@@ -281,6 +290,7 @@ async fn publish_and_gather(
         s.expected_nccl_nodes,
         &s.rank_machines,
         run_dir,
+        profiler,
     );
     Ok(())
 }

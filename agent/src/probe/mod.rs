@@ -42,7 +42,7 @@ pub fn probe_host(
             gpus: Default::default(),
             nics: net::probe(root),
             rdma: rdma::probe(root),
-            platform: platform::probe(root, python.as_deref()),
+            platform: platform::probe(root, python.as_deref(), &nccl_conf_files(&env)),
             bandwidth: None,
             cloud: None,
         };
@@ -53,6 +53,14 @@ pub fn probe_host(
         facts.gpus.device_nodes = gpu::device_nodes(root);
         facts
     })
+}
+
+/// NCCL's config files for this process's user (NCCL looks its home up by uid).
+fn nccl_conf_files(env: &[(String, String)]) -> Vec<std::path::PathBuf> {
+    let user = nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten();
+    platform::nccl_conf_files(env, user.as_ref().map(|u| u.dir.as_path()))
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //! network plugin on disk, /etc/nccl.conf.
 
 use crate::paths::{self, Root};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use toporun_shared::facts::PlatformFacts;
 
@@ -168,7 +169,7 @@ pub fn rank_python(root: &Root, env: &[(String, String)]) -> Option<PathBuf> {
         })
 }
 
-pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
+pub fn probe(root: &Root, python: Option<&Path>, conf_files: &[PathBuf]) -> PlatformFacts {
     let mut topology_files = Vec::new();
     for dir in paths::TOPOLOGY_DIRS {
         for f in root.list(dir).into_iter().filter(|f| f.ends_with(".xml")) {
@@ -190,16 +191,7 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
         })
         .collect();
     let nccl = rank_nccl(root, python, &libs);
-    let nccl_conf = root
-        .read(paths::ETC_NCCL_CONF)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .filter_map(|l| {
-            l.split_once('=')
-                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
-        })
-        .collect();
+    let (nccl_conf, nccl_conf_files) = nccl_conf(root, conf_files);
     PlatformFacts {
         product_name: root
             .read(format!("{}/product_name", paths::SYS_DMI_ID))
@@ -213,7 +205,50 @@ pub fn probe(root: &Root, python: Option<&Path>) -> PlatformFacts {
         nccl_version_from: nccl.from,
         nccl_on_disk: nccl.on_disk,
         nccl_conf,
+        nccl_conf_files,
     }
+}
+
+/// NCCL's config files in the order NCCL reads them: NCCL_CONF_FILE where set, else
+/// the user's ~/.nccl.conf (`home`: the passwd entry's, as NCCL looks it up); then
+/// /etc/nccl.conf.
+pub fn nccl_conf_files(env: &[(String, String)], home: Option<&Path>) -> Vec<PathBuf> {
+    let named = env
+        .iter()
+        .find(|(k, v)| k == NCCL_CONF_FILE_VAR && !v.is_empty())
+        .map(|(_, v)| PathBuf::from(v));
+    let user = named.or_else(|| home.map(|h| h.join(".nccl.conf")));
+    user.into_iter()
+        .chain([Path::new("/").join(paths::ETC_NCCL_CONF)])
+        .collect()
+}
+
+/// The variable naming NCCL's user config file.
+const NCCL_CONF_FILE_VAR: &str = "NCCL_CONF_FILE";
+
+/// The settings of those of `files` that exist, as NCCL applies them: a name set in
+/// an earlier file keeps that value (NCCL's setenv without overwrite); and the files
+/// read.
+fn nccl_conf(root: &Root, files: &[PathBuf]) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut settings = BTreeMap::new();
+    let mut read = Vec::new();
+    for file in files {
+        let rel = file.strip_prefix("/").unwrap_or(file);
+        let Some(text) = root.read(rel) else {
+            continue;
+        };
+        read.push(file.display().to_string());
+        for (k, v) in text
+            .lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .filter_map(|l| l.split_once('='))
+        {
+            settings
+                .entry(k.trim().to_string())
+                .or_insert_with(|| v.trim().to_string());
+        }
+    }
+    (settings, read)
 }
 
 #[cfg(test)]
@@ -257,10 +292,10 @@ mod tests {
         let env = vec![("PATH".to_string(), "/nowhere:/venv/bin".to_string())];
         let py = rank_python(&root, &env).unwrap();
         assert_eq!(py, PathBuf::from("/venv/bin/python3"));
-        let f = probe(&root, Some(&py));
+        let f = probe(&root, Some(&py), &[]);
         assert_eq!(f.nccl_version.as_deref(), Some("2.27.5"));
         assert!(f.nccl_version_from.unwrap().contains("nvidia-nccl-cu12"));
-        assert_eq!(probe(&root, None).nccl_version, None);
+        assert_eq!(probe(&root, None, &[]).nccl_version, None);
     }
 
     /// The 2x H100 machine (tests/fixtures/device/full-node-h100x2/nccl-version.txt):
@@ -294,7 +329,7 @@ mod tests {
     fn the_nccl_stated_is_the_one_the_ranks_torch_loads() {
         let requires = "Requires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == \"Linux\"\n";
         let (_d, root, py) = h100x2_layout(requires);
-        let f = probe(&root, Some(&py));
+        let f = probe(&root, Some(&py), &[]);
         assert_eq!(f.nccl_version.as_deref(), Some("2.28.9"));
         let from = f.nccl_version_from.unwrap();
         assert!(
@@ -303,7 +338,7 @@ mod tests {
         );
         assert_eq!(f.nccl_on_disk.as_deref(), Some("2.28.3"));
         // Without the ranks' Python, only the system's library is known.
-        let f = probe(&root, None);
+        let f = probe(&root, None, &[]);
         assert_eq!(f.nccl_version.as_deref(), Some("2.28.3"));
         assert_eq!(f.nccl_on_disk, None);
     }
@@ -313,7 +348,7 @@ mod tests {
         // NGC's torch links /usr/lib's libnccl; a pip NCCL another package pulled in
         // is not what it loads.
         let (_d, root, py) = h100x2_layout("");
-        let f = probe(&root, Some(&py));
+        let f = probe(&root, Some(&py), &[]);
         assert_eq!(f.nccl_version.as_deref(), Some("2.28.3"));
         assert_eq!(
             f.nccl_version_from.as_deref(),
@@ -344,7 +379,7 @@ mod tests {
         fs::write(p.join("usr/lib/x86_64-linux-gnu/libnccl.so.2.21.5"), "").unwrap();
         fs::create_dir_all(p.join("etc")).unwrap();
         fs::write(p.join("etc/nccl.conf"), "# comment\nNCCL_DEBUG=WARN\n").unwrap();
-        let f = probe(&Root::at(p), None);
+        let f = probe(&Root::at(p), None, &nccl_conf_files(&[], None));
         assert_eq!(f.product_name.as_deref(), Some("p4d.24xlarge"));
         assert_eq!(
             f.topology_files,
@@ -353,5 +388,49 @@ mod tests {
         assert_eq!(f.ofi_nccl_plugins.len(), 1);
         assert_eq!(f.nccl_version.as_deref(), Some("2.21.5"));
         assert_eq!(f.nccl_conf["NCCL_DEBUG"], "WARN");
+    }
+
+    #[test]
+    fn nccl_s_config_files_apply_in_its_order_the_first_setting_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        fs::create_dir_all(p.join("etc")).unwrap();
+        fs::create_dir_all(p.join("home/ml")).unwrap();
+        fs::create_dir_all(p.join("cfg")).unwrap();
+        fs::write(
+            p.join("etc/nccl.conf"),
+            "NCCL_TOPO_FILE=/opt/microsoft/ndv5-topo.xml\nNCCL_DEBUG=WARN\n",
+        )
+        .unwrap();
+        fs::write(p.join("home/ml/.nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
+        fs::write(
+            p.join("cfg/nccl.conf"),
+            " NCCL_PROFILER_PLUGIN = /opt/x.so\n",
+        )
+        .unwrap();
+        let root = Root::at(p);
+        let home = Some(Path::new("/home/ml"));
+        let f = probe(&root, None, &nccl_conf_files(&[], home));
+        assert_eq!(
+            f.nccl_conf["NCCL_DEBUG"], "INFO",
+            "the user's file is read first"
+        );
+        assert_eq!(
+            f.nccl_conf["NCCL_TOPO_FILE"],
+            "/opt/microsoft/ndv5-topo.xml"
+        );
+        assert_eq!(f.nccl_conf_files, ["/home/ml/.nccl.conf", "/etc/nccl.conf"]);
+        // NCCL_CONF_FILE replaces the user's file, not /etc/nccl.conf.
+        let env = [("NCCL_CONF_FILE".to_string(), "/cfg/nccl.conf".to_string())];
+        let f = probe(&root, None, &nccl_conf_files(&env, home));
+        assert_eq!(f.nccl_conf["NCCL_PROFILER_PLUGIN"], "/opt/x.so");
+        assert_eq!(f.nccl_conf["NCCL_DEBUG"], "WARN");
+        assert_eq!(f.nccl_conf_files, ["/cfg/nccl.conf", "/etc/nccl.conf"]);
+        // Files that do not exist are not named.
+        let f = probe(&Root::at(p.join("cfg")), None, &nccl_conf_files(&[], home));
+        assert!(
+            f.nccl_conf.is_empty() && f.nccl_conf_files.is_empty(),
+            "{f:?}"
+        );
     }
 }

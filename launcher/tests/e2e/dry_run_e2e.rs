@@ -364,6 +364,70 @@ const PLUGIN: &str = "libtoporun_nccl_profiler.so";
 
 /// A copy of the binary under test with the NCCL profiler plugin beside it, as an
 /// install puts them (`cargo test` leaves the plugin in target/<profile>/deps).
+/// Facts of `host` changed by `edit`, written to a file in `dir`.
+fn facts_edited(
+    dir: &std::path::Path,
+    host: &str,
+    edit: impl Fn(&mut serde_json::Value),
+) -> String {
+    let text = std::fs::read_to_string(support::host(host)).unwrap();
+    let mut facts: serde_json::Value = serde_json::from_str(&text).unwrap();
+    edit(&mut facts);
+    let path = dir.join("facts.json");
+    std::fs::write(&path, facts.to_string()).unwrap();
+    path.display().to_string()
+}
+
+/// An NCCL too old to load a profiler plugin gets none, and the dump timing stands;
+/// a plugin and a P2P level set in /etc/nccl.conf are the user's (NCCL applies them
+/// unless the environment sets the names): kept, and said where they are set.
+#[test]
+fn an_old_nccl_and_nccl_conf_settings_are_respected() {
+    let (dir, bin) = installed_with_plugin();
+    let dry = |facts: &str| {
+        run(toporun_at(&bin)
+            .args([
+                "launch",
+                "--dry-run",
+                "--facts",
+                facts,
+                "--nproc-per-node=2",
+            ])
+            .arg("train.py")
+            .current_dir(scripts()))
+    };
+    let old = facts_edited(dir.path(), "h200x4", |f| {
+        f["platform"]["nccl_version"] = "2.21.5".into();
+    });
+    let (code, out, err) = dry(&old);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("NCCL's own counters: off, the ranks' NCCL 2.21.5 has no profiler plugin API v5 (2.28.3 or later"),
+        "{out}"
+    );
+    assert!(!out.contains("NCCL_PROFILER_PLUGIN="), "{out}");
+    assert!(out.contains("GPU timing: on, a dump every 5s"), "{out}");
+    let conf = facts_edited(dir.path(), "h200x4", |f| {
+        f["platform"]["nccl_conf"] = serde_json::json!({
+            "NCCL_PROFILER_PLUGIN": "/opt/az/libnccl-profiler.so",
+            "NCCL_P2P_LEVEL": "SYS",
+        });
+        f["platform"]["nccl_conf_files"] = serde_json::json!(["/etc/nccl.conf"]);
+    });
+    let (code, out, err) = dry(&conf);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("your NCCL_PROFILER_PLUGIN=/opt/az/libnccl-profiler.so is kept"),
+        "{out}"
+    );
+    assert!(!out.contains("TOPORUN_NCCL_COUNTERS"), "{out}");
+    assert!(
+        out.contains("set in /etc/nccl.conf, kept (toporun would have set NVL"),
+        "{out}"
+    );
+    assert!(!out.contains("  NCCL_P2P_LEVEL=NVL\n"), "{out}");
+}
+
 fn installed_with_plugin() -> (tempfile::TempDir, std::path::PathBuf) {
     let deps = std::env::current_exe()
         .unwrap()

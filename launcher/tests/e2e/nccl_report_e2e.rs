@@ -34,13 +34,22 @@ fn same_host_ranks_report_p2p_and_write_the_json() {
             "--log-dir",
             dir.path().to_str().unwrap(),
         ],
-        &[("FAKE_NCCL_LOGS", &logs)],
+        &[
+            ("FAKE_NCCL_LOGS", &logs),
+            ("NCCL_PROFILER_PLUGIN", "/opt/comma/libnccl-profiler.so"),
+        ],
     );
     assert_eq!(code, 0, "{out}");
     assert!(
         out.contains(
             "toporun: nccl: 2 ranks on 1 node, 1 rank pair via P2P/CUMEM (P2P): best available"
         ),
+        "{out}"
+    );
+    // The user's profiler plugin is named with the report, and why NCCL's counters
+    // are missing from it.
+    assert!(
+        out.contains("toporun: nccl: NCCL's own counters: off, your NCCL_PROFILER_PLUGIN=/opt/comma/libnccl-profiler.so is kept"),
         "{out}"
     );
     // The ranks got NCCL's debug settings; the console stayed clean of NCCL lines.
@@ -57,6 +66,19 @@ fn same_host_ranks_report_p2p_and_write_the_json() {
         serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap();
     assert_eq!(v["communicators"][0]["nranks"], 2);
     assert_eq!(v["communicators"][0]["links"][0]["via"], "P2P/CUMEM");
+    for doc in ["nccl-report.json", "nccl-report-job.json"] {
+        let path = files_under(dir.path())
+            .into_iter()
+            .find(|p| p.ends_with(doc))
+            .unwrap_or_else(|| panic!("{doc} in the run dir"));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert_eq!(v["nccl_profiler"]["plugin"], "user", "{doc}: {v}");
+        assert_eq!(
+            v["nccl_profiler"]["path"], "/opt/comma/libnccl-profiler.so",
+            "{doc}"
+        );
+    }
     let files: Vec<_> = files_under(dir.path())
         .into_iter()
         .filter(|p| p.to_string_lossy().contains("/nccl/nccl."))

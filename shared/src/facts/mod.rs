@@ -294,6 +294,10 @@ pub struct PlatformFacts {
     /// The system's libnccl.so.X.Y.Z where the ranks load another NCCL (pip's, which
     /// their torch requires): a second fact, never the one toporun states.
     pub nccl_on_disk: Option<String>,
-    /// /etc/nccl.conf content, parsed as NAME=VALUE.
+    /// The settings of NCCL's config files (NCCL_CONF_FILE or ~/.nccl.conf, then
+    /// /etc/nccl.conf), NAME=VALUE, each name as NCCL applies it: the first file's
+    /// value, and only where the environment leaves the name unset.
     pub nccl_conf: BTreeMap<String, String>,
+    /// Those files, where they exist, in NCCL's order.
+    pub nccl_conf_files: Vec<String>,
 }

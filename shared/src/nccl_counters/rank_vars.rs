@@ -4,6 +4,8 @@
 
 use super::sampling::{BadSampling, KernelSampling, LAUNCH_BLOCKING_VAR, SAMPLING_VAR};
 use crate::user_env::UserEnv;
+use crate::version::Version;
+use serde::Serialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -26,15 +28,21 @@ pub enum Profiler {
     Off,
     /// Not found beside toporun (the places looked at).
     NotInstalled(Vec<PathBuf>),
+    /// The ranks' NCCL has no profiler API v5 (before [`FIRST_NCCL`]).
+    NcclTooOld(Version),
 }
 
+/// The first NCCL that loads a profiler plugin of API v5.
+pub const FIRST_NCCL: Version = Version::new(2, 28, 3);
+
 impl Profiler {
-    /// From what the user set, `--nccl-profiler`, and the plugin found (or the places
-    /// looked at); a sampling the plugin would not understand is refused here, before
-    /// any rank starts.
+    /// From what the user set, `--nccl-profiler`, the ranks' NCCL where known, and the
+    /// plugin found (or the places looked at); a sampling the plugin would not
+    /// understand is refused here, before any rank starts.
     pub fn choose(
         user: &UserEnv,
         on: bool,
+        nccl: Option<Version>,
         found: Result<PathBuf, Vec<PathBuf>>,
     ) -> Result<Profiler, BadSampling> {
         if let Some(v) = user.get(PLUGIN_VAR) {
@@ -42,6 +50,10 @@ impl Profiler {
         }
         Ok(match (on, found) {
             (false, _) => Profiler::Off,
+            // It would never load: the dump timing, not a warning a minute in.
+            _ if nccl.is_some_and(|v| v < FIRST_NCCL) => {
+                Profiler::NcclTooOld(nccl.unwrap_or(FIRST_NCCL))
+            }
             (true, Ok(p)) => {
                 let var = |k: &str| user.get(k).map(String::as_str);
                 let sampling =
@@ -60,6 +72,22 @@ impl Profiler {
         }
     }
 
+    /// What the NCCL report's documents say of it.
+    pub fn report(&self) -> ProfilerReport {
+        let (plugin, path) = match self {
+            Profiler::Toporun(p, _) => ("toporun", Some(p.display().to_string())),
+            Profiler::User(v) => ("user", Some(v.clone())),
+            Profiler::Off => ("off", None),
+            Profiler::NotInstalled(_) => ("not-installed", None),
+            Profiler::NcclTooOld(_) => ("nccl-too-old", None),
+        };
+        ProfilerReport {
+            plugin,
+            path,
+            says: self.line(),
+        }
+    }
+
     /// What the dry run and the NCCL report say of it.
     pub fn line(&self) -> String {
         match self {
@@ -69,9 +97,12 @@ impl Profiler {
                 sampling.text()
             ),
             Profiler::User(v) => format!(
-                "NCCL's own counters: off, your {PLUGIN_VAR}={v} is kept (NCCL loads one profiler plugin); hangs and GPU stragglers are judged from the ranks' stacks and flight-recorder dumps"
+                "NCCL's own counters: off, your {PLUGIN_VAR}={v} is kept (NCCL loads one profiler plugin); {WITHOUT}"
             ),
-            Profiler::Off => "NCCL's own counters: off (--nccl-profiler off); hangs and GPU stragglers are judged from the ranks' stacks and flight-recorder dumps".into(),
+            Profiler::Off => format!("NCCL's own counters: off (--nccl-profiler off); {WITHOUT}"),
+            Profiler::NcclTooOld(v) => format!(
+                "NCCL's own counters: off, the ranks' NCCL {v} has no profiler plugin API v5 ({FIRST_NCCL} or later loads toporun's); {WITHOUT}"
+            ),
             Profiler::NotInstalled(looked) => format!(
                 "NCCL's own counters: off, {PLUGIN_FILE} is not installed beside toporun (looked in {}); install it there (scripts/dev/build_release.sh, the image) for NCCL-side hang and straggler detection",
                 looked.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
@@ -79,6 +110,21 @@ impl Profiler {
         }
     }
 }
+
+/// The profiler plugin the ranks were given, as the NCCL report's JSON has it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProfilerReport {
+    /// toporun, user, off, not-installed or nccl-too-old.
+    pub plugin: &'static str,
+    /// NCCL_PROFILER_PLUGIN as the ranks have it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// The line the dry run prints.
+    pub says: String,
+}
+
+/// How toporun watches NCCL ranks without its plugin.
+const WITHOUT: &str = "hangs are judged from the ranks' stacks, GPU stragglers from flight-recorder dumps (unless --gpu-timing off)";
 
 /// Rank `rank`'s counters file in the attempt's directory.
 pub fn counters_file(attempt_dir: &Path, rank: u32) -> PathBuf {
@@ -103,6 +149,36 @@ mod tests {
     use super::*;
     use crate::user_env::env_of as env;
 
+    /// An NCCL before 2.28.3 (probed from the ranks' libnccl) never loads the plugin:
+    /// toporun does not give it, and the dump timing stands.
+    #[test]
+    fn an_nccl_without_profiler_v5_gets_no_plugin() {
+        let found = || Ok(PathBuf::from("/usr/local/lib/libtoporun_nccl_profiler.so"));
+        let old = Profiler::choose(&env(&[]), true, Version::parse("2.21.5"), found()).unwrap();
+        assert_eq!(old, Profiler::NcclTooOld(Version::new(2, 21, 5)));
+        assert_eq!(old.plugin(), None);
+        assert!(
+            old.line()
+                .contains("the ranks' NCCL 2.21.5 has no profiler plugin API v5 (2.28.3 or later"),
+            "{}",
+            old.line()
+        );
+        assert_eq!(old.report().plugin, "nccl-too-old");
+        for new in ["2.28.3", "2.28.9", "2.29.1"] {
+            let p = Profiler::choose(&env(&[]), true, Version::parse(new), found()).unwrap();
+            assert!(p.plugin().is_some(), "{new}");
+        }
+        // Unknown: given (it is the default); the user's own and the switch still win.
+        assert!(Profiler::choose(&env(&[]), true, None, found())
+            .unwrap()
+            .plugin()
+            .is_some());
+        let user = env(&[(PLUGIN_VAR, "/opt/x.so")]);
+        let kept = Profiler::choose(&user, true, Version::parse("2.21.5"), found()).unwrap();
+        assert_eq!(kept, Profiler::User("/opt/x.so".into()));
+        assert_eq!(kept.report().path.as_deref(), Some("/opt/x.so"));
+    }
+
     #[test]
     fn the_user_s_plugin_wins_then_the_switch_then_the_install() {
         let found = || {
@@ -111,7 +187,7 @@ mod tests {
             ))
         };
         let user = env(&[(PLUGIN_VAR, "/opt/comma/libnccl-profiler.so")]);
-        let choose = |user: &UserEnv, on, found| Profiler::choose(user, on, found).unwrap();
+        let choose = |user: &UserEnv, on, found| Profiler::choose(user, on, None, found).unwrap();
         assert_eq!(
             choose(&user, true, found()),
             Profiler::User("/opt/comma/libnccl-profiler.so".into())
@@ -147,16 +223,16 @@ mod tests {
                 "/opt/toporun/lib/libtoporun_nccl_profiler.so",
             ))
         };
-        let all = Profiler::choose(&env(&[(SAMPLING_VAR, "all")]), true, found()).unwrap();
+        let all = Profiler::choose(&env(&[(SAMPLING_VAR, "all")]), true, None, found()).unwrap();
         assert!(
             all.line().contains("NCCL times every operation"),
             "{}",
             all.line()
         );
-        let bad = Profiler::choose(&env(&[(SAMPLING_VAR, "often")]), true, found());
+        let bad = Profiler::choose(&env(&[(SAMPLING_VAR, "often")]), true, None, found());
         assert_eq!(bad, Err(BadSampling("often".into())));
         // Without toporun's plugin the variable means nothing and is not checked.
-        let off = Profiler::choose(&env(&[(SAMPLING_VAR, "often")]), false, found());
+        let off = Profiler::choose(&env(&[(SAMPLING_VAR, "often")]), false, None, found());
         assert_eq!(off, Ok(Profiler::Off));
     }
 

@@ -13,6 +13,7 @@ pub use decision::LaunchShape;
 
 use crate::facts::HostFacts;
 use crate::finding::Finding;
+use crate::user_env::SetIn;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -55,6 +56,11 @@ pub fn plan(
     shape: &LaunchShape,
     mode: PlanMode,
 ) -> Plan {
+    // A value of NCCL's config files counts as the user's: NCCL applies it where the
+    // environment leaves the name unset, so a planned one would silently replace it.
+    let set_where = |name: &str| SetIn::of(name, user_env, &facts.platform);
+    let findings = crate::nccl_env_check::check_as_nccl_sees(facts, user_env);
+    let user_env = &crate::user_env::with_nccl_conf(user_env, &facts.platform.nccl_conf);
     let mut decisions = vec![
         p2p_level::decide(facts, user_env),
         socket_ifname::decide(facts, shape),
@@ -75,7 +81,8 @@ pub fn plan(
                 value: Some(v.clone()),
                 source: Source::User,
                 reason: format!(
-                    "set by the user, kept (toporun would have {})",
+                    "{}, kept (toporun would have {})",
+                    set_where(d.name),
                     describe(&d)
                 ),
             }
@@ -84,7 +91,10 @@ pub fn plan(
                 name: d.name.into(),
                 value: None,
                 source: Source::User,
-                reason: format!("NCCL_P2P_DISABLE={v} set by the user decides P2P; kept"),
+                reason: format!(
+                    "NCCL_P2P_DISABLE={v} {} decides P2P; kept",
+                    set_where("NCCL_P2P_DISABLE")
+                ),
             }
         } else if mode == PlanMode::Off {
             PlannedVar {
@@ -120,12 +130,12 @@ pub fn plan(
             name: k.clone(),
             value: Some(v.clone()),
             source: Source::User,
-            reason: "set by the user, kept".into(),
+            reason: format!("{}, kept", set_where(k)),
         });
     }
     Plan {
         variables,
-        findings: crate::nccl_env_check::check(facts, user_env),
+        findings,
     }
 }
 
@@ -204,6 +214,74 @@ mod tests {
             .findings
             .iter()
             .any(|f| f.facts.get("measured").is_some_and(|m| m.contains("27.5"))));
+    }
+
+    /// A value of NCCL's config files is NCCL's unless the environment sets the name:
+    /// toporun keeps it as the user's, says where it is set, and checks it.
+    #[test]
+    fn nccl_conf_values_are_the_users_unless_the_environment_sets_them() {
+        let mut host = healthy();
+        host.platform.nccl_conf = env(&[
+            ("NCCL_P2P_LEVEL", "SYS"),
+            ("NCCL_SOCKET_IFNAME", "eth9"),
+            ("NCCL_P2P_DIRECT_READ", "1"),
+        ]);
+        host.platform.nccl_conf_files = vec!["/etc/nccl.conf".into()];
+        let p = plan(
+            &host,
+            &BTreeMap::new(),
+            &LaunchShape::default(),
+            PlanMode::On,
+        );
+        let level = p.get("NCCL_P2P_LEVEL").unwrap();
+        assert_eq!(
+            (level.value.as_deref(), level.source),
+            (Some("SYS"), Source::User)
+        );
+        assert!(
+            level
+                .reason
+                .starts_with("set in /etc/nccl.conf, kept (toporun would have set NVL"),
+            "{}",
+            level.reason
+        );
+        assert!(!p.planned().contains_key("NCCL_P2P_LEVEL"));
+        let other = p.get("NCCL_P2P_DIRECT_READ").unwrap();
+        assert_eq!(other.reason, "set in /etc/nccl.conf, kept");
+        let finding = p
+            .findings
+            .iter()
+            .find(|f| f.facts.get("variable").map(String::as_str) == Some("NCCL_P2P_DIRECT_READ"))
+            .expect("the conf's folklore variable is checked");
+        assert_eq!(finding.facts["set in"], "/etc/nccl.conf");
+        assert_eq!(
+            finding.remedy.as_deref(),
+            Some("remove NCCL_P2P_DIRECT_READ from /etc/nccl.conf")
+        );
+        // The environment wins, as in NCCL.
+        let user = env(&[("NCCL_P2P_LEVEL", "PIX")]);
+        let p = plan(&host, &user, &LaunchShape::default(), PlanMode::On);
+        let level = p.get("NCCL_P2P_LEVEL").unwrap();
+        assert_eq!(level.value.as_deref(), Some("PIX"));
+        assert!(
+            level.reason.starts_with("set by the user, kept"),
+            "{}",
+            level.reason
+        );
+        // NCCL_P2P_DISABLE from the file owns the level as the environment's would.
+        host.platform.nccl_conf = env(&[("NCCL_P2P_DISABLE", "1")]);
+        let p = plan(
+            &host,
+            &BTreeMap::new(),
+            &LaunchShape::default(),
+            PlanMode::On,
+        );
+        let level = p.get("NCCL_P2P_LEVEL").unwrap();
+        assert_eq!((level.value.as_deref(), level.source), (None, Source::User));
+        assert_eq!(
+            level.reason,
+            "NCCL_P2P_DISABLE=1 set in /etc/nccl.conf decides P2P; kept"
+        );
     }
 
     #[test]

@@ -31,7 +31,10 @@ pub fn run(facts: &HostFacts, opts: &PreflightOptions) -> Vec<Finding> {
     out.extend(rdma::check(facts, opts));
     out.extend(instance::check(facts));
     out.push(net::check(facts));
-    out.extend(crate::nccl_env_check::check(facts, &facts.container.env));
+    out.extend(crate::nccl_env_check::check_as_nccl_sees(
+        facts,
+        &facts.container.env,
+    ));
     out
 }
 
