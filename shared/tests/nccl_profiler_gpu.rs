@@ -14,6 +14,8 @@ use toporun_shared::nccl_counters::{
     decode, window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters,
     WaitedOp,
 };
+use toporun_shared::stacks::rank_window::{GpuWait, WindowSummary};
+use toporun_shared::stacks::straggler::{self, RankRow};
 
 /// The first runs, every operation timed on the GPU (`TOPORUN_NCCL_KERNEL_SAMPLING=all`
 /// as it is now; counters layout version 2).
@@ -172,7 +174,8 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 }
 
 /// Rank 1 on 3x the matmuls: its GPU spends far less of the window in collectives
-/// than the others, which wait for it; balanced, the shares are alike.
+/// than the others, which wait for it, and toporun's rule names it; balanced, the
+/// shares are alike and name nobody.
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
     let sets = [ALL, SAMPLED, BURSTS, POST_PATH];
@@ -191,12 +194,169 @@ fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
             .map(|(_, s)| *s);
         let least_other = others.fold(f64::MAX, f64::min);
         assert!(slow[1] < least_other / 2.0, "{set} {ranks} ranks: {slow:?}");
-        let even = shares(&format!("{set}:straggler{ranks}-balanced"), ranks);
-        let (lo, hi) = even
+        // toporun's straggler rule on those shares names rank 1, and nobody balanced.
+        let named: Vec<u32> = straggler::find(&rows(&slow), &[])
             .iter()
-            .fold((f64::MAX, 0f64), |(l, h), s| (l.min(*s), h.max(*s)));
-        assert!(hi < lo * 1.5, "{set} {ranks} ranks balanced: {even:?}");
+            .map(|s| s.rank)
+            .collect();
+        assert_eq!(named, [1], "{set} {ranks} ranks: {slow:?}");
+        let even = shares(&format!("{set}:straggler{ranks}-balanced"), ranks);
+        let named = straggler::find(&rows(&even), &[]);
+        assert!(
+            named.is_empty(),
+            "{set} {ranks} ranks balanced: {even:?} {named:?}"
+        );
+        // As the runs themselves said.
+        let said = |case: &str| stderr(set, &format!("straggler{ranks}-{case}"));
+        assert!(
+            said("slow").contains("toporun: straggler: rank 1 ("),
+            "{set} {ranks}"
+        );
+        assert!(
+            !said("balanced").contains("toporun: straggler:"),
+            "{set} {ranks}"
+        );
         eprintln!("{set} {ranks} ranks: slow {slow:?} balanced {even:?}");
+    }
+}
+
+/// The ranks of a window whose GPUs spent `shares` of it in collectives. The
+/// captures read the counters twice, so the window's one share stands for each of
+/// its thirds (the rule asks two of them); the stacks' wait is the same for all.
+fn rows(shares: &[f64]) -> Vec<RankRow> {
+    shares
+        .iter()
+        .enumerate()
+        .map(|(r, share)| RankRow {
+            rank: r as u32,
+            local_rank: r as u32,
+            node_rank: 0,
+            host: "vm".into(),
+            pid: 1000 + r as i32,
+            gpu: Some(r as u32),
+            gpu_uuid: None,
+            now: None,
+            cpu_pct: None,
+            rss_bytes: None,
+            gpu_now: None,
+            gpu_time: None,
+            window: Some(WindowSummary {
+                wait: 0.5,
+                thirds: [0.5; 3],
+                samples: 60,
+                spends: None,
+                place: None,
+                cpu_pct: None,
+                throttled: None,
+                pcie_replays: None,
+                nvlink_errors: None,
+                clocks: None,
+                gpu_wait: Some(GpuWait {
+                    share: *share,
+                    thirds: [Some(*share); 3],
+                    dumps: 1,
+                    covered_s: 20.0,
+                    busbw: Vec::new(),
+                }),
+            }),
+        })
+        .collect()
+}
+
+/// A run's stderr, as toporun printed it.
+fn stderr(set: &str, dir: &str) -> String {
+    std::fs::read_to_string(fixture_in(set, &format!("{dir}/stderr"))).unwrap()
+}
+
+/// Seconds into the run of the first line of `text` that contains `what`.
+fn at(text: &str, what: &str) -> Option<f64> {
+    let line = text.lines().find(|l| l.contains(what))?;
+    line.strip_prefix('[')?
+        .split(']')
+        .next()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// With the default sampling, every hang is reported within --hang-timeout + 10 s of
+/// the rank's hold (the spinning rank, the rank stuck in a read, and rank 0 alone in an
+/// evaluation, on 2 and on 4 ranks), the evaluation as busy, and that job, left to
+/// go on (`--on-hang report`), finishes.
+#[test]
+fn hangs_are_said_within_the_timeout_and_a_long_evaluation_reads_as_busy() {
+    for set in [SAMPLED, BURSTS, POST_PATH] {
+        let summary = std::fs::read_to_string(fixture_in(set, "summary.txt")).unwrap();
+        for (case, ranks) in ["spin", "stuck", "eval"]
+            .into_iter()
+            .flat_map(|c| [(c, 2), (c, 4)])
+        {
+            let err = stderr(set, &format!("hang{ranks}-{case}"));
+            let timeout = err
+                .split("(--hang-timeout ")
+                .nth(1)
+                .and_then(|t| t.split('s').next())
+                .and_then(|t| t.parse::<f64>().ok())
+                .unwrap_or_else(|| panic!("{set} {case} {ranks}: no timeout said\n{err}"));
+            let hold = at(&err, "hold: rank ").expect("the rank's hold");
+            let said = at(&err, " never posted ").expect("the hang report");
+            let took = said - hold;
+            assert!(
+                took >= timeout - 1.0 && took <= timeout + 10.0,
+                "{set} {case} {ranks}: said {took:.2} s after the hold"
+            );
+            let (rank, state) = match case {
+                "spin" => (1, "busy"),
+                "stuck" => (1, "stuck"),
+                _ => (0, "busy"),
+            };
+            assert!(
+                err.contains(&format!("rank {rank} is {state} (CPU ")),
+                "{set} {case} {ranks}: {err}"
+            );
+            if case == "eval" {
+                assert!(err.contains("raise --hang-timeout if that is expected"));
+                let head = format!("== hang eval on {ranks} ranks: exit 0");
+                assert!(summary.contains(&head), "{set}: {summary}");
+            }
+        }
+    }
+}
+
+/// While the jobs trained (the straggler runs, a minute each), no flight-recorder
+/// dump was taken (the run scripts count the dump files) and no rank printed torch's deprecation warning for the trace
+/// buffer's old variable, which toporun's earlier default gave every rank (as the
+/// dump-timed 2x H200 run shows).
+#[test]
+fn no_dump_and_no_deprecation_warning_while_the_job_trains() {
+    const DEPRECATED: &str = "TORCH_NCCL_TRACE_BUFFER_SIZE is deprecated";
+    let old =
+        std::fs::read_to_string(fixture_in("gpu-straggler-proof-h200x2", "balanced.err")).unwrap();
+    assert!(old.contains(DEPRECATED), "the warning as torch prints it");
+    for set in [ALL, SAMPLED, BURSTS, POST_PATH] {
+        let name = if set == ALL {
+            "summary-stragglers.txt"
+        } else {
+            "summary.txt"
+        };
+        let summary = std::fs::read_to_string(fixture_in(set, name)).unwrap();
+        let runs: Vec<&str> = summary
+            .split("== ")
+            .filter(|b| b.starts_with("straggler "))
+            .collect();
+        assert_eq!(runs.len(), 4, "{set}: {summary}");
+        for run in runs {
+            assert!(run.contains("fr dumps: 0,"), "{set}: {run}");
+        }
+        for dir in [
+            "straggler2-slow",
+            "straggler2-balanced",
+            "straggler4-slow",
+            "straggler4-balanced",
+        ] {
+            let err = stderr(set, dir);
+            assert!(!err.contains(DEPRECATED), "{set} {dir}");
+        }
     }
 }
 
