@@ -50,7 +50,6 @@ struct Op {
 /// A communicator's context (what init hands NCCL).
 pub struct Comm {
     slot: Slot,
-    next: AtomicU64,
     ops: Box<[Op]>,
 }
 
@@ -58,11 +57,7 @@ impl Comm {
     /// A context for the communicator of `slot`, its records linked to it.
     pub fn new(slot: Slot) -> Box<Comm> {
         let ops = (0..RING).map(|_| Op::new()).collect();
-        let mut comm = Box::new(Comm {
-            slot,
-            next: AtomicU64::new(0),
-            ops,
-        });
+        let mut comm = Box::new(Comm { slot, ops });
         let me: *const Comm = &*comm;
         for op in comm.ops.iter_mut() {
             op.comm = me;
@@ -117,7 +112,8 @@ impl Comm {
         // Whether NCCL times this one, as far as the posts tell: only those get a
         // record (a burst's records must not wait behind thousands of untimed ones).
         let timed = kernel_sampling::post();
-        let index = self.next.fetch_add(1, Relaxed);
+        // The posted count is the index source: one read-modify-write, not two.
+        let index = self.word(S_POSTED).fetch_add(1, Relaxed);
         self.publish_open(index, func, bytes);
         let op = &self.ops[index as usize % RING];
         let handle = if !timed {
@@ -130,7 +126,6 @@ impl Comm {
             op.reset(index, func, bytes, channels);
             op as *const Op as *mut c_void
         };
-        self.word(S_POSTED).fetch_max(index + 1, Release);
         if channels == 0 && timed {
             // No kernel channel will report it (nothing to move): done as posted.
             self.complete(index, func, bytes, 0, 0);

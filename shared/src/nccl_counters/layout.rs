@@ -48,7 +48,8 @@ pub const S_COMM_HASH: usize = 1;
 pub const S_RANK: usize = 2;
 pub const S_NRANKS: usize = 3;
 pub const S_NNODES: usize = 4;
-/// Collectives and point-to-point operations posted (the host called them).
+/// Collectives and point-to-point operations posted (the host called them). Counted
+/// as a post begins: the open ring's entry for the newest may follow a moment later.
 pub const S_POSTED: usize = 5;
 /// One past the highest posted index whose kernels all stopped: operations of one
 /// communicator run in order on its stream, so all before it are done too.
