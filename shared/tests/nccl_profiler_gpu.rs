@@ -14,8 +14,12 @@ use toporun_shared::nccl_counters::{
     decode, window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters,
     WaitedOp,
 };
+use toporun_shared::stacks::hang_report::Context;
 use toporun_shared::stacks::rank_window::{GpuWait, WindowSummary};
 use toporun_shared::stacks::straggler::{self, RankRow};
+use toporun_shared::stacks::{
+    nccl_verdict, Frame, NcclVerdict, Place, Places, RankStack, ThreadStack,
+};
 
 /// The first runs, every operation timed on the GPU (`TOPORUN_NCCL_KERNEL_SAMPLING=all`
 /// as it is now; counters layout version 2).
@@ -394,5 +398,115 @@ fn healthy_nvlink_reads_as_healthy() {
         eprintln!("{dir}: {s:?}");
         assert_eq!(s.mean_bytes, 4 << 20, "{dir}");
         assert!(!s.slow(), "{dir}: {s:?}");
+    }
+}
+
+/// The stacks a run's hang report kept (each group's frames, innermost first).
+fn reported_stacks(set: &str, dir: &str) -> Vec<RankStack> {
+    let text = std::fs::read_to_string(fixture_in(set, &format!("{dir}/hang.json"))).unwrap();
+    let hang: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let mut stacks = Vec::new();
+    for g in hang["groups"].as_array().unwrap() {
+        let frames: Vec<Frame> = serde_json::from_value(g["frames"].clone()).unwrap();
+        for r in g["ranks"].as_array().unwrap() {
+            let rank = r.as_u64().unwrap() as u32;
+            stacks.push(RankStack {
+                rank,
+                local_rank: rank % 2,
+                pid: 100 + rank as i32,
+                threads: vec![ThreadStack {
+                    thread: Some("MainThread".into()),
+                    frames: frames.clone(),
+                    idle: false,
+                }],
+                error: None,
+            });
+        }
+    }
+    stacks.sort_by_key(|s| s.rank);
+    stacks
+}
+
+/// The 4-rank hangs as two nodes of two ranks: each node's counters travel as its
+/// record on the store does (JSON, per-function totals left out), the deciding node
+/// follows them merged, and names the same rank and operation as the one-node run,
+/// the stall said of the job.
+#[test]
+fn across_two_nodes_the_merged_counters_name_the_rank_behind() {
+    for (dir, index) in [("hang4-spin", 53018), ("hang4-stuck", 47642)] {
+        let all = node(&format!("{POST_PATH}:{dir}/nccl-counters"), 4);
+        let travelled: Vec<NodeReading> = [[0, 1], [2, 3]]
+            .iter()
+            .map(|ranks| {
+                let reading = NodeReading {
+                    live: ranks.to_vec(),
+                    counters: ranks.iter().map(|r| (*r, all[r].clone())).collect(),
+                    ..Default::default()
+                };
+                let json = serde_json::to_vec(&reading.for_exchange()).unwrap();
+                serde_json::from_slice(&json).unwrap()
+            })
+            .collect();
+        let merged = NodeReading::merge(&travelled);
+        assert_eq!(merged.live, [0, 1, 2, 3]);
+        let stacks = reported_stacks(POST_PATH, dir);
+        let places: Places = (0..4u32)
+            .map(|r| {
+                let place = Place {
+                    node_rank: r / 2,
+                    host: format!("trainer-{}", r / 2),
+                };
+                (r, (place, r % 2))
+            })
+            .collect();
+        // The innermost lines, from the script the ranks ran.
+        let script = std::fs::read_to_string(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("../scripts/device/gpu_profiler_hang_rank.py"),
+        )
+        .unwrap();
+        let line = |n: i32| {
+            script
+                .lines()
+                .nth(n as usize - 1)
+                .unwrap()
+                .trim()
+                .to_string()
+        };
+        let ctx = Context {
+            left: Vec::new(),
+            lines: stacks
+                .iter()
+                .map(|s| (s.rank, line(s.threads[0].frames[0].line)))
+                .collect(),
+        };
+        let mut watch = NcclWatch::default();
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(20);
+        let first = nccl_verdict(
+            &mut watch,
+            merged.clone(),
+            &stacks,
+            &places,
+            &ctx,
+            timeout,
+            t0,
+        );
+        assert!(matches!(first, NcclVerdict::Moving), "{dir}: {first:?}");
+        let later = t0 + Duration::from_secs(21);
+        let NcclVerdict::Hang(hang) =
+            nccl_verdict(&mut watch, merged, &stacks, &places, &ctx, timeout, later)
+        else {
+            panic!("{dir}: no hang");
+        };
+        let said = format!("rank 1 never posted all_reduce (4 B, operation {index} on");
+        assert!(hang.headline.contains(&said), "{dir}: {}", hang.headline);
+        let trigger = hang.trigger.clone().unwrap_or_default();
+        assert!(
+            trigger.contains("posted or completed in the job for 21s"),
+            "{trigger}"
+        );
+        let text = hang.text(&places);
+        assert!(text.contains("trainer-0"), "{dir}: {text}");
     }
 }

@@ -92,7 +92,7 @@ impl Profiler {
     pub fn line(&self) -> String {
         match self {
             Profiler::Toporun(p, sampling) => format!(
-                "NCCL's own counters: the ranks load toporun's profiler plugin ({PLUGIN_VAR}={}; NCCL 2.28.3 or later loads it); GPU stragglers and, on one node, hangs are judged from operations posted and completing on the GPU, without flight-recorder dumps while the job trains; {}",
+                "NCCL's own counters: the ranks load toporun's profiler plugin ({PLUGIN_VAR}={}; NCCL 2.28.3 or later loads it); GPU stragglers and hangs are judged from operations posted and completing on the GPU, without flight-recorder dumps while the job trains; {}",
                 p.display(),
                 sampling.text()
             ),

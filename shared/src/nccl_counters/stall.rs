@@ -17,7 +17,8 @@ pub const BUSY_SHARE: f64 = 0.5;
 
 /// This node's ranks at one reading: counters (None: no file yet, NCCL not
 /// initialised), CPU time used and bytes written so far.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NodeReading {
     /// The node's live ranks (the counters' ranks where empty).
     pub live: Vec<u32>,
@@ -27,6 +28,32 @@ pub struct NodeReading {
     /// Ranks whose stacks wait on their GPU (`.item()`, `synchronize`): they posted
     /// all they will, so none of them is behind.
     pub on_gpu: BTreeSet<u32>,
+}
+
+impl NodeReading {
+    /// What a node publishes for the job-wide decision: the per-function totals,
+    /// which the hang rule does not read, left out.
+    pub fn for_exchange(mut self) -> NodeReading {
+        for c in self.counters.values_mut() {
+            c.comms.iter_mut().for_each(|c| c.funcs.clear());
+        }
+        self
+    }
+
+    /// Several nodes' readings as one (global ranks do not repeat across nodes).
+    pub fn merge<'a>(nodes: impl IntoIterator<Item = &'a NodeReading>) -> NodeReading {
+        let mut all = NodeReading::default();
+        for n in nodes {
+            all.live.extend(&n.live);
+            all.counters
+                .extend(n.counters.iter().map(|(r, c)| (*r, c.clone())));
+            all.cpu.extend(&n.cpu);
+            all.written.extend(&n.written);
+            all.on_gpu.extend(&n.on_gpu);
+        }
+        all.live.sort_unstable();
+        all
+    }
 }
 
 /// What the counters say at a reading.

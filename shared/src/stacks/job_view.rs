@@ -1,11 +1,13 @@
 //! Hangs across nodes: each node publishes how long its ranks have made no progress
 //! and where they stand ([`NodeStacks`], bounded in size), and the node hosting the
 //! workers' store decides: the job hangs when every node has stood still for the
-//! timeout ([`job_hung`]), and one view names each rank's node, host and local rank.
+//! timeout ([`job_hung`]), or, with NCCL's counters (each node's [`NodeStacks::nccl`]),
+//! when they stall; one view names each rank's node, host and local rank.
 
 use super::hang_report::{Context, Gone};
 use super::merge::{Place, Places};
 use super::model::{RankStack, ThreadStack};
+use crate::nccl_counters::NodeReading;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -31,6 +33,9 @@ pub struct NodeStacks {
     pub left: Vec<Gone>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lines: BTreeMap<u32, String>,
+    /// Its ranks' NCCL counters, where they load toporun's profiler plugin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nccl: Option<NodeReading>,
 }
 
 impl NodeStacks {
@@ -42,7 +47,14 @@ impl NodeStacks {
             ranks: stacks.iter().map(main_thread_only).collect(),
             left: Vec::new(),
             lines: BTreeMap::new(),
+            nccl: None,
         }
+    }
+
+    /// With its ranks' NCCL counters.
+    pub fn with_nccl(mut self, nccl: Option<NodeReading>) -> Self {
+        self.nccl = nccl;
+        self
     }
 
     /// With what the node knows besides its stacks (lines only for the ranks shown).

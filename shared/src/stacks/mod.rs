@@ -12,6 +12,7 @@ pub mod job_view;
 mod merge;
 mod model;
 mod nccl_hang;
+pub use nccl_hang::{nccl_verdict, NcclVerdict};
 pub mod progress;
 pub mod rank_window;
 pub mod standing;

@@ -7,9 +7,11 @@ use super::hang_report::{ranks_word, Context, Hang};
 use super::merge::{rank_label, ranks_text, Places};
 use super::model::RankStack;
 use super::standing::Standing;
-use crate::nccl_counters::{Behind, NcclStall, OpenOp};
+use crate::nccl_counters::{
+    Behind, NcclStall, NcclState, NcclWatch, NodeReading, OpenOp, WaitedOp,
+};
 use crate::units::format_size;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// `all_reduce (4.0 MiB, operation 214 on communicator 0x1a2b)`.
 fn op_text(op: &OpenOp, comm: u64) -> String {
@@ -55,6 +57,67 @@ fn missing_text(missing: u32) -> String {
     }
 }
 
+/// What NCCL's counters decide at one reading of a node, or of a job's nodes merged.
+#[derive(Debug)]
+pub enum NcclVerdict {
+    /// Not theirs to decide, the stack rule does: no rank waits in NCCL; sampled with
+    /// nobody behind (which operation they wait in is not known, and a phase every
+    /// rank spends without collectives reads the same); the waiting ranks' stacks do
+    /// not wait; or a rank left while the others wait (the stack rule says it sooner).
+    StackRule,
+    /// Operations were posted or completed: no hang.
+    Moving,
+    /// Ranks wait in NCCL, not yet for the timeout.
+    Waiting,
+    /// Ranks have waited the timeout: the hang to say (once).
+    Hang(Hang),
+}
+
+/// NCCL's verdict on `reading` against `stacks` and what the ranks left (`ctx`); the
+/// ranks whose stacks wait on their GPU are marked in the reading here.
+pub fn nccl_verdict(
+    watch: &mut NcclWatch,
+    mut reading: NodeReading,
+    stacks: &[RankStack],
+    places: &Places,
+    ctx: &Context,
+    timeout: Duration,
+    now: Instant,
+) -> NcclVerdict {
+    // A real wait shows in the waiting ranks' stacks (in a collective, or at a sync
+    // on the GPU) at every sample; counters alone can hold an operation NCCL never
+    // reports done (a kernel without profiler hooks) while the ranks compute and sit
+    // at `.item()` now and then.
+    let stands = ctx.standings(stacks);
+    reading.on_gpu = stands
+        .iter()
+        .filter(|s| matches!(s.1, Standing::GpuWait { .. }))
+        .map(|s| s.0)
+        .collect();
+    let stall = match watch.observe(&reading, now) {
+        NcclState::Idle => return NcclVerdict::StackRule,
+        NcclState::Moving => return NcclVerdict::Moving,
+        NcclState::Stalled(s) => s,
+    };
+    if stall.which == WaitedOp::LastPosted {
+        return NcclVerdict::StackRule;
+    }
+    if !stands
+        .iter()
+        .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
+    {
+        watch.hold_off();
+        return NcclVerdict::StackRule;
+    }
+    if Duration::from_secs_f64(stall.stalled_secs) < timeout {
+        if !ctx.left.is_empty() && ctx.left_while_others_wait(stacks) {
+            return NcclVerdict::StackRule;
+        }
+        return NcclVerdict::Waiting;
+    }
+    NcclVerdict::Hang(Hang::nccl(stacks, places, &stall, timeout, ctx))
+}
+
 impl Hang {
     /// The hang of `stall`, with where each rank stands (`stacks`): the ranks that
     /// never posted the operation lead; a rank that left still leads where one did.
@@ -67,8 +130,15 @@ impl Hang {
     ) -> Hang {
         let stalled = Duration::from_secs_f64(stall.stalled_secs);
         let mut hang = Hang::with(stacks, places, stalled, timeout, ctx);
+        let nodes: std::collections::BTreeSet<u32> =
+            places.values().map(|(p, _)| p.node_rank).collect();
+        let scope = if nodes.len() > 1 {
+            "in the job"
+        } else {
+            "on this node"
+        };
         hang.trigger = Some(format!(
-            "no NCCL operation has been posted or completed on this node for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
+            "no NCCL operation has been posted or completed {scope} for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
             stall.stalled_secs,
             timeout.as_secs_f64()
         ));

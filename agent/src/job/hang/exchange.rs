@@ -3,7 +3,11 @@
 //! they stand) under `stacks/<node>` in the workers' store; the node hosting that
 //! store declares the hang once every node has stood still for the timeout, prints
 //! one view naming each odd rank's node, host and local rank, and writes it under
-//! `hang`, where the other nodes read and print it.
+//! `hang`, where the other nodes read and print it. Where the ranks load toporun's
+//! NCCL profiler plugin, each record also carries the node's NCCL counters and its
+//! stacks at every sample: the deciding node follows the counters merged, by the rule
+//! one node uses (`nccl_verdict`), and the others read its notices at every sample (a
+//! rank spinning in Python never stands still).
 
 use crate::job::hang::watch::LEFT_STALL;
 use crate::job::hang::watch::{HangReport, NodeSample, Sink};
@@ -12,13 +16,18 @@ use crate::job::spec::HangWatch;
 use crate::store::{StoreClient, StoreError};
 use std::time::Duration;
 use tokio::sync::watch;
+use toporun_shared::nccl_counters::{NcclWatch, NodeReading};
 use toporun_shared::stacks::hang_report::{Hang, HangNotice as Notice};
 use toporun_shared::stacks::job_view::{context, flatten, job_hung, NodeStacks};
 use toporun_shared::stacks::standing::Standing;
+use toporun_shared::stacks::{nccl_verdict, NcclVerdict};
 
 struct State {
     reported: bool,
     seq: u32,
+    /// The job's NCCL counters as the deciding node follows them.
+    nccl: NcclWatch,
+    nccl_reported: bool,
 }
 
 /// Starts exchanging this node's samples; a hang decided goes to `sink`.
@@ -37,6 +46,8 @@ pub fn start(
         let mut state = State {
             reported: false,
             seq: 0,
+            nccl: NcclWatch::default(),
+            nccl_reported: false,
         };
         while samples.changed().await.is_ok() {
             let s = samples.borrow_and_update().clone();
@@ -84,16 +95,22 @@ impl Meeting {
         let outside = |r: &(u32, Standing, String)| matches!(r.1, Standing::Elsewhere { .. });
         let early = s.stalled >= LEFT_STALL / 2
             && (!s.context.left.is_empty() || !s.context.standings(&s.stacks).iter().any(outside));
-        let shown = if s.stalled >= watch.timeout / 2 || early {
+        // With NCCL's counters the stacks always travel: a rank spinning in Python
+        // never stands still, and the deciding node needs where every rank stands.
+        let shown = if s.nccl.is_some() || s.stalled >= watch.timeout / 2 || early {
             s.stacks.as_slice()
         } else {
             &[]
         };
-        let mine =
-            NodeStacks::new(self.node_rank, hostname, s.stalled, shown).with_context(&s.context);
+        let mine = NodeStacks::new(self.node_rank, hostname, s.stalled, shown)
+            .with_context(&s.context)
+            .with_nccl(s.nccl.clone());
         // Its own encoding: frames cut until it fits the store's bound.
         let key = self.keys.stacks(self.node_rank);
         c.set(key.name(), &mine.encode()).await?;
+        if s.nccl.is_some() && self.nccl_step(c, watch.timeout, state, sink).await? {
+            return Ok(());
+        }
         if s.stalled < watch.timeout.min(LEFT_STALL) {
             state.reported = false;
             return Ok(());
@@ -119,6 +136,92 @@ impl Meeting {
             });
         }
         Ok(())
+    }
+
+    /// With NCCL's counters: whether they decided this step (else the stacks do).
+    /// The deciding node follows every node's counters as one; the others read its
+    /// notices at every step, since their own ranks may never stand still.
+    async fn nccl_step(
+        &self,
+        c: &mut StoreClient,
+        timeout: Duration,
+        state: &mut State,
+        sink: &Sink,
+    ) -> Result<bool, StoreError> {
+        let notice = if self.decides {
+            let nodes: Vec<NodeStacks> = self
+                .gather(c, |n| self.keys.stacks(n), Duration::ZERO)
+                .await?;
+            match self.nccl_decide(nodes, timeout, state) {
+                None => return Ok(false),
+                Some(None) => return Ok(true),
+                Some(Some(n)) => {
+                    self.write(c, &self.keys.hang(), &n).await?;
+                    n
+                }
+            }
+        } else {
+            match self.read_notice(c, state.seq).await? {
+                Some(n) => {
+                    say_decided(n.decider);
+                    n
+                }
+                None => return Ok(true),
+            }
+        };
+        state.seq = notice.seq;
+        state.reported = true;
+        sink.found(HangReport {
+            hang: notice.hang,
+            text: notice.text,
+            watchdog: None,
+        });
+        Ok(true)
+    }
+
+    /// The deciding node's NCCL verdict on every node's record: None where the stacks
+    /// decide (a node not heard from, or without counters), else the notice to write
+    /// where the job hangs now.
+    fn nccl_decide(
+        &self,
+        nodes: Vec<NodeStacks>,
+        timeout: Duration,
+        state: &mut State,
+    ) -> Option<Option<Notice>> {
+        let all = (0..self.nnodes).all(|n| nodes.iter().any(|s| s.node_rank == n));
+        if !all || nodes.iter().any(|n| n.nccl.is_none()) {
+            return None;
+        }
+        let reading = NodeReading::merge(nodes.iter().filter_map(|n| n.nccl.as_ref()));
+        let (stacks, places) = flatten(&nodes);
+        let ctx = context(&nodes);
+        let now = std::time::Instant::now();
+        match nccl_verdict(
+            &mut state.nccl,
+            reading,
+            &stacks,
+            &places,
+            &ctx,
+            timeout,
+            now,
+        ) {
+            NcclVerdict::StackRule => None,
+            NcclVerdict::Moving => {
+                state.nccl_reported = false;
+                Some(None)
+            }
+            NcclVerdict::Waiting => Some(None),
+            NcclVerdict::Hang(_) if state.nccl_reported => Some(None),
+            NcclVerdict::Hang(hang) => {
+                state.nccl_reported = true;
+                Some(Some(Notice {
+                    seq: state.seq + 1,
+                    decider: self.node_rank,
+                    text: hang.text(&places),
+                    hang,
+                }))
+            }
+        }
     }
 
     /// Reads every node's record; a notice when the whole job hangs.
@@ -164,5 +267,110 @@ impl Meeting {
     ) -> Result<Option<Notice>, StoreError> {
         let notice = self.read(c, &self.keys.hang()).await?;
         Ok(notice.filter(|n| n.seq > seen))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rendezvous::RunKeys;
+    use toporun_shared::nccl_counters::words::Words;
+    use toporun_shared::nccl_counters::{decode, NcclFunc};
+    use toporun_shared::stacks::{Frame, RankStack, ThreadStack};
+
+    fn deciding(nnodes: u32) -> Meeting {
+        Meeting {
+            host: "127.0.0.1".into(),
+            port: 0,
+            keys: RunKeys::new("t", None).round(0),
+            node_rank: 0,
+            nnodes,
+            decides: true,
+        }
+    }
+
+    fn state() -> State {
+        State {
+            reported: false,
+            seq: 0,
+            nccl: NcclWatch::default(),
+            nccl_reported: false,
+        }
+    }
+
+    /// Global rank `rank` alone on node `rank`, its main thread at `frame`, having
+    /// posted `posted` all_reduces of a 2-rank communicator and completed `done`.
+    fn node(rank: u32, frame: (&str, &str), posted: u64, done: u64) -> NodeStacks {
+        let stack = RankStack {
+            rank,
+            local_rank: 0,
+            pid: 100 + rank as i32,
+            threads: vec![ThreadStack {
+                thread: Some("MainThread".into()),
+                frames: vec![Frame {
+                    function: frame.1.into(),
+                    file: frame.0.into(),
+                    line: 7,
+                }],
+                idle: false,
+            }],
+            error: None,
+        };
+        let mut w = Words::default();
+        w.comm(0, 0xab, rank, 2)
+            .ops(0, NcclFunc::AllReduce, 64, posted, done, 1000);
+        let reading = NodeReading {
+            live: vec![rank],
+            counters: [(rank, decode(&w.bytes()).unwrap())].into(),
+            ..Default::default()
+        };
+        NodeStacks::new(rank, &format!("trainer-{rank}"), Duration::ZERO, &[stack])
+            .with_nccl(Some(reading.for_exchange()))
+    }
+
+    const SYNC: (&str, &str) = ("/venv/lib/torch/cuda/streams.py", "synchronize");
+    const SPIN: (&str, &str) = ("/app/train.py", "parse_record");
+
+    /// Rank 0 (node 0) waits on its GPU in operation 11 while rank 1 (node 1) spins in
+    /// Python, its stack moving, never posting it: the deciding node names rank 1 from
+    /// the two nodes' counters, once, and again after operations moved.
+    #[test]
+    fn the_deciding_node_names_a_spinning_rank_on_another_node_from_the_counters() {
+        let m = deciding(2);
+        let mut s = state();
+        let stuck = || vec![node(0, SYNC, 11, 10), node(1, SPIN, 10, 10)];
+        let timeout = Duration::ZERO;
+        assert!(matches!(
+            m.nccl_decide(stuck(), timeout, &mut s),
+            Some(None)
+        ));
+        let Some(Some(n)) = m.nccl_decide(stuck(), timeout, &mut s) else {
+            panic!("no hang decided");
+        };
+        assert_eq!((n.seq, n.decider), (1, 0));
+        assert!(
+            n.text
+                .contains("rank 1 never posted all_reduce (64 B, operation 11"),
+            "{}",
+            n.text
+        );
+        assert!(n.text.contains("in the job"), "{}", n.text);
+        assert!(n.text.contains("trainer-1"), "{}", n.text);
+        // Said once; operations move, and a later hang is decided anew.
+        s.seq = n.seq;
+        assert!(matches!(
+            m.nccl_decide(stuck(), timeout, &mut s),
+            Some(None)
+        ));
+        let moved = vec![node(0, SYNC, 12, 11), node(1, SPIN, 12, 11)];
+        assert!(matches!(m.nccl_decide(moved, timeout, &mut s), Some(None)));
+        assert!(!s.nccl_reported);
+        // A node not heard from, or one without counters: the stacks decide.
+        assert!(m
+            .nccl_decide(stuck()[..1].to_vec(), timeout, &mut s)
+            .is_none());
+        let mut bare = stuck();
+        bare[1].nccl = None;
+        assert!(m.nccl_decide(bare, timeout, &mut s).is_none());
     }
 }

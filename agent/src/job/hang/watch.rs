@@ -16,12 +16,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
-use toporun_shared::nccl_counters::{NcclState, NcclWatch, WaitedOp};
+use toporun_shared::nccl_counters::{NcclWatch, NodeReading};
 use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
-use toporun_shared::stacks::standing::Standing;
-use toporun_shared::stacks::{Places, RankStack};
+use toporun_shared::stacks::{nccl_verdict, NcclVerdict, Places, RankStack};
 
 /// The ranks running now (the supervisor adds and removes them).
 pub type LiveRanks = Arc<Mutex<Vec<RankPid>>>;
@@ -69,8 +68,12 @@ impl Sink {
 pub struct NodeSample {
     pub stalled: Duration,
     pub stacks: Vec<RankStack>,
-    /// The ranks that left and each rank's innermost line (read once stalled).
+    /// The ranks that left and each rank's innermost line (read once stalled, or at
+    /// every sample with NCCL's counters).
     pub context: Context,
+    /// The ranks' NCCL counters, where they load toporun's profiler plugin: the node
+    /// hosting the store decides from every node's.
+    pub nccl: Option<NodeReading>,
 }
 
 /// Who decides that the job hangs.
@@ -295,9 +298,7 @@ impl Judge {
 
     /// On one node with NCCL's counters: whether ranks wait in an NCCL operation and
     /// the counters decide (true: a hang is said or stands; false: operations
-    /// complete), or None where no rank waits in NCCL, by its counters and its stack
-    /// (the stacks decide). A rank
-    /// that left while the others wait is still said at LEFT_STALL by the stacks.
+    /// complete), or None where the stacks decide ([`NcclVerdict::StackRule`]).
     fn nccl_decides(
         &mut self,
         live: &[RankPid],
@@ -306,48 +307,20 @@ impl Judge {
     ) -> Option<bool> {
         self.nccl.as_ref()?;
         let ctx = self.context(stacks);
-        // A real wait shows in the waiting ranks' stacks (in a collective, or at a sync
-        // on the GPU) at every sample; counters alone can hold an operation NCCL never
-        // reports done (a kernel without profiler hooks) while the ranks compute and
-        // sit at `.item()` now and then.
-        let stands = ctx.standings(stacks);
         let (files, watch) = self.nccl.as_mut()?;
-        let mut reading = files.node(&self.root, live);
-        reading.on_gpu = stands
-            .iter()
-            .filter(|s| matches!(s.1, Standing::GpuWait { .. }))
-            .map(|s| s.0)
-            .collect();
-        let stall = match watch.observe(&reading, now) {
-            NcclState::Idle => return None,
-            NcclState::Moving => return Some(false),
-            NcclState::Stalled(s) => s,
-        };
-        if stall.which == WaitedOp::LastPosted {
-            // Sampled, with nobody behind: which operation they wait in is not known,
-            // and a phase without collectives (an evaluation every rank runs) reads the
-            // same. The stack rule decides, as where no operation is open.
-            return None;
-        }
-        if !stands
-            .iter()
-            .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
-        {
-            watch.hold_off();
-            return None;
-        }
+        let reading = files.node(&self.root, live);
         let timeout = self.watch.timeout;
-        if Duration::from_secs_f64(stall.stalled_secs) < timeout {
-            let left = !ctx.left.is_empty() && ctx.left_while_others_wait(stacks);
-            return (!left).then_some(self.reported);
+        match nccl_verdict(watch, reading, stacks, &Places::new(), &ctx, timeout, now) {
+            NcclVerdict::StackRule => None,
+            NcclVerdict::Moving => Some(false),
+            NcclVerdict::Waiting => Some(self.reported),
+            NcclVerdict::Hang(hang) => {
+                if !self.reported {
+                    self.say(hang, live);
+                }
+                Some(true)
+            }
         }
-        if !self.reported {
-            self.say(
-                Hang::nccl(stacks, &Places::new(), &stall, timeout, &ctx),
-                live,
-            );
-        }
-        Some(true)
     }
 
     /// Says the hang found here (with the ranks' workers), once.
@@ -399,8 +372,13 @@ impl Judge {
                 .progress
                 .hung(&ids, Duration::ZERO, now)
                 .unwrap_or_default();
-            // The context travels only once the ranks stand still.
-            let context = if stalled >= timeout.min(LEFT_STALL) / 2 {
+            let nccl = self
+                .nccl
+                .as_ref()
+                .map(|(files, _)| files.node(&self.root, live).for_exchange());
+            // The context travels only once the ranks stand still, or always where
+            // NCCL's counters can show a hang whose stacks move.
+            let context = if stalled >= timeout.min(LEFT_STALL) / 2 || nccl.is_some() {
                 self.context(stacks)
             } else {
                 Context::default()
@@ -410,6 +388,7 @@ impl Judge {
                     stalled,
                     stacks: stacks.to_vec(),
                     context,
+                    nccl,
                 });
             }
             return;
