@@ -5,6 +5,9 @@
 #   hang2 hang4      on 2 and 4 ranks, --hang-timeout 20: rank 1 spins in Python
 #                    (spin), blocks in a read (stuck), then rank 0 evaluates for 35 s
 #                    (eval, --on-hang report: the job goes on)
+#   hang2x2          two toporun nodes of 2 ranks on one host (GPUs 0,1 and 2,3):
+#                    rank 3, on node 1, spins (spin) or blocks in a read (stuck); the
+#                    node hosting the store decides from both nodes' counters
 #   straggler2 straggler4   60 s of training, rank 1 on 3x the matmuls (slow) and
 #                    balanced; counters copied at 30 s and 50 s
 #   cost             scripts/device/gpu_profiler_cost.sh: no plugin, every operation
@@ -45,6 +48,18 @@ hang() {  # NPROC CASE
   echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 100 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout 20 --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
   lines "$d/stderr" | tee -a "$S"; keep "$d"
 }
+hang_two_nodes() {  # CASE: rank 3 of 2 nodes x 2 ranks holds
+  local d=$OUT/hang2x2-$1 p=$((29600 + RANDOM % 300)) n; mkdir -p "$d"
+  local args=(--nnodes=2 --master-addr=127.0.0.1 --master-port=$p --nproc-per-node=gpu --hang-timeout 20 --on-hang stop)
+  CASE=$1 HOLD_RANK=3 CUDA_VISIBLE_DEVICES=0,1 python3 scripts/device/timed_run.py 100 "$d/stdout0" "$d/stderr0" "$T" --node-rank=0 "${args[@]}" --log-dir "$d/run0" scripts/device/gpu_profiler_hang_rank.py > "$d/exit0" &
+  n=$!
+  echo "== hang $1 on 2 nodes x 2 ranks: node 1 $(CASE=$1 HOLD_RANK=3 CUDA_VISIBLE_DEVICES=2,3 python3 scripts/device/timed_run.py 100 "$d/stdout1" "$d/stderr1" "$T" --node-rank=1 "${args[@]}" --log-dir "$d/run1" scripts/device/gpu_profiler_hang_rank.py); node 0 $(wait $n; cat "$d/exit0")" | tee -a "$S"
+  for n in 0 1; do
+    echo "  node $n:" | tee -a "$S"; lines "$d/stderr$n" | tee -a "$S"
+    cp -r "$d"/run$n/*/attempt_0/nccl-counters "$d/nccl-counters$n" 2>/dev/null; cp "$d"/run$n/*/attempt_0/hang*.json "$d/" 2>/dev/null
+    counters "$d/nccl-counters$n" | tee -a "$S"; rm -rf "$d/run$n"
+  done
+}
 straggler() {  # NPROC NAME VAR=VALUE...
   local n=$1 name=$2; shift 2; local d=$OUT/straggler$n-$name; mkdir -p "$d/at30" "$d/at50"
   ( sleep 30; cp "$d"/run/*/attempt_0/nccl-counters/* "$d/at30/"; sleep 20; cp "$d"/run/*/attempt_0/nccl-counters/* "$d/at50/" ) &
@@ -65,6 +80,7 @@ nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
 for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do
   case $stage in
     hang2|hang4) for c in spin stuck eval; do hang "${stage#hang}" $c; pack; done ;;
+    hang2x2) for c in spin stuck; do hang_two_nodes $c; pack; done ;;
     straggler2|straggler4) straggler "${stage#straggler}" slow SLOW_RANK=1 FACTOR=3; pack; straggler "${stage#straggler}" balanced ;;
     *) $stage ;;
   esac
