@@ -48,6 +48,7 @@ impl CountersFiles {
                 .filter_map(|r| Some((r.rank, crate::stacks::written(root, r.pid)?)))
                 .collect(),
             on_gpu: Default::default(),
+            whole_job: false,
         }
     }
 }

@@ -209,6 +209,12 @@ fn shell_lines(p: &Job, format: DryRunFormat) -> Result<String> {
             "planned"
         };
         match &v.value {
+            // NCCL reads it from the file: an export would pin it over the file.
+            Some(val) if v.set_in.is_some() => out.push_str(&format!(
+                "# {}={}  # {whose}: {reason}\n",
+                v.name,
+                comment(val)
+            )),
             Some(val) => out.push_str(&format!(
                 "export {}={}  # {whose}: {reason}\n",
                 v.name,

@@ -45,7 +45,7 @@ pub fn check_as_nccl_sees(facts: &HostFacts, env: &BTreeMap<String, String>) -> 
             .facts
             .get("variable")
             .map(|v| SetIn::of(v, env, &facts.platform));
-        let Some(SetIn::ConfFiles(files)) = at else {
+        let Some(SetIn::ConfFile(files)) = at else {
             continue;
         };
         f.remedy = f
@@ -57,7 +57,31 @@ pub fn check_as_nccl_sees(facts: &HostFacts, env: &BTreeMap<String, String>) -> 
             });
         f.facts.insert("set in".into(), files);
     }
+    findings.extend(conf_line_faults(facts, env));
     findings
+}
+
+/// Lines of NCCL's config files that NCCL reads otherwise than they look: spaces
+/// around a name (NCCL sets the name as written: nothing it reads) and a value ending
+/// in a carriage return (a CRLF file: NCCL keeps the `\r`).
+fn conf_line_faults(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> {
+    let p = &facts.platform;
+    let mut out = Vec::new();
+    for (name, value) in p.nccl_conf.iter().filter(|(k, _)| !env.contains_key(*k)) {
+        let file = p.nccl_conf_from.get(name).cloned().unwrap_or_default();
+        let bare = name.trim();
+        let found = if bare != name && bare.starts_with("NCCL_") {
+            Finding::new(ID, Severity::Warning, format!("{file} sets {name:?} with spaces around the name: NCCL takes the name as written, so {bare} stays unset"))
+                .remedy(format!("write {bare}={} in {file}, with no space around '='", value.trim()))
+        } else if value.ends_with('\r') && name.starts_with("NCCL_") {
+            Finding::new(ID, Severity::Warning, format!("{name}'s value in {file} ends in a carriage return (the file has CRLF line endings): NCCL takes {value:?} as the value"))
+                .remedy(format!("convert {file} to LF line endings (dos2unix {file})"))
+        } else {
+            continue;
+        };
+        out.push(found.fact("variable", bare).fact("set in", &file));
+    }
+    out
 }
 
 pub fn check(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Finding> {

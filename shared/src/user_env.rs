@@ -19,8 +19,8 @@ pub fn with_nccl_conf(user: &UserEnv, conf: &BTreeMap<String, String>) -> UserEn
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SetIn {
     Environment,
-    /// NCCL's config files (their paths).
-    ConfFiles(String),
+    /// One of NCCL's config files (its path).
+    ConfFile(String),
 }
 
 impl SetIn {
@@ -29,7 +29,21 @@ impl SetIn {
         if env.contains_key(name) || !platform.nccl_conf.contains_key(name) {
             return SetIn::Environment;
         }
-        SetIn::ConfFiles(platform.nccl_conf_files.join(" or "))
+        let file = platform.nccl_conf_from.get(name);
+        SetIn::ConfFile(
+            file.cloned()
+                .unwrap_or_else(|| platform.nccl_conf_files.join(" or ")),
+        )
+    }
+}
+
+impl SetIn {
+    /// The config file, where one sets it.
+    pub fn file(&self) -> Option<&str> {
+        match self {
+            SetIn::Environment => None,
+            SetIn::ConfFile(f) => Some(f),
+        }
     }
 }
 
@@ -37,7 +51,7 @@ impl std::fmt::Display for SetIn {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SetIn::Environment => f.write_str("set by the user"),
-            SetIn::ConfFiles(files) => write!(f, "set in {files}"),
+            SetIn::ConfFile(file) => write!(f, "set in {file}"),
         }
     }
 }

@@ -68,6 +68,7 @@ fn stalled(dir: &str, ranks: u32, secs: u64) -> NcclState {
         cpu: BTreeMap::new(),
         written: BTreeMap::new(),
         on_gpu: Default::default(),
+        whole_job: false,
     };
     let mut w = NcclWatch::default();
     let t0 = Instant::now();

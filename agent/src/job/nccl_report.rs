@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use toporun_shared::finding::FindingId;
 use toporun_shared::finding::{Finding, Severity};
-use toporun_shared::nccl_counters::ProfilerReport;
+use toporun_shared::nccl_counters::{PluginKind, ProfilerReport};
 use toporun_shared::nccl_log::TRANSPORT_ID;
 use toporun_shared::nccl_log::{self, Digest, Topology};
 
@@ -127,7 +127,7 @@ impl Reporter {
                 &run_dir.join("nccl-report.json"),
                 &serde_json::json!({"node": &digest, "communicators": &report.comms, "nccl_profiler": &profiler}),
             );
-            if profiler.plugin == "user" {
+            if profiler.plugin == PluginKind::User {
                 // The reason the report below has no NCCL-side progress: said with it.
                 crate::console::say!("toporun: nccl: {}", profiler.says);
             }

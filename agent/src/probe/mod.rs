@@ -55,12 +55,15 @@ pub fn probe_host(
     })
 }
 
-/// NCCL's config files for this process's user (NCCL looks its home up by uid).
+/// NCCL's config files for this process's user (NCCL looks its home up by uid); a
+/// relative NCCL_CONF_FILE from the working directory the ranks start in (this one).
 fn nccl_conf_files(env: &[(String, String)]) -> Vec<std::path::PathBuf> {
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten();
-    platform::nccl_conf_files(env, user.as_ref().map(|u| u.dir.as_path()))
+    let files = platform::nccl_conf_files(env, user.as_ref().map(|u| u.dir.as_path()));
+    let cwd = std::env::current_dir().unwrap_or_default();
+    files.into_iter().map(|f| cwd.join(f)).collect()
 }
 
 #[cfg(test)]

@@ -191,7 +191,7 @@ pub fn probe(root: &Root, python: Option<&Path>, conf_files: &[PathBuf]) -> Plat
         })
         .collect();
     let nccl = rank_nccl(root, python, &libs);
-    let (nccl_conf, nccl_conf_files) = nccl_conf(root, conf_files);
+    let conf = nccl_conf(root, conf_files);
     PlatformFacts {
         product_name: root
             .read(format!("{}/product_name", paths::SYS_DMI_ID))
@@ -204,8 +204,9 @@ pub fn probe(root: &Root, python: Option<&Path>, conf_files: &[PathBuf]) -> Plat
         nccl_version: nccl.version,
         nccl_version_from: nccl.from,
         nccl_on_disk: nccl.on_disk,
-        nccl_conf,
-        nccl_conf_files,
+        nccl_conf: conf.settings,
+        nccl_conf_files: conf.files,
+        nccl_conf_from: conf.from,
     }
 }
 
@@ -226,29 +227,40 @@ pub fn nccl_conf_files(env: &[(String, String)], home: Option<&Path>) -> Vec<Pat
 /// The variable naming NCCL's user config file.
 const NCCL_CONF_FILE_VAR: &str = "NCCL_CONF_FILE";
 
-/// The settings of those of `files` that exist, as NCCL applies them: a name set in
-/// an earlier file keeps that value (NCCL's setenv without overwrite); and the files
-/// read.
-fn nccl_conf(root: &Root, files: &[PathBuf]) -> (BTreeMap<String, String>, Vec<String>) {
-    let mut settings = BTreeMap::new();
-    let mut read = Vec::new();
+/// The settings of those of `files` that exist, as NCCL reads them (`setEnvFile`): a
+/// line starting with `#` is a comment, one without `=` is skipped, the name is all
+/// before the first `=` and the value all after it, nothing trimmed (a CRLF file's
+/// values keep their `\r`); a name set in an earlier file keeps that value (NCCL's
+/// setenv without overwrite).
+fn nccl_conf(root: &Root, files: &[PathBuf]) -> NcclConf {
+    let mut conf = NcclConf::default();
     for file in files {
         let rel = file.strip_prefix("/").unwrap_or(file);
-        let Some(text) = root.read(rel) else {
+        let Ok(text) = std::fs::read_to_string(root.join(rel)) else {
             continue;
         };
-        read.push(file.display().to_string());
+        let path = file.display().to_string();
         for (k, v) in text
-            .lines()
-            .filter(|l| !l.trim_start().starts_with('#'))
+            .split('\n')
+            .filter(|l| !l.starts_with('#'))
             .filter_map(|l| l.split_once('='))
         {
-            settings
-                .entry(k.trim().to_string())
-                .or_insert_with(|| v.trim().to_string());
+            if !conf.settings.contains_key(k) {
+                conf.settings.insert(k.to_string(), v.to_string());
+                conf.from.insert(k.to_string(), path.clone());
+            }
         }
+        conf.files.push(path);
     }
-    (settings, read)
+    conf
+}
+
+/// NCCL's config files as read: the settings, the files, each setting's file.
+#[derive(Default)]
+struct NcclConf {
+    settings: BTreeMap<String, String>,
+    files: Vec<String>,
+    from: BTreeMap<String, String>,
 }
 
 #[cfg(test)]
@@ -405,7 +417,7 @@ mod tests {
         fs::write(p.join("home/ml/.nccl.conf"), "NCCL_DEBUG=INFO\n").unwrap();
         fs::write(
             p.join("cfg/nccl.conf"),
-            " NCCL_PROFILER_PLUGIN = /opt/x.so\n",
+            "NCCL_PROFILER_PLUGIN=/opt/x.so\r\n NCCL_ALGO = Ring\n#NCCL_PROTO=Simple\n",
         )
         .unwrap();
         let root = Root::at(p);
@@ -420,10 +432,16 @@ mod tests {
             "/opt/microsoft/ndv5-topo.xml"
         );
         assert_eq!(f.nccl_conf_files, ["/home/ml/.nccl.conf", "/etc/nccl.conf"]);
+        assert_eq!(f.nccl_conf_from["NCCL_DEBUG"], "/home/ml/.nccl.conf");
+        assert_eq!(f.nccl_conf_from["NCCL_TOPO_FILE"], "/etc/nccl.conf");
         // NCCL_CONF_FILE replaces the user's file, not /etc/nccl.conf.
         let env = [("NCCL_CONF_FILE".to_string(), "/cfg/nccl.conf".to_string())];
         let f = probe(&root, None, &nccl_conf_files(&env, home));
-        assert_eq!(f.nccl_conf["NCCL_PROFILER_PLUGIN"], "/opt/x.so");
+        // As NCCL reads it: the CRLF file's \r kept, the spaced name not NCCL_ALGO.
+        assert_eq!(f.nccl_conf["NCCL_PROFILER_PLUGIN"], "/opt/x.so\r");
+        assert_eq!(f.nccl_conf[" NCCL_ALGO "], " Ring");
+        assert!(!f.nccl_conf.contains_key("NCCL_ALGO"));
+        assert!(!f.nccl_conf.contains_key("#NCCL_PROTO"));
         assert_eq!(f.nccl_conf["NCCL_DEBUG"], "WARN");
         assert_eq!(f.nccl_conf_files, ["/cfg/nccl.conf", "/etc/nccl.conf"]);
         // Files that do not exist are not named.

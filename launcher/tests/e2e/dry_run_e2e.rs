@@ -362,8 +362,6 @@ fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
 
 const PLUGIN: &str = "libtoporun_nccl_profiler.so";
 
-/// A copy of the binary under test with the NCCL profiler plugin beside it, as an
-/// install puts them (`cargo test` leaves the plugin in target/<profile>/deps).
 /// Facts of `host` changed by `edit`, written to a file in `dir`.
 fn facts_edited(
     dir: &std::path::Path,
@@ -426,8 +424,21 @@ fn an_old_nccl_and_nccl_conf_settings_are_respected() {
         "{out}"
     );
     assert!(!out.contains("  NCCL_P2P_LEVEL=NVL\n"), "{out}");
+    // Sourced, the plan leaves the file's values to NCCL: an export would pin them.
+    let (code, out, err) = run(toporun_at(&bin)
+        .args(["launch", "--dry-run", "--format", "shell", "--facts", &conf])
+        .args(["--nproc-per-node=2", "train.py"])
+        .current_dir(scripts()));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("\n# NCCL_P2P_LEVEL=SYS  # user: set in /etc/nccl.conf"),
+        "{out}"
+    );
+    assert!(!out.contains("export NCCL_P2P_LEVEL"), "{out}");
 }
 
+/// A copy of the binary under test with the NCCL profiler plugin beside it, as an
+/// install puts them (`cargo test` leaves the plugin in target/<profile>/deps).
 fn installed_with_plugin() -> (tempfile::TempDir, std::path::PathBuf) {
     let deps = std::env::current_exe()
         .unwrap()

@@ -13,16 +13,22 @@ pub struct EtcdCluster {
     _dir: tempfile::TempDir,
 }
 
-/// Where the members keep their data: in memory (/dev/shm) where it can be, so a
-/// shared disk that is slow to fsync or nearly full (each member preallocates a
-/// 64 MB WAL) cannot stall the cluster's elections under a test.
+/// Where the members keep their data: in memory (/dev/shm) where it has room, so a
+/// shared disk that is slow to fsync or nearly full cannot stall the cluster's
+/// elections under a test; else the temporary directory.
 fn data_dir() -> tempfile::TempDir {
-    tempfile::tempdir_in(SHM)
-        .or_else(|_| tempfile::tempdir())
-        .unwrap()
+    let room = nix::sys::statvfs::statvfs(SHM)
+        .map(|s| s.blocks_available() * s.fragment_size())
+        .unwrap_or(0);
+    let shm = (room >= SHM_NEEDED).then(|| tempfile::tempdir_in(SHM).ok());
+    shm.flatten()
+        .unwrap_or_else(|| tempfile::tempdir().unwrap())
 }
 
 const SHM: &str = "/dev/shm";
+/// A 3-member cluster's WALs (64 MB preallocated each) and databases, with room to
+/// spare for the ranks' own /dev/shm use (Docker's default /dev/shm is 64 MB).
+const SHM_NEEDED: u64 = 1 << 30;
 
 fn binary() -> PathBuf {
     std::env::var_os("TOPORUN_ETCD")

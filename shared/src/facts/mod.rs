@@ -295,9 +295,11 @@ pub struct PlatformFacts {
     /// their torch requires): a second fact, never the one toporun states.
     pub nccl_on_disk: Option<String>,
     /// The settings of NCCL's config files (NCCL_CONF_FILE or ~/.nccl.conf, then
-    /// /etc/nccl.conf), NAME=VALUE, each name as NCCL applies it: the first file's
-    /// value, and only where the environment leaves the name unset.
+    /// /etc/nccl.conf), NAME=VALUE as NCCL reads them, each name's value the first
+    /// file's (NCCL applies them where the environment leaves a name unset).
     pub nccl_conf: BTreeMap<String, String>,
     /// Those files, where they exist, in NCCL's order.
     pub nccl_conf_files: Vec<String>,
+    /// The file each of those settings comes from.
+    pub nccl_conf_from: BTreeMap<String, String>,
 }

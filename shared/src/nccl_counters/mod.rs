@@ -15,7 +15,8 @@ pub mod words;
 pub use decode::{decode, CommCounters, CountersError, FuncTotals, OpenOp, RankCounters};
 pub use func::{datatype_bytes, NcclFunc};
 pub use rank_vars::{
-    counters_file, profiler_vars, Profiler, ProfilerReport, COUNTERS_VAR, PLUGIN_FILE, PLUGIN_VAR,
+    counters_file, profiler_vars, PluginKind, Profiler, ProfilerReport, COUNTERS_VAR, PLUGIN_FILE,
+    PLUGIN_VAR,
 };
 pub use sampling::{BadSampling, KernelSampling, SAMPLING_VAR};
 pub use stall::{Behind, NcclStall, NcclState, NcclWatch, NodeReading, WaitedOp};

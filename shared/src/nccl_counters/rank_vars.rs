@@ -51,9 +51,7 @@ impl Profiler {
         Ok(match (on, found) {
             (false, _) => Profiler::Off,
             // It would never load: the dump timing, not a warning a minute in.
-            _ if nccl.is_some_and(|v| v < FIRST_NCCL) => {
-                Profiler::NcclTooOld(nccl.unwrap_or(FIRST_NCCL))
-            }
+            (true, _) if let Some(v) = nccl.filter(|v| *v < FIRST_NCCL) => Profiler::NcclTooOld(v),
             (true, Ok(p)) => {
                 let var = |k: &str| user.get(k).map(String::as_str);
                 let sampling =
@@ -75,11 +73,11 @@ impl Profiler {
     /// What the NCCL report's documents say of it.
     pub fn report(&self) -> ProfilerReport {
         let (plugin, path) = match self {
-            Profiler::Toporun(p, _) => ("toporun", Some(p.display().to_string())),
-            Profiler::User(v) => ("user", Some(v.clone())),
-            Profiler::Off => ("off", None),
-            Profiler::NotInstalled(_) => ("not-installed", None),
-            Profiler::NcclTooOld(_) => ("nccl-too-old", None),
+            Profiler::Toporun(p, _) => (PluginKind::Toporun, Some(p.display().to_string())),
+            Profiler::User(v) => (PluginKind::User, Some(v.clone())),
+            Profiler::Off => (PluginKind::Off, None),
+            Profiler::NotInstalled(_) => (PluginKind::NotInstalled, None),
+            Profiler::NcclTooOld(_) => (PluginKind::NcclTooOld, None),
         };
         ProfilerReport {
             plugin,
@@ -111,11 +109,21 @@ impl Profiler {
     }
 }
 
+/// Which profiler plugin the ranks load, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PluginKind {
+    Toporun,
+    User,
+    Off,
+    NotInstalled,
+    NcclTooOld,
+}
+
 /// The profiler plugin the ranks were given, as the NCCL report's JSON has it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ProfilerReport {
-    /// toporun, user, off, not-installed or nccl-too-old.
-    pub plugin: &'static str,
+    pub plugin: PluginKind,
     /// NCCL_PROFILER_PLUGIN as the ranks have it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
@@ -163,7 +171,11 @@ mod tests {
             "{}",
             old.line()
         );
-        assert_eq!(old.report().plugin, "nccl-too-old");
+        assert_eq!(old.report().plugin, PluginKind::NcclTooOld);
+        assert_eq!(
+            serde_json::to_value(old.report().plugin).unwrap(),
+            "nccl-too-old"
+        );
         for new in ["2.28.3", "2.28.9", "2.29.1"] {
             let p = Profiler::choose(&env(&[]), true, Version::parse(new), found()).unwrap();
             assert!(p.plugin().is_some(), "{new}");

@@ -28,19 +28,46 @@ pub struct NodeReading {
     /// Ranks whose stacks wait on their GPU (`.item()`, `synchronize`): they posted
     /// all they will, so none of them is behind.
     pub on_gpu: BTreeSet<u32>,
+    /// Every node's ranks (merged): a communicator's members missing here never
+    /// created it, wherever it spans.
+    pub whole_job: bool,
 }
 
 impl NodeReading {
-    /// What a node publishes for the job-wide decision: the per-function totals,
-    /// which the hang rule does not read, left out.
+    /// What a node publishes for the job-wide decision: its live communicators,
+    /// without the per-function totals, which the hang rule does not read.
     pub fn for_exchange(mut self) -> NodeReading {
         for c in self.counters.values_mut() {
+            c.comms.retain(|c| c.live);
             c.comms.iter_mut().for_each(|c| c.funcs.clear());
         }
         self
     }
 
-    /// Several nodes' readings as one (global ranks do not repeat across nodes).
+    /// Only the operations still open (a record over the store's bound): a wait's
+    /// last posted operation may then read as unknown.
+    pub fn only_open_ops(&mut self) {
+        let comms = self.counters.values_mut().flat_map(|c| &mut c.comms);
+        comms.for_each(|c| {
+            let done = c.completed;
+            c.recent.retain(|o| o.index >= done);
+        });
+    }
+
+    /// Posts and completions summed over every rank's communicators (each slot's
+    /// generation mixed in): equal at two readings when nothing moved between.
+    pub fn marks(&self) -> (u64, u64) {
+        let comms = || self.counters.values().flat_map(|c| &c.comms);
+        let mark = |f: fn(&CommCounters) -> u64| {
+            comms()
+                .map(|c| f(c).wrapping_add(c.generation << 32))
+                .fold(0, u64::wrapping_add)
+        };
+        (mark(|c| c.posted), mark(|c| c.done))
+    }
+
+    /// Several nodes' readings as one, every node's (global ranks do not repeat across
+    /// nodes).
     pub fn merge<'a>(nodes: impl IntoIterator<Item = &'a NodeReading>) -> NodeReading {
         let mut all = NodeReading::default();
         for n in nodes {
@@ -52,6 +79,7 @@ impl NodeReading {
             all.on_gpu.extend(&n.on_gpu);
         }
         all.live.sort_unstable();
+        all.whole_job = true;
         all
     }
 }
@@ -141,13 +169,7 @@ impl NcclWatch {
     }
 
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
-        let comms = || node.counters.values().flat_map(|c| &c.comms);
-        let mark = |f: fn(&CommCounters) -> u64| {
-            comms()
-                .map(|c| f(c).wrapping_add(c.generation << 32))
-                .fold(0, u64::wrapping_add)
-        };
-        let marks = (mark(|c| c.posted), mark(|c| c.done));
+        let marks = node.marks();
         let moved = marks != self.marks;
         self.marks = marks;
         let Some(wait) = awaited(node) else {
@@ -204,7 +226,9 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         }
     }
     let missing = match group {
-        Some((nranks, 1)) => nranks.saturating_sub(members.len() as u32),
+        Some((nranks, nnodes)) if nnodes == 1 || node.whole_job => {
+            nranks.saturating_sub(members.len() as u32)
+        }
         _ => 0,
     };
     Some(NcclStall {
@@ -335,7 +359,7 @@ mod tests {
                 .iter()
                 .map(|&(r, ms)| (r, Duration::from_millis(ms)))
                 .collect(),
-            on_gpu: BTreeSet::new(),
+            ..Default::default()
         }
     }
 
@@ -348,6 +372,35 @@ mod tests {
             NcclState::Stalled(s) => s,
             other => panic!("not stalled: {other:?}"),
         }
+    }
+
+    /// A communicator of 3 ranks over 2 nodes that rank 2 never created: one node's
+    /// reading cannot tell it is missing (its other members may be elsewhere); every
+    /// node's readings merged can.
+    #[test]
+    fn merged_nodes_count_the_members_that_never_created_a_communicator() {
+        use crate::nccl_counters::layout::{slot_word, S_NNODES};
+        let rank = |r: u32| {
+            let mut w = Words::default();
+            w.comm(0, 9, r, 3)
+                .ops(0, NcclFunc::AllReduce, 64, 11, 10, 1000);
+            w.0[slot_word(0, S_NNODES)] = 2;
+            decode(&w.bytes()).unwrap()
+        };
+        let node0 = NodeReading {
+            live: vec![0, 1],
+            counters: [(0, rank(0)), (1, rank(1))].into(),
+            ..Default::default()
+        };
+        assert_eq!(still(&node0, 5).missing, 0);
+        let node1 = NodeReading {
+            live: vec![2],
+            ..Default::default()
+        };
+        let job = NodeReading::merge([&node0, &node1]);
+        assert!(job.whole_job);
+        let s = still(&job, 5);
+        assert_eq!((s.missing, s.waiting.clone()), (1, vec![0, 1]));
     }
 
     fn node_of(ranks: impl IntoIterator<Item = (u32, RankCounters)>) -> NodeReading {

@@ -34,6 +34,10 @@ pub struct PlannedVar {
     pub value: Option<String>,
     pub source: Source,
     pub reason: String,
+    /// The NCCL config file a user value is set in (NCCL reads it there; the
+    /// environment does not carry it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub set_in: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
@@ -69,54 +73,10 @@ pub fn plan(
     decisions.push(topo_file::decide(facts));
     decisions.extend(rdma::decide(facts));
     decisions.extend(cumem::decide(facts, user_env, shape.nproc_per_node.max(1)));
-    let mut variables = Vec::new();
-    for d in decisions {
-        // NCCL_P2P_DISABLE set by the user owns the P2P decision too.
-        let p2p_disable = (d.name == "NCCL_P2P_LEVEL")
-            .then(|| user_env.get("NCCL_P2P_DISABLE"))
-            .flatten();
-        let var = if let Some(v) = user_env.get(d.name) {
-            PlannedVar {
-                name: d.name.into(),
-                value: Some(v.clone()),
-                source: Source::User,
-                reason: format!(
-                    "{}, kept (toporun would have {})",
-                    set_where(d.name),
-                    describe(&d)
-                ),
-            }
-        } else if let Some(v) = p2p_disable {
-            PlannedVar {
-                name: d.name.into(),
-                value: None,
-                source: Source::User,
-                reason: format!(
-                    "NCCL_P2P_DISABLE={v} {} decides P2P; kept",
-                    set_where("NCCL_P2P_DISABLE")
-                ),
-            }
-        } else if mode == PlanMode::Off {
-            PlannedVar {
-                name: d.name.into(),
-                value: None,
-                source: Source::LeftToNccl,
-                reason: "--nccl-env=off: toporun plans nothing".into(),
-            }
-        } else {
-            PlannedVar {
-                name: d.name.into(),
-                source: if d.value.is_some() {
-                    Source::Planned
-                } else {
-                    Source::LeftToNccl
-                },
-                value: d.value,
-                reason: d.reason,
-            }
-        };
-        variables.push(var);
-    }
+    let mut variables: Vec<PlannedVar> = decisions
+        .into_iter()
+        .map(|d| resolve(d, user_env, &set_where, mode))
+        .collect();
     // Every other NCCL_*/FI_* variable of the user's, kept.
     let kept: Vec<(&String, &String)> = user_env
         .iter()
@@ -126,16 +86,64 @@ pub fn plan(
         })
         .collect();
     for (k, v) in kept {
-        variables.push(PlannedVar {
-            name: k.clone(),
-            value: Some(v.clone()),
-            source: Source::User,
-            reason: format!("{}, kept", set_where(k)),
-        });
+        let at = set_where(k);
+        let reason = format!("{at}, kept");
+        variables.push(PlannedVar::kept(k, Some(v.clone()), at, reason));
     }
     Plan {
         variables,
         findings,
+    }
+}
+
+/// A decision as the ranks get it: the user's value (or NCCL_P2P_DISABLE for the
+/// P2P level) wins, `--nccl-env=off` leaves it to NCCL, else toporun's.
+fn resolve(
+    d: Decision,
+    user_env: &BTreeMap<String, String>,
+    set_where: &dyn Fn(&str) -> SetIn,
+    mode: PlanMode,
+) -> PlannedVar {
+    let p2p_disable = (d.name == "NCCL_P2P_LEVEL")
+        .then(|| user_env.get("NCCL_P2P_DISABLE"))
+        .flatten();
+    if let Some(v) = user_env.get(d.name) {
+        let at = set_where(d.name);
+        let reason = format!("{at}, kept (toporun would have {})", describe(&d));
+        PlannedVar::kept(d.name, Some(v.clone()), at, reason)
+    } else if let Some(v) = p2p_disable {
+        let at = set_where("NCCL_P2P_DISABLE");
+        let reason = format!("NCCL_P2P_DISABLE={v} {at} decides P2P; kept");
+        PlannedVar::kept(d.name, None, at, reason)
+    } else if mode == PlanMode::Off {
+        let reason = "--nccl-env=off: toporun plans nothing".into();
+        PlannedVar::new(d.name, None, Source::LeftToNccl, reason)
+    } else {
+        let source = match d.value {
+            Some(_) => Source::Planned,
+            None => Source::LeftToNccl,
+        };
+        PlannedVar::new(d.name, d.value, source, d.reason)
+    }
+}
+
+impl PlannedVar {
+    fn new(name: &str, value: Option<String>, source: Source, reason: String) -> PlannedVar {
+        PlannedVar {
+            name: name.into(),
+            value,
+            source,
+            reason,
+            set_in: None,
+        }
+    }
+
+    /// A user's setting kept, with the config file it is set in.
+    fn kept(name: &str, value: Option<String>, at: SetIn, reason: String) -> PlannedVar {
+        PlannedVar {
+            set_in: at.file().map(String::from),
+            ..PlannedVar::new(name, value, Source::User, reason)
+        }
     }
 }
 
@@ -246,6 +254,7 @@ mod tests {
             level.reason
         );
         assert!(!p.planned().contains_key("NCCL_P2P_LEVEL"));
+        assert_eq!(level.set_in.as_deref(), Some("/etc/nccl.conf"));
         let other = p.get("NCCL_P2P_DIRECT_READ").unwrap();
         assert_eq!(other.reason, "set in /etc/nccl.conf, kept");
         let finding = p
@@ -268,6 +277,7 @@ mod tests {
             "{}",
             level.reason
         );
+        assert_eq!(level.set_in, None);
         // NCCL_P2P_DISABLE from the file owns the level as the environment's would.
         host.platform.nccl_conf = env(&[("NCCL_P2P_DISABLE", "1")]);
         let p = plan(
@@ -282,6 +292,50 @@ mod tests {
             level.reason,
             "NCCL_P2P_DISABLE=1 set in /etc/nccl.conf decides P2P; kept"
         );
+    }
+
+    /// A CRLF file and spaces around a name: NCCL reads both otherwise than they
+    /// look, and the plan's findings say so, with the file.
+    #[test]
+    fn nccl_conf_lines_nccl_misreads_are_findings() {
+        let mut host = healthy();
+        host.platform.nccl_conf = env(&[
+            ("NCCL_PROFILER_PLUGIN", "/opt/x.so\r"),
+            (" NCCL_ALGO ", " Ring"),
+        ]);
+        host.platform.nccl_conf_from = env(&[
+            ("NCCL_PROFILER_PLUGIN", "/etc/nccl.conf"),
+            (" NCCL_ALGO ", "/etc/nccl.conf"),
+        ]);
+        let p = plan(
+            &host,
+            &BTreeMap::new(),
+            &LaunchShape::default(),
+            PlanMode::On,
+        );
+        let said = |v: &str| {
+            p.findings
+                .iter()
+                .find(|f| f.facts.get("variable").map(String::as_str) == Some(v))
+                .map(|f| (f.summary.clone(), f.remedy.clone().unwrap_or_default()))
+                .unwrap_or_else(|| panic!("no finding on {v}: {:?}", p.findings))
+        };
+        let (summary, remedy) = said("NCCL_PROFILER_PLUGIN");
+        assert!(summary.contains("ends in a carriage return"), "{summary}");
+        assert!(remedy.contains("dos2unix /etc/nccl.conf"), "{remedy}");
+        let (summary, remedy) = said("NCCL_ALGO");
+        assert!(summary.contains("so NCCL_ALGO stays unset"), "{summary}");
+        assert_eq!(
+            remedy,
+            "write NCCL_ALGO=Ring in /etc/nccl.conf, with no space around '='"
+        );
+        // The environment's own value: no finding on the file's.
+        let user = env(&[("NCCL_PROFILER_PLUGIN", "/opt/y.so")]);
+        let p = plan(&host, &user, &LaunchShape::default(), PlanMode::On);
+        assert!(!p
+            .findings
+            .iter()
+            .any(|f| f.summary.contains("carriage return")));
     }
 
     #[test]

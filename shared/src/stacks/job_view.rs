@@ -73,8 +73,14 @@ impl NodeStacks {
         Duration::from_millis(self.stalled_ms)
     }
 
-    /// JSON of at most [`MAX_BYTES`]: fewer frames, then fewer ranks, where needed.
+    /// JSON of at most [`MAX_BYTES`]: fewer frames, then only the counters' open
+    /// operations, then no stacks, then no counters (the stack rule decides then),
+    /// where needed.
     pub fn encode(&self) -> Vec<u8> {
+        let fits = |n: &NodeStacks| {
+            let bytes = serde_json::to_vec(n).unwrap_or_default();
+            (bytes.len() <= MAX_BYTES).then_some(bytes)
+        };
         let mut n = self.clone();
         for keep in FRAMES_KEPT {
             for r in &mut n.ranks {
@@ -82,10 +88,25 @@ impl NodeStacks {
                     t.frames.truncate(keep);
                 }
             }
-            let bytes = serde_json::to_vec(&n).unwrap_or_default();
-            if bytes.len() <= MAX_BYTES {
+            if let Some(bytes) = fits(&n) {
                 return bytes;
             }
+        }
+        if let Some(reading) = &mut n.nccl {
+            reading.only_open_ops();
+            if let Some(bytes) = fits(&n) {
+                return bytes;
+            }
+        }
+        let ranks = std::mem::take(&mut n.ranks);
+        if let Some(bytes) = fits(&n) {
+            return bytes;
+        }
+        // Without counters the stack rule decides, which needs the stacks back.
+        n.nccl = None;
+        n.ranks = ranks;
+        if let Some(bytes) = fits(&n) {
+            return bytes;
         }
         n.ranks.clear();
         serde_json::to_vec(&n).unwrap_or_default()
@@ -145,6 +166,76 @@ mod tests {
 
     fn at(rank: u32, function: &str, file: &str) -> RankStack {
         rank_with(rank, main_thread(false, &[(function, file, 7)]))
+    }
+
+    /// A node of 8 ranks, each in `comms` live communicators with 300 operations
+    /// posted and `completed` completed, deep stacks, as it publishes its record.
+    fn big_node(comms: usize, completed: u64) -> NodeStacks {
+        use crate::nccl_counters::words::Words;
+        use crate::nccl_counters::{decode, NcclFunc, NodeReading};
+        let file = "/opt/venv/lib/python3.12/site-packages/pkg/module.py";
+        let frames: Vec<(&str, &str, i32)> = (0..40).map(|_| ("a_function", file, 7)).collect();
+        let stacks: Vec<RankStack> = (0..8)
+            .map(|r| rank_with(r, main_thread(false, &frames)))
+            .collect();
+        let counters = (0..8u32)
+            .map(|r| {
+                let mut w = Words::default();
+                for slot in 0..comms {
+                    w.comm(slot, 0x1000 + slot as u64, r, 64).ops(
+                        slot,
+                        NcclFunc::AllReduce,
+                        4 << 20,
+                        300,
+                        completed,
+                        1000,
+                    );
+                }
+                (r, decode(&w.bytes()).unwrap())
+            })
+            .collect();
+        let reading = NodeReading {
+            live: (0..8).collect(),
+            counters,
+            ..Default::default()
+        };
+        NodeStacks::new(0, "trainer-0", Duration::ZERO, &stacks)
+            .with_nccl(Some(reading.for_exchange()))
+    }
+
+    fn decoded(n: &NodeStacks) -> NodeStacks {
+        let bytes = n.encode();
+        assert!(bytes.len() <= MAX_BYTES, "{} bytes", bytes.len());
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// A record stays within the store's bound: 8 ranks in 4 communicators keep their
+    /// counters whole and their stacks; in 16, the counters keep their open operations
+    /// only; in all 32 a rank may hold, the counters stay home (the stack rule
+    /// decides) and the stacks travel.
+    #[test]
+    fn a_record_with_counters_stays_within_the_bound() {
+        let four = big_node(4, 292);
+        let d = decoded(&four);
+        assert_eq!(d.nccl, four.nccl, "4 communicators travel whole");
+        assert_eq!(d.ranks[0].threads[0].frames.len(), 24);
+        let d = decoded(&big_node(16, 299));
+        let open = |c: &crate::nccl_counters::CommCounters| c.recent.len();
+        let comms = &d
+            .nccl
+            .as_ref()
+            .expect("16 communicators' counters")
+            .counters[&0]
+            .comms;
+        assert_eq!(comms.len(), 16);
+        assert!(
+            comms.iter().all(|c| open(c) == 1),
+            "only the open operation"
+        );
+        assert_eq!(d.ranks.len(), 8);
+        let d = decoded(&big_node(32, 299));
+        assert_eq!(d.nccl, None);
+        assert_eq!(d.ranks.len(), 8, "the stacks travel for the stack rule");
     }
 
     /// Node 1's rank left; node 0's rank waits on its GPU: the view built from both

@@ -130,12 +130,11 @@ impl Hang {
     ) -> Hang {
         let stalled = Duration::from_secs_f64(stall.stalled_secs);
         let mut hang = Hang::with(stacks, places, stalled, timeout, ctx);
-        let nodes: std::collections::BTreeSet<u32> =
-            places.values().map(|(p, _)| p.node_rank).collect();
-        let scope = if nodes.len() > 1 {
-            "in the job"
+        // Places are empty on a single node, and name every shown rank's node on several.
+        let (scope, ranks) = if places.is_empty() {
+            ("on this node", "every rank here")
         } else {
-            "on this node"
+            ("in the job", "every rank of the communicator")
         };
         hang.trigger = Some(format!(
             "no NCCL operation has been posted or completed {scope} for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
@@ -148,10 +147,7 @@ impl Hang {
         }
         if stall.behind.is_empty() {
             hang.headline = match stall.missing {
-                0 => format!(
-                    "every rank here posted {op} and none completed: {}",
-                    hang.headline
-                ),
+                0 => format!("{ranks} posted {op} and none completed: {}", hang.headline),
                 n => format!(
                     "ranks {} wait in {op}{}",
                     ranks_text(&stall.waiting),

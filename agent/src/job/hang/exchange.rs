@@ -23,11 +23,21 @@ use toporun_shared::stacks::standing::Standing;
 use toporun_shared::stacks::{nccl_verdict, NcclVerdict};
 
 struct State {
+    /// The current hang is said (by either rule: one flag, so one hang is said once).
     reported: bool,
     seq: u32,
     /// The job's NCCL counters as the deciding node follows them.
     nccl: NcclWatch,
-    nccl_reported: bool,
+}
+
+/// What the deciding node's NCCL rule makes of a step.
+enum NcclStep {
+    /// The stacks decide.
+    StackRule,
+    /// The counters decide: nothing to say now.
+    Quiet,
+    /// The job hangs: this notice to write and say.
+    Say(Notice),
 }
 
 /// Starts exchanging this node's samples; a hang decided goes to `sink`.
@@ -47,7 +57,6 @@ pub fn start(
             reported: false,
             seq: 0,
             nccl: NcclWatch::default(),
-            nccl_reported: false,
         };
         while samples.changed().await.is_ok() {
             let s = samples.borrow_and_update().clone();
@@ -61,8 +70,16 @@ pub fn start(
     })
 }
 
-fn say_decided(decider: u32) {
-    crate::console::say!("toporun: hang: node {decider} (hosting the workers' store) found no rank of any node making progress; its job-wide view:");
+fn say_decided(n: &Notice) {
+    let why = match n.hang.trigger {
+        // NCCL's counters or its watchdog: the stacks of a rank behind may move.
+        Some(_) => "found the job's NCCL operations stalled",
+        None => "found no rank of any node making progress",
+    };
+    crate::console::say!(
+        "toporun: hang: node {} (hosting the workers' store) {why}; its job-wide view:",
+        n.decider
+    );
 }
 
 /// Prints the job-wide view a node stopped for a hang had not read yet (the stop
@@ -70,7 +87,7 @@ fn say_decided(decider: u32) {
 pub async fn print_decided(m: &Meeting) {
     let Ok(mut c) = m.connect().await else { return };
     if let Ok(Some(n)) = m.read_notice(&mut c, 0).await {
-        say_decided(n.decider);
+        say_decided(&n);
         crate::console::say_raw!("{}", n.text);
     }
 }
@@ -95,9 +112,10 @@ impl Meeting {
         let outside = |r: &(u32, Standing, String)| matches!(r.1, Standing::Elsewhere { .. });
         let early = s.stalled >= LEFT_STALL / 2
             && (!s.context.left.is_empty() || !s.context.standings(&s.stacks).iter().any(outside));
-        // With NCCL's counters the stacks always travel: a rank spinning in Python
-        // never stands still, and the deciding node needs where every rank stands.
-        let shown = if s.nccl.is_some() || s.stalled >= watch.timeout / 2 || early {
+        // With NCCL's counters the stacks travel once the counters stand: a rank
+        // spinning in Python never stands still, and the deciding node needs where
+        // every rank stands.
+        let shown = if s.nccl_still || s.stalled >= watch.timeout / 2 || early {
             s.stacks.as_slice()
         } else {
             &[]
@@ -125,7 +143,7 @@ impl Meeting {
         };
         if let Some(n) = found {
             if !self.decides {
-                say_decided(n.decider);
+                say_decided(&n);
             }
             state.seq = n.seq;
             state.reported = true;
@@ -153,9 +171,9 @@ impl Meeting {
                 .gather(c, |n| self.keys.stacks(n), Duration::ZERO)
                 .await?;
             match self.nccl_decide(nodes, timeout, state) {
-                None => return Ok(false),
-                Some(None) => return Ok(true),
-                Some(Some(n)) => {
+                NcclStep::StackRule => return Ok(false),
+                NcclStep::Quiet => return Ok(true),
+                NcclStep::Say(n) => {
                     self.write(c, &self.keys.hang(), &n).await?;
                     n
                 }
@@ -163,7 +181,7 @@ impl Meeting {
         } else {
             match self.read_notice(c, state.seq).await? {
                 Some(n) => {
-                    say_decided(n.decider);
+                    say_decided(&n);
                     n
                 }
                 None => return Ok(true),
@@ -179,18 +197,17 @@ impl Meeting {
         Ok(true)
     }
 
-    /// The deciding node's NCCL verdict on every node's record: None where the stacks
-    /// decide (a node not heard from, or without counters), else the notice to write
-    /// where the job hangs now.
+    /// The deciding node's NCCL verdict on every node's record: the stacks decide
+    /// where a node was not heard from or has no counters.
     fn nccl_decide(
         &self,
         nodes: Vec<NodeStacks>,
         timeout: Duration,
         state: &mut State,
-    ) -> Option<Option<Notice>> {
+    ) -> NcclStep {
         let all = (0..self.nnodes).all(|n| nodes.iter().any(|s| s.node_rank == n));
         if !all || nodes.iter().any(|n| n.nccl.is_none()) {
-            return None;
+            return NcclStep::StackRule;
         }
         let reading = NodeReading::merge(nodes.iter().filter_map(|n| n.nccl.as_ref()));
         let (stacks, places) = flatten(&nodes);
@@ -205,22 +222,20 @@ impl Meeting {
             timeout,
             now,
         ) {
-            NcclVerdict::StackRule => None,
+            NcclVerdict::StackRule => NcclStep::StackRule,
             NcclVerdict::Moving => {
-                state.nccl_reported = false;
-                Some(None)
+                // Operations move: a later hang, by either rule, is said anew.
+                state.reported = false;
+                NcclStep::Quiet
             }
-            NcclVerdict::Waiting => Some(None),
-            NcclVerdict::Hang(_) if state.nccl_reported => Some(None),
-            NcclVerdict::Hang(hang) => {
-                state.nccl_reported = true;
-                Some(Some(Notice {
-                    seq: state.seq + 1,
-                    decider: self.node_rank,
-                    text: hang.text(&places),
-                    hang,
-                }))
-            }
+            NcclVerdict::Waiting => NcclStep::Quiet,
+            NcclVerdict::Hang(_) if state.reported => NcclStep::Quiet,
+            NcclVerdict::Hang(hang) => NcclStep::Say(Notice {
+                seq: state.seq + 1,
+                decider: self.node_rank,
+                text: hang.text(&places),
+                hang,
+            }),
         }
     }
 
@@ -294,7 +309,6 @@ mod tests {
             reported: false,
             seq: 0,
             nccl: NcclWatch::default(),
-            nccl_reported: false,
         }
     }
 
@@ -333,7 +347,8 @@ mod tests {
 
     /// Rank 0 (node 0) waits on its GPU in operation 11 while rank 1 (node 1) spins in
     /// Python, its stack moving, never posting it: the deciding node names rank 1 from
-    /// the two nodes' counters, once, and again after operations moved.
+    /// the two nodes' counters, once (what the nodes' sampler does after a notice:
+    /// `reported`), and again after operations moved.
     #[test]
     fn the_deciding_node_names_a_spinning_rank_on_another_node_from_the_counters() {
         let m = deciding(2);
@@ -342,35 +357,53 @@ mod tests {
         let timeout = Duration::ZERO;
         assert!(matches!(
             m.nccl_decide(stuck(), timeout, &mut s),
-            Some(None)
+            NcclStep::Quiet
         ));
-        let Some(Some(n)) = m.nccl_decide(stuck(), timeout, &mut s) else {
+        let NcclStep::Say(n) = m.nccl_decide(stuck(), timeout, &mut s) else {
             panic!("no hang decided");
         };
         assert_eq!((n.seq, n.decider), (1, 0));
-        assert!(
-            n.text
-                .contains("rank 1 never posted all_reduce (64 B, operation 11"),
-            "{}",
-            n.text
-        );
+        let said = "rank 1 never posted all_reduce (64 B, operation 11";
+        assert!(n.text.contains(said), "{}", n.text);
         assert!(n.text.contains("in the job"), "{}", n.text);
         assert!(n.text.contains("trainer-1"), "{}", n.text);
-        // Said once; operations move, and a later hang is decided anew.
-        s.seq = n.seq;
+        (s.seq, s.reported) = (n.seq, true);
         assert!(matches!(
             m.nccl_decide(stuck(), timeout, &mut s),
-            Some(None)
+            NcclStep::Quiet
         ));
         let moved = vec![node(0, SYNC, 12, 11), node(1, SPIN, 12, 11)];
-        assert!(matches!(m.nccl_decide(moved, timeout, &mut s), Some(None)));
-        assert!(!s.nccl_reported);
+        assert!(matches!(
+            m.nccl_decide(moved, timeout, &mut s),
+            NcclStep::Quiet
+        ));
+        assert!(!s.reported, "operations moved: a later hang is said anew");
         // A node not heard from, or one without counters: the stacks decide.
-        assert!(m
-            .nccl_decide(stuck()[..1].to_vec(), timeout, &mut s)
-            .is_none());
+        let one = stuck()[..1].to_vec();
+        assert!(matches!(
+            m.nccl_decide(one, timeout, &mut s),
+            NcclStep::StackRule
+        ));
         let mut bare = stuck();
         bare[1].nccl = None;
-        assert!(m.nccl_decide(bare, timeout, &mut s).is_none());
+        assert!(matches!(
+            m.nccl_decide(bare, timeout, &mut s),
+            NcclStep::StackRule
+        ));
+    }
+
+    /// A hang the stack rule said first (a notice, `reported`) is not said again when
+    /// the counters' stall reaches the timeout.
+    #[test]
+    fn a_hang_said_by_the_stacks_is_not_said_again_by_the_counters() {
+        let m = deciding(2);
+        let mut s = state();
+        let stuck = || vec![node(0, SYNC, 11, 10), node(1, SPIN, 10, 10)];
+        m.nccl_decide(stuck(), Duration::ZERO, &mut s);
+        (s.seq, s.reported) = (1, true);
+        assert!(matches!(
+            m.nccl_decide(stuck(), Duration::ZERO, &mut s),
+            NcclStep::Quiet
+        ));
     }
 }

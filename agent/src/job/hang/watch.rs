@@ -74,6 +74,9 @@ pub struct NodeSample {
     /// The ranks' NCCL counters, where they load toporun's profiler plugin: the node
     /// hosting the store decides from every node's.
     pub nccl: Option<NodeReading>,
+    /// No operation was posted or completed here since the last sample: where the
+    /// ranks stand is worth sending (a rank spinning in Python never stands still).
+    pub nccl_still: bool,
 }
 
 /// Who decides that the job hangs.
@@ -192,6 +195,8 @@ struct Judge {
     lines: SourceLines,
     /// NCCL's counters, where the ranks load toporun's profiler plugin.
     nccl: Option<(CountersFiles, NcclWatch)>,
+    /// The counters' marks at the last sample handed on (several nodes).
+    handed_marks: (u64, u64),
 }
 
 /// Each rank's stderr tail, by global rank.
@@ -376,9 +381,12 @@ impl Judge {
                 .nccl
                 .as_ref()
                 .map(|(files, _)| files.node(&self.root, live).for_exchange());
-            // The context travels only once the ranks stand still, or always where
-            // NCCL's counters can show a hang whose stacks move.
-            let context = if stalled >= timeout.min(LEFT_STALL) / 2 || nccl.is_some() {
+            let marks = nccl.as_ref().map(NodeReading::marks);
+            let nccl_still = marks.is_some_and(|m| m == self.handed_marks);
+            self.handed_marks = marks.unwrap_or_default();
+            // The context travels only once the ranks stand still, or NCCL's
+            // counters do (a hang whose stacks move).
+            let context = if stalled >= timeout.min(LEFT_STALL) / 2 || nccl_still {
                 self.context(stacks)
             } else {
                 Context::default()
@@ -389,6 +397,7 @@ impl Judge {
                     stacks: stacks.to_vec(),
                     context,
                     nccl,
+                    nccl_still,
                 });
             }
             return;
@@ -452,6 +461,7 @@ pub fn start(
         watchdog_said: false,
         lines: SourceLines::default(),
         nccl: counters.map(|c| (c, NcclWatch::default())),
+        handed_marks: (0, 0),
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
