@@ -224,6 +224,11 @@ mod tests {
             .any(|f| f.facts.get("measured").is_some_and(|m| m.contains("27.5"))));
     }
 
+    /// The plan of `host` for one node, with the user's `env`.
+    fn on(host: &HostFacts, env: &BTreeMap<String, String>) -> Plan {
+        plan(host, env, &LaunchShape::default(), PlanMode::On)
+    }
+
     /// A value of NCCL's config files is NCCL's unless the environment sets the name:
     /// toporun keeps it as the user's, says where it is set, and checks it.
     #[test]
@@ -235,12 +240,7 @@ mod tests {
             ("NCCL_P2P_DIRECT_READ", "1"),
         ]);
         host.platform.nccl_conf_files = vec!["/etc/nccl.conf".into()];
-        let p = plan(
-            &host,
-            &BTreeMap::new(),
-            &LaunchShape::default(),
-            PlanMode::On,
-        );
+        let p = on(&host, &BTreeMap::new());
         let level = p.get("NCCL_P2P_LEVEL").unwrap();
         assert_eq!(
             (level.value.as_deref(), level.source),
@@ -269,7 +269,7 @@ mod tests {
         );
         // The environment wins, as in NCCL.
         let user = env(&[("NCCL_P2P_LEVEL", "PIX")]);
-        let p = plan(&host, &user, &LaunchShape::default(), PlanMode::On);
+        let p = on(&host, &user);
         let level = p.get("NCCL_P2P_LEVEL").unwrap();
         assert_eq!(level.value.as_deref(), Some("PIX"));
         assert!(
@@ -280,12 +280,7 @@ mod tests {
         assert_eq!(level.set_in, None);
         // NCCL_P2P_DISABLE from the file owns the level as the environment's would.
         host.platform.nccl_conf = env(&[("NCCL_P2P_DISABLE", "1")]);
-        let p = plan(
-            &host,
-            &BTreeMap::new(),
-            &LaunchShape::default(),
-            PlanMode::On,
-        );
+        let p = on(&host, &BTreeMap::new());
         let level = p.get("NCCL_P2P_LEVEL").unwrap();
         assert_eq!((level.value.as_deref(), level.source), (None, Source::User));
         assert_eq!(
@@ -307,12 +302,7 @@ mod tests {
             ("NCCL_PROFILER_PLUGIN", "/etc/nccl.conf"),
             (" NCCL_ALGO ", "/etc/nccl.conf"),
         ]);
-        let p = plan(
-            &host,
-            &BTreeMap::new(),
-            &LaunchShape::default(),
-            PlanMode::On,
-        );
+        let p = on(&host, &BTreeMap::new());
         let said = |v: &str| {
             p.findings
                 .iter()
@@ -331,7 +321,7 @@ mod tests {
         );
         // The environment's own value: no finding on the file's.
         let user = env(&[("NCCL_PROFILER_PLUGIN", "/opt/y.so")]);
-        let p = plan(&host, &user, &LaunchShape::default(), PlanMode::On);
+        let p = on(&host, &user);
         assert!(!p
             .findings
             .iter()

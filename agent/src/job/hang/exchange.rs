@@ -92,6 +92,17 @@ pub async fn print_decided(m: &Meeting) {
     }
 }
 
+/// A job-wide notice said here: counted, and not said again.
+fn said(n: Notice, state: &mut State, sink: &Sink) {
+    state.seq = n.seq;
+    state.reported = true;
+    sink.found(HangReport {
+        hang: n.hang,
+        text: n.text,
+        watchdog: None,
+    });
+}
+
 fn unavailable(e: &StoreError) {
     crate::console::say_warning!("job-wide hang detection stopped: the workers' store is unreachable ({e}); each node's stacks stay available through `toporun stacks`");
 }
@@ -145,13 +156,7 @@ impl Meeting {
             if !self.decides {
                 say_decided(&n);
             }
-            state.seq = n.seq;
-            state.reported = true;
-            sink.found(HangReport {
-                hang: n.hang,
-                text: n.text,
-                watchdog: None,
-            });
+            said(n, state, sink);
         }
         Ok(())
     }
@@ -187,13 +192,7 @@ impl Meeting {
                 None => return Ok(true),
             }
         };
-        state.seq = notice.seq;
-        state.reported = true;
-        sink.found(HangReport {
-            hang: notice.hang,
-            text: notice.text,
-            watchdog: None,
-        });
+        said(notice, state, sink);
         Ok(true)
     }
 
