@@ -184,11 +184,11 @@ pub fn render(p: &Job, entry: &[Finding], format: DryRunFormat) -> Result<String
     })
 }
 
-/// `--format env`: the node-wide NCCL variables, `NAME=value` a line.
+/// `--format env`: the node-wide NCCL variables, `NAME=value` a line; those of NCCL's
+/// config files are left to NCCL, which reads them there (an env file would pin them).
 fn env_lines(p: &Job, format: DryRunFormat) -> Result<String> {
-    p.plan
-        .env()
-        .iter()
+    let vars = p.plan.variables.iter().filter(|v| v.set_in.is_none());
+    vars.filter_map(|v| Some((&v.name, v.value.as_ref()?)))
         .map(|(k, v)| {
             check_sourceable(k, Some(v), format)?;
             Ok(format!("{k}={v}\n"))
@@ -201,7 +201,9 @@ fn shell_lines(p: &Job, format: DryRunFormat) -> Result<String> {
     let mut out =
         String::from("# toporun launch --dry-run --format shell: the node-wide NCCL environment\n");
     for v in &p.plan.variables {
-        check_sourceable(&v.name, v.value.as_deref(), format)?;
+        // A config file's value goes into a comment: only its name must be sourceable.
+        let value = v.value.as_deref().filter(|_| v.set_in.is_none());
+        check_sourceable(&v.name, value, format)?;
         let reason = comment(&v.reason);
         let whose = if v.source == Source::User {
             "user"
@@ -282,9 +284,18 @@ fn text(p: &Job, findings: &[Finding], ranks: (Vec<RankView>, &str)) -> String {
     });
     out.push_str("\nNCCL plan:\n");
     for v in &p.plan.variables {
+        // A control character (a CRLF file's \r) is shown, not obeyed by the terminal.
+        let shown = |val: &str| -> String {
+            val.chars()
+                .map(|c| match c.is_control() {
+                    true => c.escape_default().to_string(),
+                    false => c.to_string(),
+                })
+                .collect()
+        };
         let (val, tag) = match (&v.value, v.source) {
-            (Some(val), Source::User) => (format!("{}={val}", v.name), "user"),
-            (Some(val), _) => (format!("{}={val}", v.name), "planned"),
+            (Some(val), Source::User) => (format!("{}={}", v.name, shown(val)), "user"),
+            (Some(val), _) => (format!("{}={}", v.name, shown(val)), "planned"),
             (None, _) => (v.name.clone(), "left to NCCL"),
         };
         out.push_str(&format!("  {val:<40} [{tag}] {}\n", v.reason));

@@ -68,7 +68,8 @@ fn conf_line_faults(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Fi
     let p = &facts.platform;
     let mut out = Vec::new();
     for (name, value) in p.nccl_conf.iter().filter(|(k, _)| !env.contains_key(*k)) {
-        let file = p.nccl_conf_from.get(name).cloned().unwrap_or_default();
+        let at = SetIn::of(name, env, p);
+        let file = at.file().unwrap_or_default();
         let bare = name.trim();
         let found = if bare != name && bare.starts_with("NCCL_") {
             Finding::new(ID, Severity::Warning, format!("{file} sets {name:?} with spaces around the name: NCCL takes the name as written, so {bare} stays unset"))
@@ -79,7 +80,7 @@ fn conf_line_faults(facts: &HostFacts, env: &BTreeMap<String, String>) -> Vec<Fi
         } else {
             continue;
         };
-        out.push(found.fact("variable", bare).fact("set in", &file));
+        out.push(found.fact("variable", bare).fact("set in", file));
     }
     out
 }

@@ -409,6 +409,7 @@ fn an_old_nccl_and_nccl_conf_settings_are_respected() {
         f["platform"]["nccl_conf"] = serde_json::json!({
             "NCCL_PROFILER_PLUGIN": "/opt/az/libnccl-profiler.so",
             "NCCL_P2P_LEVEL": "SYS",
+            "NCCL_ALGO": "Ring\r",
         });
         f["platform"]["nccl_conf_files"] = serde_json::json!(["/etc/nccl.conf"]);
     });
@@ -424,6 +425,12 @@ fn an_old_nccl_and_nccl_conf_settings_are_respected() {
         "{out}"
     );
     assert!(!out.contains("  NCCL_P2P_LEVEL=NVL\n"), "{out}");
+    // A CRLF file's value: shown escaped, and said.
+    assert!(out.contains("  NCCL_ALGO=Ring\\r "), "{out}");
+    assert!(
+        out.contains("NCCL_ALGO's value in /etc/nccl.conf ends in a carriage return"),
+        "{out}"
+    );
     // Sourced, the plan leaves the file's values to NCCL: an export would pin them.
     let (code, out, err) = run(toporun_at(&bin)
         .args(["launch", "--dry-run", "--format", "shell", "--facts", &conf])
@@ -435,6 +442,16 @@ fn an_old_nccl_and_nccl_conf_settings_are_respected() {
         "{out}"
     );
     assert!(!out.contains("export NCCL_P2P_LEVEL"), "{out}");
+    let (code, out, err) = run(toporun_at(&bin)
+        .args(["launch", "--dry-run", "--format", "env", "--facts", &conf])
+        .args(["--nproc-per-node=2", "train.py"])
+        .current_dir(scripts()));
+    assert_eq!(code, 0, "an env file leaves the CRLF value to NCCL: {err}");
+    assert!(out.contains("NCCL_SOCKET_IFNAME="), "{out}");
+    assert!(
+        !out.contains("NCCL_P2P_LEVEL") && !out.contains("NCCL_ALGO"),
+        "{out}"
+    );
 }
 
 /// A copy of the binary under test with the NCCL profiler plugin beside it, as an
