@@ -61,7 +61,7 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
     let (node, known) = dry_place(p);
     let run_dir = Path::new("<run dir>");
     let attempt_dir = run_dir.join("attempt_0");
-    let report_env = match capture(p.watch.nccl_report, &p.inherited_env, &attempt_dir) {
+    let report_env = match capture(p.watch.nccl_report, &p.nccl_seen_env(), &attempt_dir) {
         Capture::Files { env, .. } => env,
         Capture::Off(_) => BTreeMap::new(),
     };
@@ -116,7 +116,7 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
 fn nccl_lines(p: &Job) -> (String, toporun_shared::nccl_expect::Expected) {
     let report = match capture(
         p.watch.nccl_report,
-        &p.inherited_env,
+        &p.nccl_seen_env(),
         Path::new("<run dir>/attempt_N"),
     ) {
         Capture::Off(why) => format!("off ({why})"),

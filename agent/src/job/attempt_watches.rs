@@ -28,7 +28,7 @@ pub(super) fn nccl_reporter(
     dir: &Path,
     attempt_dir: &Path,
 ) -> (BTreeMap<String, String>, Option<Reporter>) {
-    match capture(p.watch.nccl_report, &p.inherited_env, attempt_dir) {
+    match capture(p.watch.nccl_report, &p.nccl_seen_env(), attempt_dir) {
         Capture::Files {
             dir: ndir,
             prefix,

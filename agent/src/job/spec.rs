@@ -282,6 +282,13 @@ impl Job {
         }
     }
 
+    /// What NCCL will see set: the inherited environment, then NCCL's config files for
+    /// the names it leaves unset (NCCL_DEBUG in /etc/nccl.conf is the user's too).
+    pub fn nccl_seen_env(&self) -> BTreeMap<String, String> {
+        let conf = &self.facts.platform.nccl_conf;
+        toporun_shared::user_env::with_nccl_conf(&self.inherited_env, conf)
+    }
+
     /// toporun's NCCL profiler plugin, where the ranks use NCCL (a GPU each) and load it.
     pub fn profiler_plugin(&self) -> Option<&Path> {
         self.gpu_of(0)?;

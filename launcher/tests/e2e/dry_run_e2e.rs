@@ -410,6 +410,7 @@ fn an_old_nccl_and_nccl_conf_settings_are_respected() {
             "NCCL_PROFILER_PLUGIN": "/opt/az/libnccl-profiler.so",
             "NCCL_P2P_LEVEL": "SYS",
             "NCCL_ALGO": "Ring\r",
+            "NCCL_DEBUG": "WARN",
         });
         f["platform"]["nccl_conf_files"] = serde_json::json!(["/etc/nccl.conf"]);
     });
@@ -425,6 +426,12 @@ fn an_old_nccl_and_nccl_conf_settings_are_respected() {
         "{out}"
     );
     assert!(!out.contains("  NCCL_P2P_LEVEL=NVL\n"), "{out}");
+    // NCCL_DEBUG in the file is the user's: the report follows no file of toporun's.
+    assert!(
+        out.contains("NCCL report: off (NCCL_DEBUG=WARN set by you without NCCL_DEBUG_FILE"),
+        "{out}"
+    );
+    assert!(!out.contains("  NCCL_DEBUG=INFO\n"), "{out}");
     // A CRLF file's value: shown escaped, and said.
     assert!(out.contains("  NCCL_ALGO=Ring\\r "), "{out}");
     assert!(
