@@ -4,10 +4,10 @@
 //! store declares the hang once every node has stood still for the timeout, prints
 //! one view naming each odd rank's node, host and local rank, and writes it under
 //! `hang`, where the other nodes read and print it. Where the ranks load toporun's
-//! NCCL profiler plugin, each record also carries the node's NCCL counters and its
-//! stacks at every sample: the deciding node follows the counters merged, by the rule
-//! one node uses (`nccl_verdict`), and the others read its notices at every sample (a
-//! rank spinning in Python never stands still).
+//! NCCL profiler plugin, each record also carries the node's NCCL counters, and its
+//! stacks once the counters stood still: the deciding node follows the counters
+//! merged, by the rule one node uses (`nccl_verdict`), and the others read its
+//! notices at every sample (a rank spinning in Python never stands still).
 
 use crate::job::hang::watch::LEFT_STALL;
 use crate::job::hang::watch::{HangReport, NodeSample, Sink};
