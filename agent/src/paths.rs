@@ -85,6 +85,16 @@ impl Root {
             .map(|s| s.trim().to_string())
     }
 
+    /// A text file as it is, its first `limit` bytes at most (a config file a user
+    /// names may be /dev/zero); None when absent, unreadable or not UTF-8.
+    pub fn read_at_most(&self, rel: impl AsRef<Path>, limit: u64) -> Option<String> {
+        use std::io::Read;
+        let mut text = String::new();
+        let file = std::fs::File::open(self.join(rel)).ok()?;
+        file.take(limit).read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
     /// Names in a directory, sorted; empty when it does not exist.
     pub fn list(&self, rel: impl AsRef<Path>) -> Vec<String> {
         self.list_starting(rel, "")

@@ -224,6 +224,9 @@ pub fn nccl_conf_files(env: &[(String, String)], home: Option<&Path>) -> Vec<Pat
         .collect()
 }
 
+/// The most of a config file read: far more than any holds.
+const CONF_LIMIT: u64 = 1 << 20;
+
 /// The variable naming NCCL's user config file.
 const NCCL_CONF_FILE_VAR: &str = "NCCL_CONF_FILE";
 
@@ -236,7 +239,7 @@ fn nccl_conf(root: &Root, files: &[PathBuf]) -> NcclConf {
     let mut conf = NcclConf::default();
     for file in files {
         let rel = file.strip_prefix("/").unwrap_or(file);
-        let Ok(text) = std::fs::read_to_string(root.join(rel)) else {
+        let Some(text) = root.read_at_most(rel, CONF_LIMIT) else {
             continue;
         };
         let path = file.display().to_string();
