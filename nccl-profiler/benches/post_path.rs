@@ -4,8 +4,9 @@
 //! stop, which NCCL's proxy thread would report), under each of the modes the bench
 //! switch sets, interleaved round by round. Also what one clock read costs here.
 //! `cargo bench -p toporun-nccl-profiler --features bench-control --bench post_path`
-//! (ROUNDS, POSTS: rounds of posts a mode; EVICT_KB: memory written between posts,
-//! each post then timed alone, clock included). Prints `MODE MEDIAN_NS Q1_NS Q3_NS`.
+//! (ROUNDS, POSTS: rounds of posts a mode, default 200 of 20,000, or of 600 with
+//! EVICT_KB; EVICT_KB: memory written between posts, each post then timed alone,
+//! clock included). Prints `MODE MEDIAN_NS Q1_NS Q3_NS`.
 
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
@@ -74,7 +75,11 @@ fn quartiles(mut xs: Vec<f64>) -> [f64; 3] {
 }
 
 fn main() {
-    let (rounds, posts) = (var("ROUNDS", 200), var("POSTS", 20_000));
+    // Each evicting post writes EVICT_KB: 600 of them a round keep the run to about a
+    // minute (20,000 would take hours).
+    let evict_kb = var("EVICT_KB", 0);
+    let posts = var("POSTS", if evict_kb > 0 { 600 } else { 20_000 });
+    let rounds = var("ROUNDS", 200);
     let dir = std::env::temp_dir().join(format!("post-path-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     std::env::set_var(PATH_VAR, dir.join("rank_0"));
@@ -94,7 +99,7 @@ fn main() {
     assert!(r == NCCL_SUCCESS && !ctx.is_null(), "init: {r}");
     // EVICT_KB > 0: that much memory written between posts (as a rank's Python and
     // CUDA calls would), each post timed on its own.
-    let mut evict = vec![0u64; var("EVICT_KB", 0) * 128];
+    let mut evict = vec![0u64; evict_kb * 128];
     let mut ns = vec![Vec::new(); MODES.len()];
     let mut t = 0u64;
     for _ in 0..rounds {

@@ -53,10 +53,13 @@ hang_two_nodes() {  # CASE: rank 3 of 2 nodes x 2 ranks holds
   local args=(--nnodes=2 --master-addr=127.0.0.1 --master-port=$p --nproc-per-node=gpu --hang-timeout 20 --on-hang stop)
   CASE=$1 HOLD_RANK=3 CUDA_VISIBLE_DEVICES=0,1 python3 scripts/device/timed_run.py 100 "$d/stdout0" "$d/stderr0" "$T" --node-rank=0 "${args[@]}" --log-dir "$d/run0" scripts/device/gpu_profiler_hang_rank.py > "$d/exit0" &
   n=$!
-  echo "== hang $1 on 2 nodes x 2 ranks: node 1 $(CASE=$1 HOLD_RANK=3 CUDA_VISIBLE_DEVICES=2,3 python3 scripts/device/timed_run.py 100 "$d/stdout1" "$d/stderr1" "$T" --node-rank=1 "${args[@]}" --log-dir "$d/run1" scripts/device/gpu_profiler_hang_rank.py); node 0 $(wait $n; cat "$d/exit0")" | tee -a "$S"
+  local one; one=$(CASE=$1 HOLD_RANK=3 CUDA_VISIBLE_DEVICES=2,3 python3 scripts/device/timed_run.py 100 "$d/stdout1" "$d/stderr1" "$T" --node-rank=1 "${args[@]}" --log-dir "$d/run1" scripts/device/gpu_profiler_hang_rank.py)
+  wait $n  # here, not in a $(...): a subshell cannot wait for this shell's child
+  echo "== hang $1 on 2 nodes x 2 ranks: node 1 $one; node 0 $(cat "$d/exit0")" | tee -a "$S"
+  for n in 0 1; do cp "$d"/run$n/*/attempt_0/hang*.json "$d/hang-node$n.json" 2>/dev/null; done
   for n in 0 1; do
     echo "  node $n:" | tee -a "$S"; lines "$d/stderr$n" | tee -a "$S"
-    cp -r "$d"/run$n/*/attempt_0/nccl-counters "$d/nccl-counters$n" 2>/dev/null; cp "$d"/run$n/*/attempt_0/hang*.json "$d/" 2>/dev/null
+    cp -r "$d"/run$n/*/attempt_0/nccl-counters "$d/nccl-counters$n" 2>/dev/null
     counters "$d/nccl-counters$n" | tee -a "$S"; rm -rf "$d/run$n"
   done
 }

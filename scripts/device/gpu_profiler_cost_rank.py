@@ -1,7 +1,7 @@
 """One run of scripts/device/gpu_profiler_cost.sh, in one process a rank (NCCL set up once):
 the all_reduce sweep 8 KiB-512 MiB (CUDA-event timed, TRIALS trials a size, every rank
-starting each together), then TRAIN_S s of a DDP-like step
-twice: 2 bf16 matmuls of 4096 then 5 all_reduces of 4 MiB (`train4m`), and 20 of
+starting each together; MIN_BYTES-MAX_BYTES bound the sizes), then TRAIN_S s of a
+DDP-like step twice (LOOPS: which, default "train4m train256k"): 2 bf16 matmuls of 4096 then 5 all_reduces of 4 MiB (`train4m`), and 20 of
 256 KiB (`train256k`: many small collectives, the plugin's worst case); each step ends
 reading the loss. Rank 0 prints `sweep BYTES MEDIAN_US MIN_US MAX_US` and `train KIND
 MEDIAN_STEP_MS STEPS MAX_STEP_MS MEAN_STEP_MS` (of the steps after the first 20%)."""
@@ -26,6 +26,7 @@ def say(line):
 # across sizes; the median trial counts (a trial a stack sample or a page fault hit
 # says nothing of the plugin).
 sizes = [8 << 10 << (2 * i) for i in range(9)]
+sizes = [b for b in sizes if int(os.environ.get("MIN_BYTES", "0")) <= b <= int(os.environ.get("MAX_BYTES", str(sizes[-1])))]
 bufs = {size: torch.ones(size // 4, device="cuda") for size in sizes}
 for t in bufs.values():
     for _ in range(10):
@@ -47,7 +48,8 @@ for size in sizes:
     xs = sorted(trials[size])
     say(f"sweep {size} {xs[len(xs) // 2]:.2f} {xs[0]:.2f} {xs[-1]:.2f}")
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
-for kind, buckets, kib in [("train4m", 5, 4096), ("train256k", 20, 256)]:
+kinds = os.environ.get("LOOPS", "train4m train256k").split()
+for kind, buckets, kib in [lp for lp in [("train4m", 5, 4096), ("train256k", 20, 256)] if lp[0] in kinds]:
     grads = [torch.ones(kib << 8, device="cuda") for _ in range(buckets)]
     stop = torch.zeros(1, device="cuda")
     times, start = [], time.time()

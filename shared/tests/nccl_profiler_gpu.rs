@@ -14,7 +14,7 @@ use toporun_shared::nccl_counters::{
     decode, window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters,
     WaitedOp,
 };
-use toporun_shared::stacks::hang_report::Context;
+use toporun_shared::stacks::hang_report::{Context, Hang};
 use toporun_shared::stacks::rank_window::{GpuWait, WindowSummary};
 use toporun_shared::stacks::straggler::{self, RankRow};
 use toporun_shared::stacks::{
@@ -34,6 +34,9 @@ const BURSTS: &str = "nccl-profiler-bursts-h200x4";
 /// Again after the post path was made cheaper (bursts placed by post index, the clock
 /// read now and then, the first period from the first post, names matched once).
 const POST_PATH: &str = "nccl-profiler-post-path-h200x4";
+/// The final build (the sampling words on one cache line, a post's index from its own
+/// count), with two nodes of two ranks on one host (`hang2x2-*`).
+const FINAL: &str = "nccl-profiler-final-h200x4";
 
 fn fixture_in(set: &str, path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -102,6 +105,10 @@ fn the_rank_that_never_posted_the_awaited_all_reduce_is_behind() {
         (POST_PATH, "hang2-stuck", 2, 66674),
         (POST_PATH, "hang4-spin", 4, 53018),
         (POST_PATH, "hang4-stuck", 4, 47642),
+        (FINAL, "hang2-spin", 2, 65114),
+        (FINAL, "hang2-stuck", 2, 69020),
+        (FINAL, "hang4-spin", 4, 54680),
+        (FINAL, "hang4-stuck", 4, 55772),
     ] {
         let NcclState::Stalled(s) = stalled(&format!("{set}:{dir}/nccl-counters"), ranks, 21)
         else {
@@ -183,7 +190,7 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 /// shares are alike and name nobody.
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
-    let sets = [ALL, SAMPLED, BURSTS, POST_PATH];
+    let sets = [ALL, SAMPLED, BURSTS, POST_PATH, FINAL];
     for (set, ranks) in sets.into_iter().flat_map(|set| [(set, 2), (set, 4)]) {
         let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
         let expected = match set {
@@ -290,7 +297,7 @@ fn at(text: &str, what: &str) -> Option<f64> {
 /// go on (`--on-hang report`), finishes.
 #[test]
 fn hangs_are_said_within_the_timeout_and_a_long_evaluation_reads_as_busy() {
-    for set in [SAMPLED, BURSTS, POST_PATH] {
+    for set in [SAMPLED, BURSTS, POST_PATH, FINAL] {
         let summary = std::fs::read_to_string(fixture_in(set, "summary.txt")).unwrap();
         for (case, ranks) in ["spin", "stuck", "eval"]
             .into_iter()
@@ -338,7 +345,7 @@ fn no_dump_and_no_deprecation_warning_while_the_job_trains() {
     let old =
         std::fs::read_to_string(fixture_in("gpu-straggler-proof-h200x2", "balanced.err")).unwrap();
     assert!(old.contains(DEPRECATED), "the warning as torch prints it");
-    for set in [ALL, SAMPLED, BURSTS, POST_PATH] {
+    for set in [ALL, SAMPLED, BURSTS, POST_PATH, FINAL] {
         let name = if set == ALL {
             "summary-stragglers.txt"
         } else {
@@ -383,6 +390,8 @@ fn healthy_nvlink_reads_as_healthy() {
         "nccl-profiler-bursts-h200x4:straggler2-balanced",
         "nccl-profiler-post-path-h200x4:straggler4-balanced",
         "nccl-profiler-post-path-h200x4:straggler2-slow",
+        "nccl-profiler-final-h200x4:straggler4-slow",
+        "nccl-profiler-final-h200x4:straggler2-balanced",
     ] {
         let ranks = if dir.contains("straggler4") { 4 } else { 2 };
         let pairs: Vec<(RankCounters, RankCounters)> = (0..ranks)
@@ -428,78 +437,102 @@ fn reported_stacks(set: &str, dir: &str) -> Vec<RankStack> {
     stacks
 }
 
+/// A node's reading as it travels in its record on the workers' store (JSON,
+/// per-function totals left out).
+fn travelled(reading: NodeReading) -> NodeReading {
+    let json = serde_json::to_vec(&reading.for_exchange()).unwrap();
+    serde_json::from_slice(&json).unwrap()
+}
+
+/// What the node deciding for the job says of `nodes` (each node's ranks and where
+/// its counters lie), read twice 21 s apart with the run's reported stacks: the
+/// merged view moves at first, then is a hang (whose places are given too).
+fn job_verdict(set: &str, dir: &str, nodes: &[(Vec<u32>, String)]) -> (Hang, Places) {
+    let readings: Vec<NodeReading> = nodes
+        .iter()
+        .map(|(ranks, counters_dir)| {
+            travelled(NodeReading {
+                live: ranks.clone(),
+                counters: ranks
+                    .iter()
+                    .map(|r| (*r, counters(&format!("{set}:{counters_dir}"), *r)))
+                    .collect(),
+                ..Default::default()
+            })
+        })
+        .collect();
+    let merged = NodeReading::merge(&readings);
+    let all: Vec<u32> = nodes.iter().flat_map(|(r, _)| r.clone()).collect();
+    assert_eq!(merged.live, all, "{set} {dir}");
+    let stacks = reported_stacks(set, dir);
+    let places: Places = all
+        .iter()
+        .map(|r| {
+            let place = Place {
+                node_rank: r / 2,
+                host: format!("trainer-{}", r / 2),
+            };
+            (*r, (place, r % 2))
+        })
+        .collect();
+    // The innermost lines, from the script the ranks ran.
+    let script = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../scripts/device/gpu_profiler_hang_rank.py"),
+    )
+    .unwrap();
+    let line = |n: i32| {
+        script
+            .lines()
+            .nth(n as usize - 1)
+            .unwrap()
+            .trim()
+            .to_string()
+    };
+    let ctx = Context {
+        left: Vec::new(),
+        lines: stacks
+            .iter()
+            .map(|s| (s.rank, line(s.threads[0].frames[0].line)))
+            .collect(),
+    };
+    let mut watch = NcclWatch::default();
+    let t0 = Instant::now();
+    let timeout = Duration::from_secs(20);
+    let first = nccl_verdict(
+        &mut watch,
+        merged.clone(),
+        &stacks,
+        &places,
+        &ctx,
+        timeout,
+        t0,
+    );
+    assert!(matches!(first, NcclVerdict::Moving), "{dir}: {first:?}");
+    let later = t0 + Duration::from_secs(21);
+    match nccl_verdict(&mut watch, merged, &stacks, &places, &ctx, timeout, later) {
+        NcclVerdict::Hang(hang) => (hang, places),
+        other => panic!("{set} {dir}: no hang but {other:?}"),
+    }
+}
+
 /// The 4-rank hangs as two nodes of two ranks: each node's counters travel as its
-/// record on the store does (JSON, per-function totals left out), the deciding node
-/// follows them merged, and names the same rank and operation as the one-node run,
-/// the stall said of the job.
+/// record on the store does, the deciding node follows them merged, and names the
+/// same rank and operation as the one-node run, the stall said of the job.
 #[test]
 fn across_two_nodes_the_merged_counters_name_the_rank_behind() {
-    for (dir, index) in [("hang4-spin", 53018), ("hang4-stuck", 47642)] {
-        let all = node(&format!("{POST_PATH}:{dir}/nccl-counters"), 4);
-        let travelled: Vec<NodeReading> = [[0, 1], [2, 3]]
-            .iter()
-            .map(|ranks| {
-                let reading = NodeReading {
-                    live: ranks.to_vec(),
-                    counters: ranks.iter().map(|r| (*r, all[r].clone())).collect(),
-                    ..Default::default()
-                };
-                let json = serde_json::to_vec(&reading.for_exchange()).unwrap();
-                serde_json::from_slice(&json).unwrap()
-            })
-            .collect();
-        let merged = NodeReading::merge(&travelled);
-        assert_eq!(merged.live, [0, 1, 2, 3]);
-        let stacks = reported_stacks(POST_PATH, dir);
-        let places: Places = (0..4u32)
-            .map(|r| {
-                let place = Place {
-                    node_rank: r / 2,
-                    host: format!("trainer-{}", r / 2),
-                };
-                (r, (place, r % 2))
-            })
-            .collect();
-        // The innermost lines, from the script the ranks ran.
-        let script = std::fs::read_to_string(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../scripts/device/gpu_profiler_hang_rank.py"),
-        )
-        .unwrap();
-        let line = |n: i32| {
-            script
-                .lines()
-                .nth(n as usize - 1)
-                .unwrap()
-                .trim()
-                .to_string()
-        };
-        let ctx = Context {
-            left: Vec::new(),
-            lines: stacks
-                .iter()
-                .map(|s| (s.rank, line(s.threads[0].frames[0].line)))
-                .collect(),
-        };
-        let mut watch = NcclWatch::default();
-        let t0 = Instant::now();
-        let timeout = Duration::from_secs(20);
-        let first = nccl_verdict(
-            &mut watch,
-            merged.clone(),
-            &stacks,
-            &places,
-            &ctx,
-            timeout,
-            t0,
-        );
-        assert!(matches!(first, NcclVerdict::Moving), "{dir}: {first:?}");
-        let later = t0 + Duration::from_secs(21);
-        let NcclVerdict::Hang(hang) =
-            nccl_verdict(&mut watch, merged, &stacks, &places, &ctx, timeout, later)
-        else {
-            panic!("{dir}: no hang");
-        };
+    for (set, dir, index) in [
+        (POST_PATH, "hang4-spin", 53018),
+        (POST_PATH, "hang4-stuck", 47642),
+        (FINAL, "hang4-spin", 54680),
+        (FINAL, "hang4-stuck", 55772),
+    ] {
+        let counters_dir = format!("{dir}/nccl-counters");
+        let nodes = [
+            (vec![0, 1], counters_dir.clone()),
+            (vec![2, 3], counters_dir),
+        ];
+        let (hang, places) = job_verdict(set, dir, &nodes);
         let said = format!("rank 1 never posted all_reduce (4 B, operation {index} on");
         assert!(hang.headline.contains(&said), "{dir}: {}", hang.headline);
         let trigger = hang.trigger.clone().unwrap_or_default();
@@ -509,5 +542,55 @@ fn across_two_nodes_the_merged_counters_name_the_rank_behind() {
         );
         let text = hang.text(&places);
         assert!(text.contains("trainer-0"), "{dir}: {text}");
+    }
+}
+
+/// Two toporun nodes of two ranks on one host (GPUs 0,1 and 2,3), rank 3 on node 1
+/// spinning in Python or blocked in a read: each node's own counters, merged as the
+/// node hosting the store merges them, name rank 3 at the operation both nodes'
+/// reports gave; node 0 said it, node 1 repeated node 0's notice, both within
+/// --hang-timeout + 10 s of the hold, and node 0 stopped the job.
+#[test]
+fn two_real_nodes_name_the_rank_behind_on_the_other_node() {
+    for (dir, index, state) in [
+        ("hang2x2-spin", 50642, "busy (CPU 10"),
+        ("hang2x2-stuck", 53930, "stuck (CPU 0%"),
+    ] {
+        let nodes = [
+            (vec![0, 1], format!("{dir}/nccl-counters0")),
+            (vec![2, 3], format!("{dir}/nccl-counters1")),
+        ];
+        let (hang, _) = job_verdict(FINAL, dir, &nodes);
+        let said = format!("rank 3 never posted all_reduce (4 B, operation {index} on");
+        assert!(hang.headline.contains(&said), "{dir}: {}", hang.headline);
+        assert!(hang.headline.contains("that ranks 0-2 wait in"), "{dir}");
+        let node_err = |n: u32| {
+            std::fs::read_to_string(fixture_in(FINAL, &format!("{dir}/stderr{n}"))).unwrap()
+        };
+        let (node0, node1) = (node_err(0), node_err(1));
+        for (n, err) in [(0, &node0), (1, &node1)] {
+            assert!(err.contains(&said), "node {n} of {dir}: {err}");
+            assert!(
+                err.contains(&format!("rank 3 (node 1 on vm, local rank 1) is {state}")),
+                "node {n} of {dir}"
+            );
+        }
+        assert!(
+            node1.contains(
+                "node 0 (hosting the workers' store) found the job's NCCL operations stalled"
+            ),
+            "{dir}"
+        );
+        // Node 1's own clock: the rank's hold and the report it printed.
+        let hold = at(&node1, "hold: rank 3").expect("the rank's hold");
+        let took = at(&node1, " never posted ").expect("the report") - hold;
+        assert!(
+            (19.0..=30.0).contains(&took),
+            "{dir}: said {took:.2} s after the hold"
+        );
+        assert!(
+            node0.contains("stopping the ranks: a hang (--on-hang stop)"),
+            "{dir}"
+        );
     }
 }
