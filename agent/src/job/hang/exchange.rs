@@ -30,6 +30,15 @@ struct State {
     nccl: NcclWatch,
 }
 
+/// What the NCCL counters made of a node's step.
+enum NcclStepped {
+    /// They decided (a notice said, or nothing to say).
+    Decided,
+    /// The stacks decide, on these records (the deciding node's read of every node's,
+    /// so that the stack rule does not read them again).
+    StackRule(Vec<NodeStacks>),
+}
+
 /// What the deciding node's NCCL rule makes of a step.
 enum NcclStep {
     /// The stacks decide.
@@ -137,8 +146,12 @@ impl Meeting {
         // Its own encoding: frames cut until it fits the store's bound.
         let key = self.keys.stacks(self.node_rank);
         c.set(key.name(), &mine.encode()).await?;
-        if s.nccl.is_some() && self.nccl_step(c, watch.timeout, state, sink).await? {
-            return Ok(());
+        let mut read = None;
+        if s.nccl.is_some() {
+            match self.nccl_step(c, watch.timeout, state, sink).await? {
+                NcclStepped::Decided => return Ok(()),
+                NcclStepped::StackRule(nodes) => read = Some(nodes),
+            }
         }
         if s.stalled < watch.timeout.min(LEFT_STALL) {
             state.reported = false;
@@ -148,7 +161,7 @@ impl Meeting {
             return Ok(());
         }
         let found = if self.decides {
-            self.decide(c, watch.timeout, state.seq + 1).await?
+            self.decide(c, watch.timeout, state.seq + 1, read).await?
         } else {
             self.read_notice(c, state.seq).await?
         };
@@ -170,14 +183,14 @@ impl Meeting {
         timeout: Duration,
         state: &mut State,
         sink: &Sink,
-    ) -> Result<bool, StoreError> {
+    ) -> Result<NcclStepped, StoreError> {
         let notice = if self.decides {
             let nodes: Vec<NodeStacks> = self
                 .gather(c, |n| self.keys.stacks(n), Duration::ZERO)
                 .await?;
-            match self.nccl_decide(nodes, timeout, state) {
-                NcclStep::StackRule => return Ok(false),
-                NcclStep::Quiet => return Ok(true),
+            match self.nccl_decide(&nodes, timeout, state) {
+                NcclStep::StackRule => return Ok(NcclStepped::StackRule(nodes)),
+                NcclStep::Quiet => return Ok(NcclStepped::Decided),
                 NcclStep::Say(n) => {
                     self.write(c, &self.keys.hang(), &n).await?;
                     n
@@ -189,28 +202,23 @@ impl Meeting {
                     say_decided(&n);
                     n
                 }
-                None => return Ok(true),
+                None => return Ok(NcclStepped::Decided),
             }
         };
         said(notice, state, sink);
-        Ok(true)
+        Ok(NcclStepped::Decided)
     }
 
     /// The deciding node's NCCL verdict on every node's record: the stacks decide
     /// where a node was not heard from or has no counters.
-    fn nccl_decide(
-        &self,
-        nodes: Vec<NodeStacks>,
-        timeout: Duration,
-        state: &mut State,
-    ) -> NcclStep {
+    fn nccl_decide(&self, nodes: &[NodeStacks], timeout: Duration, state: &mut State) -> NcclStep {
         let all = (0..self.nnodes).all(|n| nodes.iter().any(|s| s.node_rank == n));
         if !all || nodes.iter().any(|n| n.nccl.is_none()) {
             return NcclStep::StackRule;
         }
         let reading = NodeReading::merge(nodes.iter().filter_map(|n| n.nccl.as_ref()));
-        let (stacks, places) = flatten(&nodes);
-        let ctx = context(&nodes);
+        let (stacks, places) = flatten(nodes);
+        let ctx = context(nodes);
         let now = std::time::Instant::now();
         match nccl_verdict(
             &mut state.nccl,
@@ -238,16 +246,22 @@ impl Meeting {
         }
     }
 
-    /// Reads every node's record; a notice when the whole job hangs.
+    /// Reads every node's record (unless this step read them already); a notice when
+    /// the whole job hangs.
     async fn decide(
         &self,
         c: &mut StoreClient,
         timeout: Duration,
         seq: u32,
+        read: Option<Vec<NodeStacks>>,
     ) -> Result<Option<Notice>, StoreError> {
-        let nodes: Vec<NodeStacks> = self
-            .gather(c, |n| self.keys.stacks(n), Duration::ZERO)
-            .await?;
+        let nodes: Vec<NodeStacks> = match read {
+            Some(nodes) => nodes,
+            None => {
+                self.gather(c, |n| self.keys.stacks(n), Duration::ZERO)
+                    .await?
+            }
+        };
         if nodes.len() < self.nnodes as usize {
             return Ok(None);
         }
@@ -355,10 +369,10 @@ mod tests {
         let stuck = || vec![node(0, SYNC, 11, 10), node(1, SPIN, 10, 10)];
         let timeout = Duration::ZERO;
         assert!(matches!(
-            m.nccl_decide(stuck(), timeout, &mut s),
+            m.nccl_decide(&stuck(), timeout, &mut s),
             NcclStep::Quiet
         ));
-        let NcclStep::Say(n) = m.nccl_decide(stuck(), timeout, &mut s) else {
+        let NcclStep::Say(n) = m.nccl_decide(&stuck(), timeout, &mut s) else {
             panic!("no hang decided");
         };
         assert_eq!((n.seq, n.decider), (1, 0));
@@ -368,25 +382,25 @@ mod tests {
         assert!(n.text.contains("trainer-1"), "{}", n.text);
         (s.seq, s.reported) = (n.seq, true);
         assert!(matches!(
-            m.nccl_decide(stuck(), timeout, &mut s),
+            m.nccl_decide(&stuck(), timeout, &mut s),
             NcclStep::Quiet
         ));
         let moved = vec![node(0, SYNC, 12, 11), node(1, SPIN, 12, 11)];
         assert!(matches!(
-            m.nccl_decide(moved, timeout, &mut s),
+            m.nccl_decide(&moved, timeout, &mut s),
             NcclStep::Quiet
         ));
         assert!(!s.reported, "operations moved: a later hang is said anew");
         // A node not heard from, or one without counters: the stacks decide.
         let one = stuck()[..1].to_vec();
         assert!(matches!(
-            m.nccl_decide(one, timeout, &mut s),
+            m.nccl_decide(&one, timeout, &mut s),
             NcclStep::StackRule
         ));
         let mut bare = stuck();
         bare[1].nccl = None;
         assert!(matches!(
-            m.nccl_decide(bare, timeout, &mut s),
+            m.nccl_decide(&bare, timeout, &mut s),
             NcclStep::StackRule
         ));
     }
@@ -398,10 +412,10 @@ mod tests {
         let m = deciding(2);
         let mut s = state();
         let stuck = || vec![node(0, SYNC, 11, 10), node(1, SPIN, 10, 10)];
-        m.nccl_decide(stuck(), Duration::ZERO, &mut s);
+        m.nccl_decide(&stuck(), Duration::ZERO, &mut s);
         (s.seq, s.reported) = (1, true);
         assert!(matches!(
-            m.nccl_decide(stuck(), Duration::ZERO, &mut s),
+            m.nccl_decide(&stuck(), Duration::ZERO, &mut s),
             NcclStep::Quiet
         ));
     }
