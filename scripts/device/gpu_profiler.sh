@@ -77,7 +77,7 @@ inproc() {
   local d=$OUT/inproc${INPROC_TAG:+-$INPROC_TAG}; mkdir -p "$d"
   [ -x "${BENCH_TOPORUN:-}" ] || { echo "== inproc: BENCH_TOPORUN is not an executable toporun" | tee -a "$S"; return; }
   echo "== inproc${INPROC_TAG:+ $INPROC_TAG}: $(python3 scripts/device/timed_run.py 500 "$d/stdout" "$d/stderr" "$BENCH_TOPORUN" --standalone --nproc-per-node="${NPROC:-4}" --nccl-profiler=on --gpu-timing=off --nccl-report=off --log-dir "$d/run" scripts/device/gpu_profiler_cost_inproc_rank.py)" | tee -a "$S"
-  grep -E "^(sweep|train|timed|burst)" "$d/stdout" | tee -a "$S"; lines "$d/stderr" | tee -a "$S"; rm -rf "$d/run"
+  grep -E "^(sweep|train|timed|burst|threads)" "$d/stdout" | tee -a "$S"; lines "$d/stderr" | tee -a "$S"; rm -rf "$d/run"
 }
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
 for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do

@@ -23,7 +23,11 @@ statistics):
                                                PART: sweep-BYTES, or the loop)
 and where the sampled steps' cost lies, against the segment's silent median:
   burst KIND quiet|bursty STEPS RATIO_MEDIAN_PCT CI_LO_PCT CI_HI_PCT
-(quiet: steps in which the plugin timed nothing; bursty: those with a burst). The
+(quiet: steps in which the plugin timed nothing; bursty: those with a burst), and
+the CPU each of rank 0's threads spent in each mode's blocks (NCCL's progress thread
+polls while timed operations are open), thread names without their digits:
+  threads PART MODE NAME CPU_MS_PER_S       (PART: sweep, or the loop)
+The
 plugin's period clock runs only in sampled segments (the bench switch stops it
 outside), so bursts are as frequent as in a job sampling all along.
 Run by toporun with the bench plugin beside it (scripts/device/gpu_profiler.sh, stage
@@ -66,6 +70,46 @@ def mode(name):
         raise SystemExit(f"a rank's plugin refused mode {name}: no communicator counted there?")
 
 
+def threads_cpu():
+    """CPU seconds so far of each of this process's threads, summed by name without
+    its digits (NCCL numbers its threads); schedstat's run time, in ns."""
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                name = f.read().strip().rstrip("0123456789 ")
+            with open(f"/proc/self/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # a thread that ended meanwhile, or no schedstat
+        out[name] = out.get(name, 0.0) + ns / 1e9
+    return out
+
+
+class ThreadClock:
+    """Each mode's wall time and its threads' CPU time, block by block."""
+
+    def __init__(self):
+        self.cpu = {m: {} for m in MODES}
+        self.wall = {m: 0.0 for m in MODES}
+
+    def start(self):
+        self.t0, self.cpu0 = time.perf_counter(), threads_cpu()
+
+    def stop(self, m):
+        self.wall[m] += time.perf_counter() - self.t0
+        for name, secs in threads_cpu().items():
+            self.cpu[m][name] = self.cpu[m].get(name, 0.0) + secs - self.cpu0.get(name, 0.0)
+
+    def report(self, part):
+        names = {n for m in MODES for n in self.cpu[m]}
+        for name in sorted(names):
+            rates = {m: 1000 * self.cpu[m].get(name, 0.0) / max(self.wall[m], 1e-9) for m in MODES}
+            if max(rates.values()) >= 1.0:  # threads that ran at least 1 ms a second
+                for m in MODES:
+                    say(f"threads {part} {m} {name.replace(' ', '_')} {rates[m]:.1f}")
+
+
 def count(var, default, least):
     n = int(os.environ.get(var, str(default)))
     if n < least:
@@ -103,6 +147,7 @@ for t in bufs.values():
 trials = {size: {m: [] for m in MODES} for size in sizes}
 s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 passes = count("PASSES", 100, 2)
+clock = ThreadClock()
 for size in sizes:
     # Operations timed in sampled blocks against those posted there (the switches and
     # barriers included), each part on its own: the bursts' share. The plugin's period
@@ -117,11 +162,13 @@ for size in sizes:
             mode(m)
             dist.barrier()
             torch.cuda.synchronize()
+            clock.start()
             s.record()
             for _ in range(iters):
                 dist.all_reduce(t)
             e.record()
             torch.cuda.synchronize()
+            clock.stop(m)
             trials[size][m].append(s.elapsed_time(e) * 1000 / iters)
             if m == "sampled":
                 share["posted"] += iters + 2
@@ -129,6 +176,7 @@ for size in sizes:
     say(f"timed sweep-{size} sampled {share['timed']} of {share['posted']} posted")
 for size in sizes:
     report(f"sweep {size}", trials[size])
+clock.report("sweep")
 
 a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16) / 64
 steps = count("STEPS", 20, 1)
@@ -141,6 +189,7 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
     # Sampled steps against their segment's silent median: without a burst, with one.
     where = {"quiet": [], "bursty": []}
     share = {"timed": 0, "posted": 0}
+    clock = ThreadClock()
     for nseg in range(count("SEGMENTS", 150, 2)):
         order = MODES[:]
         random.Random(1000 + nseg).shuffle(order)
@@ -149,6 +198,7 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
             before = timed_so_far()
             mode(m)
             dist.barrier()
+            clock.start()
             times = []
             for _ in range(steps + 1):
                 t0, timed0 = time.perf_counter(), timed_so_far()
@@ -159,6 +209,7 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
                 times.append((time.perf_counter() - t0) * 1000)
                 if m == "sampled":
                     sampled_steps.append((times[-1], timed_so_far() > timed0))
+            clock.stop(m)
             # The first step after a switch also waits for the barrier's stragglers.
             seg[m].append(statistics.median(times[1:]))
             every[m] += times[1:]
@@ -173,5 +224,6 @@ for kind, buckets, kib in [loop for loop in loops if loop[0] in kinds]:
         if len(r) >= 2:
             med, _, _, lo, hi = spread(r).split()
             say(f"burst {kind} {part} {len(r)} {med} {lo} {hi}")
+    clock.report(kind)
 mode("sampled")
 dist.destroy_process_group()
