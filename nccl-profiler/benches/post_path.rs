@@ -76,7 +76,8 @@ fn quartiles(mut xs: Vec<f64>) -> [f64; 3] {
 
 fn main() {
     // Each evicting post writes EVICT_KB: 600 of them a round keep the run to about a
-    // minute (20,000 would take hours).
+    // minute (20,000 write 32 TiB over the four modes: more than the 10 minutes a device
+    // call may run).
     let evict_kb = var("EVICT_KB", 0);
     let posts = var("POSTS", if evict_kb > 0 { 600 } else { 20_000 });
     let rounds = var("ROUNDS", 200);
