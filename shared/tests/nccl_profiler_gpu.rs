@@ -548,8 +548,9 @@ fn across_two_nodes_the_merged_counters_name_the_rank_behind() {
 /// Two toporun nodes of two ranks on one host (GPUs 0,1 and 2,3), rank 3 on node 1
 /// spinning in Python or blocked in a read: each node's own counters, merged as the
 /// node hosting the store merges them, name rank 3 at the operation both nodes'
-/// reports gave; node 0 said it, node 1 repeated node 0's notice, both within
-/// --hang-timeout + 10 s of the hold, and node 0 stopped the job.
+/// reports gave; node 0 said it and stopped the job, and node 1 repeated node 0's
+/// notice within --hang-timeout + 10 s of its rank's hold (node 0's log has no hold
+/// line: the rank that held is node 1's).
 #[test]
 fn two_real_nodes_name_the_rank_behind_on_the_other_node() {
     for (dir, index, state) in [
