@@ -35,9 +35,7 @@ impl SetIn {
                 .unwrap_or_else(|| platform.nccl_conf_files.join(" or ")),
         )
     }
-}
 
-impl SetIn {
     /// The config file, where one sets it.
     pub fn file(&self) -> Option<&str> {
         match self {
