@@ -82,7 +82,7 @@ inproc() {
 nvidia-smi -L > "$OUT/gpus.txt" 2>&1; cp "$OUT/gpus.txt" "$RESULTS/"
 for stage in ${STAGES:-hang2 hang4 straggler2 straggler4 cost}; do
   case $stage in
-    hang2|hang4) for c in spin stuck eval; do hang "${stage#hang}" $c; pack; done ;;
+    hang2|hang4) for c in ${CASES:-spin stuck eval}; do hang "${stage#hang}" $c; pack; done ;;
     hang2x2) for c in spin stuck; do hang_two_nodes $c; pack; done ;;
     straggler2|straggler4) straggler "${stage#straggler}" slow SLOW_RANK=1 FACTOR=3; pack; straggler "${stage#straggler}" balanced ;;
     *) $stage ;;

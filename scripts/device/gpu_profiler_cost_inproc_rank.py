@@ -8,7 +8,7 @@ shuffled each pass (the same on every rank):
   sampled  the rank's sampling (the default bursts)
   all      every operation's kernel channels timed
   ignored  NCCL reports every post, the plugin returns at once (NCCL's own share)
-Sweep: all_reduce 8 KiB-1 GiB (up to MAX_BYTES), one size after another (so that the
+Sweep: all_reduce 8 KiB-1 GiB (MIN_BYTES-MAX_BYTES), one size after another (so that the
 plugin learns each size's post rate, as in a job posting it steadily), PASSES passes a
 size, each running the modes back to back (the blocks compared close in time).
 Loops: DDP-like steps (2 bf16 matmuls of 4096, then 5 all_reduces of 4 MiB or 20 of
@@ -18,6 +18,8 @@ Rank 0 prints, per size and mode, the median us and the median of the passes' ra
 silent with their quartiles and the median's 95% confidence interval (order
 statistics):
   sweep BYTES MODE MEDIAN_US RATIO_MEDIAN_PCT Q1_PCT Q3_PCT CI_LO_PCT CI_HI_PCT
+  sweep BYTES|train KIND sampled-vs-posted - RATIO_MEDIAN_PCT Q1_PCT Q3_PCT CI_LO_PCT CI_HI_PCT
+                                   (sampling's own share: sampled against posted, paired)
   train KIND MODE MEDIAN_STEP_MS RATIO_MEDIAN_PCT Q1_PCT Q3_PCT CI_LO_PCT CI_HI_PCT MAX_STEP_MS STEPS
   timed PART sampled TIMED of POSTED posted   (the bursts' share in sampled segments;
                                                PART: sweep-BYTES, or the loop)
@@ -136,10 +138,11 @@ def report(prefix, per_mode, extra=lambda m: ""):
     for m in MODES:
         xs = per_mode[m]
         say(f"{prefix} {m} {statistics.median(xs):.3f} {spread(ratios(xs, per_mode['silent']))}{extra(m)}")
+    say(f"{prefix} sampled-vs-posted - {spread(ratios(per_mode['sampled'], per_mode['posted']))}")
 
 
 sizes = [8 << 10 << (2 * i) for i in range(9)] + [1 << 30]
-sizes = [b for b in sizes if b <= int(os.environ.get("MAX_BYTES", str(sizes[-1])))]
+sizes = [b for b in sizes if int(os.environ.get("MIN_BYTES", "0")) <= b <= int(os.environ.get("MAX_BYTES", str(sizes[-1])))]
 bufs = {size: torch.ones(size // 4, device="cuda") for size in sizes}
 for t in bufs.values():
     for _ in range(10):
