@@ -37,6 +37,22 @@ const POST_PATH: &str = "nccl-profiler-post-path-h200x4";
 /// The final build (the sampling words on one cache line, a post's index from its own
 /// count), with two nodes of two ranks on one host (`hang2x2-*`).
 const FINAL: &str = "nccl-profiler-final-h200x4";
+/// The post path without locked read-modify-writes and bursts about every 500 ms (the
+/// default since): a spin on 4 ranks, a read on 2, the stragglers on 4.
+const SAMPLING: &str = "nccl-profiler-sampling-h200x4";
+
+/// The sampling a set's runs had: every operation in the first, bursts of 8 about
+/// every 100 ms until the last, every 500 ms there.
+fn sampling_of(set: &str) -> KernelSampling {
+    match set {
+        ALL => KernelSampling::All,
+        SAMPLING => KernelSampling::default(),
+        _ => KernelSampling::Bursts {
+            burst: 8,
+            period_ms: 100,
+        },
+    }
+}
 
 fn fixture_in(set: &str, path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -109,6 +125,8 @@ fn the_rank_that_never_posted_the_awaited_all_reduce_is_behind() {
         (FINAL, "hang2-stuck", 2, 69020),
         (FINAL, "hang4-spin", 4, 54680),
         (FINAL, "hang4-stuck", 4, 55772),
+        (SAMPLING, "hang4-spin", 4, 54608),
+        (SAMPLING, "hang2-stuck", 2, 71282),
     ] {
         let NcclState::Stalled(s) = stalled(&format!("{set}:{dir}/nccl-counters"), ranks, 21)
         else {
@@ -191,13 +209,10 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
     let sets = [ALL, SAMPLED, BURSTS, POST_PATH, FINAL];
-    for (set, ranks) in sets.into_iter().flat_map(|set| [(set, 2), (set, 4)]) {
+    let runs = sets.into_iter().flat_map(|set| [(set, 2), (set, 4)]);
+    for (set, ranks) in runs.chain([(SAMPLING, 4)]) {
         let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
-        let expected = match set {
-            ALL => KernelSampling::All,
-            _ => KernelSampling::default(),
-        };
-        assert_eq!(sampling, expected, "{set}");
+        assert_eq!(sampling, sampling_of(set), "{set}");
         let slow = shares(&format!("{set}:straggler{ranks}-slow"), ranks);
         let others = slow
             .iter()
@@ -297,40 +312,41 @@ fn at(text: &str, what: &str) -> Option<f64> {
 /// go on (`--on-hang report`), finishes.
 #[test]
 fn hangs_are_said_within_the_timeout_and_a_long_evaluation_reads_as_busy() {
-    for set in [SAMPLED, BURSTS, POST_PATH, FINAL] {
+    let every_case = ["spin", "stuck", "eval"]
+        .into_iter()
+        .flat_map(|c| [(c, 2), (c, 4)]);
+    let runs = [SAMPLED, BURSTS, POST_PATH, FINAL]
+        .into_iter()
+        .flat_map(|set| every_case.clone().map(move |(c, r)| (set, c, r)));
+    for (set, case, ranks) in runs.chain([(SAMPLING, "spin", 4), (SAMPLING, "stuck", 2)]) {
         let summary = std::fs::read_to_string(fixture_in(set, "summary.txt")).unwrap();
-        for (case, ranks) in ["spin", "stuck", "eval"]
-            .into_iter()
-            .flat_map(|c| [(c, 2), (c, 4)])
-        {
-            let err = stderr(set, &format!("hang{ranks}-{case}"));
-            let timeout = err
-                .split("(--hang-timeout ")
-                .nth(1)
-                .and_then(|t| t.split('s').next())
-                .and_then(|t| t.parse::<f64>().ok())
-                .unwrap_or_else(|| panic!("{set} {case} {ranks}: no timeout said\n{err}"));
-            let hold = at(&err, "hold: rank ").expect("the rank's hold");
-            let said = at(&err, " never posted ").expect("the hang report");
-            let took = said - hold;
-            assert!(
-                took >= timeout - 1.0 && took <= timeout + 10.0,
-                "{set} {case} {ranks}: said {took:.2} s after the hold"
-            );
-            let (rank, state) = match case {
-                "spin" => (1, "busy"),
-                "stuck" => (1, "stuck"),
-                _ => (0, "busy"),
-            };
-            assert!(
-                err.contains(&format!("rank {rank} is {state} (CPU ")),
-                "{set} {case} {ranks}: {err}"
-            );
-            if case == "eval" {
-                assert!(err.contains("raise --hang-timeout if that is expected"));
-                let head = format!("== hang eval on {ranks} ranks: exit 0");
-                assert!(summary.contains(&head), "{set}: {summary}");
-            }
+        let err = stderr(set, &format!("hang{ranks}-{case}"));
+        let timeout = err
+            .split("(--hang-timeout ")
+            .nth(1)
+            .and_then(|t| t.split('s').next())
+            .and_then(|t| t.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{set} {case} {ranks}: no timeout said\n{err}"));
+        let hold = at(&err, "hold: rank ").expect("the rank's hold");
+        let said = at(&err, " never posted ").expect("the hang report");
+        let took = said - hold;
+        assert!(
+            took >= timeout - 1.0 && took <= timeout + 10.0,
+            "{set} {case} {ranks}: said {took:.2} s after the hold"
+        );
+        let (rank, state) = match case {
+            "spin" => (1, "busy"),
+            "stuck" => (1, "stuck"),
+            _ => (0, "busy"),
+        };
+        assert!(
+            err.contains(&format!("rank {rank} is {state} (CPU ")),
+            "{set} {case} {ranks}: {err}"
+        );
+        if case == "eval" {
+            assert!(err.contains("raise --hang-timeout if that is expected"));
+            let head = format!("== hang eval on {ranks} ranks: exit 0");
+            assert!(summary.contains(&head), "{set}: {summary}");
         }
     }
 }
@@ -345,7 +361,7 @@ fn no_dump_and_no_deprecation_warning_while_the_job_trains() {
     let old =
         std::fs::read_to_string(fixture_in("gpu-straggler-proof-h200x2", "balanced.err")).unwrap();
     assert!(old.contains(DEPRECATED), "the warning as torch prints it");
-    for set in [ALL, SAMPLED, BURSTS, POST_PATH, FINAL] {
+    for set in [ALL, SAMPLED, BURSTS, POST_PATH, FINAL, SAMPLING] {
         let name = if set == ALL {
             "summary-stragglers.txt"
         } else {
@@ -356,16 +372,20 @@ fn no_dump_and_no_deprecation_warning_while_the_job_trains() {
             .split("== ")
             .filter(|b| b.starts_with("straggler "))
             .collect();
-        assert_eq!(runs.len(), 4, "{set}: {summary}");
+        let dirs: &[&str] = match set {
+            SAMPLING => &["straggler4-slow", "straggler4-balanced"],
+            _ => &[
+                "straggler2-slow",
+                "straggler2-balanced",
+                "straggler4-slow",
+                "straggler4-balanced",
+            ],
+        };
+        assert_eq!(runs.len(), dirs.len(), "{set}: {summary}");
         for run in runs {
             assert!(run.contains("fr dumps: 0,"), "{set}: {run}");
         }
-        for dir in [
-            "straggler2-slow",
-            "straggler2-balanced",
-            "straggler4-slow",
-            "straggler4-balanced",
-        ] {
+        for &dir in dirs {
             let err = stderr(set, dir);
             assert!(!err.contains(DEPRECATED), "{set} {dir}");
         }
@@ -392,6 +412,8 @@ fn healthy_nvlink_reads_as_healthy() {
         "nccl-profiler-post-path-h200x4:straggler2-slow",
         "nccl-profiler-final-h200x4:straggler4-slow",
         "nccl-profiler-final-h200x4:straggler2-balanced",
+        "nccl-profiler-sampling-h200x4:straggler4-slow",
+        "nccl-profiler-sampling-h200x4:straggler4-balanced",
     ] {
         let ranks = if dir.contains("straggler4") { 4 } else { 2 };
         let pairs: Vec<(RankCounters, RankCounters)> = (0..ranks)

@@ -212,7 +212,7 @@ mod tests {
         );
         assert!(
             p.line()
-                .contains("bursts of 8 operations on the GPU, about one every 100 ms"),
+                .contains("bursts of 8 operations on the GPU, about one every 500 ms"),
             "{}",
             p.line()
         );

@@ -15,7 +15,7 @@ pub const SAMPLING_VAR: &str = ToporunVar::NcclKernelSampling.name();
 pub const LAUNCH_BLOCKING_VAR: &str = "CUDA_LAUNCH_BLOCKING";
 /// Operations timed a burst, and the mean milliseconds from one burst to the next.
 pub const DEFAULT_BURST: u64 = 8;
-pub const DEFAULT_PERIOD_MS: u64 = 100;
+pub const DEFAULT_PERIOD_MS: u64 = 500;
 
 /// Which operations NCCL times on the GPU (kernel channels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,7 +41,7 @@ impl Default for KernelSampling {
 
 /// A value of the variable that says nothing toporun knows.
 #[derive(Debug, thiserror::Error, PartialEq)]
-#[error("{SAMPLING_VAR}={0}: say all, off, or BURST/PERIOD_MS (operations timed a burst, milliseconds between bursts), as 8/100")]
+#[error("{SAMPLING_VAR}={0}: say all, off, or BURST/PERIOD_MS (operations timed a burst, milliseconds between bursts), as 8/500")]
 pub struct BadSampling(pub String);
 
 impl KernelSampling {
