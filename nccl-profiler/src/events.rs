@@ -112,13 +112,12 @@ impl Comm {
         // Whether NCCL times this one, as far as the posts tell: only those get a
         // record (a burst's records must not wait behind thousands of untimed ones).
         let timed = kernel_sampling::post();
-        // The posted count is the index source. NCCL lets one thread at a time issue
-        // a communicator's operations (its user guide's "Thread Safety"), so the
-        // count has one writer: a load and a store, no locked read-modify-write (on
-        // a line gone cold between posts the lock stalled every post).
-        let posted = self.word(S_POSTED);
-        let index = posted.load(Relaxed);
-        posted.store(index + 1, Relaxed);
+        // The posted count is the index source: a read-modify-write, since two
+        // threads may post one communicator at once (NCCL posts a plan's operations
+        // from the thread that launches it, or from CUDA's host-callback thread for a
+        // graph replay or while its host stream is busy), and one lost count would
+        // leave this rank an operation behind its peers for good.
+        let index = self.word(S_POSTED).fetch_add(1, Relaxed);
         self.publish_open(index, func, bytes);
         let op = &self.ops[index as usize % RING];
         let handle = if !timed {

@@ -40,7 +40,7 @@ struct Hot {
     /// Burst length; 0 with `period_ns` 0: every operation timed; 0 otherwise: none.
     burst: AtomicU32,
     period_ns: AtomicU64,
-    /// Posts counted while sampling: a post's index (one read-modify-write a post).
+    /// Posts counted while sampling: a post's index (a load and a store a post).
     posts: AtomicU64,
     /// The index of the current or next burst's first post. Bursts are placed in
     /// posts, not time: the post that begins one may come right before a pause, so the
@@ -192,18 +192,19 @@ pub fn stop() {
 /// The host posted an operation: whether NCCL times it (as far as this plugin can
 /// tell: the mask as its posts left it when the operation was enqueued; operations
 /// of one group were all enqueued before the group's first post). Counts it against
-/// the burst, or towards the next. Outside bursts: one read-modify-write and a few
+/// the burst, or towards the next. Outside bursts: a load and a store and a few
 /// loads; the clock only now and then.
 pub fn post() -> bool {
     let burst = u64::from(HOT.burst.load(Relaxed));
     if burst == 0 {
         return HOT.period_ns.load(Relaxed) == 0; // all, or none: the mask never changes
     }
-    // A load and a store, not a locked read-modify-write: on a line gone cold
-    // between posts the lock stalled every post. Posts of two threads (two
-    // communicators) racing here may share an index or set the count back a few:
-    // a burst comes a few posts early or late; the mask is made the state's again
-    // at the next period's end.
+    // A load and a store, not a locked read-modify-write (which stalls the post
+    // while it holds the line). Posts of two threads racing here (two
+    // communicators, or NCCL's host-callback thread beside the launching one) may
+    // share an index or set the count back: a burst comes a few posts early or
+    // late, and a mask left behind is made the state's again at the next period's
+    // end. Only where bursts fall depends on this count.
     let i = HOT.posts.load(Relaxed);
     HOT.posts.store(i.wrapping_add(1), Relaxed);
     if i & HOT.clock_mask.load(Relaxed) == 0 {
@@ -593,8 +594,8 @@ mod tests {
         );
     }
 
-    /// Threads posting at once: no post is counted twice, some but not all are
-    /// timed, and at the next period's end NCCL's mask is as the state says.
+    /// Threads posting at once: the count never passes the posts, some but not all
+    /// are timed, and at the next period's end NCCL's mask is as the state says.
     #[test]
     fn concurrent_posts_keep_the_burst_and_the_mask_consistent() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -609,7 +610,7 @@ mod tests {
         });
         assert!(timed > 0 && timed < 80_000, "{timed}");
         let posts = HOT.posts.load(Relaxed);
-        assert!((20_000..=80_000).contains(&posts), "{posts}");
+        assert!(posts <= 80_000, "{posts}");
         end_the_period_at_the_next_post();
         post();
         assert_eq!(NCCL_MASK.load(Relaxed), wanted(), "the mask is the state's");

@@ -242,6 +242,31 @@ fn two_communicators_count_apart_and_a_posted_operation_stays_open() {
     });
 }
 
+/// One communicator posted from several threads at once, as NCCL may (the thread
+/// launching a plan, and CUDA's host-callback thread posting a graph replay's): every
+/// post is counted, since a rank one short would read as behind its peers.
+#[test]
+fn posts_from_several_threads_on_one_communicator_are_all_counted() {
+    with_file(|path| {
+        std::env::set_var(SAMPLING_VAR, "off");
+        let nccl = here();
+        let (ctx, _) = nccl.init(5, 0, 2);
+        let ctx_addr = ctx as usize; // raw pointers are not Send; NCCL shares it too
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(move || {
+                    let (nccl, f) = (here(), CString::new("AllReduce").unwrap());
+                    for _ in 0..20_000 {
+                        nccl.post(ctx_addr as *mut c_void, &f, 1024, 1);
+                    }
+                });
+            }
+        });
+        assert_eq!(read(path).comms[0].posted, 80_000);
+        nccl.finalize(ctx);
+    });
+}
+
 #[test]
 fn an_abort_with_channels_in_flight_frees_them_and_the_slot_is_reused() {
     with_file(|path| {

@@ -4,7 +4,7 @@
 # OUT/results.tgz (WORK, the ranks' counters files included) after each stage:
 #   hang2 hang4      on 2 and 4 ranks, --hang-timeout 20: rank 1 spins in Python
 #                    (spin), blocks in a read (stuck), then rank 0 evaluates for 35 s
-#                    (eval, --on-hang report: the job goes on)
+#                    (eval, --on-hang report: the job goes on); CASES: which of them
 #   hang2x2          two toporun nodes of 2 ranks on one host (GPUs 0,1 and 2,3):
 #                    rank 3, on node 1, spins (spin) or blocks in a read (stuck); the
 #                    node hosting the store decides from both nodes' counters
@@ -15,7 +15,7 @@
 #   inproc           scripts/device/gpu_profiler_cost_inproc_rank.py on 4 ranks: the same
 #                    variants switched inside each rank; needs BENCH_TOPORUN, a toporun
 #                    with the plugin built with `--features bench-control` beside it
-#                    (PASSES, SEGMENTS, STEPS, MAX_BYTES, LOOPS: see the rank script;
+#                    (PASSES, SEGMENTS, STEPS, MIN_BYTES, MAX_BYTES, LOOPS: see the rank script;
 #                    INPROC_TAG names the run's directory, inproc-TAG)
 # Usage (device): scripts/device/gpu_profiler.sh TOPORUN OUT   (the plugin beside TOPORUN)
 set -uo pipefail

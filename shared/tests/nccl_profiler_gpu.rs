@@ -28,8 +28,8 @@ const ALL: &str = "nccl-profiler-h200x4";
 /// about every 100 ms; layout version 3), a burst begun at the first post after each
 /// period.
 const SAMPLED: &str = "nccl-profiler-sampled-h200x4";
-/// Again with the default sampling as it is now: a burst begins after a period's worth
-/// of posts, an operation is timed once its channels report.
+/// Again with bursts every 100 ms, a burst beginning after a period's worth of posts,
+/// an operation timed once its channels report (as since).
 const BURSTS: &str = "nccl-profiler-bursts-h200x4";
 /// Again after the post path was made cheaper (bursts placed by post index, the clock
 /// read now and then, the first period from the first post, names matched once).
@@ -306,10 +306,11 @@ fn at(text: &str, what: &str) -> Option<f64> {
         .ok()
 }
 
-/// With the default sampling, every hang is reported within --hang-timeout + 10 s of
-/// the rank's hold (the spinning rank, the rank stuck in a read, and rank 0 alone in an
-/// evaluation, on 2 and on 4 ranks), the evaluation as busy, and that job, left to
-/// go on (`--on-hang report`), finishes.
+/// With sampling (bursts every 100 ms; every 500 ms in the last set, a spin on 4 ranks
+/// and a read on 2), every hang is reported within --hang-timeout + 10 s of the rank's
+/// hold (the spinning rank, the rank stuck in a read, and rank 0 alone in an
+/// evaluation, on 2 and on 4 ranks), the evaluation as busy, and that job, left to go
+/// on (`--on-hang report`), finishes.
 #[test]
 fn hangs_are_said_within_the_timeout_and_a_long_evaluation_reads_as_busy() {
     let every_case = ["spin", "stuck", "eval"]
