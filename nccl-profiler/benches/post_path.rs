@@ -12,13 +12,20 @@
 use std::ffi::{c_int, c_void};
 use std::hint::black_box;
 use std::sync::atomic::AtomicI32;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use toporun_nccl_profiler::*;
 
 static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
 
 /// (name, the bench switch's code); silent: NCCL would not call the plugin at all.
-const MODES: [(&str, c_int); 4] = [("ignored", 4), ("posted", 1), ("sampled", 2), ("all", 3)];
+const MODES: [(&str, c_int); 4] = [
+    ("ignored", 4),
+    ("posted", 1),
+    ("sampled", SAMPLED),
+    ("all", 3),
+];
+/// The rank's sampling (the bench switch's code).
+const SAMPLED: c_int = 2;
 
 fn var(name: &str, default: usize) -> usize {
     std::env::var(name).map_or(default, |v| v.parse().expect(name))
@@ -107,16 +114,16 @@ fn main() {
     // Until its first period ends a job's plugin reads the clock at every post (it has
     // no post rate yet): sampled posts for WARMUP_MS first (default 1 s, twice the
     // default period), so that the rounds time posts past it, as a job's are.
-    assert_eq!(toporun_nccl_profiler_bench_mode(2), 0);
+    assert_eq!(toporun_nccl_profiler_bench_mode(SAMPLED), 0);
     let warm = Instant::now();
-    while warm.elapsed() < std::time::Duration::from_millis(var("WARMUP_MS", 1000) as u64) {
+    while warm.elapsed() < Duration::from_millis(var("WARMUP_MS", 1000) as u64) {
         t += 2;
         post(ctx, t);
     }
     for _ in 0..rounds {
         for (i, (_, code)) in MODES.iter().enumerate() {
             assert_eq!(toporun_nccl_profiler_bench_mode(*code), 0);
-            let mut spent = std::time::Duration::ZERO;
+            let mut spent = Duration::ZERO;
             let t0 = Instant::now();
             for _ in 0..posts {
                 t += 2;

@@ -54,6 +54,14 @@ fn sampling_of(set: &str) -> KernelSampling {
     }
 }
 
+/// The ranks a set's straggler runs had (each slow and balanced).
+fn straggler_ranks(set: &str) -> &'static [u32] {
+    match set {
+        SAMPLING => &[4],
+        _ => &[2, 4],
+    }
+}
+
 fn fixture_in(set: &str, path: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../tests/fixtures/device")
@@ -208,9 +216,11 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
 /// shares are alike and name nobody.
 #[test]
 fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
-    let sets = [ALL, SAMPLED, BURSTS, POST_PATH, FINAL];
-    let runs = sets.into_iter().flat_map(|set| [(set, 2), (set, 4)]);
-    for (set, ranks) in runs.chain([(SAMPLING, 4)]) {
+    let sets = [ALL, SAMPLED, BURSTS, POST_PATH, FINAL, SAMPLING];
+    let runs = sets
+        .into_iter()
+        .flat_map(|set| straggler_ranks(set).iter().map(move |&r| (set, r)));
+    for (set, ranks) in runs {
         let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
         assert_eq!(sampling, sampling_of(set), "{set}");
         let slow = shares(&format!("{set}:straggler{ranks}-slow"), ranks);
@@ -373,20 +383,15 @@ fn no_dump_and_no_deprecation_warning_while_the_job_trains() {
             .split("== ")
             .filter(|b| b.starts_with("straggler "))
             .collect();
-        let dirs: &[&str] = match set {
-            SAMPLING => &["straggler4-slow", "straggler4-balanced"],
-            _ => &[
-                "straggler2-slow",
-                "straggler2-balanced",
-                "straggler4-slow",
-                "straggler4-balanced",
-            ],
-        };
+        let dirs: Vec<String> = straggler_ranks(set)
+            .iter()
+            .flat_map(|r| ["slow", "balanced"].map(|case| format!("straggler{r}-{case}")))
+            .collect();
         assert_eq!(runs.len(), dirs.len(), "{set}: {summary}");
         for run in runs {
             assert!(run.contains("fr dumps: 0,"), "{set}: {run}");
         }
-        for &dir in dirs {
+        for dir in &dirs {
             let err = stderr(set, dir);
             assert!(!err.contains(DEPRECATED), "{set} {dir}");
         }
