@@ -1,10 +1,14 @@
-//! The rank's counters file, mapped once per process while any communicator lives
-//! (NCCL may dlclose the plugin after the last one and load it again: nothing
-//! outlives that), and its communicator slots. Only init and finalize come here.
+//! The rank's counters file and its communicator slots. A file once mapped stays
+//! mapped for the life of the process (as does the library, `lib.rs`): NCCL may
+//! still report an event of a communicator it has finalised (a host callback queued
+//! behind a hung kernel, a proxy thread another communicator shares), and a store
+//! into an unmapped page would be a SIGSEGV in the user's job. Only init and
+//! finalize come here.
 
+use crate::reuse_grace;
 use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use toporun_shared::nccl_counters::layout::*;
@@ -12,38 +16,56 @@ use toporun_shared::nccl_counters::layout::*;
 /// Where the agent wants this rank's counters (set per rank by toporun).
 pub use toporun_shared::nccl_counters::COUNTERS_VAR as PATH_VAR;
 
-struct Mapped {
-    map: memmap2::MmapMut,
-    users: usize,
-}
+/// A mapped counters file's words, mapped for good.
+pub type FileWords = &'static [AtomicU64];
 
-static FILE: Mutex<Option<Mapped>> = Mutex::new(None);
+/// The file this process counts in: the path asked for and where it went (the path,
+/// or this process's own beside it).
+static FILE: Mutex<Option<(PathBuf, FileWords)>> = Mutex::new(None);
 
-/// One communicator's slot in the mapped file, valid until [`release`].
+/// When each slot of the file was last finalised here (0: not since mapped).
+static RELEASED_AT: [AtomicU64; MAX_COMMS] = [const { AtomicU64::new(0) }; MAX_COMMS];
+
+/// One communicator's slot in a mapped file.
+#[derive(Clone, Copy)]
 pub struct Slot {
     pub index: usize,
-    /// The file's first word.
-    file: *const AtomicU64,
+    file: FileWords,
 }
 
 impl Slot {
     /// Slot word `i`.
-    pub fn word(&self, i: usize) -> &AtomicU64 {
+    pub fn word(&self, i: usize) -> &'static AtomicU64 {
         debug_assert!(i < SLOT_WORDS);
-        self.file_word(slot_word(self.index, i))
+        &self.file[slot_word(self.index, i)]
+    }
+
+    /// The slot `index` of the file whose first word is `file` (a mapping never
+    /// unmapped, FILE_WORDS long).
+    pub fn at(file: *const AtomicU64, index: usize) -> Slot {
+        Slot {
+            index,
+            file: unsafe { std::slice::from_raw_parts(file, FILE_WORDS) },
+        }
+    }
+
+    /// The file's first word.
+    pub fn file_ptr(&self) -> *mut AtomicU64 {
+        self.file.as_ptr().cast_mut()
     }
 
     /// File word `i`.
-    fn file_word(&self, i: usize) -> &AtomicU64 {
-        assert!(i < FILE_WORDS);
-        // The mapping holds FILE_WORDS words and stays mapped while the slot is held.
-        unsafe { &*self.file.add(i) }
+    fn file_word(&self, i: usize) -> &'static AtomicU64 {
+        &self.file[i]
     }
-}
 
-fn words(map: &memmap2::MmapMut) -> &[AtomicU64] {
-    // Page-aligned, FILE_BYTES long, and only ever accessed atomically.
-    unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), FILE_WORDS) }
+    /// The slot's words, for the open ring's protocol.
+    pub fn words(&self) -> toporun_shared::nccl_counters::open_entry::SlotOf<'static> {
+        toporun_shared::nccl_counters::open_entry::SlotOf {
+            file: self.file,
+            slot: self.index,
+        }
+    }
 }
 
 /// The pid a counters file was last written by, where it is one.
@@ -54,11 +76,24 @@ fn owner(f: &mut std::fs::File) -> Option<u64> {
     (word(H_MAGIC) == MAGIC).then(|| word(H_PID))
 }
 
-/// Maps the rank's file for this process: made whole with zeros written (a sparse
-/// file's first store on a full disk would be a SIGBUS inside NCCL), and never taken
-/// from another live process (a child of the rank that initialises NCCL with the same
-/// variable counts nowhere).
-fn open(path: &Path) -> std::io::Result<memmap2::MmapMut> {
+/// Whether process `pid` lives (not this one).
+fn alive(pid: u64) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// This process's own file beside `path`, where another live process holds `path`
+/// (a child of the rank, or its parent, that initialised NCCL first): the agent reads
+/// the one whose pid is the rank's.
+pub fn own_path(path: &Path) -> PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(format!(".{}", std::process::id()));
+    PathBuf::from(p)
+}
+
+/// Maps `path` for good, made whole with zeros written (a sparse file's first store
+/// on a full volume would be a SIGBUS inside NCCL); Err(pid) where another live
+/// process writes it.
+fn open(path: &Path) -> std::io::Result<Result<FileWords, u64>> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -71,9 +106,7 @@ fn open(path: &Path) -> std::io::Result<memmap2::MmapMut> {
     let pid = u64::from(std::process::id());
     match owner(&mut f) {
         Some(p) if p == pid => {}
-        Some(p) if Path::new(&format!("/proc/{p}")).exists() => {
-            return Err(std::io::Error::other(format!("in use by process {p}")));
-        }
+        Some(p) if alive(p) => return Ok(Err(p)),
         _ => {
             let mut fresh = vec![0u8; FILE_BYTES];
             fresh[H_VERSION * 8..H_VERSION * 8 + 8].copy_from_slice(&VERSION.to_le_bytes());
@@ -84,33 +117,69 @@ fn open(path: &Path) -> std::io::Result<memmap2::MmapMut> {
             f.set_len(FILE_BYTES as u64)?;
         }
     }
-    // The agent reads the same file; nothing else writes it.
-    unsafe { memmap2::MmapMut::map_mut(&f) }
+    // The agent reads the same file; nothing else writes it. Never unmapped.
+    let map: &'static memmap2::MmapMut =
+        Box::leak(Box::new(unsafe { memmap2::MmapMut::map_mut(&f)? }));
+    // Page-aligned, FILE_BYTES long, and only ever accessed atomically.
+    let words = unsafe { std::slice::from_raw_parts(map.as_ptr().cast::<AtomicU64>(), FILE_WORDS) };
+    Ok(Ok(words))
 }
 
-/// A slot for a new communicator: a free one, else one whose communicator was
-/// finalised; None when all are live.
-pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Option<Slot>> {
+/// The file for `path`: the one mapped already, else `path`, else this process's own
+/// beside it.
+fn file_for(path: &Path) -> std::io::Result<FileWords> {
     let mut file = FILE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if file.is_none() {
-        *file = Some(Mapped {
-            map: open(path)?,
-            users: 0,
-        });
+    if let Some((_, words)) = file.as_ref().filter(|(p, _)| p == path) {
+        return Ok(words);
     }
-    let Some(m) = file.as_mut() else {
-        return Ok(None);
+    let words = match open(path)? {
+        Ok(w) => w,
+        Err(holder) => open(&own_path(path))?
+            .map_err(|p| std::io::Error::other(format!("in use by processes {holder} and {p}")))?,
     };
-    let w = words(&m.map);
+    // A file mapped for another path before stays mapped (tests change the path;
+    // toporun gives a rank one).
+    *file = Some((path.to_path_buf(), words));
+    RELEASED_AT
+        .iter()
+        .for_each(|r| r.store(0, Ordering::Relaxed));
+    Ok(words)
+}
+
+/// What became of a communicator at init.
+pub enum Claimed {
+    Slot(Slot),
+    /// Every slot was live, or finalised too recently to take: counted in the header
+    /// as uncounted.
+    Full,
+}
+
+/// A slot for a new communicator: a free one, else one whose communicator was
+/// finalised.
+pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Claimed> {
+    let w = file_for(path)?;
+    // One claim at a time: two inits must not take one slot.
+    let _one = FILE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let state = |s: usize| w[slot_word(s, S_STATE)].load(Ordering::Acquire);
-    let Some(index) = (0..MAX_COMMS)
-        .find(|&s| state(s) == FREE)
-        .or_else(|| (0..MAX_COMMS).find(|&s| state(s) == FINALIZED))
-    else {
-        return Ok(None);
+    let released = |s: usize| RELEASED_AT[s].load(Ordering::Relaxed);
+    let Some(index) = (0..MAX_COMMS).find(|&s| state(s) == FREE).or_else(|| {
+        (0..MAX_COMMS)
+            .filter(|&s| state(s) == FINALIZED && reuse_grace::rested(released(s)))
+            .min_by_key(|&s| released(s))
+    }) else {
+        w[H_UNCOUNTED].fetch_add(1, Ordering::Relaxed);
+        return Ok(Claimed::Full);
     };
+    let hash = identity[0];
+    if (0..MAX_COMMS)
+        .any(|s| state(s) == LIVE && w[slot_word(s, S_COMM_HASH)].load(Ordering::Relaxed) == hash)
+    {
+        w[H_TWO_RANKS].fetch_add(1, Ordering::Relaxed);
+    }
     let base = slot_word(index, 0);
     let gen = &w[base + S_GENERATION];
     gen.fetch_add(1, Ordering::AcqRel);
@@ -125,28 +194,17 @@ pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Option<Slot>> {
     {
         w[base + i].store(v, Ordering::Relaxed);
     }
+    w[base + S_STATE].store(LIVE, Ordering::Relaxed);
     gen.fetch_add(1, Ordering::AcqRel);
-    w[base + S_STATE].store(LIVE, Ordering::Release);
     w[H_INITS].fetch_add(1, Ordering::Relaxed);
-    m.users += 1;
-    Ok(Some(Slot {
-        index,
-        file: w.as_ptr(),
-    }))
+    Ok(Claimed::Slot(Slot { index, file: w }))
 }
 
-/// The communicator of `slot` is gone; the last one unmaps the file.
+/// The communicator of `slot` is gone; its slot may be taken again (the mapping
+/// stays).
 pub fn release(slot: &Slot) {
-    let mut file = FILE
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    RELEASED_AT[slot.index].store(reuse_grace::now_ns(), Ordering::Relaxed);
     slot.word(S_STATE).store(FINALIZED, Ordering::Release);
-    if let Some(m) = file.as_mut() {
-        m.users = m.users.saturating_sub(1);
-        if m.users == 0 {
-            *file = None;
-        }
-    }
 }
 
 /// Says in the header how operations are picked for timing.

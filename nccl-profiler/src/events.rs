@@ -2,13 +2,20 @@
 //! init; its kernel channels are records inside it. NCCL's threads (the one that
 //! ends a group, the proxy thread) meet only in atomics: nothing here allocates,
 //! locks or makes a system call.
+//!
+//! A context, its records and its slot stay valid for the life of the process
+//! (`comm_pool`): NCCL may report an event of a communicator after finalising it
+//! (a proxy thread shared by split communicators reports its last channels late;
+//! an abort leaves channels started and never stopped). Such an event finds its
+//! communicator's generation moved on and is ignored.
 
 use crate::abi::{EventDescr, EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use crate::counters_file::{self, Slot};
 use crate::kernel_sampling;
 use std::ffi::{c_char, c_void, CStr};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::*};
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use toporun_shared::nccl_counters::layout::*;
+use toporun_shared::nccl_counters::open_entry;
 use toporun_shared::nccl_counters::{datatype_bytes, NcclFunc};
 
 /// Operations followed at once per communicator; an operation whose record is
@@ -35,30 +42,72 @@ struct Channel {
 struct Op {
     tag: u64,
     comm: *const Comm,
+    /// The communicator's generation when the record was taken.
+    generation: AtomicU64,
     /// The posted index it follows, plus one (0: never used).
     index1: AtomicU64,
     func: AtomicU64,
     bytes: AtomicU64,
+    /// Channels NCCL said it runs on; 0: not said (CollNet's operations carry 0 and
+    /// still report their channels), the last channel running is the last.
     channels_expected: AtomicU32,
     started: AtomicU32,
     stopped: AtomicU32,
+    /// Set by the one stop that completes it (later stops change nothing).
+    completed: AtomicU32,
     first_start: AtomicU64,
     last_stop: AtomicU64,
     channels: [Channel; CHANNELS],
 }
 
-/// A communicator's context (what init hands NCCL).
+/// A communicator's context: what NCCL holds is a [`Ticket`] to it.
 pub struct Comm {
-    slot: Slot,
+    /// The slot's file (never unmapped) and index, set at each use.
+    file: AtomicPtr<AtomicU64>,
+    slot: AtomicUsize,
+    /// Bumped when the communicator is finalised: events of an earlier use are
+    /// ignored.
+    generation: AtomicU64,
     ops: Box<[Op]>,
 }
 
+// Shared by NCCL's threads: every field that changes after the context is made is an
+// atomic; the raw pointers are set once, before NCCL sees the context.
+unsafe impl Sync for Comm {}
+unsafe impl Send for Comm {}
+
+/// What NCCL holds as a communicator's context: the context and the generation it
+/// was given in (a few bytes a communicator, never freed).
+pub struct Ticket {
+    comm: &'static Comm,
+    generation: u64,
+}
+
+impl Ticket {
+    pub fn new(comm: &'static Comm) -> Ticket {
+        Ticket {
+            comm,
+            generation: comm.generation.load(Acquire),
+        }
+    }
+
+    /// The communicator, unless finalised since.
+    pub fn comm(&self) -> Option<&'static Comm> {
+        (self.comm.generation.load(Acquire) == self.generation).then_some(self.comm)
+    }
+}
+
 impl Comm {
-    /// A context for the communicator of `slot`, its records linked to it.
-    pub fn new(slot: Slot) -> Box<Comm> {
+    /// A context for the communicator of `slot`, its records linked to it, for good.
+    pub fn leak(slot: Slot) -> &'static Comm {
         let ops = (0..RING).map(|_| Op::new()).collect();
-        let mut comm = Box::new(Comm { slot, ops });
-        let me: *const Comm = &*comm;
+        let comm: &'static mut Comm = Box::leak(Box::new(Comm {
+            file: AtomicPtr::new(std::ptr::null_mut()),
+            slot: AtomicUsize::new(0),
+            generation: AtomicU64::new(0),
+            ops,
+        }));
+        let me: *const Comm = comm;
         for op in comm.ops.iter_mut() {
             op.comm = me;
             let op_ptr: *const Op = op;
@@ -66,16 +115,33 @@ impl Comm {
                 ch.op = op_ptr;
             }
         }
+        comm.take(slot);
         comm
     }
 
+    /// The context serves the communicator of `slot` (new, or taken again from the
+    /// pool): records of an earlier use are cleared.
+    pub fn take(&self, slot: Slot) {
+        for op in self.ops.iter() {
+            op.index1.store(0, Relaxed);
+            op.started.store(0, Relaxed);
+            op.stopped.store(0, Relaxed);
+        }
+        self.file.store(slot.file_ptr(), Relaxed);
+        self.slot.store(slot.index, Release);
+    }
+
+    /// The communicator is finalised: its events from now on are ignored, its slot
+    /// freed for another.
     pub fn release(&self) {
-        counters_file::release(&self.slot);
+        self.generation.fetch_add(1, AcqRel);
+        counters_file::release(&self.slot());
         kernel_sampling::stop();
     }
 
-    fn word(&self, i: usize) -> &AtomicU64 {
-        self.slot.word(i)
+    fn slot(&self) -> Slot {
+        let index = self.slot.load(Acquire);
+        Slot::at(self.file.load(Relaxed), index)
     }
 
     /// An event starts; its handle (null: not followed).
@@ -107,6 +173,7 @@ impl Comm {
         dtype: *const c_char,
         channels: u8,
     ) -> *mut c_void {
+        let slot = self.slot();
         let func = NcclFunc::from_id(FUNC_NAMES.get(func, |s| NcclFunc::from_nccl(s).id() as u64));
         let bytes = count as u64 * DATATYPE_NAMES.get(dtype, datatype_bytes);
         // Whether NCCL times this one, as far as the posts tell: only those get a
@@ -117,43 +184,28 @@ impl Comm {
         // from the thread that launches it, or from CUDA's host-callback thread for a
         // graph replay or while its host stream is busy), and one lost count would
         // leave this rank an operation behind its peers for good.
-        let index = self.word(S_POSTED).fetch_add(1, Relaxed);
-        self.publish_open(index, func, bytes);
+        let index = slot.word(S_POSTED).fetch_add(1, Relaxed);
+        open_entry::publish(&slot.words(), index, func.id() as u64, bytes);
         let op = &self.ops[index as usize % RING];
-        let handle = if !timed {
+        if !timed {
             std::ptr::null_mut()
-        } else if !op.free(self.word(S_COMPLETED).load(Acquire)) {
+        } else if !op.free(slot.word(S_COMPLETED).load(Acquire)) {
             // The record's operation is not done (the host is 256 ahead of the GPU).
-            counters_file::dropped(&self.slot);
+            counters_file::dropped(&slot);
             std::ptr::null_mut()
         } else {
-            op.reset(index, func, bytes, channels);
+            op.reset(self.generation.load(Relaxed), index, func, bytes, channels);
             op as *const Op as *mut c_void
-        };
-        if channels == 0 && timed {
-            // No kernel channel will report it (nothing to move): done as posted.
-            self.complete(index, func, bytes, 0, 0);
         }
-        handle
-    }
-
-    /// The ring entry the agent reads while `index` is open.
-    fn publish_open(&self, index: u64, func: NcclFunc, bytes: u64) {
-        let i = index as usize;
-        self.word(open_word(i, O_INDEX1)).store(0, Relaxed);
-        self.word(open_word(i, O_FUNC))
-            .store(func.id() as u64, Relaxed);
-        self.word(open_word(i, O_BYTES)).store(bytes, Relaxed);
-        self.word(open_word(i, O_KERNEL_START)).store(0, Relaxed);
-        self.word(open_word(i, O_INDEX1)).store(index + 1, Release);
     }
 
     /// Operation `index` finished on the GPU, `first..last` on its timer.
     fn complete(&self, index: u64, func: NcclFunc, bytes: u64, first: u64, last: u64) {
+        let slot = self.slot();
         let ns = last.saturating_sub(first);
-        self.word(S_BUSY_NS).fetch_add(ns, Relaxed);
-        self.word(S_LAST_STOP_NS).fetch_max(last, Relaxed);
-        let f = |w| self.word(func_word(func.id(), w));
+        slot.word(S_BUSY_NS).fetch_add(ns, Relaxed);
+        slot.word(S_LAST_STOP_NS).fetch_max(last, Relaxed);
+        let f = |w| slot.word(func_word(func.id(), w));
         f(F_COUNT).fetch_add(1, Relaxed);
         f(F_BYTES).fetch_add(bytes, Relaxed);
         f(F_GPU_NS).fetch_add(ns, Relaxed);
@@ -162,8 +214,8 @@ impl Comm {
             f(F_BIG_BYTES).fetch_add(bytes, Relaxed);
             f(F_BIG_GPU_NS).fetch_add(ns, Relaxed);
         }
-        self.word(S_DONE).fetch_add(1, Relaxed);
-        self.word(S_COMPLETED).fetch_max(index + 1, Release);
+        slot.word(S_DONE).fetch_add(1, Relaxed);
+        slot.word(S_COMPLETED).fetch_max(index + 1, Release);
     }
 }
 
@@ -172,12 +224,14 @@ impl Op {
         Op {
             tag: TAG_OP,
             comm: std::ptr::null(),
+            generation: AtomicU64::new(0),
             index1: AtomicU64::new(0),
             func: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             channels_expected: AtomicU32::new(0),
             started: AtomicU32::new(0),
             stopped: AtomicU32::new(0),
+            completed: AtomicU32::new(0),
             first_start: AtomicU64::new(u64::MAX),
             last_stop: AtomicU64::new(0),
             channels: std::array::from_fn(|_| Channel {
@@ -201,20 +255,37 @@ impl Op {
         self.index1.load(Relaxed).saturating_sub(1)
     }
 
-    fn reset(&self, index: u64, func: NcclFunc, bytes: u64, channels: u8) {
+    fn reset(&self, generation: u64, index: u64, func: NcclFunc, bytes: u64, channels: u8) {
+        self.generation.store(generation, Relaxed);
         self.index1.store(index + 1, Relaxed);
         self.func.store(func.id() as u64, Relaxed);
         self.bytes.store(bytes, Relaxed);
         self.channels_expected.store(channels.into(), Relaxed);
         self.started.store(0, Relaxed);
         self.stopped.store(0, Relaxed);
+        self.completed.store(0, Relaxed);
         self.first_start.store(u64::MAX, Relaxed);
         self.last_stop.store(0, Release);
     }
 
-    fn comm(&self) -> &Comm {
-        // Set once at init; the context outlives its records.
-        unsafe { &*self.comm }
+    /// The communicator, unless the record is of an earlier use of its context.
+    fn comm(&self) -> Option<&Comm> {
+        // Set once when the context was made; the context is never freed.
+        let comm = unsafe { &*self.comm };
+        (comm.generation.load(Acquire) == self.generation.load(Acquire)).then_some(comm)
+    }
+
+    /// Whether the stop that made `stopped` stops is the operation's last: the
+    /// channels NCCL said all stopped, or, where it said none, every channel started
+    /// so far.
+    fn last_channel(&self, stopped: u32) -> bool {
+        let expected = self.channels_expected.load(Relaxed);
+        let last = if expected == 0 {
+            stopped == self.started.load(Acquire)
+        } else {
+            stopped >= expected
+        };
+        last && self.completed.swap(1, AcqRel) == 0
     }
 }
 
@@ -268,36 +339,26 @@ unsafe fn channel_start(parent: *mut c_void, id: u8, timer: u64) -> *mut c_void 
         return std::ptr::null_mut();
     }
     let op = &*(parent as *const Op);
+    let Some(comm) = op.comm() else {
+        return std::ptr::null_mut();
+    };
     let Some(ch) = op.channels.get(usize::from(id)) else {
-        counters_file::dropped(&op.comm().slot);
+        counters_file::dropped(&comm.slot());
         return std::ptr::null_mut();
     };
     ch.start.store(timer, Relaxed);
     ch.stop.store(0, Relaxed);
     op.first_start.fetch_min(timer, Relaxed);
     if op.started.fetch_add(1, AcqRel) == 0 {
-        stamp_kernel_start(op.comm(), op.index(), timer);
+        open_entry::stamp_kernel_start(&comm.slot().words(), op.index(), timer);
     }
     ch as *const Channel as *mut c_void
-}
-
-/// The open-ring entry of `index` gets its first channel's start, unless the host
-/// republished the entry for a later index meanwhile.
-fn stamp_kernel_start(comm: &Comm, index: u64, timer: u64) {
-    let entry = |w| comm.word(open_word(index as usize, w));
-    if entry(O_INDEX1).load(Acquire) != index + 1 {
-        return;
-    }
-    let stamped = entry(O_KERNEL_START).compare_exchange(0, timer, Relaxed, Relaxed);
-    if stamped.is_ok() && entry(O_INDEX1).load(Acquire) != index + 1 {
-        let _ = entry(O_KERNEL_START).compare_exchange(timer, 0, Relaxed, Relaxed);
-    }
 }
 
 /// NCCL recorded a state of the event of `handle`: a channel's stop time.
 ///
 /// # Safety
-/// `handle` is null or one this plugin returned, and not yet stopped.
+/// `handle` is null or one this plugin returned.
 pub unsafe fn channel_stop_time(handle: *mut c_void, timer: u64) {
     if tag_of(handle) == TAG_CH {
         (*(handle as *const Channel)).stop.store(timer, Relaxed);
@@ -308,20 +369,23 @@ pub unsafe fn channel_stop_time(handle: *mut c_void, timer: u64) {
 /// last channel.
 ///
 /// # Safety
-/// `handle` is null or one this plugin returned, and not yet stopped.
+/// `handle` is null or one this plugin returned.
 pub unsafe fn stop(handle: *mut c_void) {
     if tag_of(handle) != TAG_CH {
         return; // An operation's own stop means enqueued, not done.
     }
     let ch = &*(handle as *const Channel);
     let op = &*ch.op;
+    let Some(comm) = op.comm() else {
+        return; // finalised since: its slot may count another communicator now
+    };
     let stop = ch.stop.load(Relaxed).max(ch.start.load(Relaxed));
     op.last_stop.fetch_max(stop, Relaxed);
     let stopped = op.stopped.fetch_add(1, AcqRel) + 1;
-    if stopped == op.channels_expected.load(Relaxed) {
+    if op.last_channel(stopped) {
         let func = NcclFunc::from_id(op.func.load(Relaxed));
         let first = op.first_start.load(Relaxed);
-        op.comm().complete(
+        comm.complete(
             op.index(),
             func,
             op.bytes.load(Relaxed),

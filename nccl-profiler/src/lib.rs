@@ -6,9 +6,15 @@
 //! hangs, stragglers and link speeds. No panic crosses into NCCL.
 
 mod abi;
+mod comm_pool;
 mod counters_file;
 mod events;
 mod kernel_sampling;
+mod library_pin;
+mod reuse_grace;
+
+#[doc(hidden)]
+pub use reuse_grace::set_for_tests as set_reuse_grace_for_tests;
 
 pub use abi::{
     CollDescr, DescrUnion, EventDescr, KernelChDescr, P2pDescr, ProfilerV5, StateArgs, EVENT_COLL,
@@ -18,7 +24,8 @@ pub use counters_file::PATH_VAR;
 pub use toporun_shared::nccl_counters::SAMPLING_VAR;
 
 use abi::{Logger, NcclResult, LOG_INFO, LOG_INIT};
-use events::Comm;
+use counters_file::Claimed;
+use events::Ticket;
 use std::ffi::{c_char, c_int, c_void, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
@@ -71,26 +78,29 @@ unsafe extern "C" fn init(
     // counted): an error makes newer NCCL unload the plugin under the other
     // communicators.
     guarded(NCCL_SUCCESS, || {
-        if !context.is_null() {
-            *context = std::ptr::null_mut();
+        if context.is_null() {
+            return NCCL_SUCCESS; // nowhere to say a context: nothing counted
         }
+        *context = std::ptr::null_mut();
         let Some(path) = std::env::var_os(PATH_VAR).map(PathBuf::from) else {
             return NCCL_SUCCESS; // not started by toporun: no events asked
         };
+        library_pin::pin();
         let identity = [comm_id, rank as u64, nranks as u64, nnodes as u64];
         match counters_file::claim(&path, identity) {
-            Ok(Some(slot)) => {
+            Ok(Claimed::Slot(slot)) => {
                 let sampling = kernel_sampling::from_env();
                 counters_file::sampling(&slot, sampling.words());
-                *context = Box::into_raw(Comm::new(slot)).cast();
+                let comm = comm_pool::take(slot);
+                *context = Box::into_raw(Box::new(Ticket::new(comm))).cast();
                 // Writes NCCL's mask as the sampling says (atomically: the posting
                 // threads write it too).
                 kernel_sampling::start(mask, sampling);
                 log(logfn, &format!("toporun profiler: communicator {comm_id:#x} rank {rank} of {nranks} counted in {}", path.display()));
                 NCCL_SUCCESS
             }
-            Ok(None) => {
-                log(logfn, "toporun profiler: every counters slot is live; this communicator is not counted");
+            Ok(Claimed::Full) => {
+                log(logfn, "toporun profiler: every counters slot is live; this communicator is not counted (the file's header counts it)");
                 NCCL_SUCCESS
             }
             Err(e) => {
@@ -126,7 +136,9 @@ unsafe extern "C" fn start_event(
         if kernel_sampling::bench_ignores() {
             return NCCL_SUCCESS;
         }
-        *handle = (*(context as *const Comm)).start(&*descr);
+        if let Some(comm) = (*(context as *const Ticket)).comm() {
+            *handle = comm.start(&*descr);
+        }
         NCCL_SUCCESS
     })
 }
@@ -156,9 +168,13 @@ unsafe extern "C" fn finalize(context: *mut c_void) -> NcclResult {
         if context.is_null() {
             return NCCL_SUCCESS;
         }
-        // Events still in flight (ncclCommAbort) never stop: freed with the context.
-        let comm = Box::from_raw(context as *mut Comm);
-        comm.release();
+        // The ticket is never freed (NCCL may still pass it); the context goes back
+        // to the pool, its generation moved on. Events still in flight
+        // (ncclCommAbort) never stop, or stop late: ignored.
+        if let Some(comm) = (*(context as *const Ticket)).comm() {
+            comm.release();
+            comm_pool::give_back(comm);
+        }
         NCCL_SUCCESS
     })
 }

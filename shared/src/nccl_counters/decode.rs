@@ -2,8 +2,10 @@
 
 use super::func::NcclFunc;
 use super::layout::*;
+use super::open_entry::{self, AtomicWords, SlotOf};
 use super::sampling::KernelSampling;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum CountersError {
@@ -28,6 +30,12 @@ pub struct RankCounters {
     /// Which operations NCCL times on the GPU.
     #[serde(default = "every_one")]
     pub sampling: KernelSampling,
+    /// Communicators the plugin could not count (every slot live).
+    #[serde(default)]
+    pub uncounted: u64,
+    /// Communicators of which this process holds two ranks (one process, two GPUs).
+    #[serde(default)]
+    pub two_ranks: u64,
 }
 
 /// One communicator on one rank.
@@ -111,95 +119,112 @@ impl CommCounters {
     }
 }
 
-/// Reads `bytes` (a whole counters file).
+/// Reads `bytes` (a whole counters file, as copied).
 pub fn decode(bytes: &[u8]) -> Result<RankCounters, CountersError> {
     if bytes.len() < FILE_BYTES {
         return Err(CountersError::Short(bytes.len()));
     }
-    let w = |i: usize| u64::from_le_bytes(bytes[i * 8..i * 8 + 8].try_into().unwrap_or_default());
-    if w(H_MAGIC) != MAGIC {
-        return Err(CountersError::Magic(w(H_MAGIC)));
+    let words: Vec<AtomicU64> = bytes
+        .chunks_exact(8)
+        .take(FILE_WORDS)
+        .map(|c| AtomicU64::new(u64::from_le_bytes(c.try_into().unwrap_or_default())))
+        .collect();
+    decode_words(&words)
+}
+
+/// Reads a counters file's words as the plugin writes them (a live mapping): an
+/// entry or a slot caught mid-write is left out, never read mixed.
+pub fn decode_words(file: &[AtomicU64]) -> Result<RankCounters, CountersError> {
+    if file.len() < FILE_WORDS {
+        return Err(CountersError::Short(file.len() * 8));
     }
-    let version = w(H_VERSION);
+    let h = |i: usize| file[i].load(Ordering::Acquire);
+    if h(H_MAGIC) != MAGIC {
+        return Err(CountersError::Magic(h(H_MAGIC)));
+    }
+    let version = h(H_VERSION);
     if !(1..=VERSION).contains(&version) {
         return Err(CountersError::Version(version));
     }
     let sampling = match version {
         1 | 2 => KernelSampling::All,
-        _ => KernelSampling::of_words(w(H_SAMPLE_BURST), w(H_SAMPLE_PERIOD_MS)),
+        _ => KernelSampling::of_words(h(H_SAMPLE_BURST), h(H_SAMPLE_PERIOD_MS)),
     };
+    let all_timed = sampling == KernelSampling::All;
     let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
-        .filter_map(|slot| {
-            comm(
-                &|i| w(slot_word(slot, i)),
-                slot,
-                sampling == KernelSampling::All,
-            )
-        })
+        .filter_map(|slot| comm(&SlotOf { file, slot }, slot, all_timed, version >= 4))
         .collect();
     if version == 1 {
         comms.iter_mut().for_each(|c| c.done = c.completed);
     }
+    let since_v4 = |i| if version >= 4 { h(i) } else { 0 };
     Ok(RankCounters {
-        pid: w(H_PID) as u32,
-        inits: w(H_INITS),
-        dropped: w(H_DROPPED),
+        pid: h(H_PID) as u32,
+        inits: h(H_INITS),
+        dropped: h(H_DROPPED),
         comms,
         sampling,
+        uncounted: since_v4(H_UNCOUNTED),
+        two_ranks: since_v4(H_TWO_RANKS),
     })
 }
 
-/// Slot `slot`'s communicator; `all_timed`: the file times every operation.
-fn comm(w: &dyn Fn(usize) -> u64, slot: usize, all_timed: bool) -> Option<CommCounters> {
-    let state = w(S_STATE);
-    if state == FREE {
+/// Slot `slot`'s communicator, unless free or caught while a new communicator takes
+/// it (its generation odd, or moved while read); `all_timed`: the file times every
+/// operation; `stamped`: it has the kernel index words.
+fn comm(w: &SlotOf, slot: usize, all_timed: bool, stamped: bool) -> Option<CommCounters> {
+    let generation = w.load(S_GENERATION, Ordering::Acquire);
+    let state = w.load(S_STATE, Ordering::Acquire);
+    if state == FREE || generation % 2 == 1 {
         return None;
     }
-    let (posted, completed) = (w(S_POSTED), w(S_COMPLETED).min(w(S_POSTED)));
+    let r = |i: usize| w.load(i, Ordering::Relaxed);
+    let (posted, completed) = (r(S_POSTED), r(S_COMPLETED).min(r(S_POSTED)));
     let recent = (posted.saturating_sub(OPEN_RING as u64)..posted)
-        .filter_map(|i| open_op(w, i, all_timed))
+        .filter_map(|i| open_op(w, i, all_timed, stamped))
         .collect();
     let funcs = (0..NcclFunc::COUNT)
         .map(|f| FuncTotals {
             func: NcclFunc::from_id(f as u64),
-            count: w(func_word(f, F_COUNT)),
-            bytes: w(func_word(f, F_BYTES)),
-            gpu_ns: w(func_word(f, F_GPU_NS)),
-            big_count: w(func_word(f, F_BIG_COUNT)),
-            big_bytes: w(func_word(f, F_BIG_BYTES)),
-            big_gpu_ns: w(func_word(f, F_BIG_GPU_NS)),
+            count: r(func_word(f, F_COUNT)),
+            bytes: r(func_word(f, F_BYTES)),
+            gpu_ns: r(func_word(f, F_GPU_NS)),
+            big_count: r(func_word(f, F_BIG_COUNT)),
+            big_bytes: r(func_word(f, F_BIG_BYTES)),
+            big_gpu_ns: r(func_word(f, F_BIG_GPU_NS)),
         })
         .filter(|t| t.count > 0)
         .collect();
-    Some(CommCounters {
+    let c = CommCounters {
         slot,
-        generation: w(S_GENERATION),
+        generation,
         live: state == LIVE,
-        hash: w(S_COMM_HASH),
-        rank: w(S_RANK) as u32,
-        nranks: w(S_NRANKS) as u32,
-        nnodes: w(S_NNODES) as u32,
+        hash: r(S_COMM_HASH),
+        rank: r(S_RANK) as u32,
+        nranks: r(S_NRANKS) as u32,
+        nnodes: r(S_NNODES) as u32,
         posted,
         completed,
-        done: w(S_DONE),
-        busy_ns: w(S_BUSY_NS),
-        last_stop_ns: w(S_LAST_STOP_NS),
+        done: r(S_DONE),
+        busy_ns: r(S_BUSY_NS),
+        last_stop_ns: r(S_LAST_STOP_NS),
         recent,
         every_op_timed: all_timed,
         funcs,
-    })
+    };
+    w.fence(Ordering::Acquire);
+    (w.load(S_GENERATION, Ordering::Relaxed) == generation).then_some(c)
 }
 
-/// The ring's entry for posted index `index`, if it still holds that one.
-fn open_op(w: &dyn Fn(usize) -> u64, index: u64, all_timed: bool) -> Option<OpenOp> {
-    let i = index as usize;
-    let kernel_start_ns = Some(w(open_word(i, O_KERNEL_START))).filter(|t| *t > 0);
-    (w(open_word(i, O_INDEX1)) == index + 1).then(|| OpenOp {
+/// The ring's entry for posted index `index`, if it still holds that one whole.
+fn open_op(w: &SlotOf, index: u64, all_timed: bool, stamped: bool) -> Option<OpenOp> {
+    let e = open_entry::read(w, index, stamped)?;
+    Some(OpenOp {
         index,
-        func: NcclFunc::from_id(w(open_word(i, O_FUNC)) & FUNC_ID_BITS),
-        bytes: w(open_word(i, O_BYTES)),
-        kernel_start_ns,
-        timed: all_timed || kernel_start_ns.is_some(),
+        func: NcclFunc::from_id(e.func_word & FUNC_ID_BITS),
+        bytes: e.bytes,
+        kernel_start_ns: e.kernel_start_ns,
+        timed: all_timed || e.kernel_start_ns.is_some(),
     })
 }
 

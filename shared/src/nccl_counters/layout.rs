@@ -10,7 +10,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
 /// Bumped when a word's meaning changes: 2 added S_DONE (version 1 files, as the
 /// first GPU runs kept them, read with done = completed); 3 added sampling (the
 /// header's H_SAMPLE_* words; earlier files timed every operation).
-pub const VERSION: u64 = 3;
+/// 4 added the kernel index words (`S_KERNEL_OPEN`) and the uncounted words of the
+/// header (`H_UNCOUNTED`...).
+pub const VERSION: u64 = 4;
 
 /// Header words.
 pub const H_MAGIC: usize = 0;
@@ -26,11 +28,20 @@ pub const H_DROPPED: usize = 4;
 pub const H_SAMPLE_BURST: usize = 5;
 pub const H_SAMPLE_PERIOD_MS: usize = 6;
 pub const NEVER: u64 = u64::MAX;
+/// Communicators this process did not count: every slot was live when they began.
+pub const H_UNCOUNTED: usize = 7;
+/// Communicators counted here whose hash a live slot already held: this process is
+/// two ranks of one communicator (it drives two GPUs), which a reader must not take
+/// as one rank's.
+pub const H_TWO_RANKS: usize = 8;
 
 /// Communicators one file holds at once (a finalised one's slot is reused last).
 pub const MAX_COMMS: usize = 32;
 /// Words per communicator slot.
 pub const SLOT_WORDS: usize = 128;
+/// Beside each open-ring entry, the posted index + 1 its kernel start was stamped for
+/// (`open_entry` says why): words SLOT_WORDS - OPEN_RING on.
+pub const S_KERNEL_OPEN: usize = SLOT_WORDS - OPEN_RING;
 /// Words in the whole file.
 pub const FILE_WORDS: usize = HEADER_WORDS + MAX_COMMS * SLOT_WORDS;
 /// Bytes in the whole file.
@@ -105,9 +116,14 @@ pub const fn open_word(i: usize, word: usize) -> usize {
     S_OPEN + (i % OPEN_RING) * OPEN_WORDS + word
 }
 
+/// Word index, within a slot, of open-ring entry `i`'s kernel index.
+pub const fn kernel_word(i: usize) -> usize {
+    S_KERNEL_OPEN + i % OPEN_RING
+}
+
 /// Word index, within a slot, of function `func`'s word `word`.
 pub const fn func_word(func: usize, word: usize) -> usize {
     S_FUNCS + func * FUNC_WORDS + word
 }
 
-const _: () = assert!(func_word(super::func::NcclFunc::COUNT, 0) <= SLOT_WORDS);
+const _: () = assert!(func_word(super::func::NcclFunc::COUNT, 0) <= S_KERNEL_OPEN);

@@ -6,13 +6,16 @@
 pub mod decode;
 mod func;
 pub mod layout;
+pub mod open_entry;
 mod rank_vars;
 pub mod sampling;
 pub mod stall;
 pub mod window;
 pub mod words;
 
-pub use decode::{decode, CommCounters, CountersError, FuncTotals, OpenOp, RankCounters};
+pub use decode::{
+    decode, decode_words, CommCounters, CountersError, FuncTotals, OpenOp, RankCounters,
+};
 pub use func::{datatype_bytes, NcclFunc};
 pub use rank_vars::{
     counters_file, profiler_vars, PluginKind, Profiler, ProfilerReport, COUNTERS_VAR, PLUGIN_FILE,

@@ -67,6 +67,7 @@ impl Words {
     /// sampling: NCCL timed it).
     pub fn started(&mut self, slot: usize, index: u64, ns: u64) -> &mut Self {
         self.0[slot_word(slot, open_word(index as usize, O_KERNEL_START))] = ns;
+        self.0[slot_word(slot, kernel_word(index as usize))] = index + 1;
         self
     }
 
