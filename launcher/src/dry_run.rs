@@ -10,6 +10,7 @@ use std::path::Path;
 use toporun_agent::job::{gpu_timing_line, Job, NodePlace};
 use toporun_agent::rendezvous::Place;
 use toporun_shared::finding::Finding;
+use toporun_shared::nccl_counters::PluginPlaces;
 use toporun_shared::nccl_log::{capture, Capture};
 use toporun_shared::plan::Source;
 use toporun_shared::rank_env::AttemptPlaces;
@@ -73,12 +74,16 @@ fn ranks(p: &Job) -> Result<(Vec<RankView>, &'static str)> {
     });
     // The launch's own function, with the places it would use.
     let stop_file = p.stop.stop_file(run_dir);
+    let counters = p.counters_place("<run dir>", 0, node.places.len());
     let places = AttemptPlaces {
         attempt_dir: &attempt_dir,
         stop_file: &stop_file,
         timer_file,
         cache_home: None,
-        profiler: p.profiler_plugin(),
+        profiler: p
+            .profiler_plugin()
+            .zip(counters.as_ref().and_then(|c| c.dir()))
+            .map(|(plugin, counters)| PluginPlaces { plugin, counters }),
     };
     let views = p
         .node_ranks(&node, (0, run_dir), &places, &report_env)?
@@ -314,6 +319,13 @@ fn text(p: &Job, findings: &[Finding], ranks: (Vec<RankView>, &str)) -> String {
     ));
     if p.gpu_of(0).is_some() {
         out.push_str(&format!("{}\n", p.watch.nccl_profiler.line()));
+    }
+    if let Some(place) = p.counters_place("<run dir>", 0, ranks.0.len()) {
+        let line = place.refusal().unwrap_or_else(|| {
+            let dir = place.dir().map(|d| d.display().to_string()).unwrap_or_default();
+            format!("in memory (tmpfs), one file a rank: {dir}/rank_<rank>, removed at the attempt's end")
+        });
+        out.push_str(&format!("NCCL counters: {line}\n"));
     }
     if !p.opts.no_python {
         out.push_str(&format!("\npython: {} ({})\n", p.python, p.python_why));

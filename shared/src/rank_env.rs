@@ -10,7 +10,7 @@
 use crate::cpu_binding::{cpus_for, TooFewCpus};
 use crate::facts::Gpu;
 use crate::flight_recorder::{recorder_vars, RecorderSwitches};
-use crate::nccl_counters::profiler_vars;
+use crate::nccl_counters::{profiler_vars, PluginPlaces};
 use crate::toporun_vars::ToporunVar;
 use crate::torchrun::worker::{worker_argv, worker_env, JobEnv, RankPlace};
 use crate::torchrun::LaunchOptions;
@@ -30,8 +30,9 @@ pub struct AttemptPlaces<'a> {
     pub timer_file: Option<String>,
     /// XDG_CACHE_HOME for the ranks, where their cache root cannot be written.
     pub cache_home: Option<PathBuf>,
-    /// toporun's NCCL profiler plugin, where the ranks load it.
-    pub profiler: Option<&'a Path>,
+    /// toporun's NCCL profiler plugin and the counters' directory, where the ranks
+    /// load it.
+    pub profiler: Option<PluginPlaces<'a>>,
 }
 
 /// What the job asks toporun to give every rank.
@@ -138,7 +139,7 @@ pub fn node_ranks(n: &NodeRanks) -> Result<Vec<RankSpec>, TooFewCpus> {
         .iter()
         .map(|p| {
             let l = p.local_rank;
-            let profiler = profiler_vars(n.at.profiler, n.at.attempt_dir, p.rank);
+            let profiler = profiler_vars(n.at.profiler, p.rank);
             let additions = [n.node_env, &extras, &profiler];
             Ok(RankSpec {
                 place: p.clone(),
@@ -266,7 +267,10 @@ mod tests {
             job: &job(),
             node_env: &node_env,
             at: &AttemptPlaces {
-                profiler: Some(Path::new("/opt/toporun/libtoporun_nccl_profiler.so")),
+                profiler: Some(PluginPlaces {
+                    plugin: Path::new("/opt/toporun/libtoporun_nccl_profiler.so"),
+                    counters: Path::new("/dev/shm/toporun-run/attempt_0"),
+                }),
                 ..places_at(None)
             },
             report: &UserEnv::new(),
@@ -288,7 +292,7 @@ mod tests {
             );
             assert_eq!(r.env["NCCL_P2P_LEVEL"], "NVL");
             assert_eq!(r.env["PYTHONFAULTHANDLER"], "1");
-            let counters = format!("/run/attempt_1/nccl-counters/rank_{}", r.place.rank);
+            let counters = format!("/dev/shm/toporun-run/attempt_0/rank_{}", r.place.rank);
             assert_eq!(
                 r.env["TOPORUN_NCCL_COUNTERS"], counters,
                 "each rank its own"

@@ -96,6 +96,7 @@ fn stalled(dir: &str, ranks: u32, secs: u64) -> NcclState {
         written: BTreeMap::new(),
         on_gpu: Default::default(),
         whole_job: false,
+        unreadable: Default::default(),
     };
     let mut w = NcclWatch::default();
     let t0 = Instant::now();

@@ -5,6 +5,7 @@
 
 use crate::job::attempt_timer::{file_timer_fired, timer_expired};
 use crate::job::attempt_watches::{hang_watch, nccl_reporter};
+use crate::job::counters_dir::CountersDir;
 use crate::job::error::JobError;
 use crate::job::failure::causes;
 use crate::job::failure::recorder::{self, say_flight_recorder};
@@ -30,6 +31,7 @@ use crate::supervise::{self, file_timer::FileTimer, Events, Outcome, RankEvent};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_shared::flight_recorder::dump_dir;
+use toporun_shared::nccl_counters::PluginPlaces;
 use toporun_shared::rank_env::AttemptPlaces;
 use toporun_shared::root_cause::judge::{watchdog_cause, Left};
 use toporun_shared::root_cause::CauseKind;
@@ -103,6 +105,8 @@ struct Prepared {
     fr_dir: Option<PathBuf>,
     stop_file: preemption::StopFile,
     cmds: Vec<crate::supervise::RankCmd>,
+    /// The ranks' NCCL counters, on /dev/shm, where they load toporun's plugin.
+    counters: Option<CountersDir>,
     /// The attempt directory if unused, the stop file: removed when the attempt ends.
     _left_at_end: (crate::job::run_dir::UnusedRemoved, preemption::RemovedAtEnd),
 }
@@ -126,15 +130,25 @@ fn prepare(
     let stop_file = preemption::StopFile::armed(&p.stop, &dir);
     let user = &p.inherited_env;
     let sw = p.rank_switches();
+    let first = node.round == 0 && restarts.used == 0;
+    let counters_at = (dir.as_path(), attempt_dir.as_path());
+    let counters = CountersDir::make(p, counters_at, restarts.used, node.places.len(), first);
     let places = AttemptPlaces {
         attempt_dir: &attempt_dir,
         stop_file: stop_file.path(),
         timer_file: life.timer_file.clone(),
         cache_home: recorder::prepare_dumps(user, sw.recorder, &dir, &attempt_dir, node.round == 0),
-        profiler: p.profiler_plugin(),
+        profiler: p
+            .profiler_plugin()
+            .zip(counters.as_ref())
+            .map(|(plugin, c)| PluginPlaces {
+                plugin,
+                counters: c.path(),
+            }),
     };
     let cmds = rank_commands(p, node, (restarts.used, &dir), &places, &report_env)?;
     Ok(Prepared {
+        counters,
         fr_dir: dump_dir(user, sw.recorder.on, &attempt_dir),
         _left_at_end: (unused_removed, preemption::RemovedAtEnd(stop_file.clone())),
         attempt_dir,
@@ -161,6 +175,7 @@ pub(super) async fn attempt(
         fr_dir,
         stop_file,
         cmds,
+        counters,
         _left_at_end,
     } = prepare(p, life, session, node, restarts)?;
     let announce = session.announcer(round).await;
@@ -171,7 +186,8 @@ pub(super) async fn attempt(
     let hangs_before = status.snapshot().hangs;
     let memory = causes::memory_at_start(&p.root, life.memory.as_ref());
     let heard = Heard::default();
-    let place = (attempt_dir.as_path(), fr_dir.as_deref());
+    let counters_dir = counters.as_ref().map(CountersDir::path);
+    let place = (attempt_dir.as_path(), fr_dir.as_deref(), counters_dir);
     let (watcher, _exchange, hangs, on_hang) =
         hang_watch(p, session, node, (&live, &heard, &cmds), &status, place);
     let timer = &mut life.timer;

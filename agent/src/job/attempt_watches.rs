@@ -59,7 +59,7 @@ pub(super) fn hang_watch(
     node: &NodePlace,
     (live, heard, cmds): (&LiveRanks, &Heard, &[RankCmd]),
     status: &JobStatus,
-    (attempt_dir, fr_dir): (&Path, Option<&Path>),
+    (attempt_dir, fr_dir, counters_dir): (&Path, Option<&Path>, Option<&Path>),
 ) -> (
     Watcher,
     Vec<AbortOnDrop>,
@@ -71,9 +71,7 @@ pub(super) fn hang_watch(
         .map(|c| (c.rank, c.stderr_tail.clone()))
         .collect();
     let dumps_paused = DumpsPaused::default();
-    let counters = p
-        .profiler_plugin()
-        .map(|_| CountersFiles::new(attempt_dir.to_path_buf()));
+    let counters = counters_dir.map(|d| CountersFiles::new(d.to_path_buf()));
     let gpu = match (&counters, p.watch.straggler_window) {
         (Some(files), Some(window)) => Some(GpuSource::Counters(CounterWindows::new(
             files.clone(),

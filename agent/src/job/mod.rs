@@ -14,6 +14,7 @@
 mod attempt;
 mod attempt_timer;
 mod attempt_watches;
+mod counters_dir;
 mod entry;
 mod error;
 mod failure;

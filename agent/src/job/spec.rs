@@ -295,6 +295,25 @@ impl Job {
         self.watch.nccl_profiler.plugin()
     }
 
+    /// Where attempt `attempt`'s NCCL counters go, for the run whose directory is
+    /// named `run_name`, `ranks` ranks here; None where the ranks do not load
+    /// toporun's plugin.
+    pub fn counters_place(
+        &self,
+        run_name: &str,
+        attempt: u32,
+        ranks: usize,
+    ) -> Option<toporun_shared::nccl_counters::CountersPlace> {
+        self.profiler_plugin()?;
+        Some(toporun_shared::nccl_counters::CountersPlace::choose(
+            self.facts.container.shm.as_ref(),
+            &self.root.join(crate::paths::DEV_SHM),
+            run_name,
+            attempt,
+            ranks as u32,
+        ))
+    }
+
     /// What the job asks toporun to give every rank (`rank_env::attempt_env`).
     pub fn rank_switches(&self) -> RankSwitches {
         RankSwitches {

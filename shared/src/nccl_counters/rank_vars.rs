@@ -135,18 +135,24 @@ pub struct ProfilerReport {
 const WITHOUT: &str = "hangs are judged from the ranks' stacks, GPU stragglers from flight-recorder dumps (unless --gpu-timing off)";
 
 /// Rank `rank`'s counters file in the attempt's directory.
-pub fn counters_file(attempt_dir: &Path, rank: u32) -> PathBuf {
-    attempt_dir
-        .join("nccl-counters")
-        .join(format!("rank_{rank}"))
+pub fn counters_file(counters_dir: &Path, rank: u32) -> PathBuf {
+    counters_dir.join(format!("rank_{rank}"))
+}
+
+/// Where the ranks load toporun's plugin from and count into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PluginPlaces<'a> {
+    pub plugin: &'a Path,
+    /// The attempt's counters directory (`CountersPlace`: in memory).
+    pub counters: &'a Path,
 }
 
 /// The plugin's variables for rank `rank` (none without toporun's plugin).
-pub fn profiler_vars(plugin: Option<&Path>, attempt_dir: &Path, rank: u32) -> UserEnv {
+pub fn profiler_vars(places: Option<PluginPlaces>, rank: u32) -> UserEnv {
     let mut env = BTreeMap::new();
-    if let Some(p) = plugin {
-        env.insert(PLUGIN_VAR.into(), p.display().to_string());
-        let file = counters_file(attempt_dir, rank);
+    if let Some(p) = places {
+        env.insert(PLUGIN_VAR.into(), p.plugin.display().to_string());
+        let file = counters_file(p.counters, rank);
         env.insert(COUNTERS_VAR.into(), file.display().to_string());
     }
     env
@@ -251,9 +257,10 @@ mod tests {
     #[test]
     fn each_rank_counts_into_its_own_file() {
         let plugin = Path::new("/opt/toporun/lib/libtoporun_nccl_profiler.so");
-        let v = profiler_vars(Some(plugin), Path::new("/run/attempt_0"), 3);
+        let counters = Path::new("/dev/shm/toporun-job_x/attempt_0");
+        let v = profiler_vars(Some(PluginPlaces { plugin, counters }), 3);
         assert_eq!(v[PLUGIN_VAR], plugin.display().to_string());
-        assert_eq!(v[COUNTERS_VAR], "/run/attempt_0/nccl-counters/rank_3");
-        assert!(profiler_vars(None, Path::new("/run"), 3).is_empty());
+        assert_eq!(v[COUNTERS_VAR], "/dev/shm/toporun-job_x/attempt_0/rank_3");
+        assert!(profiler_vars(None, 3).is_empty());
     }
 }

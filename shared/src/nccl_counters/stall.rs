@@ -31,6 +31,10 @@ pub struct NodeReading {
     /// Every node's ranks (merged): a communicator's members missing here never
     /// created it, wherever it spans.
     pub whole_job: bool,
+    /// Ranks whose counters file is there and does not read (a plugin of another
+    /// layout): the counters cannot judge these ranks, so they judge nothing.
+    #[serde(default)]
+    pub unreadable: BTreeSet<u32>,
 }
 
 impl NodeReading {
@@ -77,6 +81,7 @@ impl NodeReading {
             all.cpu.extend(&n.cpu);
             all.written.extend(&n.written);
             all.on_gpu.extend(&n.on_gpu);
+            all.unreadable.extend(&n.unreadable);
         }
         all.live.sort_unstable();
         all.whole_job = true;
@@ -172,7 +177,8 @@ impl NcclWatch {
         let marks = node.marks();
         let moved = marks != self.marks;
         self.marks = marks;
-        let Some(wait) = awaited(node) else {
+        let wait = awaited(node).filter(|_| node.unreadable.is_empty());
+        let Some(wait) = wait else {
             self.since = None;
             return NcclState::Idle;
         };
@@ -372,6 +378,17 @@ mod tests {
             NcclState::Stalled(s) => s,
             other => panic!("not stalled: {other:?}"),
         }
+    }
+
+    /// A rank whose file does not read (a plugin of another layout) would read as
+    /// missing, its peers waiting on it: the counters judge nothing then.
+    #[test]
+    fn an_unreadable_rank_makes_the_counters_stand_aside() {
+        let mut node = reading(&[(0, 11, 10), (1, 11, 10)], &[]);
+        still(&node, 30);
+        node.unreadable.insert(2);
+        let mut w = NcclWatch::default();
+        assert_eq!(w.observe(&node, Instant::now()), NcclState::Idle);
     }
 
     /// A communicator of 3 ranks over 2 nodes that rank 2 never created: one node's

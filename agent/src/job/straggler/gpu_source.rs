@@ -56,8 +56,8 @@ impl CounterWindows {
         }
         self.due = Some(now + self.every);
         self.last.retain(|r, _| live.iter().any(|l| l.rank == *r));
-        let read = self.files.read(live);
-        self.say_if_none(read.is_empty(), now);
+        let (read, unreadable) = self.files.read(live);
+        self.say_if_none(read.is_empty() && unreadable.is_empty(), now);
         // Each rank's last reading and this one, the window between them.
         let pairs: Vec<(u32, Duration, &RankCounters, &RankCounters)> = read
             .iter()
@@ -88,7 +88,7 @@ impl CounterWindows {
         }
         self.said_none = true;
         crate::console::say_warning!(
-            "no rank has written NCCL counters after {}s: their NCCL did not load toporun's profiler plugin (an NCCL before 2.28.3 has no profiler v5) or made no communicator; nothing times their GPUs: --nccl-profiler off gives the flight-recorder timing",
+            "no rank has written NCCL counters after {}s: their NCCL did not load toporun's profiler plugin (an NCCL before 2.28.3 has no profiler v5), made no communicator, or the plugin could not make its file (NCCL_DEBUG=INFO shows its 'toporun profiler' lines); nothing times their GPUs: --nccl-profiler off gives the flight-recorder timing",
             NONE_SAID_AFTER.as_secs()
         );
     }
