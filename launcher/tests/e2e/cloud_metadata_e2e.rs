@@ -139,10 +139,13 @@ fn imdsv2_needs_its_token_and_disabled_means_not_asked() {
     assert!(!out.contains("\"cloud\""), "{out}");
 }
 
+/// The slow server answers after 3 s; the probe gives the services 300 ms in all.
+/// Against a probe without metadata in the same run, the slow one costs far less
+/// than the server's 3 s: a missing bound fails this, a loaded machine's second of
+/// noise does not.
 #[test]
 fn a_slow_server_costs_at_most_the_bound() {
     let slow = Server::start("slow");
-    // A baseline without metadata, in the same run: the difference is the metadata's.
     let t0 = Instant::now();
     let (code, _, _) = run(toporun().args(["probe", "--no-metadata", "--format", "json"]));
     assert_eq!(code, 0);
@@ -152,8 +155,8 @@ fn a_slow_server_costs_at_most_the_bound() {
     let extra = took.saturating_sub(base);
     eprintln!("slow metadata: probe {took:?}, without metadata {base:?}");
     assert!(
-        extra < Duration::from_millis(300 + 200),
-        "metadata cost {extra:?} (probe {took:?}, without metadata {base:?})"
+        extra < Duration::from_millis(1500),
+        "metadata cost {extra:?} (probe {took:?}, without metadata {base:?}): the server held its answer 3 s"
     );
     assert!(instance_finding(&mut asking(&slow.url(), &slow.url(), &slow.url())).is_none());
 }

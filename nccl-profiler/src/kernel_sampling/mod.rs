@@ -12,11 +12,17 @@
 //! lock, allocation or system call (the clock, read through the vDSO, about 16
 //! times a period).
 
+#[cfg(any(test, feature = "bench-control"))]
+mod bench_control;
+#[cfg(any(test, feature = "bench-control"))]
+pub use bench_control::*;
+
 use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
-use std::sync::{Mutex, OnceLock};
-use std::time::Instant;
+use std::sync::Mutex;
+#[cfg(not(test))]
+use std::sync::OnceLock;
 use toporun_shared::nccl_counters::sampling::LAUNCH_BLOCKING_VAR;
 use toporun_shared::nccl_counters::{KernelSampling, SAMPLING_VAR};
 
@@ -78,10 +84,23 @@ static BENCH: AtomicI32 = AtomicI32::new(BenchMode::Sampled as i32);
 #[cfg(any(test, feature = "bench-control"))]
 static SAMPLING_LEFT_NS: AtomicU64 = AtomicU64::new(0);
 static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-static EPOCH: OnceLock<Instant> = OnceLock::new();
+#[cfg(not(test))]
+static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
 
+/// The monotonic clock (through the vDSO), in ns since the first reading.
+#[cfg(not(test))]
 fn now_ns() -> u64 {
-    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+    EPOCH
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_nanos() as u64
+}
+
+/// The unit tests' clock, which they move (`tests::advance`): periods end when a
+/// test says, whatever the machine does meanwhile.
+#[cfg(test)]
+fn now_ns() -> u64 {
+    tests::CLOCK_NS.load(SeqCst)
 }
 
 /// The mask the state asks for.
@@ -229,7 +248,8 @@ pub fn post() -> bool {
         // The burst's last: the ones after it are not timed.
         place_next_burst(from, end, i);
     }
-    bench_count_timed();
+    #[cfg(feature = "bench-control")]
+    bench_control::count_timed();
     true
 }
 
@@ -244,111 +264,6 @@ fn place_next_burst(from: u64, after: u64, i: u64) {
     {
         sync_mask();
     }
-}
-
-/// What a benchmark has the plugin ask of NCCL, switched inside one process so that
-/// each variant's cost is measured against the others on the same communicators
-/// (separate processes differ by more than the plugin costs). The counters file's
-/// header keeps the sampling the rank started with: not for a job toporun watches.
-#[cfg(any(test, feature = "bench-control"))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum BenchMode {
-    /// No event asked: as if no plugin were loaded (NCCL checks an empty mask).
-    Silent,
-    /// Operations counted as posted, none timed.
-    Posted,
-    /// The sampling the rank started with; bursts go on where they stopped.
-    Sampled,
-    /// Every operation timed.
-    All,
-    /// As posted, but the plugin returns as soon as NCCL calls it: what NCCL's own
-    /// calls cost, apart from the plugin's counting.
-    Ignored,
-}
-
-#[cfg(any(test, feature = "bench-control"))]
-impl BenchMode {
-    /// From the exported control's number (0-4 in the order above).
-    pub fn from_code(code: c_int) -> Option<BenchMode> {
-        [
-            Self::Silent,
-            Self::Posted,
-            Self::Sampled,
-            Self::All,
-            Self::Ignored,
-        ]
-        .get(usize::try_from(code).ok()?)
-        .copied()
-    }
-}
-
-/// Switches what NCCL is asked for; false where no communicator is counted.
-#[cfg(any(test, feature = "bench-control"))]
-pub fn bench_mode(mode: BenchMode) -> bool {
-    let users = USERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    if *users == 0 {
-        return false;
-    }
-    let (burst, period_ns) = match mode {
-        BenchMode::Silent | BenchMode::Posted | BenchMode::Ignored => {
-            state_words(KernelSampling::Off)
-        }
-        // Bursts go on where they stopped (restarting them here gave every short
-        // segment a burst at its start).
-        BenchMode::Sampled => (STARTED_BURST.load(SeqCst), STARTED_PERIOD_NS.load(SeqCst)),
-        BenchMode::All => state_words(KernelSampling::All),
-    };
-    pause_period_clock(bench_now(), mode);
-    BENCH.store(mode as i32, SeqCst);
-    // Through (0, period) only, a mode of its own: (burst, 0) would end a period at
-    // every post. A post racing the switch may count under either mode; the benchmark
-    // switches between timed blocks.
-    HOT.burst.store(0, SeqCst);
-    HOT.period_ns.store(period_ns, SeqCst);
-    HOT.burst.store(burst, SeqCst);
-    sync_mask();
-    true
-}
-
-/// The mode a benchmark switched to (sampled where none did).
-#[cfg(any(test, feature = "bench-control"))]
-fn bench_now() -> BenchMode {
-    BenchMode::from_code(BENCH.load(SeqCst)).unwrap_or(BenchMode::Sampled)
-}
-
-/// Whether a benchmark has the plugin ignore what NCCL reports.
-#[cfg(feature = "bench-control")]
-pub fn bench_ignores() -> bool {
-    bench_now() == BenchMode::Ignored
-}
-
-/// The period's clock runs only while sampling, so that a benchmark's sampled
-/// blocks learn the rate a job sampling all along would (counted over wall time,
-/// the posts of a quarter of it would place bursts four times as often).
-#[cfg(any(test, feature = "bench-control"))]
-fn pause_period_clock(was: BenchMode, mode: BenchMode) {
-    let now = now_ns();
-    match (was == BenchMode::Sampled, mode == BenchMode::Sampled) {
-        (true, false) => SAMPLING_LEFT_NS.store(now, SeqCst),
-        (false, true) => {
-            let away = now.saturating_sub(SAMPLING_LEFT_NS.load(SeqCst));
-            let _ = PERIOD_START_NS.fetch_update(SeqCst, SeqCst, |s| (s != 0).then(|| s + away));
-        }
-        _ => {}
-    }
-}
-
-/// Posts the plugin took as timed while bursting, for a benchmark's check that
-/// bursts are as rare as meant (bench builds only: not on a shipped hot path).
-#[cfg(feature = "bench-control")]
-pub static BENCH_TIMED: AtomicU64 = AtomicU64::new(0);
-
-fn bench_count_timed() {
-    #[cfg(feature = "bench-control")]
-    BENCH_TIMED.fetch_add(1, Relaxed);
 }
 
 /// At post `i`: if a period has passed since the current one began, the posts it
@@ -430,10 +345,18 @@ mod tests {
     }
 
     /// The sampling state is the process's: one test at a time.
-    static ONE: Mutex<()> = Mutex::new(());
+    pub(super) static ONE: Mutex<()> = Mutex::new(());
+
+    /// The clock `now_ns` reads in the unit tests.
+    pub(super) static CLOCK_NS: AtomicU64 = AtomicU64::new(1_000_000_000);
+
+    /// The clock moves on by `ms`.
+    pub(super) fn advance_ms(ms: f64) {
+        CLOCK_NS.fetch_add((ms * 1e6) as u64, SeqCst);
+    }
 
     /// A communicator counted for the test's length (stopped even when it fails).
-    struct Counted;
+    pub(super) struct Counted;
     impl Counted {
         fn start(mask: &'static AtomicI32, s: KernelSampling) -> Counted {
             start(mask.as_ptr(), s);
@@ -447,13 +370,13 @@ mod tests {
     }
 
     /// Bursts of `burst` about `period_ms` apart, counted for the test's length.
-    fn bursts(mask: &'static AtomicI32, burst: u64, period_ms: u64) -> Counted {
+    pub(super) fn bursts(mask: &'static AtomicI32, burst: u64, period_ms: u64) -> Counted {
         Counted::start(mask, KernelSampling::Bursts { burst, period_ms })
     }
 
     /// Bursts of 2 an hour apart, as if the last hour held 100 posts: the gap after a
     /// burst is then 50 to 149 posts, and no period ends during a test.
-    fn hourly_bursts_of_2(mask: &'static AtomicI32) -> Counted {
+    pub(super) fn hourly_bursts_of_2(mask: &'static AtomicI32) -> Counted {
         let counted = bursts(mask, 2, 3_600_000);
         RATE.store(100, Relaxed);
         counted
@@ -490,18 +413,16 @@ mod tests {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
         static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
         let _counted = bursts(&NCCL_MASK, 2, 20);
-        std::thread::sleep(std::time::Duration::from_millis(50));
-        let t = Instant::now();
-        let mut posts = 0;
-        while t.elapsed().as_millis() < 30 {
+        advance_ms(50.0);
+        // 1000 posts 30 us apart: the first period (20 ms) ends at about post 667.
+        for _ in 0..1000 {
             post();
-            posts += 1;
-            std::thread::sleep(std::time::Duration::from_micros(20));
+            advance_ms(0.03);
         }
         let rate = RATE.load(Relaxed);
         assert!(
-            rate * 4 > posts,
-            "a period of {posts} posts in 30 ms held {rate}"
+            (600..=700).contains(&rate),
+            "a period of 20 ms at a post every 30 us held {rate} posts"
         );
     }
 
@@ -531,14 +452,18 @@ mod tests {
         let _counted = bursts(&NCCL_MASK, 2, 20);
         assert!(post() && post(), "the first operations are timed");
         HOT.burst_from.store(u64::MAX / 2, SeqCst);
-        let t = Instant::now();
-        let mut timed = 0;
-        while t.elapsed().as_millis() < 150 && timed == 0 {
-            timed += u32::from(post());
-            std::thread::sleep(std::time::Duration::from_micros(20));
-        }
-        let posts = HOT.posts.load(Relaxed);
-        assert!(timed > 0, "no burst in {posts} posts over 150 ms");
+        // A post every 20 us: the period (20 ms) ends at about post 1000, which
+        // places the far burst a gap of 500 to 1500 posts on.
+        let posts = (0..5000)
+            .take_while(|_| {
+                advance_ms(0.02);
+                !post()
+            })
+            .count();
+        assert!(
+            (1000..=2600).contains(&posts),
+            "the burst came after {posts} posts"
+        );
     }
 
     /// A burst whose last post never placed the next (another thread's posts took
@@ -570,32 +495,8 @@ mod tests {
         assert_eq!(every(u64::MAX), 64);
     }
 
-    /// A benchmark's blocks outside sampling do not count towards the period, so the
-    /// sampled blocks learn the rate a job sampling all along would.
-    #[test]
-    fn the_bench_switch_stops_the_period_clock_outside_sampling() {
-        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let _counted = hourly_bursts_of_2(&NCCL_MASK);
-        post(); // the first period begins
-        let before = PERIOD_START_NS.load(Relaxed);
-        assert!(bench_mode(BenchMode::Posted));
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        assert!(bench_mode(BenchMode::All), "still away from sampling");
-        std::thread::sleep(std::time::Duration::from_millis(30));
-        assert!(bench_mode(BenchMode::Sampled));
-        let moved = PERIOD_START_NS.load(Relaxed) - before;
-        assert!(moved >= 60_000_000, "the period began {moved} ns later");
-        assert!(bench_mode(BenchMode::Sampled));
-        assert_eq!(
-            PERIOD_START_NS.load(Relaxed) - before,
-            moved,
-            "sampling all along"
-        );
-    }
-
-    /// Threads posting at once: the count never passes the posts, some but not all
-    /// are timed, and at the next period's end NCCL's mask is as the state says.
+    /// Threads posting at once: some but not all are timed, and at the next period's
+    /// end NCCL's mask is as the state says.
     #[test]
     fn concurrent_posts_keep_the_burst_and_the_mask_consistent() {
         let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
@@ -609,8 +510,6 @@ mod tests {
             hs.into_iter().map(|h| h.join().unwrap()).sum()
         });
         assert!(timed > 0 && timed < 80_000, "{timed}");
-        let posts = HOT.posts.load(Relaxed);
-        assert!(posts <= 80_000, "{posts}");
         end_the_period_at_the_next_post();
         post();
         assert_eq!(NCCL_MASK.load(Relaxed), wanted(), "the mask is the state's");
@@ -618,7 +517,7 @@ mod tests {
 
     /// The period ends at the next post: that post reads the clock, and a period
     /// of 1 ns has passed.
-    fn end_the_period_at_the_next_post() {
+    pub(super) fn end_the_period_at_the_next_post() {
         HOT.clock_mask.store(0, Relaxed);
         HOT.period_ns.store(1, Relaxed);
         PERIOD_START_NS.store(1, Relaxed);
@@ -645,38 +544,5 @@ mod tests {
         end_the_period_at_the_next_post();
         assert!(!post());
         assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
-    }
-
-    /// A benchmark's switch: silent empties NCCL's mask, posted leaves the post bits,
-    /// all sets the kernel bit, and the started sampling comes back with its bursts.
-    #[test]
-    fn the_bench_switch_writes_what_each_mode_asks_of_nccl() {
-        let _one = ONE.lock().unwrap_or_else(|e| e.into_inner());
-        assert!(!bench_mode(BenchMode::All), "no communicator counted yet");
-        static NCCL_MASK: AtomicI32 = AtomicI32::new(0);
-        let _counted = hourly_bursts_of_2(&NCCL_MASK);
-        assert!(bench_mode(BenchMode::Silent));
-        assert_eq!(NCCL_MASK.load(Relaxed), 0);
-        assert!(bench_mode(BenchMode::Posted));
-        assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
-        assert!(!post(), "posted: nothing timed");
-        assert!(bench_mode(BenchMode::All));
-        assert_eq!(NCCL_MASK.load(Relaxed), TIMED);
-        assert!(post() && post() && post(), "all: every one timed");
-        assert!(bench_mode(BenchMode::Sampled));
-        assert_eq!(NCCL_MASK.load(Relaxed), TIMED, "the first burst still open");
-        assert!(post() && post());
-        assert!(!post(), "a burst of 2, then none");
-        assert_eq!(NCCL_MASK.load(Relaxed), POSTED);
-        assert_eq!(BenchMode::from_code(0), Some(BenchMode::Silent));
-        assert_eq!(BenchMode::from_code(3), Some(BenchMode::All));
-        assert!(bench_mode(BenchMode::Ignored));
-        assert_eq!(NCCL_MASK.load(Relaxed), POSTED, "NCCL still reports posts");
-        assert_eq!(bench_now(), BenchMode::Ignored);
-        assert!(bench_mode(BenchMode::Posted));
-        assert_eq!(bench_now(), BenchMode::Posted);
-        assert_eq!(BenchMode::from_code(4), Some(BenchMode::Ignored));
-        assert_eq!(BenchMode::from_code(5), None);
-        assert_eq!(BenchMode::from_code(-1), None);
     }
 }
