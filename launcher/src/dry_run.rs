@@ -323,7 +323,7 @@ fn text(p: &Job, findings: &[Finding], ranks: (Vec<RankView>, &str)) -> String {
     if let Some(place) = p.counters_place("<run dir>", 0, ranks.0.len()) {
         let line = place.refusal().unwrap_or_else(|| {
             let dir = place.dir().map(|d| d.display().to_string()).unwrap_or_default();
-            format!("in memory (tmpfs), one file a rank: {dir}/rank_<rank>, removed at the attempt's end")
+            format!("in memory (tmpfs), one file a rank: {dir}/rank_<rank>; copied into <run dir>/attempt_N/nccl-counters at the attempt's end")
         });
         out.push_str(&format!("NCCL counters: {line}\n"));
     }

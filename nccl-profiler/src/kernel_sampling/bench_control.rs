@@ -1,27 +1,15 @@
 //! A benchmark's switch of what the plugin asks of NCCL (builds with the
 //! `bench-control` feature, and the unit tests): never on a shipped plugin's path.
 
-use super::*;
-
-/// What a benchmark has the plugin ask of NCCL, switched inside one process so that
-/// each variant's cost is measured against the others on the same communicators
-/// (separate processes differ by more than the plugin costs). The counters file's
-/// header keeps the sampling the rank started with: not for a job toporun watches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(i32)]
-pub enum BenchMode {
-    /// No event asked: as if no plugin were loaded (NCCL checks an empty mask).
-    Silent,
-    /// Operations counted as posted, none timed.
-    Posted,
-    /// The sampling the rank started with; bursts go on where they stopped.
-    Sampled,
-    /// Every operation timed.
-    All,
-    /// As posted, but the plugin returns as soon as NCCL calls it: what NCCL's own
-    /// calls cost, apart from the plugin's counting.
-    Ignored,
-}
+use crate::kernel_sampling::state::{
+    bench_now, now_ns, state_words, sync_mask, BenchMode, BENCH, HOT, PERIOD_START_NS,
+    SAMPLING_LEFT_NS, STARTED_BURST, STARTED_PERIOD_NS, USERS,
+};
+use std::ffi::c_int;
+#[cfg(feature = "bench-control")]
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::Ordering::*;
+use toporun_shared::nccl_counters::KernelSampling;
 
 impl BenchMode {
     /// From the exported control's number (0-4 in the order above).
@@ -67,11 +55,6 @@ pub fn bench_mode(mode: BenchMode) -> bool {
     true
 }
 
-/// The mode a benchmark switched to (sampled where none did).
-pub(super) fn bench_now() -> BenchMode {
-    BenchMode::from_code(BENCH.load(SeqCst)).unwrap_or(BenchMode::Sampled)
-}
-
 /// Whether a benchmark has the plugin ignore what NCCL reports.
 #[cfg(feature = "bench-control")]
 pub fn bench_ignores() -> bool {
@@ -106,6 +89,7 @@ pub(super) fn count_timed() {
 #[cfg(test)]
 mod tests {
     use super::super::tests::*;
+    use super::super::{post, POSTED, TIMED};
     use super::*;
     use std::sync::atomic::AtomicI32;
 

@@ -14,22 +14,20 @@
 
 #[cfg(any(test, feature = "bench-control"))]
 mod bench_control;
-#[cfg(any(test, feature = "bench-control"))]
-pub use bench_control::*;
+mod state;
 
-use crate::abi::{EVENT_COLL, EVENT_KERNEL_CH, EVENT_P2P};
+#[cfg(feature = "bench-control")]
+pub use bench_control::*;
+#[cfg(any(test, feature = "bench-control"))]
+pub use state::BenchMode;
+#[cfg(test)]
+pub use state::{POSTED, TIMED};
+
+use state::*;
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU32, AtomicU64, Ordering::*};
-use std::sync::Mutex;
-#[cfg(not(test))]
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering::*;
 use toporun_shared::nccl_counters::sampling::LAUNCH_BLOCKING_VAR;
 use toporun_shared::nccl_counters::{KernelSampling, SAMPLING_VAR};
-
-/// Operations NCCL always reports to the plugin.
-pub const POSTED: c_int = (EVENT_COLL | EVENT_P2P) as c_int;
-/// With their kernels' channels timed.
-pub const TIMED: c_int = POSTED | EVENT_KERNEL_CH as c_int;
 
 /// The sampling the rank's environment asks for (toporun checked the value before
 /// the rank started; one it did not check falls back to the default).
@@ -38,128 +36,6 @@ pub fn from_env() -> KernelSampling {
     let blocking = var(LAUNCH_BLOCKING_VAR);
     KernelSampling::for_rank(var(SAMPLING_VAR).as_deref(), blocking.as_deref()).unwrap_or_default()
 }
-
-/// The words every post reads or writes, on one cache line: between a rank's Python
-/// and CUDA calls the line is cold, one miss rather than one a word.
-#[repr(C, align(64))]
-struct Hot {
-    /// Burst length; 0 with `period_ns` 0: every operation timed; 0 otherwise: none.
-    burst: AtomicU32,
-    period_ns: AtomicU64,
-    /// Posts counted while sampling: a post's index (a load and a store a post).
-    posts: AtomicU64,
-    /// The index of the current or next burst's first post. Bursts are placed in
-    /// posts, not time: the post that begins one may come right before a pause, so the
-    /// first one after a pause is timed as often as any other.
-    burst_from: AtomicU64,
-    /// The clock is read when a post's index has none of these bits: about 16 times a
-    /// period, every post where posts are rare (the clock costs about as much as the
-    /// rest of a post's bookkeeping).
-    clock_mask: AtomicU64,
-}
-
-static HOT: Hot = Hot {
-    burst: AtomicU32::new(0),
-    period_ns: AtomicU64::new(0),
-    posts: AtomicU64::new(0),
-    burst_from: AtomicU64::new(0),
-    clock_mask: AtomicU64::new(0),
-};
-
-/// NCCL's process-wide mask (null: no communicator counted).
-static MASK: AtomicPtr<c_int> = AtomicPtr::new(std::ptr::null_mut());
-/// Posts in the last period (0: none has ended yet), and the current period's start
-/// (ns since EPOCH, 0 before the first post; and the post index): how many posts a
-/// period holds, so bursts come about a period apart.
-static RATE: AtomicU64 = AtomicU64::new(0);
-static PERIOD_START_NS: AtomicU64 = AtomicU64::new(0);
-static PERIOD_START_POST: AtomicU64 = AtomicU64::new(0);
-/// The sampling the first communicator set (what `BenchMode::Sampled` returns to).
-static STARTED_BURST: AtomicU32 = AtomicU32::new(0);
-static STARTED_PERIOD_NS: AtomicU64 = AtomicU64::new(0);
-/// A benchmark's mode (`BenchMode`'s code; sampled unless a benchmark switched).
-#[cfg(any(test, feature = "bench-control"))]
-static BENCH: AtomicI32 = AtomicI32::new(BenchMode::Sampled as i32);
-/// When a benchmark last switched away from sampling.
-#[cfg(any(test, feature = "bench-control"))]
-static SAMPLING_LEFT_NS: AtomicU64 = AtomicU64::new(0);
-static RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
-#[cfg(not(test))]
-static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-
-/// The monotonic clock (through the vDSO), in ns since the first reading.
-#[cfg(not(test))]
-fn now_ns() -> u64 {
-    EPOCH
-        .get_or_init(std::time::Instant::now)
-        .elapsed()
-        .as_nanos() as u64
-}
-
-/// The unit tests' clock, which they move (`tests::advance`): periods end when a
-/// test says, whatever the machine does meanwhile.
-#[cfg(test)]
-fn now_ns() -> u64 {
-    tests::CLOCK_NS.load(SeqCst)
-}
-
-/// The mask the state asks for.
-fn wanted() -> c_int {
-    #[cfg(any(test, feature = "bench-control"))]
-    if bench_now() == BenchMode::Silent {
-        return 0;
-    }
-    // Sequentially consistent: a benchmark's switch changes these too.
-    match (HOT.burst.load(SeqCst), HOT.period_ns.load(SeqCst)) {
-        (0, 0) => TIMED,
-        (0, _) => POSTED,
-        (burst, _) => {
-            // The next post's index inside the burst: the operation enqueued next is timed.
-            let (next, from) = (HOT.posts.load(SeqCst), HOT.burst_from.load(SeqCst));
-            if (from..from.saturating_add(burst.into())).contains(&next) {
-                TIMED
-            } else {
-                POSTED
-            }
-        }
-    }
-}
-
-/// NCCL's mask made to say what the state says. Two threads may change the state at
-/// once (two communicators, NCCL's callback thread): each writes after its change
-/// and writes again if the state moved meanwhile, so the last word is the state's
-/// (sequentially consistent: a store still in one core's buffer must not land after
-/// another core's later word). It retries only when another thread moved the state.
-fn sync_mask() {
-    let p = MASK.load(SeqCst);
-    if p.is_null() {
-        return;
-    }
-    // NCCL reads it with relaxed atomic loads; the pointer stays valid while a
-    // communicator of this process lives (USERS).
-    let mask = unsafe { AtomicI32::from_ptr(p) };
-    loop {
-        let want = wanted();
-        mask.store(want, SeqCst);
-        if wanted() == want {
-            return;
-        }
-    }
-}
-
-/// `burst` and `period_ns` for a sampling (all: no burst, no period; off: no burst, a
-/// period that never ends).
-fn state_words(s: KernelSampling) -> (u32, u64) {
-    let (burst, period_ms) = s.words();
-    (
-        u32::try_from(burst).unwrap_or(u32::MAX),
-        period_ms.saturating_mul(1_000_000),
-    )
-}
-
-/// Communicators counted in this process; the state is set up by the first and the
-/// mask pointer dropped with the last (init and finalize only: a lock is fine).
-static USERS: Mutex<u32> = Mutex::new(0);
 
 /// A communicator is counted: NCCL's mask is `mask`; the sampling is `s`. The first
 /// communicator of a process sets the state up (a later one's init would relabel
@@ -332,6 +208,8 @@ fn jittered(period: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicI32;
+    use std::sync::Mutex;
 
     #[test]
     fn the_jitter_stays_within_half_a_period_either_way() {
@@ -347,12 +225,9 @@ mod tests {
     /// The sampling state is the process's: one test at a time.
     pub(super) static ONE: Mutex<()> = Mutex::new(());
 
-    /// The clock `now_ns` reads in the unit tests.
-    pub(super) static CLOCK_NS: AtomicU64 = AtomicU64::new(1_000_000_000);
-
     /// The clock moves on by `ms`.
     pub(super) fn advance_ms(ms: f64) {
-        CLOCK_NS.fetch_add((ms * 1e6) as u64, SeqCst);
+        TEST_CLOCK_NS.fetch_add((ms * 1e6) as u64, SeqCst);
     }
 
     /// A communicator counted for the test's length (stopped even when it fails).

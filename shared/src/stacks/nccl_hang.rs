@@ -118,6 +118,52 @@ pub fn nccl_verdict(
     NcclVerdict::Hang(Hang::nccl(stacks, places, &stall, timeout, ctx))
 }
 
+/// What NCCL's counters decide alone, where no rank's stack can be read (a C, C++
+/// or JAX program on NCCL, or `--no-python`).
+#[derive(Debug)]
+pub enum CountersAlone {
+    /// No rank waits in NCCL, or which operation they wait in is not known (sampled,
+    /// nobody behind): nothing to say.
+    Quiet,
+    Moving,
+    Waiting,
+    /// Every rank behind ran its CPU through the stall: a computation only it runs,
+    /// or a loop; without its stack toporun cannot tell, so it says so and stops
+    /// nothing.
+    Busy(String),
+    /// A rank behind idled (or every rank posted and none completed): the hang.
+    Hang(Hang),
+}
+
+/// The counters' verdict on `reading` with no stacks to weigh it against.
+pub fn counters_alone(
+    watch: &mut NcclWatch,
+    reading: NodeReading,
+    timeout: Duration,
+    now: Instant,
+) -> CountersAlone {
+    let stall = match watch.observe(&reading, now) {
+        NcclState::Idle => return CountersAlone::Quiet,
+        NcclState::Moving => return CountersAlone::Moving,
+        NcclState::Stalled(s) => s,
+    };
+    if stall.which == WaitedOp::LastPosted {
+        return CountersAlone::Quiet;
+    }
+    if Duration::from_secs_f64(stall.stalled_secs) < timeout {
+        return CountersAlone::Waiting;
+    }
+    let mut hang = Hang::nccl(&[], &Places::new(), &stall, timeout, &Context::default());
+    if let Some(t) = hang.trigger.as_mut() {
+        t.push_str("; the ranks' stacks cannot be read (not Python): the counters alone decide");
+    }
+    let all_busy = !stall.behind.is_empty() && stall.behind.iter().all(|b| b.busy() == Some(true));
+    if all_busy {
+        return CountersAlone::Busy(hang.headline);
+    }
+    CountersAlone::Hang(hang)
+}
+
 impl Hang {
     /// The hang of `stall`, with where each rank stands (`stacks`): the ranks that
     /// never posted the operation lead; a rank that left still leads where one did.
@@ -210,6 +256,57 @@ mod tests {
             missing: 0,
             which: crate::nccl_counters::WaitedOp::Oldest,
         }
+    }
+
+    /// Two ranks of a C program on NCCL: rank 0 posted all_reduce 20 and waits, rank
+    /// 1 never posted it; read twice `secs` apart, rank 1's CPU having run `cpu_ms`.
+    fn c_program(secs: u64, cpu_ms: u64) -> CountersAlone {
+        use crate::nccl_counters::{decode, words::Words};
+        let rank = |r: u32, posted: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x7, r, 2)
+                .ops(0, NcclFunc::AllReduce, 16 << 20, posted, 19, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |ms: u64| NodeReading {
+            live: vec![0, 1],
+            counters: [(0, rank(0, 20)), (1, rank(1, 19))].into(),
+            cpu: [(0, Duration::ZERO), (1, Duration::from_millis(ms))].into(),
+            ..Default::default()
+        };
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        let timeout = Duration::from_secs(15);
+        assert!(matches!(
+            counters_alone(&mut w, at(0), timeout, t0),
+            CountersAlone::Moving
+        ));
+        counters_alone(&mut w, at(cpu_ms), timeout, t0 + Duration::from_secs(secs))
+    }
+
+    /// Without stacks the counters alone name the rank that never posted: stuck
+    /// (its CPU idle) is the hang, said as the counters' alone; busy is said, and is
+    /// no hang (a long step only it runs reads the same).
+    #[test]
+    fn without_stacks_the_counters_name_the_stuck_rank_and_leave_the_busy_one() {
+        assert!(matches!(c_program(10, 0), CountersAlone::Waiting));
+        let CountersAlone::Hang(h) = c_program(20, 0) else {
+            panic!("stuck: a hang")
+        };
+        assert_eq!(h.odd, vec![1]);
+        assert!(
+            h.headline.starts_with("rank 1 never posted all_reduce (16 MiB, operation 20 on communicator 0x7) that rank 0 waits in: rank 1 is stuck (CPU 0% of the 20s)"),
+            "{}",
+            h.headline
+        );
+        let text = h.text(&Places::new());
+        assert!(text.contains("the counters alone decide"), "{text}");
+        let CountersAlone::Busy(line) = c_program(20, 19_500) else {
+            panic!("busy: said, no hang")
+        };
+        assert!(
+            line.contains("rank 1 is busy (CPU 98% of the 20s)"),
+            "{line}"
+        );
     }
 
     #[test]

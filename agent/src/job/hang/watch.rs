@@ -20,7 +20,9 @@ use toporun_shared::nccl_counters::{NcclWatch, NodeReading};
 use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
-use toporun_shared::stacks::{nccl_verdict, NcclVerdict, Places, RankStack};
+use toporun_shared::stacks::{
+    counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
+};
 
 /// The ranks running now (the supervisor adds and removes them).
 pub type LiveRanks = Arc<Mutex<Vec<RankPid>>>;
@@ -197,6 +199,8 @@ struct Judge {
     nccl: Option<(CountersFiles, NcclWatch)>,
     /// The counters' marks at the last sample handed on (several nodes).
     handed_marks: (u64, u64),
+    /// A rank behind was said to be busy, from the counters alone (said once a stall).
+    busy_said: bool,
 }
 
 /// Each rank's stderr tail, by global rank.
@@ -328,6 +332,37 @@ impl Judge {
         }
     }
 
+    /// Where no stack can be read, on one node with NCCL's counters: the counters
+    /// alone decide (false: no counters to judge by).
+    fn counters_alone(&mut self, live: &[RankPid]) -> bool {
+        if matches!(self.decide, Decide::Publish(_)) {
+            return false; // several nodes: the store's host judges with stacks
+        }
+        let Some((files, watch)) = self.nccl.as_mut() else {
+            return false;
+        };
+        let reading = files.node(&self.root, live);
+        match counters_alone(watch, reading, self.watch.timeout, Instant::now()) {
+            CountersAlone::Quiet | CountersAlone::Moving => {
+                self.reported = false;
+                self.busy_said = false;
+            }
+            CountersAlone::Waiting => {}
+            CountersAlone::Busy(line) => {
+                if !self.busy_said && !self.reported {
+                    crate::console::say!("toporun: no hang said: {line}");
+                }
+                self.busy_said = true;
+            }
+            CountersAlone::Hang(hang) => {
+                if !self.reported {
+                    self.say(hang, live);
+                }
+            }
+        }
+        true
+    }
+
     /// Says the hang found here (with the ranks' workers), once.
     fn say(&mut self, hang: Hang, live: &[RankPid]) {
         let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
@@ -349,10 +384,17 @@ impl Judge {
             .filter(|_| stacks.iter().all(|s| s.error.is_some()))
         {
             self.unreadable += 1;
+            let alone = self.counters_alone(live);
             if self.unreadable == UNREADABLE_SAID {
-                crate::console::say_warning!(
-                    "hang detection paused: cannot read the ranks' stacks ({e})"
-                );
+                if alone {
+                    crate::console::say!(
+                        "toporun: the ranks' stacks cannot be read ({e}): hangs are judged from NCCL's counters alone"
+                    );
+                } else {
+                    crate::console::say_warning!(
+                        "hang detection paused: cannot read the ranks' stacks ({e})"
+                    );
+                }
             }
             return;
         }
@@ -462,6 +504,7 @@ pub fn start(
         lines: SourceLines::default(),
         nccl: counters.map(|c| (c, NcclWatch::default())),
         handed_marks: (0, 0),
+        busy_said: false,
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
