@@ -5,7 +5,8 @@
 #   dryrun   launch --dry-run: where the counters go (a memory file system)
 #   cjob     scripts/device/nccl_c_job.cu on NCCL alone, NPROC ranks, --no-python:
 #            healthy (SECS s, the defaults), rank 1 stuck in a read before step 200
-#            (--hang-timeout 15 --on-hang stop), rank 1's GPU 3x slower (SECS s)
+#            (--hang-timeout 15 --on-hang stop), rank 1's GPU 3x slower (SECS s);
+#            CJOB_CASES picks some
 #   churn    scripts/device/gpu_comm_churn_rank.py CASE=churn: CYCLES cycles of
 #            groups made, split to share a proxy, destroyed and aborted mid-collective
 #   many     the same script, CASE=many: 40 communicators live, rank 1 stuck in a read
@@ -40,16 +41,18 @@ stage_dryrun() {
   df -h /dev/shm | tee -a "$S"
 }
 
+want() { case " ${CJOB_CASES:-healthy stuck slow} " in *" $1 "*) return 0 ;; esac; return 1; }
+
 stage_cjob() {
-  local nccl bin=$RESULTS/cjob/nccl_c_job; mkdir -p "$RESULTS/cjob"
+  local nccl bin=/tmp/nccl_c_job ids=/tmp/nccl_c_job_ids; mkdir -p "$RESULTS/cjob" "$ids"
   nccl=$(python3 -c "import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))" 2>/dev/null || python3 -c "import nvidia.nccl; print(list(nvidia.nccl.__path__)[0])")
   nvcc -O2 -o "$bin" scripts/device/nccl_c_job.cu -I"$nccl/include" -L"$nccl/lib" -l:libnccl.so.2 -Xlinker -rpath="$nccl/lib" > "$RESULTS/cjob/nvcc.txt" 2>&1 \
     || { echo "== cjob: nvcc failed"; cat "$RESULTS/cjob/nvcc.txt"; } | tee -a "$S"
   echo "== cjob: NCCL $(ls "$nccl/lib") from $nccl" | tee -a "$S"
   local common=(--standalone --nproc-per-node="$NPROC" --no-python)
-  ID_FILE=$RESULTS/cjob/id-healthy CASE=healthy RUN_S=$SECS run "cjob/healthy$NPROC" $((SECS + 60)) "${common[@]}" "$bin"
-  ID_FILE=$RESULTS/cjob/id-stuck CASE=stuck HOLD_RANK=1 HOLD_STEP=200 run "cjob/stuck$NPROC" 90 "${common[@]}" --hang-timeout 15 --on-hang stop "$bin"
-  ID_FILE=$RESULTS/cjob/id-slow CASE=slow HOLD_RANK=1 RUN_S=$SECS run "cjob/slow$NPROC" $((SECS + 60)) "${common[@]}" "$bin"
+  want healthy && ID_FILE=$ids/healthy-$RANDOM CASE=healthy RUN_S=$SECS run "cjob-healthy$NPROC" $((SECS + 60)) "${common[@]}" "$bin"
+  want stuck && ID_FILE=$ids/stuck-$RANDOM CASE=stuck HOLD_RANK=1 HOLD_STEP=200 run "cjob-stuck$NPROC" 90 "${common[@]}" --hang-timeout 15 --on-hang stop "$bin"
+  want slow && ID_FILE=$ids/slow-$RANDOM CASE=slow HOLD_RANK=1 RUN_S=$SECS run "cjob-slow$NPROC" $((SECS + 60)) "${common[@]}" "$bin"
 }
 
 stage_churn() {

@@ -29,6 +29,9 @@ pub enum Activity {
     /// Off the CPU outside all of the above: a sleep, a lock, I/O, or a C++ wait
     /// Python cannot see (`work.wait()` of an async collective).
     Blocked,
+    /// Its stack cannot be read (not Python: a C, C++ or JAX program on NCCL): only
+    /// its GPU's time in collectives says where it spends its time.
+    Unseen,
 }
 
 impl Activity {
@@ -42,6 +45,7 @@ impl Activity {
             Activity::Backward => "backward",
             Activity::Compute => "compute",
             Activity::Blocked => "blocked",
+            Activity::Unseen => "unseen",
         }
     }
 
@@ -59,6 +63,7 @@ impl Activity {
             Activity::Backward => "PyTorch's backward (autograd, its GPU kernels queued)",
             Activity::Compute => "its own code (compute on the CPU)",
             Activity::Blocked => "blocked outside PyTorch (sleep, lock or I/O)",
+            Activity::Unseen => "code whose stack cannot be read (not Python)",
         }
     }
 }

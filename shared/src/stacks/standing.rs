@@ -43,6 +43,7 @@ impl Standing {
                 Activity::Backward => "is in PyTorch's backward".into(),
                 Activity::GpuWait => "waits on its GPU".into(),
                 Activity::Compute | Activity::Collective => "runs its own code".into(),
+                Activity::Unseen => "stands where its stack cannot be read".into(),
             },
         }
     }

@@ -61,6 +61,8 @@ pub struct Tracker {
     links: Option<LinkWatch>,
     /// Each rank's last stack signature: the dumps are asked only once one moved.
     signatures: HashMap<u32, u64>,
+    /// No rank's stack could be read at this sample (a program that is not Python).
+    no_stacks: bool,
 }
 
 /// How often a rank not yet seen with ProcessGroupNCCL is looked at again.
@@ -99,6 +101,7 @@ impl Tracker {
             gpu: None,
             links: None,
             signatures: HashMap::new(),
+            no_stacks: false,
         }
     }
 
@@ -180,6 +183,7 @@ impl Tracker {
     /// One sample of every live rank.
     pub fn observe(&mut self, live: &[RankPid], stacks: &[RankStack]) {
         let at = self.start.elapsed();
+        self.no_stacks = !stacks.is_empty() && stacks.iter().all(|s| s.error.is_some());
         self.windows
             .retain(|rank, _| live.iter().any(|r| r.rank == *rank));
         self.cpu_stats
@@ -229,12 +233,20 @@ impl Tracker {
         gpu: Option<GpuNow>,
         throttling: Option<Throttling>,
     ) -> Option<Reading> {
-        let main = stack?.main_thread()?;
         let usage = rank_usage::read(&self.root, r.pid);
+        let (activity, place) = match stack?.main_thread() {
+            Some(main) => (self.activity(r.pid, main, backward), where_sampled(main)),
+            // Not Python (its stack read failed, not just this time): where the ranks'
+            // GPUs are timed, their windows still fill; nothing counts as a wait.
+            None if stack?.error.is_some() && self.gpu.is_some() && self.no_stacks => {
+                (Activity::Unseen, None)
+            }
+            None => return None,
+        };
         Some(Reading {
             at,
-            activity: self.activity(r.pid, main, backward),
-            place: where_sampled(main),
+            activity,
+            place,
             cpu: usage.map(|u| u.cpu),
             rss_bytes: usage.and_then(|u| u.rss_bytes),
             throttling,
