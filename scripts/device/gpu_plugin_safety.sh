@@ -9,9 +9,11 @@
 #            CJOB_CASES picks some
 #   churn    scripts/device/gpu_comm_churn_rank.py CASE=churn: CYCLES cycles of
 #            groups made, split to share a proxy, destroyed and aborted mid-collective
+#   churnoff the same churn with --nccl-profiler off (the control)
 #   many     the same script, CASE=many: 40 communicators live, rank 1 stuck in a read
 #            (--hang-timeout 15 --on-hang stop)
-# Usage (device): scripts/device/gpu_plugin_safety.sh TOPORUN OUT  (the plugin beside TOPORUN)
+# Usage (device): scripts/device/gpu_plugin_safety.sh TOPORUN OUT  (the plugin beside TOPORUN;
+# PACK=FILE.tgz packs OUT into one file at the end)
 set -uo pipefail
 T=$(readlink -f "$1") RESULTS=$(readlink -f "$2")
 NPROC=${NPROC:-2} SECS=${SECS:-90} CYCLES=${CYCLES:-300}
@@ -24,6 +26,7 @@ lines() { grep -E "hold:|churn:|many:|toporun: (root cause|hang|no hang|straggle
 keep() {  # DIR: the attempt's last counters and hang reports, then the run removed
   local a; a=$(ls -d "$1"/run/*/attempt_0 2>/dev/null | head -1); [ -n "$a" ] || return
   cp -r "$a/nccl-counters" "$1/" 2>/dev/null; cp "$a"/hang*.json "$1/" 2>/dev/null
+  grep -lE "Segmentation fault|SIGSEGV|SIGBUS|core dumped" "$1/stderr" >/dev/null && echo "  A CRASH in $1" | tee -a "$S"
   echo "  counters files: $(ls "$1/nccl-counters" 2>/dev/null | tr '\n' ' ')" | tee -a "$S"
   rm -rf "$1/run"
 }
@@ -59,9 +62,15 @@ stage_churn() {
   CASE=churn CYCLES=$CYCLES run "churn$NPROC" 400 --standalone --nproc-per-node="$NPROC" scripts/device/gpu_comm_churn_rank.py
 }
 
+stage_churnoff() {  # the same churn without the plugin: what NCCL and torch say of it alone
+  CASE=churn CYCLES=$CYCLES run "churnoff$NPROC" 400 --standalone --nproc-per-node="$NPROC" --nccl-profiler off scripts/device/gpu_comm_churn_rank.py
+}
+
 stage_many() {
   CASE=many HOLD_RANK=1 run "many$NPROC" 150 --standalone --nproc-per-node="$NPROC" --hang-timeout 15 --on-hang stop scripts/device/gpu_comm_churn_rank.py
 }
 
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a "$S"
 for s in $STAGES; do "stage_$s"; done
+# What comes back from a device machine is a few files: the whole results as one.
+[ -n "${PACK:-}" ] && tar czf "$PACK" -C "$(dirname "$RESULTS")" "$(basename "$RESULTS")"
