@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
-use toporun_shared::nccl_counters::layout::{FILE_BYTES, FILE_WORDS};
+use toporun_shared::nccl_counters::layout::{FILE_BYTES, FILE_WORDS, MAX_COMMS};
 use toporun_shared::nccl_counters::{
     counters_file, decode_words, CountersError, NodeReading, RankCounters,
 };
@@ -61,6 +61,7 @@ impl CountersFiles {
             match self.rank(r) {
                 RankFile::None => {}
                 RankFile::Read(c) => {
+                    self.say_uncounted(r.rank, &c);
                     read.insert(r.rank, c);
                 }
                 RankFile::Unreadable(e) => {
@@ -81,6 +82,28 @@ impl CountersFiles {
             crate::console::say_warning!(
                 "rank {rank}'s NCCL counters file {} does not read ({e}): NCCL's counters no longer decide hangs on this node, the stacks do; the ranks load a profiler plugin of another toporun: use the libtoporun_nccl_profiler.so installed beside this toporun",
                 path.display()
+            );
+        }
+    }
+
+    /// What the rank's plugin could not count, said once a rank and kind.
+    fn say_uncounted(&self, rank: u32, c: &RankCounters) {
+        if c.uncounted == 0 && c.two_ranks == 0 {
+            return;
+        }
+        let Ok(mut said) = self.said.lock() else {
+            return;
+        };
+        let key = |kind: &str| counters_file(&self.dir, rank).with_extension(kind);
+        if c.uncounted > 0 && said.insert(key("uncounted")) {
+            crate::console::say!(
+                "toporun: rank {rank}'s NCCL made communicators past the {MAX_COMMS} its profiler plugin counts at once ({} so far not counted): a hang in those is judged from the stacks alone",
+                c.uncounted
+            );
+        }
+        if c.two_ranks > 0 && said.insert(key("two-ranks")) {
+            crate::console::say!(
+                "toporun: rank {rank}'s process holds two ranks of one NCCL communicator (it drives two GPUs): its counters are not one rank's, and may mislead the hang and straggler rules; one process per GPU is what toporun judges"
             );
         }
     }

@@ -1,0 +1,113 @@
+//! What 2x H200 (torch 2.11, NCCL 2.28.9) gave for issue 63, kept under
+//! tests/fixtures/device/nccl-plugin-safety-h200x2 (`scripts/device/gpu_plugin_safety.sh`):
+//! a C++ program on NCCL alone, no Python stacks to read, its counters files (layout
+//! version 4) as the attempt's end left them. The counters alone name the rank stuck
+//! before a collective and the rank whose GPU is slow.
+
+use flate2::read::GzDecoder;
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+use toporun_shared::nccl_counters::layout::VERSION;
+use toporun_shared::nccl_counters::{decode, window, NcclWatch, NodeReading, RankCounters};
+use toporun_shared::stacks::{counters_alone, CountersAlone, Places};
+
+const SET: &str = "nccl-plugin-safety-h200x2";
+
+fn fixture(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/device")
+        .join(SET)
+        .join(path)
+}
+
+fn counters(run: &str, rank: u32) -> RankCounters {
+    let f = std::fs::File::open(fixture(&format!("{run}/rank_{rank}.gz"))).unwrap();
+    let mut bytes = Vec::new();
+    GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
+    decode(&bytes).unwrap()
+}
+
+/// The stuck run's node read twice 20 s apart with nothing moving (the ranks were
+/// stopped at the hang: their counters stand as they were then), rank 1's CPU idle.
+#[test]
+fn the_c_program_s_stuck_rank_is_named_from_the_counters_alone() {
+    let ranks = [counters("cjob-stuck2", 0), counters("cjob-stuck2", 1)];
+    let comm = |r: usize| ranks[r].comms.iter().find(|c| c.live).unwrap().clone();
+    assert_eq!(
+        (comm(0).posted, comm(1).posted),
+        (201, 200),
+        "rank 1 never posted 201"
+    );
+    let reading = NodeReading {
+        live: vec![0, 1],
+        counters: [(0, ranks[0].clone()), (1, ranks[1].clone())].into(),
+        cpu: [(0, Duration::from_secs(20)), (1, Duration::from_millis(40))].into(),
+        ..Default::default()
+    };
+    let (mut watch, t0, timeout) = (
+        NcclWatch::default(),
+        Instant::now(),
+        Duration::from_secs(15),
+    );
+    assert!(matches!(
+        counters_alone(&mut watch, reading.clone(), timeout, t0),
+        CountersAlone::Moving
+    ));
+    let CountersAlone::Hang(hang) =
+        counters_alone(&mut watch, reading, timeout, t0 + Duration::from_secs(15))
+    else {
+        panic!("a hang");
+    };
+    assert_eq!(hang.odd, vec![1]);
+    let text = hang.text(&Places::new());
+    let said = std::fs::read_to_string(fixture("cjob-stuck2/stderr")).unwrap();
+    let headline = format!(
+        "rank 1 never posted all_reduce (16 MiB, operation 201 on communicator {:#x}) that rank 0 waits in: rank 1 is stuck (CPU 0% of the 15s)",
+        comm(0).hash
+    );
+    assert!(hang.headline.starts_with(&headline), "{}", hang.headline);
+    assert!(said.contains(&headline), "the device said the same: {said}");
+    assert!(text.contains("the counters alone decide"), "{text}");
+}
+
+/// The slow run: rank 1's GPU computes 3x as long, so it spends almost none of the
+/// run in collectives while rank 0 waits for it in each.
+#[test]
+fn the_c_program_s_slow_gpu_waits_least() {
+    let before = decode(&toporun_shared::nccl_counters::words::Words::default().bytes()).unwrap();
+    let span = Duration::from_secs(80);
+    let share = |r: u32| {
+        let after = counters("cjob-slow2", r);
+        assert_eq!(after.comms.len(), 1);
+        window::gpu_time(r, &before, &after, span).unwrap().share()
+    };
+    let (fast, slow) = (share(0), share(1));
+    assert!(slow < 0.05, "the slow rank waits {slow:.2}");
+    assert!(fast > 0.5, "its peer waits {fast:.2}");
+    let said = std::fs::read_to_string(fixture("cjob-slow2/stderr")).unwrap();
+    assert!(said.contains("toporun: straggler: rank 1 "), "{said}");
+    assert!(!said.contains("straggler: rank 0"), "{said}");
+}
+
+/// The runs wrote the layout this toporun writes and reads, and nothing crashed or
+/// warned where the job was healthy.
+#[test]
+fn the_runs_were_of_this_layout_and_the_healthy_one_said_nothing() {
+    assert_eq!(counters("cjob-slow2", 0).comms[0].nranks, 2);
+    let v = std::fs::read(fixture("cjob-stuck2/rank_0.gz")).unwrap();
+    let mut bytes = Vec::new();
+    GzDecoder::new(&v[..]).read_to_end(&mut bytes).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
+        VERSION
+    );
+    let healthy = std::fs::read_to_string(fixture("cjob-healthy2/stderr")).unwrap();
+    assert!(!healthy.contains("warning"), "{healthy}");
+    assert!(!healthy.contains("toporun: hang"), "{healthy}");
+    let churn = std::fs::read_to_string(fixture("churn2/stdout")).unwrap();
+    assert!(churn.contains("churn: 300 cycles"), "{churn}");
+    let crash = ["Segmentation fault", "SIGSEGV", "SIGBUS", "core dumped"];
+    let log = std::fs::read_to_string(fixture("churn2/stderr")).unwrap();
+    assert!(crash.iter().all(|c| !log.contains(c)), "{log}");
+}
