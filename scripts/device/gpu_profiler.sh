@@ -4,7 +4,8 @@
 # OUT/results.tgz (WORK, the ranks' counters files included) after each stage:
 #   hang2 hang4      on 2 and 4 ranks, --hang-timeout 20: rank 1 spins in Python
 #                    (spin), blocks in a read (stuck), then rank 0 evaluates for 35 s
-#                    (eval, --on-hang report: the job goes on); CASES: which of them
+#                    (eval, --on-hang report: the job goes on; EVAL_ON_HANG=stop: it must
+#                    go on anyway); CASES: which of them; each GPU's utilization kept
 #   hang2x2          two toporun nodes of 2 ranks on one host (GPUs 0,1 and 2,3):
 #                    rank 3, on node 1, spins (spin) or blocks in a read (stuck); the
 #                    node hosting the store decides from both nodes' counters
@@ -25,7 +26,7 @@ cd "$(dirname "$0")/../.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 S=$RESULTS/summary.txt
 pack() { tar czf "$RESULTS/results.tgz.tmp" -C "$OUT" . && mv "$RESULTS/results.tgz.tmp" "$RESULTS/results.tgz"; }
-lines() { grep -E "hold:|toporun: (root cause|hang|straggler|warning|links|exit code|stopped|error)|deprecated" "$1" | cut -c1-900; }
+lines() { grep -E "hold:|toporun: (root cause|hang|no hang|straggler|warning|links|exit code|stopped|error)|deprecated" "$1" | cut -c1-900; }
 counters() {  # DIR: posted/completed per communicator of each rank's counters file
   python3 - "$1" <<'PY'
 import struct, sys, pathlib
@@ -43,9 +44,14 @@ keep() {  # DIR: the counters and what else the attempt left (fr dumps, hang.jso
   rm -rf "$1/run"
 }
 hang() {  # NPROC CASE
-  local d=$OUT/hang$1-$2 how=stop; mkdir -p "$d"; [ "$2" = eval ] && how=report
+  local d=$OUT/hang$1-$2 how=stop; mkdir -p "$d"; [ "$2" = eval ] && how=${EVAL_ON_HANG:-report}
   local hold=1; [ "$2" = eval ] && hold=0
+  # Each GPU's utilization every 500 ms through the run (what tells an evaluation's
+  # GPU work from a rank spinning in Python).
+  nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader -lms 500 > "$d/gpu-util.csv" 2>/dev/null &
+  local smi=$!
   echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 100 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout 20 --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
+  kill $smi 2>/dev/null
   lines "$d/stderr" | tee -a "$S"; keep "$d"
 }
 hang_two_nodes() {  # CASE: rank 3 of 2 nodes x 2 ranks holds

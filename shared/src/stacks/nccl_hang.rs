@@ -71,6 +71,18 @@ pub enum NcclVerdict {
     Waiting,
     /// Ranks have waited the timeout: the hang to say (once).
     Hang(Hang),
+    /// Ranks have waited the timeout, and every rank that never posted the operation
+    /// ran its CPU through the wait (`busy`): a step only it runs (an evaluation, a
+    /// checkpoint) or a loop that does not end. Where its GPU runs kernels too, its
+    /// work moves and no hang is said ([`busy_moves`]); otherwise this is the hang.
+    Busy { hang: Hang, busy: Vec<u32> },
+}
+
+/// Whether the busy ranks' work moves: each one's GPU ran kernels lately (`gpu_active`:
+/// the ranks whose GPU was busy within a few seconds). A rank spinning in Python, or
+/// stuck, leaves its GPU idle once its queue drains; an evaluation keeps it busy.
+pub fn busy_moves(busy: &[u32], gpu_active: &std::collections::BTreeSet<u32>) -> bool {
+    !busy.is_empty() && busy.iter().all(|r| gpu_active.contains(r))
 }
 
 /// NCCL's verdict on `reading` against `stacks` and what the ranks left (`ctx`); the
@@ -115,7 +127,17 @@ pub fn nccl_verdict(
         }
         return NcclVerdict::Waiting;
     }
-    NcclVerdict::Hang(Hang::nccl(stacks, places, &stall, timeout, ctx))
+    let hang = Hang::nccl(stacks, places, &stall, timeout, ctx);
+    let busy: Vec<u32> = stall
+        .behind
+        .iter()
+        .filter(|b| b.busy() == Some(true))
+        .map(|b| b.rank)
+        .collect();
+    if !busy.is_empty() && busy.len() == stall.behind.len() {
+        return NcclVerdict::Busy { hang, busy };
+    }
+    NcclVerdict::Hang(hang)
 }
 
 /// What NCCL's counters decide alone, where no rank's stack can be read (a C, C++

@@ -242,6 +242,18 @@ impl RankWindow {
     }
 
     /// The window's summary once the rank has been watched a whole window.
+    /// Whether its GPU ran kernels (NVML's utilization above 0) at a reading since
+    /// `from`; None where no reading since had its GPU's utilization.
+    pub fn gpu_busy_since(&self, from: Duration) -> Option<bool> {
+        let utils: Vec<u32> = self
+            .readings
+            .iter()
+            .filter(|r| r.at >= from)
+            .filter_map(|r| r.gpu.as_ref()?.util_pct)
+            .collect();
+        (!utils.is_empty()).then(|| utils.iter().any(|u| *u > 0))
+    }
+
     pub fn summary(&self) -> Option<WindowSummary> {
         let (first, last) = (self.readings.front()?, self.readings.back()?);
         let watched = last.at.saturating_sub(self.first?);

@@ -236,8 +236,9 @@ impl Meeting {
                 NcclStep::Quiet
             }
             NcclVerdict::Waiting => NcclStep::Quiet,
-            NcclVerdict::Hang(_) if state.reported => NcclStep::Quiet,
-            NcclVerdict::Hang(hang) => NcclStep::Say(Notice {
+            NcclVerdict::Hang(_) | NcclVerdict::Busy { .. } if state.reported => NcclStep::Quiet,
+            // Across nodes a busy rank's GPU is not known here: the hang stands.
+            NcclVerdict::Hang(hang) | NcclVerdict::Busy { hang, .. } => NcclStep::Say(Notice {
                 seq: state.seq + 1,
                 decider: self.node_rank,
                 text: hang.text(&places),

@@ -11,7 +11,7 @@ use crate::job::straggler::tracker::Tracker;
 use crate::nccl_counters::CountersFiles;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler, SourceLines};
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -21,7 +21,7 @@ use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
 use toporun_shared::stacks::{
-    counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
+    busy_moves, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
 };
 
 /// The ranks running now (the supervisor adds and removes them).
@@ -257,6 +257,11 @@ pub fn workers_text(root: &Root, live: &[RankPid]) -> String {
     format!("toporun: hang: where the ranks' worker processes stand (DataLoader workers):\n{out}")
 }
 
+/// How recently a busy rank's GPU must have run kernels for its work to count as
+/// moving (NVML's utilization is over its last sample period, a sixth of a second to
+/// a second): a rank spinning in Python leaves its GPU idle within this.
+const GPU_ACTIVE_WITHIN: Duration = Duration::from_secs(5);
+
 /// Unreadable samples in a row before detection is said to be paused.
 const UNREADABLE_SAID: u32 = 5;
 
@@ -313,6 +318,7 @@ impl Judge {
         live: &[RankPid],
         stacks: &[RankStack],
         now: Instant,
+        gpu_active: &BTreeSet<u32>,
     ) -> Option<bool> {
         self.nccl.as_ref()?;
         let ctx = self.context(stacks);
@@ -321,9 +327,23 @@ impl Judge {
         let timeout = self.watch.timeout;
         match nccl_verdict(watch, reading, stacks, &Places::new(), &ctx, timeout, now) {
             NcclVerdict::StackRule => None,
-            NcclVerdict::Moving => Some(false),
+            NcclVerdict::Moving => {
+                // Operations move again: a later busy rank is said anew.
+                self.busy_said = false;
+                Some(false)
+            }
             NcclVerdict::Waiting => Some(self.reported),
-            NcclVerdict::Hang(hang) => {
+            NcclVerdict::Busy { hang, busy } if busy_moves(&busy, gpu_active) => {
+                if !self.busy_said && !self.reported {
+                    crate::console::say!(
+                        "toporun: no hang said: {}; its GPU runs kernels: its work moves, and toporun stops nothing for it",
+                        hang.headline
+                    );
+                }
+                self.busy_said = true;
+                Some(self.reported)
+            }
+            NcclVerdict::Hang(hang) | NcclVerdict::Busy { hang, .. } => {
                 if !self.reported {
                     self.say(hang, live);
                 }
@@ -374,7 +394,8 @@ impl Judge {
         self.reported = true;
     }
 
-    fn judge(&mut self, live: &[RankPid], stacks: &[RankStack]) {
+    /// `gpu_active`: the ranks whose GPU ran kernels in the last few seconds.
+    fn judge(&mut self, live: &[RankPid], stacks: &[RankStack], gpu_active: &BTreeSet<u32>) {
         // Without stacks a compute loop would look hung: watch nothing then. A read
         // fails now and then (a thread exiting under the reader): said only when it
         // keeps failing.
@@ -444,7 +465,7 @@ impl Judge {
             }
             return;
         }
-        if let Some(decided) = self.nccl_decides(live, stacks, now) {
+        if let Some(decided) = self.nccl_decides(live, stacks, now, gpu_active) {
             if !decided {
                 self.reported = false;
             }
@@ -535,8 +556,12 @@ pub fn start(
                 }
             }
             note_ports(&root, &held, &live);
+            let gpu_active = tracker
+                .as_ref()
+                .map(|t| t.gpu_active(GPU_ACTIVE_WITHIN))
+                .unwrap_or_default();
             let hang_said = judge.as_mut().is_some_and(|j| {
-                j.judge(&live, &stacks);
+                j.judge(&live, &stacks, &gpu_active);
                 j.reported
             });
             // A hang said here stands until a rank moves again: the rank it names

@@ -222,6 +222,17 @@ impl Tracker {
         self.judge(at, rows);
     }
 
+    /// The ranks whose GPU ran kernels within `within` (NVML's utilization, at the
+    /// samples taken): a rank that alone computes while the others wait is moving.
+    pub fn gpu_active(&self, within: Duration) -> std::collections::BTreeSet<u32> {
+        let from = self.start.elapsed().saturating_sub(within);
+        self.windows
+            .iter()
+            .filter(|(_, w)| w.gpu_busy_since(from) == Some(true))
+            .map(|(r, _)| *r)
+            .collect()
+    }
+
     /// A rank's reading, where its stack could be read (a sample the reader missed
     /// counts for nothing rather than as time spent somewhere).
     fn reading(
