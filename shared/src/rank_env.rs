@@ -164,6 +164,7 @@ mod tests {
             recorder: RecorderSwitches {
                 on: recorder,
                 gpu_timed: false,
+                torch: None,
             },
             faulthandler,
         }

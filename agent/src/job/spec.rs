@@ -279,6 +279,12 @@ impl Job {
                 && self.watch.straggler_window.is_some()
                 && self.gpu_of(0).is_some()
                 && self.profiler_plugin().is_none(),
+            torch: self
+                .facts
+                .platform
+                .torch_version
+                .as_deref()
+                .and_then(toporun_shared::version::Version::parse),
         }
     }
 

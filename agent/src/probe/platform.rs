@@ -17,7 +17,9 @@ struct PipNccl {
     torch_requires: Option<bool>,
 }
 
-fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<PipNccl> {
+/// Where the ranks' Python finds its packages: its own site-packages, then the
+/// system's.
+fn python_package_dirs(root: &Root, python: Option<&Path>) -> Vec<String> {
     let mut dirs: Vec<String> = python.map(|p| site_packages(root, p)).unwrap_or_default();
     dirs.extend(paths::SYSTEM_PYTHON_PACKAGES.iter().map(|d| d.to_string()));
     for py in root
@@ -28,6 +30,11 @@ fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<PipNccl> {
         dirs.push(format!("usr/local/lib/{py}/dist-packages"));
         dirs.push(format!("usr/local/lib/{py}/site-packages"));
     }
+    dirs
+}
+
+fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<PipNccl> {
+    let dirs = python_package_dirs(root, python);
     dirs.iter().find_map(|d| {
         let listing = root.list(d);
         listing.iter().find_map(|f| {
@@ -40,6 +47,17 @@ fn pip_nccl(root: &Root, python: Option<&Path>) -> Option<PipNccl> {
                 from: format!("pip nvidia-nccl-cu{cuda} in /{d}"),
                 torch_requires: torch_requires_nccl(root, d, &listing),
             })
+        })
+    })
+}
+
+/// The version of the torch the ranks' Python imports (`torch-2.11.0+cu130.dist-info`:
+/// 2.11.0), from the same places as pip's NCCL.
+fn pip_torch(root: &Root, python: Option<&Path>) -> Option<String> {
+    python_package_dirs(root, python).iter().find_map(|d| {
+        root.list(d).iter().find_map(|f| {
+            let v = f.strip_prefix("torch-")?.strip_suffix(".dist-info")?;
+            Some(v.split('+').next().unwrap_or(v).to_string())
         })
     })
 }
@@ -204,6 +222,7 @@ pub fn probe(root: &Root, python: Option<&Path>, conf_files: &[PathBuf]) -> Plat
         nccl_version: nccl.version,
         nccl_version_from: nccl.from,
         nccl_on_disk: nccl.on_disk,
+        torch_version: pip_torch(root, python),
         nccl_conf: conf.settings,
         nccl_conf_files: conf.files,
         nccl_conf_from: conf.from,
@@ -309,6 +328,7 @@ mod tests {
         assert_eq!(py, PathBuf::from("/venv/bin/python3"));
         let f = probe(&root, Some(&py), &[]);
         assert_eq!(f.nccl_version.as_deref(), Some("2.27.5"));
+        assert_eq!(f.torch_version, None, "no torch there");
         assert!(f.nccl_version_from.unwrap().contains("nvidia-nccl-cu12"));
         assert_eq!(probe(&root, None, &[]).nccl_version, None);
     }
@@ -346,6 +366,11 @@ mod tests {
         let (_d, root, py) = h100x2_layout(requires);
         let f = probe(&root, Some(&py), &[]);
         assert_eq!(f.nccl_version.as_deref(), Some("2.28.9"));
+        assert_eq!(
+            f.torch_version.as_deref(),
+            Some("2.11.0"),
+            "the ranks' torch"
+        );
         let from = f.nccl_version_from.unwrap();
         assert!(
             from.contains("nvidia-nccl-cu13") && from.contains("which the ranks' torch loads"),

@@ -277,6 +277,16 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
 /// binary and counts into its own file; nothing of the dump pipe then (no
 /// TORCH_NCCL_TRACE_BUFFER_SIZE: torch 2.11 warns of it on every rank); the user's
 /// own plugin is kept and said; a job without GPUs gets nothing.
+/// `host`'s facts with its /dev/shm all but full (1 MiB free), in a file of their own.
+fn host_with_full_shm(host: &str) -> tempfile::NamedTempFile {
+    let mut facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(host).unwrap()).unwrap();
+    facts["container"]["shm"]["free_bytes"] = serde_json::json!(1u64 << 20);
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), facts.to_string()).unwrap();
+    f
+}
+
 #[test]
 fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
     let (_dir, bin) = installed_with_plugin();
@@ -292,12 +302,32 @@ fn the_nccl_profiler_is_loaded_by_every_gpu_rank_unless_the_user_has_one() {
     let on = ["--facts", &host, "--nproc-per-node=2"];
     let (code, out, _) = dry(&on, &[]);
     assert_eq!(code, 0);
+    assert!(
+        out.contains("NCCL counters: in memory (tmpfs), one file a rank: /dev/shm/toporun-<run dir>/attempt_0/rank_<rank>"),
+        "{out}"
+    );
+    // A /dev/shm that is full: the counters are off, with the fix.
+    let small = host_with_full_shm(&host);
+    let (code, full, _) = dry(
+        &[
+            "--facts",
+            small.path().to_str().unwrap(),
+            "--nproc-per-node=2",
+        ],
+        &[],
+    );
+    assert_eq!(code, 0);
+    assert!(full.contains("NCCL counters: /dev/shm has "), "{full}");
+    assert!(full.contains("--shm-size"), "{full}");
+    assert!(!full.contains("TOPORUN_NCCL_COUNTERS="), "{full}");
     let plugin = bin.with_file_name(PLUGIN).canonicalize().unwrap();
     let var = format!("  NCCL_PROFILER_PLUGIN={}\n", plugin.display());
     assert_eq!(out.matches(&var).count(), 2, "{out}");
+    // The counters on the memory file system (the fixture's /dev/shm is tmpfs), never
+    // the run directory.
     for rank in 0..2 {
         let counters =
-            format!("  TOPORUN_NCCL_COUNTERS=<run dir>/attempt_0/nccl-counters/rank_{rank}\n");
+            format!("  TOPORUN_NCCL_COUNTERS=/dev/shm/toporun-<run dir>/attempt_0/rank_{rank}\n");
         assert!(out.contains(&counters), "{out}");
     }
     assert!(

@@ -294,6 +294,9 @@ pub struct PlatformFacts {
     /// The system's libnccl.so.X.Y.Z where the ranks load another NCCL (pip's, which
     /// their torch requires): a second fact, never the one toporun states.
     pub nccl_on_disk: Option<String>,
+    /// The ranks' torch (`torch-X.Y.Z.dist-info` beside their Python), where found.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_version: Option<String>,
     /// The settings of NCCL's config files (NCCL_CONF_FILE or ~/.nccl.conf, then
     /// /etc/nccl.conf), NAME=VALUE as NCCL reads them, each name's value the first
     /// file's (NCCL applies them where the environment leaves a name unset).

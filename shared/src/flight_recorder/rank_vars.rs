@@ -2,6 +2,7 @@
 //! environment: where the dumps go, what makes every rank dump, and what makes the
 //! ranks time their collectives for the GPU straggler rule. The user's values win.
 
+use crate::version::Version;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -36,8 +37,15 @@ pub const PIPE_VARS: [&str; 2] = [
     "TORCH_NCCL_DEBUG_INFO_PIPE_FILE",
     "TORCH_FR_DEBUG_INFO_PIPE_FILE",
 ];
-/// The buffer size the pipe needs set under this name (torch 2.11).
+/// The buffer size under its old name: torch before 2.8 knows no other, and its dump
+/// pipe (`DumpPipe`, ProcessGroupNCCL.hpp) reads only this name in every release to
+/// 2.11, where a value of 0, the default before 2.11, opens no pipe.
 pub const PIPE_BUFFER_VAR: &str = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+/// The first torch with TORCH_FR_BUFFER_SIZE, which warns once a rank (`Utils.hpp`,
+/// getCvarInt) whenever the old name is set at all.
+const FR_NAMES: Version = Version::new(2, 8, 0);
+/// The first torch whose dump pipe opens without the old name (its default 2000).
+const PIPE_DEFAULT_ON: Version = Version::new(2, 11, 0);
 
 pub use crate::user_env::UserEnv;
 
@@ -49,6 +57,23 @@ pub struct RecorderSwitches {
     /// The ranks time their collectives: `--gpu-timing on`, the straggler watch on,
     /// and GPUs to time.
     pub gpu_timed: bool,
+    /// The ranks' torch, where probed: the variables' names follow it.
+    pub torch: Option<Version>,
+}
+
+/// The name the buffer size goes under for `torch` (unknown: the new one).
+fn buffer_var(torch: Option<Version>) -> &'static str {
+    match torch {
+        Some(v) if v < FR_NAMES => PIPE_BUFFER_VAR,
+        _ => RECORDER_DEFAULTS[0].0,
+    }
+}
+
+/// Whether the dump pipe needs the buffer size under its old name: torch 2.8 to 2.10
+/// (and before; unknown, as the earlier releases it may be). On 2.8-2.10 that costs
+/// each rank torch's deprecation warning, the price of the pipe there.
+fn pipe_needs_old_name(torch: Option<Version>) -> bool {
+    torch.is_none_or(|v| v < PIPE_DEFAULT_ON)
 }
 
 /// The user chose the dump prefix, under either name.
@@ -71,14 +96,25 @@ pub fn recorder_vars(user: &UserEnv, sw: RecorderSwitches, attempt_dir: &Path) -
         return env;
     }
     let dir = attempt_dir.join("fr");
-    env.insert(DUMP_PREFIX_VAR.into(), format!("{}/rank_", dir.display()));
+    let old_torch = sw.torch.is_some_and(|v| v < FR_NAMES);
+    let prefix_var = if old_torch {
+        OLD_DUMP_PREFIX_VAR
+    } else {
+        DUMP_PREFIX_VAR
+    };
+    env.insert(prefix_var.into(), format!("{}/rank_", dir.display()));
     for (name, old, value) in RECORDER_DEFAULTS {
         if !user.contains_key(name) && !user.contains_key(old) {
+            let name = if name == RECORDER_DEFAULTS[0].0 {
+                buffer_var(sw.torch)
+            } else {
+                name
+            };
             env.insert(name.into(), value.into());
         }
     }
     if sw.gpu_timed {
-        env.extend(timing_vars(user, attempt_dir));
+        env.extend(timing_vars(user, attempt_dir, sw.torch));
     }
     env
 }
@@ -94,11 +130,12 @@ pub fn pipe_prefix(user: &UserEnv, attempt_dir: &Path) -> PathBuf {
 }
 
 /// What makes the ranks time their collectives and dump on a write to their pipe,
-/// each unless the user set it: the timing, the pipe (both names: torch 2.11 reads
-/// TORCH_NCCL_DEBUG_INFO_PIPE_FILE, later releases TORCH_FR_DEBUG_INFO_PIPE_FILE),
-/// and the buffer size under the name the pipe needs (torch 2.11 opens no pipe
-/// without TORCH_NCCL_TRACE_BUFFER_SIZE).
-pub fn timing_vars(user: &UserEnv, attempt_dir: &Path) -> UserEnv {
+/// each unless the user set it: the timing, the pipe (both names: torch to 2.11 reads
+/// TORCH_NCCL_DEBUG_INFO_PIPE_FILE; TORCH_FR_DEBUG_INFO_PIPE_FILE is the new name's
+/// pattern, read by none yet and harmless), and, for a `torch` whose pipe needs it,
+/// the buffer size under its old name (2.11 opens the pipe at its default, and the
+/// old name would only make every rank print torch's deprecation warning).
+pub fn timing_vars(user: &UserEnv, attempt_dir: &Path, torch: Option<Version>) -> UserEnv {
     let mut env = BTreeMap::new();
     if !user.contains_key(TIMING_VAR) {
         env.insert(TIMING_VAR.into(), "1".into());
@@ -109,7 +146,7 @@ pub fn timing_vars(user: &UserEnv, attempt_dir: &Path) -> UserEnv {
             env.insert(v.into(), prefix.clone());
         }
     }
-    if !user.contains_key(PIPE_BUFFER_VAR) {
+    if pipe_needs_old_name(torch) && !user.contains_key(PIPE_BUFFER_VAR) {
         let (buffer, _, default) = RECORDER_DEFAULTS[0];
         let size = user.get(buffer).map_or(default, |s| s.as_str());
         env.insert(PIPE_BUFFER_VAR.into(), size.into());
@@ -141,11 +178,41 @@ mod tests {
     const ON: RecorderSwitches = RecorderSwitches {
         on: true,
         gpu_timed: false,
+        torch: None,
     };
     const TIMED: RecorderSwitches = RecorderSwitches {
         on: true,
         gpu_timed: true,
+        torch: None,
     };
+
+    /// Each torch gets names it reads without a deprecation warning, and a dump pipe
+    /// that opens: 2.11 the new names only (its pipe opens at its default), 2.8-2.10
+    /// the old buffer name beside the new (their pipe needs it: the warning is the
+    /// pipe's price there), 2.7 the old names only.
+    #[test]
+    fn the_names_follow_the_ranks_torch() {
+        let at = |v: &str| {
+            let sw = RecorderSwitches {
+                torch: Version::parse(v),
+                ..TIMED
+            };
+            recorder_vars(&user(&[]), sw, Path::new("/a"))
+        };
+        let new = at("2.11.0");
+        assert_eq!(new["TORCH_FR_BUFFER_SIZE"], "2000");
+        assert!(!new.contains_key(PIPE_BUFFER_VAR), "{new:?}");
+        assert!(new.contains_key(DUMP_PREFIX_VAR) && new.contains_key(PIPE_VARS[0]));
+        let mid = at("2.9.1");
+        assert_eq!(
+            (&mid["TORCH_FR_BUFFER_SIZE"][..], &mid[PIPE_BUFFER_VAR][..]),
+            ("2000", "2000")
+        );
+        let old = at("2.7.1");
+        assert_eq!(old[PIPE_BUFFER_VAR], "2000");
+        assert!(!old.contains_key("TORCH_FR_BUFFER_SIZE"), "{old:?}");
+        assert!(old.contains_key(OLD_DUMP_PREFIX_VAR) && !old.contains_key(DUMP_PREFIX_VAR));
+    }
 
     use crate::user_env::env_of as user;
 
@@ -198,7 +265,7 @@ mod tests {
         }
         assert_eq!(env[PIPE_BUFFER_VAR], "64");
         let mine = user(&[(PIPE_VARS[1], "/p/rank_"), (TIMING_VAR, "0")]);
-        let env = timing_vars(&mine, Path::new("/a"));
+        let env = timing_vars(&mine, Path::new("/a"), None);
         assert!(!env.contains_key(TIMING_VAR) && !env.contains_key(PIPE_VARS[0]));
         assert_eq!(
             pipe_prefix(&mine, Path::new("/a")),

@@ -71,6 +71,8 @@ impl KernelSampling {
         value: Option<&str>,
         launch_blocking: Option<&str>,
     ) -> Result<KernelSampling, BadSampling> {
+        // Set empty counts as unset, as for every toporun variable.
+        let value = value.filter(|v| !v.trim().is_empty());
         match (value, launch_blocking.map(str::trim)) {
             (Some(v), _) => KernelSampling::parse(v),
             (None, Some("1")) => Ok(KernelSampling::All),

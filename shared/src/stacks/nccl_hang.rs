@@ -128,16 +128,17 @@ pub fn nccl_verdict(
         return NcclVerdict::Waiting;
     }
     let hang = Hang::nccl(stacks, places, &stall, timeout, ctx);
-    let busy: Vec<u32> = stall
-        .behind
-        .iter()
-        .filter(|b| b.busy() == Some(true))
-        .map(|b| b.rank)
-        .collect();
-    if !busy.is_empty() && busy.len() == stall.behind.len() {
-        return NcclVerdict::Busy { hang, busy };
+    match all_busy(&stall) {
+        Some(busy) => NcclVerdict::Busy { hang, busy },
+        None => NcclVerdict::Hang(hang),
     }
-    NcclVerdict::Hang(hang)
+}
+
+/// The ranks behind, where there are some and every one ran its CPU through the
+/// stall.
+fn all_busy(stall: &NcclStall) -> Option<Vec<u32>> {
+    let busy = stall.behind.iter().all(|b| b.busy() == Some(true));
+    (busy && !stall.behind.is_empty()).then(|| stall.behind.iter().map(|b| b.rank).collect())
 }
 
 /// What NCCL's counters decide alone, where no rank's stack can be read (a C, C++
@@ -179,8 +180,7 @@ pub fn counters_alone(
     if let Some(t) = hang.trigger.as_mut() {
         t.push_str("; the ranks' stacks cannot be read (not Python): the counters alone decide");
     }
-    let all_busy = !stall.behind.is_empty() && stall.behind.iter().all(|b| b.busy() == Some(true));
-    if all_busy {
+    if all_busy(&stall).is_some() {
         return CountersAlone::Busy(hang.headline);
     }
     CountersAlone::Hang(hang)

@@ -39,7 +39,7 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
             "your flight-recorder prefix {prefix}: toporun leaves the recorder to you"
         ));
     }
-    let set = timing_vars(&p.inherited_env, attempt_dir);
+    let set = timing_vars(&p.inherited_env, attempt_dir, p.recorder_switches().torch);
     let kept: Vec<String> = [TIMING_VAR, PIPE_BUFFER_VAR, PIPE_VARS[0], PIPE_VARS[1]]
         .iter()
         .filter_map(|k| Some(format!("{k}={}", user(k)?)))

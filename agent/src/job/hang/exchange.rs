@@ -109,6 +109,7 @@ fn said(n: Notice, state: &mut State, sink: &Sink) {
         hang: n.hang,
         text: n.text,
         watchdog: None,
+        by_counters: false,
     });
 }
 

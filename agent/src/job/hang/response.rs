@@ -164,6 +164,13 @@ pub fn watchdog_ends_ranks(user: Option<&str>) -> bool {
 /// stack traces can take seconds.
 const DUMP_WAIT: Duration = Duration::from_secs(60);
 
+/// How long a hang stop waits for the dumps where NCCL's counters already named the
+/// ranks behind: the dumps can only confirm it, and a rank spinning in Python (it
+/// holds the GIL) took 15.5-16.3 s to write its own (2x H200). The ranks' dumps took
+/// 6.6-7.6 s where they came at all quickly; the job then ends within
+/// --hang-timeout + 10 s of the hold.
+const DECIDED_DUMP_WAIT: Duration = Duration::from_secs(7);
+
 /// How long the ranks may dump once NCCL's watchdog has fired, before toporun stops
 /// them: torch then waits 60 s on its own dump before it aborts (measured on 2x H100:
 /// the watchdog at 31.6 s, its abort at 97.8 s), but nothing more comes from ranks
@@ -184,7 +191,12 @@ impl AfterHang {
                 return r;
             }
             if self.watch.is_some_and(|w| w.stop) {
-                self.ask_for_dumps(&r, DUMP_WAIT).await;
+                let wait = if r.by_counters {
+                    DECIDED_DUMP_WAIT
+                } else {
+                    DUMP_WAIT
+                };
+                self.ask_for_dumps(&r, wait).await;
                 return r;
             }
         }

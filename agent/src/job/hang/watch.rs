@@ -40,6 +40,8 @@ pub struct HangReport {
     pub text: String,
     /// NCCL's watchdog timed a collective out on this rank: the ranks cannot go on.
     pub watchdog: Option<(u32, WatchdogTimeout)>,
+    /// NCCL's counters named the ranks behind: the dumps can only confirm it.
+    pub by_counters: bool,
 }
 
 /// Where a found hang goes: stderr, the status counters, and the attempt.
@@ -305,6 +307,7 @@ impl Judge {
             hang,
             text,
             watchdog: Some((victim, w)),
+            by_counters: false,
         });
         self.reported = true;
         true
@@ -345,7 +348,7 @@ impl Judge {
             }
             NcclVerdict::Hang(hang) | NcclVerdict::Busy { hang, .. } => {
                 if !self.reported {
-                    self.say(hang, live);
+                    self.say(hang, live, true);
                 }
                 Some(true)
             }
@@ -376,7 +379,7 @@ impl Judge {
             }
             CountersAlone::Hang(hang) => {
                 if !self.reported {
-                    self.say(hang, live);
+                    self.say(hang, live, true);
                 }
             }
         }
@@ -384,12 +387,13 @@ impl Judge {
     }
 
     /// Says the hang found here (with the ranks' workers), once.
-    fn say(&mut self, hang: Hang, live: &[RankPid]) {
+    fn say(&mut self, hang: Hang, live: &[RankPid], by_counters: bool) {
         let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
         self.sink.found(HangReport {
             hang,
             text,
             watchdog: None,
+            by_counters,
         });
         self.reported = true;
     }
@@ -488,6 +492,7 @@ impl Judge {
         self.say(
             Hang::with(stacks, &Places::new(), stalled, timeout, &ctx),
             live,
+            false,
         );
     }
 }
