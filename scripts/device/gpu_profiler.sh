@@ -71,7 +71,9 @@ hang_two_nodes() {  # CASE: rank 3 of 2 nodes x 2 ranks holds
 }
 straggler() {  # NPROC NAME VAR=VALUE...
   local n=$1 name=$2; shift 2; local d=$OUT/straggler$n-$name; mkdir -p "$d/at30" "$d/at50"
-  ( sleep 30; cp "$d"/run/*/attempt_0/nccl-counters/* "$d/at30/"; sleep 20; cp "$d"/run/*/attempt_0/nccl-counters/* "$d/at50/" ) &
+  # The counters live on /dev/shm while the attempt runs (toporun-<run dir's name>).
+  local shm='/dev/shm/toporun-$(basename "$d"/run/*)/attempt_0'
+  ( sleep 30; eval cp "$shm"/rank_* "$d/at30/"; sleep 20; eval cp "$shm"/rank_* "$d/at50/" ) &
   echo "== straggler $name on $n ranks: $(env SECS=60 "$@" python3 scripts/device/timed_run.py 120 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$n" --straggler-window=30 --log-dir "$d/run" scripts/device/gpu_nccl_straggler_rank.py) $(cat "$d/stdout")" | tee -a "$S"
   wait; lines "$d/stderr" | tee -a "$S"; keep "$d"
 }
