@@ -61,7 +61,22 @@ impl NodeReading {
     /// Posts and completions summed over every rank's communicators (each slot's
     /// generation mixed in): equal at two readings when nothing moved between.
     pub fn marks(&self) -> (u64, u64) {
-        let comms = || self.counters.values().flat_map(|c| &c.comms);
+        self.marks_of(|_| true)
+    }
+
+    /// The same of communicator `comm` alone: another communicator's posts (a side
+    /// group's metrics, a background thread's) are not this one's progress.
+    pub fn comm_marks(&self, comm: u64) -> (u64, u64) {
+        self.marks_of(|c| c.hash == comm)
+    }
+
+    fn marks_of(&self, of: impl Fn(&CommCounters) -> bool) -> (u64, u64) {
+        let comms = || {
+            self.counters
+                .values()
+                .flat_map(|c| &c.comms)
+                .filter(|c| of(c))
+        };
         let mark = |f: fn(&CommCounters) -> u64| {
             comms()
                 .map(|c| f(c).wrapping_add(c.generation << 32))
@@ -160,9 +175,9 @@ struct Since {
 /// Follows this node's counters from reading to reading.
 #[derive(Debug, Default)]
 pub struct NcclWatch {
-    /// Posts and completions summed over every rank's communicators at the last
-    /// reading.
-    marks: (u64, u64),
+    /// The communicator waited in at the last reading, and its members' posts and
+    /// completions summed then.
+    marks: Option<(u64, (u64, u64))>,
     since: Option<Since>,
 }
 
@@ -174,14 +189,16 @@ impl NcclWatch {
     }
 
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
-        let marks = node.marks();
-        let moved = marks != self.marks;
-        self.marks = marks;
         let wait = awaited(node).filter(|_| node.unreadable.is_empty());
         let Some(wait) = wait else {
-            self.since = None;
+            (self.since, self.marks) = (None, None);
             return NcclState::Idle;
         };
+        // Progress is the awaited communicator's own (another one waited in before:
+        // the clock starts again).
+        let marks = Some((wait.comm, node.comm_marks(wait.comm)));
+        let moved = marks != self.marks;
+        self.marks = marks;
         let stall = match &self.since {
             Some(since) if !moved => stall_of(node, since, wait, now),
             _ => None,
@@ -623,6 +640,30 @@ mod tests {
             (s.comm, s.which, s.behind[0].rank),
             (7, WaitedOp::FirstNotPosted, 1)
         );
+    }
+
+    /// A side group that keeps posting (metrics every step, a background thread)
+    /// while the main group hangs: its posts are its own progress, not the stuck
+    /// group's, whose rank behind is still named.
+    #[test]
+    fn a_busy_side_group_does_not_hide_a_stuck_one() {
+        let rank = |r: u32, posted: u64, side: u64| {
+            let mut w = Words::default();
+            w.comm(0, 7, r, 2)
+                .ops(0, NcclFunc::AllReduce, 64, 10, 10, 1000)
+                .untimed(0, NcclFunc::AllReduce, 64, posted - 10);
+            w.comm(1, 3, r, 2)
+                .ops(1, NcclFunc::AllGather, 64, side, side, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |side| node_of([(0, rank(0, 13, side)), (1, rank(1, 12, side))]);
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        assert_eq!(w.observe(&at(5), t0), NcclState::Moving);
+        let later = w.observe(&at(50), t0 + Duration::from_secs(9));
+        let NcclState::Stalled(s) = later else {
+            panic!("the side group's 45 all_gathers hid the hang: {later:?}")
+        };
+        assert_eq!((s.comm, s.behind[0].rank, s.stalled_secs), (7, 1, 9.0));
     }
 
     /// A rank behind that writes (a checkpoint only it saves) is progress.
