@@ -44,6 +44,8 @@ pub struct Failure {
     pub watchdog: Option<toporun_shared::root_cause::watchdog::WatchdogTimeout>,
     /// toporun read its stderr (else no exception can be known).
     pub stderr_read: bool,
+    /// Its last lines of its own on stderr (an exit without a traceback says why).
+    pub last_words: Option<String>,
 }
 
 /// What a `@record`-decorated worker wrote to TORCHELASTIC_ERROR_FILE.
@@ -125,6 +127,7 @@ impl Failure {
             paths: paths_named(&output),
             cuda_oom: cuda_oom(&output),
             watchdog: toporun_shared::root_cause::watchdog::last_timeout(&output),
+            last_words: toporun_shared::root_cause::last_words::last_words(&output),
             stderr_read: !matches!(cmd.stderr, Sink::Inherit | Sink::Null),
             local_rank: cmd.local_rank,
             rank: cmd.rank,
@@ -345,6 +348,7 @@ mod tests {
             cuda_oom: None,
             watchdog: None,
             stderr_read: true,
+            last_words: None,
         };
         let s = failure_summary("train.py", "node-a", &[mk(1, 20, -15), mk(0, 10, 3)]);
         let root = s.split("Root Cause").nth(1).unwrap();
@@ -379,6 +383,7 @@ mod tests {
             cuda_oom: None,
             watchdog: None,
             stderr_read: true,
+            last_words: None,
         };
         let dest = dir.path().join("parent.json");
         dump_error_file(&dest, &f(rank_file), "s").unwrap();
@@ -413,6 +418,7 @@ mod tests {
             cuda_oom: None,
             watchdog: None,
             stderr_read: true,
+            last_words: None,
         };
         let s = failure_summary("w.py", "localhost", &[f]);
         // Exactly torchrun's lines for a SIGABRT'd rank (captured from torch 2.15).

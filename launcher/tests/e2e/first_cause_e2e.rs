@@ -63,6 +63,19 @@ fn a_native_crash_is_named_with_the_function_it_struck_in() {
     );
 }
 
+/// `sys.exit("...")` on one rank: its message is the cause, quoted.
+#[test]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
+fn an_exit_with_a_message_is_named_with_the_message() {
+    let (code, _, err) = run(&mut job("exitmsg", &[]));
+    assert_eq!(code, 1, "{err}");
+    let cause = first_cause(&err);
+    assert!(
+        cause.starts_with("toporun: root cause (code): rank 1 exited with code 1 without a Python traceback, its last words on stderr: \"config error: lr must be positive (got -0.001)\""),
+        "{err}"
+    );
+}
+
 #[test]
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn an_exit_without_a_traceback_says_where_the_rank_was() {

@@ -2,7 +2,9 @@
 leave: rank 1 takes an early-stopping branch after step 3 and exits 0. short: rank 1
 runs one all_reduce fewer (one batch fewer) and finishes. segv: rank 3 crashes in a
 native call (a bad pointer) at step 2. exit3: rank 3 leaves through os._exit(3) inside
-a helper after step 2, with no traceback. rank0_last: rank 0 finishes 1 s after the
+a helper after step 2, with no traceback. exitmsg: rank 1 quits with
+sys.exit("config error: ...") at step 2 (exit 1, the message on stderr, no
+traceback). rank0_last: rank 0 finishes 1 s after the
 others. uneven: every rank finishes at its own time, no collective pending. ckpt:
 rank 0 saves a checkpoint into CKPT (a full volume) at step 3, through a file it
 opened 1.5 s before (a slow serializer). cuda_oom: rank 0 raises PyTorch's CUDA
@@ -12,6 +14,7 @@ SIGKILLed at item 3 (as the OOM killer or a crash in a decoder would).
 STEP_SECS: the pause between steps (the stack sampler sees where each rank stands)."""
 import ctypes
 import os
+import sys
 import signal
 import time
 
@@ -80,6 +83,8 @@ for step in range(steps):
         build_activations(step)
     if mode == "exit3" and rank == 3 and step == 2:
         flush_shards(step)
+    if mode == "exitmsg" and rank == 1 and step == 2:
+        sys.exit("config error: lr must be positive (got -0.001)")
     t = torch.ones(4) if batches is None else next(batches)[0]
     dist.all_reduce(t)
     time.sleep(pause)

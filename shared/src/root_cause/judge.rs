@@ -38,6 +38,9 @@ pub struct RankEnd<'a> {
     pub volume: Option<&'a Volume>,
     /// PyTorch's CUDA out-of-memory message.
     pub cuda_oom: Option<&'a CudaOom>,
+    /// Its last lines of its own on stderr (`last_words`): the message of an exit
+    /// without a traceback.
+    pub last_words: Option<&'a str>,
     /// NCCL's watchdog stopped it: the collective it waited in timed out.
     pub watchdog: Option<&'a WatchdogTimeout>,
     /// Where the ranks it waited for stood, as the hang report said it (the rank
@@ -364,7 +367,11 @@ pub fn judge(
                 ),
             });
         } else if e.exitcode > 0 || !own_fault.is_empty() {
-            let how = if e.stderr_read {
+            let said;
+            let how = if let Some(words) = e.last_words.filter(|_| e.stderr_read) {
+                said = format!("without a Python traceback, its last words on stderr: \"{words}\" (sys.exit with a message, argparse, a logger's fatal line, or a library's exit())");
+                said.as_str()
+            } else if e.stderr_read {
                 "without a Python traceback (os._exit, or a native library's exit())"
             } else {
                 "(toporun did not read its stderr: --read-stderr off, or --local-ranks-filter hid it; a traceback, if it raised one, is in its own output)"
@@ -409,6 +416,7 @@ mod tests {
             write_failed: None,
             volume: None,
             cuda_oom: None,
+            last_words: None,
             watchdog: None,
             hang: None,
             first: true,
@@ -534,6 +542,20 @@ mod tests {
         e.last_seen = Some(("flush_shards (t.py:12)", 0.3));
         let c = judge(&[e], &[], None, None, &[]);
         assert_eq!(c[0].summary, "rank 3 exited with code 3 without a Python traceback (os._exit, or a native library's exit()); last seen in flush_shards (t.py:12), sampled 0.3s before it ended");
+    }
+
+    /// `sys.exit("...")`: the message is the cause, quoted; the stack sample stays
+    /// what it is, a sample from before the exit.
+    #[test]
+    fn an_exit_with_a_message_quotes_it() {
+        let mut e = end(1, None, 1);
+        let words = crate::root_cause::last_words::last_words(
+            "step 3\nconfig error: lr must be positive\n",
+        );
+        e.last_words = words.as_deref();
+        e.last_seen = Some(("step (common.py:15)", 1.0));
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].summary, "rank 1 exited with code 1 without a Python traceback, its last words on stderr: \"step 3 / config error: lr must be positive\" (sys.exit with a message, argparse, a logger's fatal line, or a library's exit()); last seen in step (common.py:15), sampled 1.0s before it ended");
     }
 
     /// An NCCL error is said with NCCL's own reason and the fix it points to, not the

@@ -9,6 +9,7 @@ pub mod exit_codes;
 pub mod gpu_health;
 pub mod gpu_memory;
 pub mod judge;
+pub mod last_words;
 pub mod native_crash;
 pub mod nccl_error;
 pub mod oom;

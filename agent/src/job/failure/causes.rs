@@ -158,6 +158,7 @@ pub fn of(
             write_failed: f.write_failed.as_deref(),
             volume: volume.as_ref(),
             cuda_oom: f.cuda_oom.as_ref(),
+            last_words: f.last_words.as_deref(),
             watchdog: f.watchdog.as_ref(),
             hang: seen.hang,
             last_seen: seen.last_seen.get(&f.pid).map(|(line, at)| {

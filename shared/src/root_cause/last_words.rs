@@ -1,0 +1,94 @@
+//! What a rank said last before it exited without a traceback: `sys.exit("config
+//! error: ...")`, argparse's usage error, a logger's fatal line, a C library that
+//! prints and exits. The message is the cause; toporun quotes it, bounded and
+//! printable, leaving out the lines that are not the rank's own words (PyTorch's and
+//! NCCL's log lines, torchrun's banners).
+
+/// Lines quoted at most, and characters a line and in all.
+const LINES: usize = 2;
+const LINE_CHARS: usize = 200;
+const ALL_CHARS: usize = 400;
+
+/// A line written by a library's logger, not the program: c10's glog-style lines
+/// (`W1128 16:04:23.587 ...`, torch prefixes them with `[rank1]:`), NCCL's own, and
+/// the OMP banner torchrun prints.
+fn not_its_words(line: &str) -> bool {
+    let l = line
+        .strip_prefix('[')
+        .and_then(|r| r.split_once("]:"))
+        .map_or(line, |(_, rest)| rest)
+        .trim_start();
+    let glog = l.len() > 5
+        && matches!(l.as_bytes()[0], b'I' | b'W' | b'E' | b'F')
+        && l.as_bytes()[1..5].iter().all(u8::is_ascii_digit);
+    let bracketed_glog = l.starts_with('[')
+        && l.len() > 6
+        && matches!(l.as_bytes()[1], b'I' | b'W' | b'E' | b'F')
+        && l.as_bytes()[2..6].iter().all(u8::is_ascii_digit);
+    glog || bracketed_glog
+        || l.contains(" NCCL INFO ")
+        || l.contains(" NCCL WARN ")
+        || l.starts_with("*****")
+        || l.starts_with("Setting OMP_NUM_THREADS")
+}
+
+/// The rank's last words in `output` (its stderr's tail, escapes removed): its last
+/// lines of its own, oldest first, printable and bounded; None where it said nothing.
+pub fn last_words(output: &str) -> Option<String> {
+    let mut lines: Vec<String> = output
+        .lines()
+        .rev()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !not_its_words(l))
+        .take(LINES)
+        .map(|l| {
+            let printable: String = l
+                .chars()
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect();
+            cut(&printable, LINE_CHARS)
+        })
+        .collect();
+    lines.reverse();
+    let text = cut(&lines.join(" / "), ALL_CHARS);
+    (!text.is_empty()).then_some(text)
+}
+
+/// `s` cut to `max` characters, with an ellipsis where cut.
+fn cut(s: &str, max: usize) -> String {
+    match s.char_indices().nth(max) {
+        Some((i, _)) => format!("{}...", &s[..i]),
+        None => s.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// As ranks print them: sys.exit's message after torch's and NCCL's lines, an
+    /// argparse error, a C library's message; nothing to quote from loggers alone.
+    #[test]
+    fn the_rank_s_own_last_lines_are_quoted() {
+        let exit = "[rank1]:[W1128 16:04:23.587 ProcessGroupNCCL.cpp:1536] Warning: destroy_process_group() was not called\nconfig error: lr must be positive\n";
+        assert_eq!(
+            last_words(exit).as_deref(),
+            Some("config error: lr must be positive")
+        );
+        let argparse = "usage: train.py [-h] --lr LR\ntrain.py: error: argument --lr: invalid float value: 'fast'\n";
+        assert_eq!(
+            last_words(argparse).as_deref(),
+            Some("usage: train.py [-h] --lr LR / train.py: error: argument --lr: invalid float value: 'fast'")
+        );
+        let nccl = "host:123:456 [0] NCCL INFO comm 0x1 rank 0 nranks 2\nW1128 16:04:23.587000 12 torch/distributed/x.py:1] gone\n";
+        assert_eq!(last_words(nccl), None);
+        let long = format!("{}\u{7}\n", "x".repeat(500));
+        let said = last_words(&long).unwrap();
+        assert_eq!(
+            said.chars().count(),
+            LINE_CHARS + 3,
+            "cut, with its ellipsis"
+        );
+        assert!(!said.contains('\u{7}'));
+    }
+}
