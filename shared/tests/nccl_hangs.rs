@@ -67,6 +67,7 @@ fn hang(case: &str) -> Hang {
     let ctx = Context {
         left: Vec::new(),
         lines: lines(&s),
+        ..Default::default()
     };
     let secs = Duration::from_secs(15);
     Hang::with(&s, &Places::new(), secs, secs, &ctx)
@@ -92,6 +93,7 @@ fn a_rank_that_ended_its_loop_and_waits_in_destroy_process_group_left_the_job() 
         let ctx = Context {
             left: Vec::new(),
             lines: lines(&s),
+            ..Default::default()
         };
         assert!(ctx.left_while_others_wait(&s), "{case}");
     }
@@ -109,7 +111,8 @@ fn with_two_ranks_the_one_in_its_own_read_is_named_not_every_rank_alike() {
     let s = stacks("stuck");
     assert!(!Context {
         left: Vec::new(),
-        lines: lines(&s)
+        lines: lines(&s),
+        ..Default::default()
     }
     .left_while_others_wait(&s));
 }
@@ -148,6 +151,7 @@ fn the_watchdogs_victim_is_the_messenger_and_the_rank_in_its_read_the_cause() {
     let ctx = Context {
         left: Vec::new(),
         lines: lines(&s),
+        ..Default::default()
     };
     let h = Hang::watchdog(&s, &Places::new(), 0, &w.what(), &ctx);
     assert_eq!(h.odd, vec![1]);

@@ -524,6 +524,7 @@ fn job_verdict(set: &str, dir: &str, nodes: &[(Vec<u32>, String)]) -> (Hang, Pla
             .iter()
             .map(|s| (s.rank, line(s.threads[0].frames[0].line)))
             .collect(),
+        ..Default::default()
     };
     let mut watch = NcclWatch::default();
     let t0 = Instant::now();

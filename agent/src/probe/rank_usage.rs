@@ -58,6 +58,19 @@ pub fn main_thread_cpu(root: &Root, pid: i32) -> Option<Duration> {
     Some(usage_in(root, stat)?.cpu)
 }
 
+/// Whether the rank's process is stopped (state `T`: SIGSTOP or Ctrl-Z; `t`: held
+/// by a tracer): it runs nothing until continued, whatever its stack says.
+pub fn stopped(root: &Root, pid: i32) -> bool {
+    let stat = root.read(
+        PathBuf::from(paths::PROC)
+            .join(pid.to_string())
+            .join("stat"),
+    );
+    // The state is the field after the command, which may hold spaces and parentheses.
+    stat.and_then(|s| s.get(s.rfind(')')? + 2..)?.chars().next())
+        .is_some_and(|state| matches!(state, 'T' | 't'))
+}
+
 fn usage_in(root: &Root, stat_file: PathBuf) -> Option<RankUsage> {
     let stat = root.read(stat_file)?;
     // Fields after the command (which may hold spaces and parentheses); `rest`
@@ -113,6 +126,19 @@ mod tests {
         assert_eq!(u.cpu, Duration::from_micros(300 * 1_000_000 / hz));
         assert_eq!(u.rss_bytes, Some(51200 * page_size()));
         assert_eq!(read(&Root::at(d.path()), 43), None);
+    }
+
+    #[test]
+    fn a_stopped_process_is_told_by_its_state() {
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "proc/42/stat", "42 (pt main) x) T 1 42 42 0");
+        write(d.path(), "proc/43/stat", "43 (python) S 1 43 43 0");
+        write(d.path(), "proc/44/stat", "44 (gdb target) t 1 44 44 0");
+        let root = Root::at(d.path());
+        assert!(stopped(&root, 42));
+        assert!(!stopped(&root, 43));
+        assert!(stopped(&root, 44), "held by a tracer");
+        assert!(!stopped(&root, 45), "gone: not stopped");
     }
 
     #[test]

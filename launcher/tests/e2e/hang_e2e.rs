@@ -99,6 +99,32 @@ fn a_hung_rank_is_named_and_on_hang_stop_ends_the_job() {
     }
 }
 
+/// Two ranks, rank 1 stopped with SIGSTOP: no majority is needed, its process state
+/// names it; `--on-hang stop` still ends the job (a stopped process takes SIGKILL).
+#[test]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
+fn a_stopped_rank_is_named_by_its_process_state() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = toporun();
+    c.args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
+        .args(["--hang-timeout=10", "--on-hang=stop", "hang_rank.py"])
+        .env("MODE", "stopped")
+        .env("OUT", d.path())
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts());
+    let (code, _, err) = run(&mut c);
+    assert_eq!(code, 124, "{err}");
+    assert!(
+        err.contains("toporun: hang: rank 1 is stopped (process state T: SIGSTOP, Ctrl-Z or a debugger holds it)"),
+        "{err}"
+    );
+    std::thread::sleep(Duration::from_millis(500));
+    for r in 0..2 {
+        let pid = std::fs::read_to_string(d.path().join(format!("pid{r}"))).unwrap();
+        assert!(!alive(&pid), "rank {r} (pid {pid}) left running");
+    }
+}
+
 #[test]
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_compute_loop_and_a_printing_rank_are_not_hangs() {

@@ -3,7 +3,9 @@ before an all_reduce the others entered. compute: every rank loops in Python for
 SECS. print: rank 0 prints progress for SECS while the others wait in an all_reduce.
 fail: rank 2 raises while the others wait in an all_reduce. frdump: ranks 0-2 enter
 a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, and
-rank 3 raises. Each writes its pid to OUT/pid<rank>. With WATCH_DUMP_KEY=1, a thread of
+rank 3 raises. stopped: rank 1 stops its own process (SIGSTOP, as `kill -STOP` or
+Ctrl-Z would) before an all_reduce the others entered. Each writes its pid to
+OUT/pid<rank>. With WATCH_DUMP_KEY=1, a thread of
 rank 0 named as stock ProcessGroupNCCL's monitor writes what it finds under
 `exception_dump` in the workers' store to OUT/exception_dump (the int32 rank the
 monitor reads there) and dumps rank 0's flight recorder, as the monitor does."""
@@ -61,6 +63,10 @@ def main():
     dist.all_reduce(t)
     if mode == "hang" and rank == 3:
         wait_for_data()
+    elif mode == "stopped" and rank == 1:
+        import signal
+
+        os.kill(os.getpid(), signal.SIGSTOP)
     elif mode == "compute":
         compute(secs)
     elif mode == "print" and rank == 0:

@@ -50,6 +50,9 @@ pub struct Gone {
 pub struct Context {
     pub left: Vec<Gone>,
     pub lines: BTreeMap<u32, String>,
+    /// Ranks whose process is stopped (SIGSTOP, Ctrl-Z, a debugger): whatever their
+    /// stacks say, they run nothing, and the others wait for them.
+    pub stopped: Vec<u32>,
 }
 
 impl Context {
@@ -102,6 +105,20 @@ pub(super) fn ranks_word(ranks: &[u32]) -> String {
 }
 
 /// The ranks that left (exited 0, or stand in destroy_process_group), and what the
+/// The ranks whose process is stopped lead: no majority is needed to name them.
+fn stopped_headline(ctx: &Context, places: &Places) -> Option<(Vec<u32>, String)> {
+    if ctx.stopped.is_empty() {
+        return None;
+    }
+    let who: Vec<String> = ctx.stopped.iter().map(|r| rank_label(*r, places)).collect();
+    let line = format!(
+        "{} {} stopped (process state T: SIGSTOP, Ctrl-Z or a debugger holds it) and runs nothing: the others wait for it; `kill -CONT` its process, or find what stopped it",
+        who.join(", "),
+        if who.len() == 1 { "is" } else { "are" },
+    );
+    Some((ctx.stopped.clone(), line))
+}
+
 /// others wait for: the hang's first cause. None when no rank left.
 fn left_headline(
     ctx: &Context,
@@ -224,6 +241,8 @@ impl Hang {
         let groups = merge(stacks);
         let stands = ctx.standings(stacks);
         let (odd, headline) = if let Some(found) = left_headline(ctx, &stands, places) {
+            found
+        } else if let Some(found) = stopped_headline(ctx, places) {
             found
         } else if let Some(found) = elsewhere_headline(&stands, places) {
             found
@@ -398,6 +417,41 @@ mod tests {
             .collect()
     }
 
+    /// Two ranks, no majority: the one whose process is stopped is named.
+    #[test]
+    fn a_stopped_rank_leads_without_a_majority() {
+        let both = [
+            rank_with(
+                0,
+                main_thread(
+                    false,
+                    &[("all_reduce", "torch/distributed/distributed_c10d.py", 9)],
+                ),
+            ),
+            rank_with(
+                1,
+                main_thread(
+                    false,
+                    &[("all_reduce", "torch/distributed/distributed_c10d.py", 9)],
+                ),
+            ),
+        ];
+        let ctx = Context {
+            stopped: vec![1],
+            ..Default::default()
+        };
+        let secs = Duration::from_secs(20);
+        let h = Hang::with(&both, &Places::new(), secs, secs, &ctx);
+        assert_eq!(h.odd, vec![1]);
+        assert!(
+            h.headline.starts_with("rank 1 is stopped (process state T"),
+            "{}",
+            h.headline
+        );
+        let plain = Hang::with(&both, &Places::new(), secs, secs, &Context::default());
+        assert!(plain.odd.is_empty(), "without the state: nobody apart");
+    }
+
     #[test]
     fn a_rank_that_left_leads_the_report() {
         let ctx = Context {
@@ -406,6 +460,7 @@ mod tests {
                 into_attempt: 12.34,
             }],
             lines: item_lines(&[0]),
+            stopped: Vec::new(),
         };
         let secs = Duration::from_secs(5);
         let hang = Hang::with(&[at_item(0)], &Places::new(), secs, secs, &ctx);
@@ -428,6 +483,7 @@ mod tests {
         let ctx = Context {
             left: vec![],
             lines,
+            stopped: Vec::new(),
         };
         let secs = Duration::from_secs(15);
         let hang = Hang::with(&[at_item(0), stuck], &Places::new(), secs, secs, &ctx);
@@ -460,6 +516,7 @@ mod tests {
         let ctx = Context {
             left: vec![],
             lines: item_lines(&[0, 1]),
+            stopped: Vec::new(),
         };
         let secs = Duration::from_secs(15);
         let hang = Hang::with(&[at_item(0), at_item(1)], &Places::new(), secs, secs, &ctx);

@@ -33,6 +33,9 @@ pub struct NodeStacks {
     pub left: Vec<Gone>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub lines: BTreeMap<u32, String>,
+    /// Its ranks whose process is stopped (state T).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stopped: Vec<u32>,
     /// Its ranks' NCCL counters, where they load toporun's profiler plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<NodeReading>,
@@ -46,6 +49,7 @@ impl NodeStacks {
             stalled_ms: u64::try_from(stalled.as_millis()).unwrap_or(u64::MAX),
             ranks: stacks.iter().map(main_thread_only).collect(),
             left: Vec::new(),
+            stopped: Vec::new(),
             lines: BTreeMap::new(),
             nccl: None,
         }
@@ -60,6 +64,7 @@ impl NodeStacks {
     /// With what the node knows besides its stacks (lines only for the ranks shown).
     pub fn with_context(mut self, ctx: &Context) -> Self {
         self.left = ctx.left.clone();
+        self.stopped = ctx.stopped.clone();
         self.lines = ctx
             .lines
             .iter()
@@ -134,6 +139,7 @@ pub fn context(nodes: &[NodeStacks]) -> Context {
     let mut ctx = Context::default();
     for n in nodes {
         ctx.left.extend(n.left.iter().cloned());
+        ctx.stopped.extend(&n.stopped);
         ctx.lines
             .extend(n.lines.iter().map(|(r, l)| (*r, l.clone())));
     }
@@ -246,6 +252,7 @@ mod tests {
         let ctx0 = Context {
             left: Vec::new(),
             lines: [(0, "    loss.item()".to_string())].into(),
+            stopped: Vec::new(),
         };
         let n0 =
             NodeStacks::new(0, "trainer-0", Duration::from_secs(6), &waiting).with_context(&ctx0);
@@ -255,6 +262,7 @@ mod tests {
                 into_attempt: 12.3,
             }],
             lines: BTreeMap::new(),
+            stopped: Vec::new(),
         };
         let n1 = NodeStacks::new(1, "trainer-1", Duration::from_secs(6), &[]).with_context(&ctx1);
         let decoded: Vec<NodeStacks> = [n0, n1]

@@ -283,6 +283,11 @@ impl Judge {
         Context {
             left,
             lines: self.lines.innermost(&self.root, stacks),
+            stopped: stacks
+                .iter()
+                .filter(|s| crate::probe::rank_usage::stopped(&self.root, s.pid))
+                .map(|s| s.rank)
+                .collect(),
         }
     }
 
