@@ -149,7 +149,13 @@ impl StopReason {
 
 impl fmt::Display for StopReason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind.as_str(), self.detail)
+        // Ctrl-C is an interruption, whatever stop it travels as.
+        let kind = if self.interrupted {
+            "interrupted"
+        } else {
+            self.kind.as_str()
+        };
+        write!(f, "{kind}: {}", self.detail)
     }
 }
 
@@ -252,6 +258,10 @@ mod tests {
             StopReason::new(StopKind::Membership, "x").to_string(),
             "membership: x"
         );
+        let ctrl_c = StopReason::preempted("SIGINT", true, 0, "laptop", 1);
+        assert_eq!(ctrl_c.to_string(), "interrupted: SIGINT on node 0 (laptop)");
+        let drain = StopReason::preempted("SIGTERM", false, 0, "node", 1);
+        assert_eq!(drain.to_string(), "preempt: SIGTERM on node 0 (node)");
     }
 
     #[test]
