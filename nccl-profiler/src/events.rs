@@ -213,9 +213,39 @@ impl Comm {
             f(F_BIG_COUNT).fetch_add(1, Relaxed);
             f(F_BIG_BYTES).fetch_add(bytes, Relaxed);
             f(F_BIG_GPU_NS).fetch_add(ns, Relaxed);
+            note_fastest(&slot, func, bytes, ns, last);
         }
         slot.word(S_DONE).fetch_add(1, Relaxed);
         slot.word(S_COMPLETED).fetch_max(index + 1, Release);
+    }
+}
+
+/// A big operation of `bytes` took `ns` on the GPU, ending at `last` on its timer:
+/// the epoch's fastest where none was faster. Completions of one communicator come
+/// from NCCL's proxy thread, one at a time: plain loads and stores.
+fn note_fastest(slot: &Slot, func: NcclFunc, bytes: u64, ns: u64, last: u64) {
+    if ns == 0 {
+        return;
+    }
+    let rate = u64::try_from(u128::from(bytes) * u128::from(FAST_SCALE) / u128::from(ns))
+        .unwrap_or(u64::MAX);
+    let epoch = last / FAST_EPOCH_NS + 1;
+    let w = |i| slot.word(i);
+    let now = w(S_FAST_EPOCH).load(Relaxed);
+    if now != epoch {
+        let (prev_rate, prev_func) = if now + 1 == epoch {
+            (w(S_FAST_RATE).load(Relaxed), w(S_FAST_FUNC).load(Relaxed))
+        } else {
+            (0, 0)
+        };
+        w(S_FAST_PREV_RATE).store(prev_rate, Relaxed);
+        w(S_FAST_PREV_FUNC).store(prev_func, Relaxed);
+        w(S_FAST_RATE).store(0, Relaxed);
+        w(S_FAST_EPOCH).store(epoch, Relaxed);
+    }
+    if rate > w(S_FAST_RATE).load(Relaxed) {
+        w(S_FAST_FUNC).store(func.id() as u64, Relaxed);
+        w(S_FAST_RATE).store(rate, Relaxed);
     }
 }
 

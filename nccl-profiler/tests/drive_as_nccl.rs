@@ -320,6 +320,40 @@ fn a_finalized_slot_is_reused_only_when_none_is_free() {
     });
 }
 
+/// The fastest big operation of the GPU timer's epoch is kept with its function, the
+/// epoch before's beside it; small ones time latency, not links, and are left out.
+#[test]
+fn the_fastest_big_operation_of_the_epoch_is_kept() {
+    with_file(|path| {
+        let nccl = here();
+        let (all_reduce, all_gather) = (
+            CString::new("AllReduce").unwrap(),
+            CString::new("AllGather").unwrap(),
+        );
+        let (ctx, _) = nccl.init(21, 0, 2);
+        let mib = 1 << 20; // floats: 4 MiB
+        let slow = nccl.post(ctx, &all_reduce, mib, 1);
+        nccl.channel(ctx, slow, 0, 1_000, 1_000 + 400_000); // 4 MiB in 400 us
+        let fast = nccl.post(ctx, &all_gather, mib, 1);
+        nccl.channel(ctx, fast, 0, 2_000_000, 2_000_000 + 20_000); // in 20 us
+        let small = nccl.post(ctx, &all_reduce, 8, 1);
+        nccl.channel(ctx, small, 0, 3_000_000, 3_000_001);
+        let f = read(path).comms[0].fastest.unwrap();
+        assert_eq!(f.func, NcclFunc::AllGather);
+        assert!((f.gbps - 209.7).abs() < 0.1, "{f:?}");
+        // The next epoch (10 s on the GPU timer) keeps the last one's beside its own.
+        let next = nccl.post(ctx, &all_reduce, mib, 1);
+        nccl.channel(ctx, next, 0, 10_000_000_000, 10_000_400_000);
+        let f = read(path).comms[0].fastest.unwrap();
+        assert_eq!(
+            f.func,
+            NcclFunc::AllGather,
+            "the epoch before's, still faster"
+        );
+        nccl.finalize(ctx);
+    });
+}
+
 /// CollNet's operations say 0 channels and still report theirs (NCCL's enqueue.cc
 /// never sets a CollNet task's nChannels): such an operation completes when every
 /// channel it started has stopped, once; one that says its channels completes when

@@ -90,7 +90,7 @@ fn the_c_program_s_slow_gpu_waits_least() {
     assert!(!said.contains("straggler: rank 0"), "{said}");
 }
 
-/// The runs wrote the layout this toporun writes and reads, and nothing crashed or
+/// The runs wrote a layout this toporun reads, and nothing crashed or
 /// warned where the job was healthy.
 #[test]
 fn the_runs_were_of_this_layout_and_the_healthy_one_said_nothing() {

@@ -51,12 +51,20 @@ pub struct LinkSpeed {
     pub mean_bytes: u64,
     pub gbps: f64,
     pub expected_gbps: f64,
+    /// The fastest collective's busbw, where known: one that ran with nothing beside
+    /// it on the GPU shows what the link carries (DDP's buckets, overlapped with the
+    /// backward's kernels, run slower on a healthy link).
+    pub fastest_gbps: Option<f64>,
 }
 
 impl LinkSpeed {
-    /// Enough collectives ran far below what the links should carry.
+    /// Enough collectives ran far below what the links should carry, and none ran
+    /// near it: a link that carried its speed once is not what slows the others.
     pub fn slow(&self) -> bool {
-        self.count >= MIN_COLLECTIVES && self.gbps < self.expected_gbps * SLOW_LINKS
+        let floor = self.expected_gbps * SLOW_LINKS;
+        self.count >= MIN_COLLECTIVES
+            && self.gbps < floor
+            && self.fastest_gbps.is_none_or(|f| f < floor)
     }
 }
 
@@ -133,6 +141,7 @@ pub fn link_speeds(dumps: &[Dump], model: &LinkModel) -> Vec<LinkSpeed> {
                 mean_bytes: all.iter().map(|c| c.2).sum::<u64>() / u64::from(count),
                 gbps: median(all.iter().map(|c| c.0).collect()),
                 expected_gbps: median(all.iter().map(|c| c.1).collect()),
+                fastest_gbps: all.iter().map(|c| c.0).reduce(f64::max),
             }
         })
         .collect()

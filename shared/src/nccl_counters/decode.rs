@@ -61,8 +61,20 @@ pub struct CommCounters {
     /// NCCL times every operation (no sampling): `completed` is exact.
     #[serde(default = "timed_by_default")]
     pub every_op_timed: bool,
+    /// The fastest big operation of the last epoch or two of the GPU timer (from
+    /// layout version 5).
+    #[serde(default)]
+    pub fastest: Option<Fastest>,
     /// Totals of the functions that ran.
     pub funcs: Vec<FuncTotals>,
+}
+
+/// The fastest big operation lately: its function and its algorithm bandwidth.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Fastest {
+    pub func: NcclFunc,
+    /// Bytes per ns: GB/s.
+    pub gbps: f64,
 }
 
 /// An operation posted and not completed.
@@ -152,7 +164,13 @@ pub fn decode_words(file: &[AtomicU64]) -> Result<RankCounters, CountersError> {
     };
     let all_timed = sampling == KernelSampling::All;
     let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
-        .filter_map(|slot| comm(&SlotOf { file, slot }, slot, all_timed, version >= 4))
+        .filter_map(|slot| {
+            comm(
+                &SlotOf { file, slot },
+                slot,
+                (all_timed, version >= 4, version >= 5),
+            )
+        })
         .collect();
     if version == 1 {
         comms.iter_mut().for_each(|c| c.done = c.completed);
@@ -171,8 +189,12 @@ pub fn decode_words(file: &[AtomicU64]) -> Result<RankCounters, CountersError> {
 
 /// Slot `slot`'s communicator, unless free or caught while a new communicator takes
 /// it (its generation odd, or moved while read); `all_timed`: the file times every
-/// operation; `stamped`: it has the kernel index words.
-fn comm(w: &SlotOf, slot: usize, all_timed: bool, stamped: bool) -> Option<CommCounters> {
+/// operation; `stamped`: it has the kernel index words; `version5`: the fastest words.
+fn comm(
+    w: &SlotOf,
+    slot: usize,
+    (all_timed, stamped, version5): (bool, bool, bool),
+) -> Option<CommCounters> {
     let generation = w.load(S_GENERATION, Ordering::Acquire);
     let state = w.load(S_STATE, Ordering::Acquire);
     if state == FREE || generation % 2 == 1 {
@@ -195,6 +217,18 @@ fn comm(w: &SlotOf, slot: usize, all_timed: bool, stamped: bool) -> Option<CommC
         })
         .filter(|t| t.count > 0)
         .collect();
+    let fastest = [
+        (S_FAST_RATE, S_FAST_FUNC),
+        (S_FAST_PREV_RATE, S_FAST_PREV_FUNC),
+    ]
+    .into_iter()
+    .map(|(rate, func)| (r(rate), r(func)))
+    .filter(|(rate, _)| *rate > 0 && version5)
+    .max_by_key(|(rate, _)| *rate)
+    .map(|(rate, func)| Fastest {
+        func: NcclFunc::from_id(func),
+        gbps: rate as f64 / FAST_SCALE as f64,
+    });
     let c = CommCounters {
         slot,
         generation,
@@ -210,6 +244,7 @@ fn comm(w: &SlotOf, slot: usize, all_timed: bool, stamped: bool) -> Option<CommC
         last_stop_ns: r(S_LAST_STOP_NS),
         recent,
         every_op_timed: all_timed,
+        fastest,
         funcs,
     };
     w.fence(Ordering::Acquire);

@@ -11,8 +11,8 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
 /// first GPU runs kept them, read with done = completed); 3 added sampling (the
 /// header's H_SAMPLE_* words; earlier files timed every operation).
 /// 4 added the kernel index words (`S_KERNEL_OPEN`) and the uncounted words of the
-/// header (`H_UNCOUNTED`...).
-pub const VERSION: u64 = 4;
+/// header (`H_UNCOUNTED`...); 5 the fastest big operation (`S_FAST_*`).
+pub const VERSION: u64 = 5;
 
 /// Header words.
 pub const H_MAGIC: usize = 0;
@@ -76,6 +76,18 @@ pub const S_GENERATION: usize = 9;
 /// mark: one completing after a later one does not move it). With sampling, S_BUSY_NS
 /// over S_DONE is the mean GPU time of an operation.
 pub const S_DONE: usize = 10;
+/// The fastest operation of at least [`BIG_BYTES`] completed in the current epoch of
+/// the GPU timer ([`FAST_EPOCH_NS`] long; the epoch + 1 in S_FAST_EPOCH), as its bytes
+/// per ns times [`FAST_SCALE`], and its function; and the epoch before's. One that ran
+/// with nothing beside it on the GPU runs at the link's speed, where a kernel sharing
+/// the GPU with compute (DDP's buckets during backward) does not.
+pub const S_FAST_EPOCH: usize = 11;
+pub const S_FAST_RATE: usize = 12;
+pub const S_FAST_FUNC: usize = 13;
+pub const S_FAST_PREV_RATE: usize = 14;
+pub const S_FAST_PREV_FUNC: usize = 15;
+pub const FAST_EPOCH_NS: u64 = 10_000_000_000;
+pub const FAST_SCALE: u64 = 1024;
 
 /// The last OPEN_RING posted operations, OPEN_WORDS each, from S_OPEN.
 pub const S_OPEN: usize = 16;

@@ -99,6 +99,19 @@ pub fn gpu_time(
     })
 }
 
+/// The busbw of the fastest big operation of `func` lately on any rank (the plugin
+/// keeps one per communicator and epoch of the GPU timer); None where no file says.
+fn fastest_busbw(ranks: &[(&RankCounters, &RankCounters)], func: NcclFunc) -> Option<f64> {
+    ranks
+        .iter()
+        .flat_map(|(_, after)| &after.comms)
+        .filter_map(|c| {
+            let f = c.fastest.filter(|f| f.func == func)?;
+            Some(f.gbps * func.bus_factor(c.nranks)?)
+        })
+        .reduce(f64::max)
+}
+
 /// This node's link speed per kind over a window, from each rank's counters at its
 /// start and end: the fastest rank's busbw counts (it waited least: its time is the
 /// transfer), against what `model` gives for the same bytes.
@@ -119,6 +132,7 @@ pub fn link_speeds(ranks: &[(&RankCounters, &RankCounters)], model: &LinkModel) 
             mean_bytes: bytes / n,
             gbps: bus / ns as f64,
             expected_gbps: model.expected_gbps(bus / n as f64),
+            fastest_gbps: fastest_busbw(ranks, f),
         })
         .collect()
 }
@@ -136,6 +150,38 @@ mod tests {
             w.ops(0, NcclFunc::AllReduce, 4 << 20, n, n, gpu_ns);
         }
         decode(&w.bytes()).unwrap()
+    }
+
+    /// DDP's buckets overlap the backward's kernels: their median runs at a tenth of
+    /// the link on a healthy NVLink, while the last bucket of each step, alone on the
+    /// GPU, runs near it. The fastest operation keeps the link from being called slow;
+    /// where even the fastest is slow, it is.
+    #[test]
+    fn links_are_slow_only_where_even_the_fastest_operation_is() {
+        let model = LinkModel {
+            class: "NV18 (Hopper) between GPU 0 and GPU 1".into(),
+            gbps: 370.8,
+        };
+        let at = |fastest_gbps: f64| {
+            let mut w = Words::default();
+            // 100 all_reduces of 4 MiB at 2 ms each: about 2 GB/s algbw.
+            w.comm(0, 7, 0, 2)
+                .ops(0, NcclFunc::AllReduce, 4 << 20, 100, 100, 2_000_000)
+                .fastest(0, NcclFunc::AllReduce, fastest_gbps);
+            decode(&w.bytes()).unwrap()
+        };
+        let before = reading(&[]);
+        let healthy = at(180.0);
+        let s = link_speeds(&[(&before, &healthy)], &model);
+        assert!(
+            s[0].gbps < s[0].expected_gbps / 10.0,
+            "the median is slow: {s:?}"
+        );
+        assert_eq!(s[0].fastest_gbps, Some(180.0), "busbw = algbw on 2 ranks");
+        assert!(!s[0].slow(), "the fastest ran near the link: {s:?}");
+        let broken = at(3.0);
+        let s = link_speeds(&[(&before, &broken)], &model);
+        assert!(s[0].slow(), "even the fastest is slow: {s:?}");
     }
 
     #[test]

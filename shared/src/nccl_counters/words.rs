@@ -82,6 +82,16 @@ impl Words {
         self
     }
 
+    /// The fastest big operation of `slot` lately: `func` at `gbps` (algorithm
+    /// bandwidth).
+    pub fn fastest(&mut self, slot: usize, func: NcclFunc, gbps: f64) -> &mut Self {
+        let s = |i| slot_word(slot, i);
+        self.0[s(S_FAST_EPOCH)] = 1;
+        self.0[s(S_FAST_RATE)] = (gbps * FAST_SCALE as f64) as u64;
+        self.0[s(S_FAST_FUNC)] = func.id() as u64;
+        self
+    }
+
     pub fn bytes(&self) -> Vec<u8> {
         self.0.iter().flat_map(|w| w.to_le_bytes()).collect()
     }
