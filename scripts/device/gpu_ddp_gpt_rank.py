@@ -63,9 +63,9 @@ def main():
         for micro in range(ACCUM):
             x = torch.randint(0, VOCAB, (BATCH, BLOCK), device="cuda")
             sync = nullcontext() if micro == ACCUM - 1 else model.no_sync()
-            with sync, torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = model(x, x) / ACCUM
             with sync:
+                with torch.autocast("cuda", dtype=torch.bfloat16):
+                    loss = model(x, x) / ACCUM
                 loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
