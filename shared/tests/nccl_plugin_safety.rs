@@ -98,10 +98,9 @@ fn the_runs_were_of_this_layout_and_the_healthy_one_said_nothing() {
     let v = std::fs::read(fixture("cjob-stuck2/rank_0.gz")).unwrap();
     let mut bytes = Vec::new();
     GzDecoder::new(&v[..]).read_to_end(&mut bytes).unwrap();
-    assert_eq!(
-        u64::from_le_bytes(bytes[8..16].try_into().unwrap()),
-        VERSION
-    );
+    // Layout 4, the one this issue brought (5 added the fastest operation since).
+    assert_eq!(u64::from_le_bytes(bytes[8..16].try_into().unwrap()), 4);
+    assert!(VERSION >= 4);
     let healthy = std::fs::read_to_string(fixture("cjob-healthy2/stderr")).unwrap();
     assert!(!healthy.contains("warning"), "{healthy}");
     assert!(!healthy.contains("toporun: hang"), "{healthy}");
@@ -110,4 +109,64 @@ fn the_runs_were_of_this_layout_and_the_healthy_one_said_nothing() {
     let crash = ["Segmentation fault", "SIGSEGV", "SIGBUS", "core dumped"];
     let log = std::fs::read_to_string(fixture("churn2/stderr")).unwrap();
     assert!(crash.iter().all(|c| !log.contains(c)), "{log}");
+}
+
+/// The same on 4x H200 (tests/fixtures/device/nccl-plugin-safety-h200x4): the stuck rank
+/// named from the counters alone within --hang-timeout + 10 s of its hold, and so with
+/// 40 communicators live; the slow GPU named; a healthy run silent.
+#[test]
+fn on_four_gpus_the_stuck_slow_and_healthy_runs_are_told_apart() {
+    let x4 = |path: &str| {
+        let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../tests/fixtures/device/nccl-plugin-safety-h200x4")
+            .join(path);
+        std::fs::read_to_string(p).unwrap()
+    };
+    let at = |text: &str, what: &str| -> f64 {
+        let line = text
+            .lines()
+            .find(|l| l.contains(what))
+            .unwrap_or_else(|| panic!("{what}"));
+        line[1..line.find(']').unwrap()].trim().parse().unwrap()
+    };
+    for (run, hold) in [
+        ("cjob-stuck4", "hold: rank 1 blocks"),
+        ("many4", "hold: rank 1 blocks"),
+    ] {
+        let err = x4(&format!("{run}/stderr"));
+        let took = at(&err, "never posted") - at(&err, hold);
+        assert!(
+            (15.0..=25.0).contains(&took),
+            "{run}: named {took:.1} s after the hold"
+        );
+        assert!(err.contains("rank 1 is stuck (CPU 0%"), "{run}: {err}");
+        assert!(err.contains("that ranks 0,2-3 wait in"), "{run}: {err}");
+    }
+    assert!(x4("cjob-stuck4/stderr").contains("the counters alone decide"));
+    let slow = x4("cjob-slow4/stderr");
+    assert!(slow.contains("toporun: straggler: rank 1 "), "{slow}");
+    let healthy = x4("cjob-healthy4/stderr");
+    assert!(
+        !healthy.contains("toporun: warning") && !healthy.contains("toporun: hang"),
+        "{healthy}"
+    );
+    let ranks: Vec<RankCounters> = (0..4)
+        .map(|r| {
+            let f = std::fs::File::open(fixture_x4(&format!("cjob-stuck4/rank_{r}.gz"))).unwrap();
+            let mut bytes = Vec::new();
+            GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
+            decode(&bytes).unwrap()
+        })
+        .collect();
+    let posted: Vec<u64> = ranks
+        .iter()
+        .map(|c| c.comms.iter().find(|x| x.live).unwrap().posted)
+        .collect();
+    assert_eq!(posted, [201, 200, 201, 201], "rank 1 one behind");
+}
+
+fn fixture_x4(path: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/device/nccl-plugin-safety-h200x4")
+        .join(path)
 }

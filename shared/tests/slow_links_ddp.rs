@@ -16,11 +16,18 @@ fn fixture(path: &str) -> String {
 fn a_healthy_ddp_trainer_is_no_longer_warned_of_slow_links() {
     let (before, after) = (fixture("before-stderr"), fixture("after-stderr"));
     for err in [&before, &after] {
-        assert!(err.contains("1 rank pair via P2P/CUMEM (P2P): best available"), "{err}");
+        assert!(
+            err.contains("1 rank pair via P2P/CUMEM (P2P): best available"),
+            "{err}"
+        );
     }
     assert!(before.contains("toporun: warning: slow links"), "{before}");
     assert!(!after.contains("toporun: warning"), "{after}");
     for out in [fixture("before-stdout"), fixture("after-stdout")] {
-        assert_eq!(out.matches("iter: median").count(), 2, "both ranks trained: {out}");
+        assert_eq!(
+            out.matches("iter: median").count(),
+            2,
+            "both ranks trained: {out}"
+        );
     }
 }
