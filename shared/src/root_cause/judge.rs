@@ -223,6 +223,30 @@ fn seen(e: &RankEnd) -> String {
         .unwrap_or_default()
 }
 
+/// A rank that exited non-zero without a traceback: its last words where it said
+/// any (`sys.exit("...")`), where it was last sampled.
+fn exit_without_traceback(e: &RankEnd, r: Option<u32>, own_fault: &str) -> Cause {
+    let said;
+    let how = if let Some(words) = e.last_words.filter(|_| e.stderr_read) {
+        said = format!("without a Python traceback, its last words on stderr: \"{words}\" (sys.exit with a message, argparse, a logger's fatal line, or a library's exit())");
+        said.as_str()
+    } else if e.stderr_read {
+        "without a Python traceback (os._exit, or a native library's exit())"
+    } else {
+        "(toporun did not read its stderr: --read-stderr off, or --local-ranks-filter hid it; a traceback, if it raised one, is in its own output)"
+    };
+    Cause::new(
+        CauseKind::Code,
+        r,
+        format!(
+            "rank {} exited with code {} {how}{}{own_fault}",
+            e.rank,
+            e.exitcode,
+            seen(e)
+        ),
+    )
+}
+
 /// A rank killed by its own crash (SIGSEGV...): where faulthandler saw it strike,
 /// else where it was last sampled.
 fn crashed(e: &RankEnd, sig: RankSignal, own_fault: &str) -> Cause {
@@ -367,25 +391,7 @@ pub fn judge(
                 ),
             });
         } else if e.exitcode > 0 || !own_fault.is_empty() {
-            let said;
-            let how = if let Some(words) = e.last_words.filter(|_| e.stderr_read) {
-                said = format!("without a Python traceback, its last words on stderr: \"{words}\" (sys.exit with a message, argparse, a logger's fatal line, or a library's exit())");
-                said.as_str()
-            } else if e.stderr_read {
-                "without a Python traceback (os._exit, or a native library's exit())"
-            } else {
-                "(toporun did not read its stderr: --read-stderr off, or --local-ranks-filter hid it; a traceback, if it raised one, is in its own output)"
-            };
-            causes.push(Cause::new(
-                CauseKind::Code,
-                r,
-                format!(
-                    "rank {} exited with code {} {how}{}{own_fault}",
-                    e.rank,
-                    e.exitcode,
-                    seen(e)
-                ),
-            ));
+            causes.push(exit_without_traceback(e, r, &own_fault));
         }
     }
     if let (Some(n), false) = (oom_kills, oom_named) {

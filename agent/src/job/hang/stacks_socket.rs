@@ -75,7 +75,7 @@ pub fn answer(root: &Root, ranks: &[RankPid], json: bool) -> String {
         "{} rank(s) on this node, the odd ones first:\n{}{}",
         stacks.len(),
         render_text(&groups, 12),
-        crate::job::hang::watch::workers_text(root, ranks)
+        crate::job::hang::workers_text::workers_text(root, ranks)
     )
 }
 
