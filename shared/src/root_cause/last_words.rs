@@ -4,10 +4,9 @@
 //! printable, leaving out the lines that are not the rank's own words (PyTorch's and
 //! NCCL's log lines, torchrun's banners).
 
-/// Lines quoted at most, and characters a line and in all.
+/// Lines quoted at most, each made printable and cut as any untrusted text
+/// (`untrusted::printable`: control characters out, 200 characters).
 const LINES: usize = 2;
-const LINE_CHARS: usize = 200;
-const ALL_CHARS: usize = 400;
 
 /// A line written by a library's logger, not the program: c10's glog-style lines
 /// (`W1128 16:04:23.587 ...`, torch prefixes them with `[rank1]:`), NCCL's own, and
@@ -41,30 +40,18 @@ pub fn last_words(output: &str) -> Option<String> {
         .map(str::trim)
         .filter(|l| !l.is_empty() && !not_its_words(l))
         .take(LINES)
-        .map(|l| {
-            let printable: String = l
-                .chars()
-                .map(|c| if c.is_control() { ' ' } else { c })
-                .collect();
-            cut(&printable, LINE_CHARS)
-        })
+        .map(crate::untrusted::printable)
         .collect();
     lines.reverse();
-    let text = cut(&lines.join(" / "), ALL_CHARS);
-    (!text.is_empty()).then_some(text)
-}
-
-/// `s` cut to `max` characters, with an ellipsis where cut.
-fn cut(s: &str, max: usize) -> String {
-    match s.char_indices().nth(max) {
-        Some((i, _)) => format!("{}...", &s[..i]),
-        None => s.to_string(),
-    }
+    (!lines.is_empty()).then(|| lines.join(" / "))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A line's bound: untrusted text's.
+    const LINE_CHARS: usize = crate::untrusted::MAX_SHOWN;
 
     /// As ranks print them: sys.exit's message after torch's and NCCL's lines, an
     /// argparse error, a C library's message; nothing to quote from loggers alone.
