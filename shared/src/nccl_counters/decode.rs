@@ -92,6 +92,19 @@ pub struct OpenOp {
     pub timed: bool,
 }
 
+impl OpenOp {
+    /// Operation `index`, where the ring no longer holds it: what it was is not known.
+    pub fn unknown(index: u64) -> OpenOp {
+        OpenOp {
+            index,
+            func: NcclFunc::Unknown,
+            bytes: 0,
+            kernel_start_ns: None,
+            timed: false,
+        }
+    }
+}
+
 fn every_one() -> KernelSampling {
     KernelSampling::All // files before sampling timed every operation
 }

@@ -24,4 +24,4 @@ pub use rank_vars::{
     PLUGIN_FILE, PLUGIN_VAR,
 };
 pub use sampling::{BadSampling, KernelSampling, SAMPLING_VAR};
-pub use stall::{Behind, NcclStall, NcclState, NcclWatch, NodeReading, WaitedOp};
+pub use stall::{Behind, NcclStall, NcclState, NcclWatch, NodeReading, WaitedOp, WaitsElsewhere};

@@ -7,7 +7,6 @@
 //! in is known only when a timed one is open; else it is their last posted.
 
 use super::decode::{CommCounters, OpenOp, RankCounters};
-use super::func::NcclFunc;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -156,12 +155,28 @@ pub struct Behind {
     pub posted: u64,
     /// Its main thread's CPU time over the stall, as a share of it (None: unread).
     pub cpu_share: Option<f64>,
+    /// An operation it posted on another communicator and waits in, which some of
+    /// that communicator's members never posted.
+    #[serde(default)]
+    pub waits_in: Option<WaitsElsewhere>,
 }
 
 impl Behind {
     pub fn busy(&self) -> Option<bool> {
         self.cpu_share.map(|s| s >= BUSY_SHARE)
     }
+}
+
+/// A rank behind on one communicator that waits in an operation of another, which
+/// other members of that one never posted: the ranks called the two communicators'
+/// collectives in different orders (one skipped or added a collective). Its CPU may
+/// spin there (a copy queued behind NCCL's kernel on its stream): not work of its own.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WaitsElsewhere {
+    pub comm: u64,
+    pub op: OpenOp,
+    /// The members of `comm` on this node that never posted `op`.
+    pub behind: Vec<u32>,
 }
 
 /// When the stall began, and each rank's CPU time and bytes written then.
@@ -245,6 +260,7 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
                 rank,
                 posted: x.posted,
                 cpu_share: share(rank),
+                waits_in: waits_elsewhere(node, rank, comm),
             });
         }
     }
@@ -263,6 +279,36 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         missing,
         which,
     })
+}
+
+/// The operation `rank` waits in on a communicator other than `stalled`: the first
+/// one it posted that another member never did (not point-to-point, where stages
+/// post different counts by design).
+fn waits_elsewhere(node: &NodeReading, rank: u32, stalled: u64) -> Option<WaitsElsewhere> {
+    let own = node.counters.get(&rank)?;
+    own.comms
+        .iter()
+        .filter(|c| c.live && c.hash != stalled && c.in_flight() > 0)
+        .find_map(|c| {
+            let members = members(node, c.hash);
+            if members
+                .iter()
+                .any(|(_, m)| m.recent.iter().any(|o| o.func.is_p2p()))
+            {
+                return None;
+            }
+            let least = members.iter().map(|(_, m)| m.posted).min()?;
+            let behind: Vec<u32> = members
+                .iter()
+                .filter(|(_, m)| m.posted == least)
+                .map(|(r, _)| *r)
+                .collect();
+            (c.posted > least && c.completed <= least).then(|| WaitsElsewhere {
+                comm: c.hash,
+                op: c.op(least).unwrap_or_else(|| OpenOp::unknown(least)),
+                behind,
+            })
+        })
 }
 
 /// The node's live ranks in communicator `comm`, with their counters of it.
@@ -297,13 +343,7 @@ fn waited_in(
     members: &[(u32, &CommCounters)],
     on_gpu: &BTreeSet<u32>,
 ) -> Option<(OpenOp, WaitedOp)> {
-    let unknown = |index| OpenOp {
-        index,
-        func: NcclFunc::Unknown,
-        bytes: 0,
-        kernel_start_ns: None,
-        timed: false,
-    };
+    let unknown = OpenOp::unknown;
     let find = |index| members.iter().find_map(|(_, c)| c.op(index));
     let oldest = members.iter().map(|(_, c)| c.completed).min()?;
     let every_op_timed = members.iter().all(|(_, c)| c.every_op_timed);
@@ -363,6 +403,7 @@ fn awaited(node: &NodeReading) -> Option<Awaited> {
 mod tests {
     use super::*;
     use crate::nccl_counters::decode::decode;
+    use crate::nccl_counters::func::NcclFunc;
     use crate::nccl_counters::words::Words;
 
     /// Rank `rank` of 2 on communicator 7: `posted` all_reduces, `done` completed.
@@ -395,6 +436,73 @@ mod tests {
             NcclState::Stalled(s) => s,
             other => panic!("not stalled: {other:?}"),
         }
+    }
+
+    /// Lightning on 2x H200 (issue 61), rank 1 skipping an all_reduce on a side group:
+    /// rank 0 posted it (side op 2) and its next copy to the GPU queued behind NCCL's
+    /// kernel, so it never posted the default group's op 474 that rank 1 waits in, its
+    /// CPU spinning at 100%. It waits in NCCL, on rank 1: not work of its own. Either
+    /// communicator may be the one judged; each names the other's wait.
+    #[test]
+    fn a_rank_behind_that_waits_in_another_communicator_is_not_busy() {
+        for (default, side) in [(0x5, 0xd), (0xd, 0x5)] {
+            let rank = |r: u32, default_posted: u64, side_posted: u64| {
+                let mut w = Words::default();
+                w.comm(0, default, r, 2)
+                    .ops(0, NcclFunc::AllReduce, 4, default_posted, 473, 1000)
+                    .comm(1, side, r, 2)
+                    .ops(1, NcclFunc::AllReduce, 4, side_posted, 1, 1000);
+                decode(&w.bytes()).unwrap()
+            };
+            let node = NodeReading {
+                counters: [(0, rank(0, 473, 2)), (1, rank(1, 474, 1))].into(),
+                cpu: [(0, Duration::ZERO), (1, Duration::ZERO)].into(),
+                ..Default::default()
+            };
+            let mut later = node.clone();
+            later.cpu = [(0, Duration::from_secs(30)), (1, Duration::ZERO)].into();
+            let (mut w, t0) = (NcclWatch::default(), Instant::now());
+            w.observe(&node, t0);
+            let NcclState::Stalled(s) = w.observe(&later, t0 + Duration::from_secs(30)) else {
+                panic!("not stalled")
+            };
+            let b = &s.behind[0];
+            let waits = b
+                .waits_in
+                .as_ref()
+                .map(|x| (x.comm, x.op.index, x.behind.clone()));
+            match s.comm == default {
+                true => assert_eq!(
+                    (b.rank, b.busy(), waits),
+                    (0, Some(true), Some((side, 1, vec![1])))
+                ),
+                false => assert_eq!(
+                    (b.rank, b.busy(), waits),
+                    (1, Some(false), Some((default, 473, vec![0])))
+                ),
+            }
+        }
+    }
+
+    /// A rank behind whose other communicator differs in counts only by point-to-point
+    /// traffic (a pipeline's stages, by design) waits in nothing elsewhere.
+    #[test]
+    fn point_to_point_counts_are_no_wait_elsewhere() {
+        let rank = |r: u32, collectives: u64, p2p: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x5, r, 2)
+                .ops(0, NcclFunc::AllReduce, 4, collectives, 10, 1000)
+                .comm(1, 0xd, r, 2)
+                .ops(1, NcclFunc::Send, 4 << 20, p2p, 1, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let node = NodeReading {
+            counters: [(0, rank(0, 11, 2)), (1, rank(1, 10, 5))].into(),
+            ..Default::default()
+        };
+        let s = still(&node, 30);
+        assert_eq!((s.comm, s.behind.len()), (0x5, 1), "{s:?}");
+        assert_eq!((s.behind[0].rank, &s.behind[0].waits_in), (1, &None));
     }
 
     /// A rank whose file does not read (a plugin of another layout) would read as

@@ -29,8 +29,23 @@ fn op_text(op: &OpenOp, comm: u64) -> String {
 /// What one rank behind is doing, and where: waiting elsewhere where its stack
 /// waits (another group's collective, a sync on its GPU: a spinning wait is no
 /// loop of its own), else busy or stuck by its CPU.
-fn behind_text(b: &Behind, stands: Option<&(u32, Standing, String)>, stalled: f64) -> String {
+fn behind_text(
+    b: &Behind,
+    stands: Option<&(u32, Standing, String)>,
+    stalled: f64,
+    stopped: bool,
+) -> String {
     let place = stands.map(|s| format!(" in {}", s.2)).unwrap_or_default();
+    if stopped {
+        return format!("is stopped (process state T: SIGSTOP, Ctrl-Z or a debugger holds it){place} and runs nothing: `kill -CONT` its process, or find what stopped it");
+    }
+    if let Some(w) = &b.waits_in {
+        return format!(
+            "waits in {}, which {} never posted: the ranks called these communicators' collectives in different orders (a collective skipped or added on some rank)",
+            op_text(&w.op, w.comm),
+            ranks_word(&w.behind)
+        );
+    }
     if let Some((_, st, at)) = stands.filter(|s| s.1.waits()) {
         return format!("{} in {at}, not in this group's operation", st.verb());
     }
@@ -135,10 +150,29 @@ pub fn nccl_verdict(
 }
 
 /// The ranks behind, where there are some and every one ran its CPU through the
-/// stall.
+/// stall on work of its own (not spinning in another communicator's operation).
 fn all_busy(stall: &NcclStall) -> Option<Vec<u32>> {
-    let busy = stall.behind.iter().all(|b| b.busy() == Some(true));
+    let busy = stall
+        .behind
+        .iter()
+        .all(|b| b.busy() == Some(true) && b.waits_in.is_none());
     (busy && !stall.behind.is_empty()).then(|| stall.behind.iter().map(|b| b.rank).collect())
+}
+
+/// The ranks to look at first: those that never posted the operation the ranks behind
+/// wait in on another communicator (nothing holds them there), then the ranks behind.
+fn first_causes(stall: &NcclStall) -> Vec<u32> {
+    let mut odd: Vec<u32> = Vec::new();
+    let elsewhere = stall.behind.iter().filter_map(|b| b.waits_in.as_ref());
+    for r in elsewhere
+        .flat_map(|w| &w.behind)
+        .chain(stall.behind.iter().map(|b| &b.rank))
+    {
+        if !odd.contains(r) {
+            odd.push(*r);
+        }
+    }
+    odd
 }
 
 /// What NCCL's counters decide alone, where no rank's stack can be read (a C, C++
@@ -233,7 +267,12 @@ impl Hang {
                 format!(
                     "{} {}",
                     rank_label(b.rank, places),
-                    behind_text(b, at(b.rank), stall.stalled_secs)
+                    behind_text(
+                        b,
+                        at(b.rank),
+                        stall.stalled_secs,
+                        ctx.stopped.contains(&b.rank)
+                    )
                 )
             })
             .collect();
@@ -247,7 +286,7 @@ impl Hang {
             parts.join("; "),
             missing_text(stall.missing)
         );
-        hang.odd = behind;
+        hang.odd = first_causes(stall);
         hang
     }
 }
@@ -353,6 +392,7 @@ mod tests {
             rank: 1,
             posted: 5,
             cpu_share: Some(0.99),
+            waits_in: None,
         };
         let h = Hang::nccl(
             &stacks,
@@ -381,12 +421,14 @@ mod tests {
             rank: 1,
             posted: 5,
             cpu_share: Some(0.01),
+            waits_in: None,
         };
         // Spinning at 100% in a sync on its GPU: waiting, not a loop of its own.
         let elsewhere = Behind {
             rank: 2,
             posted: 5,
             cpu_share: Some(1.0),
+            waits_in: None,
         };
         let stacks = [
             stack(1, &[("read", "/w/io.py", 3)]),
@@ -419,5 +461,68 @@ mod tests {
         );
         assert!(h.headline.ends_with("; 1 rank of the group has no such communicator yet: it never reached the group's creation"), "{}", h.headline);
         assert_eq!(h.odd, vec![1, 2]);
+    }
+
+    /// Rank 0 spins (100% CPU) in a copy queued behind the side group's all_reduce,
+    /// which rank 1 skipped; rank 1 waits in the default group's: rank 1 leads, and no
+    /// busy rank excuses the hang.
+    #[test]
+    fn a_rank_held_in_another_communicator_names_the_one_that_skipped() {
+        use crate::nccl_counters::WaitsElsewhere;
+        let held = Behind {
+            rank: 0,
+            posted: 473,
+            cpu_share: Some(1.0),
+            waits_in: Some(WaitsElsewhere {
+                comm: 0xd,
+                op: OpenOp {
+                    index: 1,
+                    bytes: 4,
+                    ..OpenOp::unknown(1)
+                },
+                behind: vec![1],
+            }),
+        };
+        let mut s = stall(vec![held]);
+        s.waiting = vec![1];
+        assert!(all_busy(&s).is_none());
+        let stacks = [stack(0, &[("up", "/w/trainer_common.py", 119)])];
+        let h = Hang::nccl(
+            &stacks,
+            &Places::new(),
+            &s,
+            Duration::from_secs(25),
+            &Context::default(),
+        );
+        assert_eq!(h.odd, vec![1, 0]);
+        assert!(h.headline.starts_with("rank 0 never posted all_reduce (4 MiB, operation 6 on communicator 0x7) that rank 1 waits in: rank 0 waits in unknown (4 B, operation 2 on communicator 0xd), which rank 1 never posted"), "{}", h.headline);
+    }
+
+    /// A stopped rank behind is said stopped, whatever its CPU did before it stopped.
+    #[test]
+    fn a_stopped_rank_behind_is_said_stopped() {
+        let b = Behind {
+            rank: 1,
+            posted: 5,
+            cpu_share: Some(0.0),
+            waits_in: None,
+        };
+        let ctx = Context {
+            stopped: vec![1],
+            ..Context::default()
+        };
+        let h = Hang::nccl(
+            &[],
+            &Places::new(),
+            &stall(vec![b]),
+            Duration::from_secs(25),
+            &ctx,
+        );
+        assert!(
+            h.headline.contains("rank 1 is stopped (process state T"),
+            "{}",
+            h.headline
+        );
+        assert!(!h.headline.contains("stuck"), "{}", h.headline);
     }
 }
