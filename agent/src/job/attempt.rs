@@ -390,7 +390,16 @@ impl supervise::StopRequest for AttemptStop {
     fn graceful(&self) -> bool {
         matches!(self, AttemptStop::Rendezvous(r) if r.kind == StopKind::Preempt)
     }
+
+    /// Hung ranks wait in C (NCCL, a copy to the GPU) where no signal handler runs:
+    /// SIGTERM cannot end them, so SIGKILL follows soon.
+    fn deadline(&self) -> Option<Duration> {
+        matches!(self, AttemptStop::Hang(_)).then_some(HANG_STOP_DEADLINE)
+    }
 }
+
+/// From SIGTERM to SIGKILL when `--on-hang stop` ends a hung attempt.
+pub const HANG_STOP_DEADLINE: Duration = Duration::from_secs(5);
 
 /// A preempted attempt's end, said on stderr, in the termination message and in
 /// `/status` (root cause `preempted`).

@@ -62,6 +62,10 @@ pub trait StopRequest: std::fmt::Display {
     fn graceful(&self) -> bool {
         false
     }
+    /// At most this long from the signal to SIGKILL, below `--shutdown-timeout`.
+    fn deadline(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// One stop: the signal, the grace before it, and the SIGKILL deadline.
@@ -74,7 +78,19 @@ struct Plan {
 
 impl Plan {
     fn new(how: StopHow, signal: Signal, spent: Duration, graceful: bool) -> Plan {
+        Plan::within(how, signal, spent, graceful, None)
+    }
+
+    /// `new`, with the SIGKILL deadline at most `cap` away.
+    fn within(
+        how: StopHow,
+        signal: Signal,
+        spent: Duration,
+        graceful: bool,
+        cap: Option<Duration>,
+    ) -> Plan {
         let left = how.timeout.saturating_sub(spent);
+        let left = cap.map_or(left, |c| c.min(left));
         Plan {
             signal,
             // The deadline bounds the grace too.
@@ -207,7 +223,13 @@ async fn attempt<R: StopRequest>(
             reason = &mut stop_request => {
                 tracing::warn!("stopping the ranks: {reason}");
                 on_rank(RankEvent::Stopping { signal: None });
-                let plan = Plan::new(how, Signal::SIGTERM, reason.spent(), reason.graceful());
+                let plan = Plan::within(
+                    how,
+                    Signal::SIGTERM,
+                    reason.spent(),
+                    reason.graceful(),
+                    reason.deadline(),
+                );
                 stop(&mut ranks, events, plan, on_rank).await;
                 return Ok(Outcome::Stopped(reason));
             }
@@ -357,11 +379,13 @@ async fn stop(ranks: &mut [Running], events: &mut Events, plan: Plan, on_rank: &
     let grace_end = (Instant::now() + plan.grace).min(plan.deadline);
     if !wait_exits(ranks, events, grace_end, on_rank).await {
         for r in ranks.iter().filter(|r| r.exit.is_none()) {
-            let _ = if plan.group {
-                killpg(r.pid, plan.signal)
-            } else {
-                nix::sys::signal::kill(r.pid, plan.signal)
+            let send = |sig| match plan.group {
+                true => killpg(r.pid, sig),
+                false => nix::sys::signal::kill(r.pid, sig),
             };
+            let _ = send(plan.signal);
+            // A stopped rank (SIGSTOP, Ctrl-Z) acts on no signal until continued.
+            let _ = send(Signal::SIGCONT);
         }
         if !wait_exits(ranks, events, plan.deadline, on_rank).await {
             let alive: Vec<String> = ranks

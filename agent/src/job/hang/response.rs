@@ -220,9 +220,11 @@ impl AfterHang {
         }
         let root = &self.root;
         let ranks = self.ranks.lock().map(|l| l.clone()).unwrap_or_default();
+        // A stopped rank writes nothing until continued: not waited for.
         let monitored = ranks
             .iter()
             .filter(|r| has_thread(root, r.pid, NCCL_MONITOR_THREAD))
+            .filter(|r| !crate::probe::rank_usage::stopped(root, r.pid))
             .count();
         if monitored == 0 {
             return;
