@@ -65,6 +65,7 @@ impl Seen<'_> {
             }
             RankEvent::Stopping { signal } => self.stopping(signal),
             RankEvent::StoppingOthers => {
+                self.watcher.stop_judging();
                 let others = self
                     .live
                     .lock()

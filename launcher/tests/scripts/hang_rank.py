@@ -4,7 +4,9 @@ SECS. print: rank 0 prints progress for SECS while the others wait in an all_red
 fail: rank 2 raises while the others wait in an all_reduce. frdump: ranks 0-2 enter
 a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, and
 rank 3 raises. stopped: rank 1 stops its own process (SIGSTOP, as `kill -STOP` or
-Ctrl-Z would) before an all_reduce the others entered. Each writes its pid to
+Ctrl-Z would) before an all_reduce the others entered. killed: rank 2 is killed
+(SIGKILL) while the others sit where no SIGTERM reaches them (as ranks blocked in
+NCCL do: ignored here), so the stop waits out --shutdown-timeout. Each writes its pid to
 OUT/pid<rank>. With WATCH_DUMP_KEY=1, a thread of
 rank 0 named as stock ProcessGroupNCCL's monitor writes what it finds under
 `exception_dump` in the workers' store to OUT/exception_dump (the int32 rank the
@@ -73,6 +75,14 @@ def main():
         for i in range(int(secs)):
             print(f"step {i}", flush=True)
             time.sleep(1)
+    elif mode == "killed":
+        import signal
+
+        if rank == 2:
+            time.sleep(1)
+            os.kill(os.getpid(), signal.SIGKILL)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        wait_for_data()
     elif mode == "fail" and rank == 2:
         time.sleep(2)
         raise ValueError("bad batch shape (3, 224)")

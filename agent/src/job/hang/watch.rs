@@ -110,12 +110,20 @@ type Ports = Arc<Mutex<HashMap<u32, Vec<u16>>>>;
 
 pub struct Watcher {
     done: Arc<AtomicBool>,
+    /// Cleared once a rank failed and the others are being stopped: they wait for the
+    /// dead one, and a hang or a straggler said then would point at the survivors.
+    judging: Arc<AtomicBool>,
     last: LastSamples,
     writes: Writes,
     ports: Ports,
 }
 
 impl Watcher {
+    /// No hang or straggler is judged from now on; stacks are still sampled.
+    pub fn stop_judging(&self) {
+        self.judging.store(false, Ordering::Relaxed);
+    }
+
     fn samples(&self) -> HashMap<i32, (RankStack, SystemTime)> {
         self.last
             .lock()
@@ -475,6 +483,8 @@ pub fn start(
     let writes: Writes = Default::default();
     let ports: Ports = Default::default();
     let (stop, keep, files, held) = (done.clone(), last.clone(), writes.clone(), ports.clone());
+    let judging = Arc::new(AtomicBool::new(true));
+    let judges = judging.clone();
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
     let every = tracker.as_ref().map_or(every, |t| every.min(t.interval()));
     let mut judge = watch.map(|watch| Judge {
@@ -526,6 +536,9 @@ pub fn start(
                 .as_ref()
                 .map(|t| t.gpu_active(GPU_ACTIVE_WITHIN))
                 .unwrap_or_default();
+            if !judges.load(Ordering::Relaxed) {
+                continue;
+            }
             let hang_said = judge.as_mut().is_some_and(|j| {
                 j.judge(&live, &stacks, &gpu_active);
                 j.reported
@@ -539,6 +552,7 @@ pub fn start(
     });
     Watcher {
         done,
+        judging,
         last,
         writes,
         ports,
