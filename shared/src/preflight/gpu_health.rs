@@ -21,8 +21,17 @@ pub fn check(facts: &HostFacts) -> Vec<Finding> {
         throttle(&g.devices),
         nvlink(&g.devices),
         mode(&g.devices),
-        processes(&g.devices),
+        processes(&job_gpus(facts)),
     ]
+}
+
+/// The GPUs the job's ranks use (CUDA_VISIBLE_DEVICES): another job on the others
+/// shares nothing with this one.
+fn job_gpus(facts: &HostFacts) -> Vec<Gpu> {
+    let used = crate::visible_devices::cuda_devices(facts.env("CUDA_VISIBLE_DEVICES"), &facts.gpus);
+    used.into_iter()
+        .filter_map(|i| facts.gpus.devices.get(i).cloned())
+        .collect()
 }
 
 /// "GPU0: what, GPU3: what" for the GPUs `what` names a problem on.
@@ -283,6 +292,28 @@ mod tests {
             assert_eq!(x.severity, Severity::Ok, "{x:?}");
         }
         assert!(find(&f, "gpu.pcie").summary.contains("Gen5 x16"));
+    }
+
+    /// Two jobs on one 4-GPU host, each given two GPUs by CUDA_VISIBLE_DEVICES: the
+    /// other job's ranks are on GPUs this one does not use (seen on 4x H200).
+    #[test]
+    fn processes_on_gpus_the_job_does_not_use_are_not_its_concern() {
+        let mut f = healthy_nvml();
+        f.gpus.devices[2].health.compute_processes = Some(1);
+        f.gpus.devices[3].health.compute_processes = Some(1);
+        f.container
+            .env
+            .insert("CUDA_VISIBLE_DEVICES".into(), "0,1".into());
+        assert_eq!(find(&f, "gpu.processes").severity, Severity::Ok);
+        f.container
+            .env
+            .insert("CUDA_VISIBLE_DEVICES".into(), "1,3".into());
+        let x = find(&f, "gpu.processes");
+        assert_eq!(x.severity, Severity::Warning, "{x:?}");
+        assert!(
+            x.summary.contains("GPU3: 1 process") && !x.summary.contains("GPU2"),
+            "{x:?}"
+        );
     }
 
     #[test]
