@@ -25,10 +25,21 @@ fn not_its_words(line: &str) -> bool {
         && matches!(l.as_bytes()[1], b'I' | b'W' | b'E' | b'F')
         && l.as_bytes()[2..6].iter().all(u8::is_ascii_digit);
     glog || bracketed_glog
+        || python_warning(l)
         || l.contains(" NCCL INFO ")
         || l.contains(" NCCL WARN ")
         || l.starts_with("*****")
         || l.starts_with("Setting OMP_NUM_THREADS")
+}
+
+/// A Python warning's first line, `path.py:21: DeprecationWarning: ...` (Lightning's
+/// leave out the category): a library's notice, not why the rank exited.
+fn python_warning(line: &str) -> bool {
+    let Some((path, rest)) = line.split_once(".py:") else {
+        return false;
+    };
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    !path.contains(' ') && digits > 0 && rest[digits..].starts_with(": ")
 }
 
 /// The rank's last words in `output` (its stderr's tail, escapes removed): its last
@@ -66,6 +77,12 @@ mod tests {
         assert_eq!(
             last_words(argparse).as_deref(),
             Some("usage: train.py [-h] --lr LR / train.py: error: argument --lr: invalid float value: 'fast'")
+        );
+        // Lightning's deprecation notice just before sys.exit's message (2x H200).
+        let lightning = "/venv/lib/python3.12/site-packages/pytorch_lightning/utilities/_pytree.py:21: `isinstance(treespec, LeafSpec)` is deprecated\nrank 1: giving up at step 30: the shard's checksum does not match\n";
+        assert_eq!(
+            last_words(lightning).as_deref(),
+            Some("rank 1: giving up at step 30: the shard's checksum does not match")
         );
         let nccl = "host:123:456 [0] NCCL INFO comm 0x1 rank 0 nranks 2\nW1128 16:04:23.587000 12 torch/distributed/x.py:1] gone\n";
         assert_eq!(last_words(nccl), None);
