@@ -1,0 +1,43 @@
+"""PyTorch FSDP2 (issue 61's corpus): a llama-like decoder of random weights, each
+layer and the root wrapped by fully_shard (bf16 parameters, fp32 reductions), AdamW,
+for SECS s: all-gathers and reduce-scatters that overlap compute. Sizes: N_LAYER, DIM,
+BATCH, SEQ. FAULT (trainer_common.py) at FAULT_STEP."""
+import os
+
+import torch
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+import trainer_common as tc
+from trainer_models import LlamaStage, lm_loss
+
+env = os.environ.get
+N_LAYER, DIM, BATCH, SEQ, VOCAB = int(env("N_LAYER", "12")), int(env("DIM", "1536")), int(env("BATCH", "8")), int(env("SEQ", "1024")), 32000
+
+
+def main():
+    tc.init()
+    torch.manual_seed(0)
+    model = LlamaStage(DIM, DIM // 128, DIM * 8 // 3 // 64 * 64, VOCAB, N_LAYER).to(tc.device())
+    mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if tc.GPU else MixedPrecisionPolicy()
+    for layer in model.layers:
+        fully_shard(layer, mp_policy=mp)
+    fully_shard(model, mp_policy=mp)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
+    clock, faults, step = tc.Clock(), tc.Faults(), 0
+    torch.manual_seed(tc.RANK)
+    while not clock.up(step):
+        clock.begin()
+        x = torch.randint(0, VOCAB, (BATCH, SEQ + 1), device=tc.device())
+        lm_loss(model(x[:, :-1]), x[:, 1:]).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if tc.GPU:
+            torch.cuda.synchronize()
+        clock.end()
+        step += 1
+        faults.at(step)
+    clock.report("fsdp2")
+    torch.distributed.destroy_process_group()
+
+
+main()

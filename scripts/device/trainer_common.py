@@ -1,0 +1,126 @@
+"""What the real trainers of issue 61 share (scripts/device/gpu_trainer_*.py): the
+device and backend (NCCL on a GPU, gloo on a CPU for a local smoke run), a stop that
+all ranks agree on, iteration times, and the faults real jobs meet, one per run:
+
+  FAULT=kill      rank FAULT_RANK sends itself SIGKILL at step FAULT_STEP
+  FAULT=stop      ... SIGSTOP (frozen: the others wait in its next collective)
+  FAULT=raise     ... raises a RuntimeError
+  FAULT=exit      ... sys.exit("a message")
+  FAULT=dlworker  ... SIGKILLs one of its DataLoader workers
+  FAULT=skip      all ranks but FAULT_RANK all_reduce on a side group it never joins
+  FAULT=noinit    rank FAULT_RANK never reaches init_process_group (blocked in a read)
+
+The trainers are inputs: Lightning, Transformers, torch's FSDP2 and pipelining, as
+their users run them; nothing here is toporun's."""
+import os
+import signal
+import statistics
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+env = os.environ.get
+FAULT, FAULT_RANK, FAULT_STEP = env("FAULT", ""), int(env("FAULT_RANK", "1")), int(env("FAULT_STEP", "30"))
+SECS = float(env("SECS", "125"))
+RANK, LOCAL_RANK = int(env("RANK", "0")), int(env("LOCAL_RANK", "0"))
+GPU = torch.cuda.is_available()
+
+
+def device():
+    return torch.device("cuda", LOCAL_RANK) if GPU else torch.device("cpu")
+
+
+def backend():
+    return "nccl" if GPU else "gloo"
+
+
+def before_init():
+    """The `noinit` fault: the rank stays in a blocking read before the process group,
+    as a rank stuck loading data or a checkpoint before init would."""
+    if FAULT == "noinit" and RANK == FAULT_RANK:
+        print(f"fault: rank {RANK} blocked before init_process_group", flush=True)
+        r, _w = os.pipe()
+        os.read(r, 1)
+
+
+def init():
+    before_init()
+    if GPU:
+        torch.cuda.set_device(LOCAL_RANK)
+        dist.init_process_group("nccl", device_id=device())
+    else:
+        dist.init_process_group("gloo")
+
+
+class Faults:
+    """Injects FAULT at FAULT_STEP; `side` is made at start on every rank (a group made
+    lazily would itself be a collective the skipping rank joins)."""
+
+    def __init__(self):
+        self.side = dist.new_group() if FAULT == "skip" else None
+        if self.side is not None:
+            dist.all_reduce(torch.ones(1, device=device()), group=self.side)
+
+    def at(self, step):
+        if not FAULT or step != FAULT_STEP:
+            return
+        if FAULT == "skip":
+            if RANK != FAULT_RANK:
+                print(f"fault: rank {RANK} all_reduces on the side group at step {step}", flush=True)
+                dist.all_reduce(torch.ones(1, device=device()), group=self.side)
+            return
+        if RANK != FAULT_RANK:
+            return
+        print(f"fault: {FAULT} on rank {RANK} at step {step}", flush=True)
+        if FAULT == "kill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif FAULT == "stop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+        elif FAULT == "raise":
+            raise RuntimeError(f"loss became NaN at step {step} (injected)")
+        elif FAULT == "exit":
+            sys.exit(f"rank {RANK}: giving up at step {step}: the shard's checksum does not match")
+        elif FAULT == "dlworker":
+            kill_a_worker()
+
+
+def kill_a_worker():
+    pid = os.getpid()
+    kids = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as f:
+            kids += [int(p) for p in f.read().split()]
+    if not kids:
+        raise RuntimeError("FAULT=dlworker: this rank has no DataLoader worker to kill")
+    print(f"fault: SIGKILL to DataLoader worker {kids[0]}", flush=True)
+    os.kill(kids[0], signal.SIGKILL)
+
+
+class Clock:
+    """Iteration times, and a stop every rank agrees on (every 10 steps, the slowest
+    rank's elapsed time by an all_reduce): a rank that stopped alone would hang the rest."""
+
+    def __init__(self):
+        self.start, self.t0, self.times = time.monotonic(), None, []
+
+    def begin(self):
+        self.t0 = time.monotonic()
+
+    def end(self):
+        if self.t0 is not None:
+            self.times.append((time.monotonic() - self.t0) * 1000)
+        self.t0 = None
+
+    def up(self, step, group=None):
+        if step % 10:
+            return False
+        t = torch.tensor([time.monotonic() - self.start], device=device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=group)
+        return t.item() >= SECS
+
+    def report(self, name):
+        kept = self.times[5:] or self.times
+        if kept:
+            print(f"iter: median {statistics.median(kept):.1f} ms over {len(kept)} (rank {RANK}, {name})", flush=True)
