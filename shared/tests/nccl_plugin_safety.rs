@@ -168,3 +168,54 @@ fn fixture_x4(path: &str) -> PathBuf {
         .join("../tests/fixtures/device/nccl-plugin-safety-h200x4")
         .join(path)
 }
+
+/// On 4x H200, 200 cycles of communicators made, split to share a proxy, destroyed
+/// and aborted mid-collective ended with no crash; the C++ program's healthy run under
+/// the default 60 s straggler window said nothing, and its counters, read as the
+/// agent reads them, show every rank level with nothing open.
+#[test]
+fn on_four_gpus_the_churn_ends_clean_and_a_healthy_run_under_the_defaults_is_silent() {
+    let read = |p: &str| std::fs::read_to_string(fixture_x4(p)).unwrap();
+    let churn = read("churn4/stdout");
+    assert_eq!(churn.matches("churn: 200 cycles").count(), 4, "{churn}");
+    let crash = ["Segmentation fault", "SIGSEGV", "SIGBUS", "core dumped"];
+    let log = read("churn4/stderr");
+    assert!(crash.iter().all(|c| !log.contains(c)), "{log}");
+    assert!(read("churn4/summary.txt").contains("== churn4: exit 0"));
+    let healthy = read("cjob-healthy4-default/stderr");
+    assert!(!healthy.contains("--straggler-window"), "the defaults");
+    assert!(
+        !healthy.contains("toporun: warning") && !healthy.contains("toporun: hang"),
+        "{healthy}"
+    );
+    let ranks: Vec<RankCounters> = (0..4)
+        .map(|r| {
+            let f = std::fs::File::open(fixture_x4(&format!("cjob-healthy4-default/rank_{r}.gz")));
+            let mut bytes = Vec::new();
+            GzDecoder::new(f.unwrap()).read_to_end(&mut bytes).unwrap();
+            decode(&bytes).unwrap()
+        })
+        .collect();
+    let node = NodeReading {
+        counters: ranks
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(r, c)| (r as u32, c))
+            .collect(),
+        ..Default::default()
+    };
+    let mut w = NcclWatch::default();
+    assert_eq!(
+        w.observe(&node, Instant::now()),
+        toporun_shared::nccl_counters::NcclState::Idle
+    );
+    let posted: Vec<u64> = ranks
+        .iter()
+        .map(|c| c.comms.iter().map(|x| x.posted).sum())
+        .collect();
+    assert!(
+        posted.iter().all(|p| *p == posted[0] && *p > 1000),
+        "{posted:?}"
+    );
+}
