@@ -189,6 +189,25 @@ fn a_mismatch_has_nobody_behind() {
     };
     assert!(s.behind.is_empty(), "{s:?}");
     assert_eq!(s.waiting, vec![0, 1, 2, 3]);
+    // The counters show the mismatch at once: two ranks each side, every operation
+    // before it 4 MiB on every rank.
+    let m = s.mismatch.as_ref().expect("the ranks' operations differ");
+    let groups: Vec<(Vec<u32>, u64)> = m.groups.iter().map(|(r, o)| (r.clone(), o.bytes)).collect();
+    assert_eq!(m.index + 1, 51981);
+    assert_eq!(groups, vec![(vec![1, 3], 4), (vec![0, 2], 4 << 20)]);
+    assert_eq!(
+        m.odd,
+        Some(toporun_shared::nccl_counters::mismatch::OddBy::Pattern)
+    );
+    let h = Hang::nccl(
+        &[],
+        &toporun_shared::stacks::Places::new(),
+        &s,
+        Duration::from_secs(20),
+        &Context::default(),
+    );
+    assert_eq!(h.odd, vec![1, 3]);
+    assert!(h.headline.contains("the ranks posted different operations as operation 51981: ranks 1,3 all_reduce of 4 B, ranks 0,2 all_reduce of 4 MiB: ranks 1,3 left the pattern of the operations before it (all_reduce of 4 MiB on every rank)"), "{}", h.headline);
     let stderr = std::fs::read_to_string(fixture("mismatch4/stderr")).unwrap();
     assert!(
         stderr.contains("input sizes [[1048576]], the others [[1]]"),

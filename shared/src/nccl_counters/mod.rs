@@ -7,6 +7,7 @@ mod counters_place;
 pub mod decode;
 mod func;
 pub mod layout;
+pub mod mismatch;
 pub mod open_entry;
 mod rank_vars;
 pub mod sampling;

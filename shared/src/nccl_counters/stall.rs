@@ -7,6 +7,7 @@
 //! in is known only when a timed one is open; else it is their last posted.
 
 use super::decode::{CommCounters, OpenOp, RankCounters};
+use super::mismatch::{mismatch, Mismatch};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -128,6 +129,10 @@ pub struct NcclStall {
     /// node) and have no such communicator yet.
     #[serde(default)]
     pub missing: u32,
+    /// Where every member posted `op` and none completed it: the members' operations
+    /// there, where they differ.
+    #[serde(default)]
+    pub mismatch: Option<Mismatch>,
     /// How `op` is known to be the one waited in.
     #[serde(default)]
     pub which: WaitedOp,
@@ -270,6 +275,10 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         }
         _ => 0,
     };
+    let mismatch = match behind.is_empty() && missing == 0 {
+        true => mismatch(&members, op.index),
+        false => None,
+    };
     Some(NcclStall {
         stalled_secs: stalled.as_secs_f64(),
         comm,
@@ -277,6 +286,7 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         waiting,
         behind,
         missing,
+        mismatch,
         which,
     })
 }

@@ -7,6 +7,7 @@ use super::hang_report::{ranks_word, Context, Hang};
 use super::merge::{rank_label, ranks_text, Places};
 use super::model::RankStack;
 use super::standing::Standing;
+use crate::nccl_counters::mismatch::{Mismatch, OddBy};
 use crate::nccl_counters::{
     Behind, NcclStall, NcclState, NcclWatch, NodeReading, OpenOp, WaitedOp,
 };
@@ -61,6 +62,38 @@ fn behind_text(
         ),
         _ => format!("stands{place}"),
     }
+}
+
+/// The ranks' different operations under one index, and which side left the others'
+/// sequence where the counters say.
+fn mismatch_text(m: &Mismatch) -> String {
+    let shown = |op: &OpenOp| match op.bytes {
+        0 => op.func.kind().to_string(),
+        b => format!("{} of {}", op.func.kind(), format_size(b)),
+    };
+    let parts: Vec<String> = m
+        .groups
+        .iter()
+        .map(|(ranks, op)| format!("{} {}", ranks_word(ranks), shown(op)))
+        .collect();
+    let first = ranks_word(&m.groups[0].0);
+    let n = m.index + 1;
+    let which = match m.odd {
+        Some(OddBy::Skipped) => format!(
+            "{first} skipped the others' operation {n}, {}: what {first} posted there is what the others posted next, and its later operations are shifted by one",
+            shown(&m.groups[1].1)
+        ),
+        Some(OddBy::Majority) => format!("{first} differ from the rest"),
+        Some(OddBy::Pattern) => format!(
+            "{first} left the pattern of the operations before it ({} on every rank)",
+            shown(&m.groups[1].1)
+        ),
+        None => "which side is off the counters cannot tell (the flight recorder may)".into(),
+    };
+    format!(
+        "the ranks posted different operations as operation {n}: {}: {which}: a collective skipped or added on some rank, or called with other sizes",
+        parts.join(", ")
+    )
 }
 
 /// `; 2 ranks of the group have no such communicator yet (...)`, where some miss.
@@ -247,6 +280,16 @@ impl Hang {
         if !ctx.left.is_empty() {
             return hang;
         }
+        if let Some(m) = &stall.mismatch {
+            hang.headline = format!(
+                "{ranks} posted {op} and none completed: {}",
+                mismatch_text(m)
+            );
+            if m.odd.is_some() {
+                hang.odd = m.groups[0].0.clone();
+            }
+            return hang;
+        }
         if stall.behind.is_empty() {
             hang.headline = match stall.missing {
                 0 => format!("{ranks} posted {op} and none completed: {}", hang.headline),
@@ -315,6 +358,7 @@ mod tests {
             waiting: vec![0, 2, 3],
             behind,
             missing: 0,
+            mismatch: None,
             which: crate::nccl_counters::WaitedOp::Oldest,
         }
     }
@@ -524,5 +568,46 @@ mod tests {
             h.headline
         );
         assert!(!h.headline.contains("stuck"), "{}", h.headline);
+    }
+
+    /// Every rank posted operation 15 and none completed; rank 1's is the others'
+    /// next: it is named, with what it skipped, at the first report.
+    #[test]
+    fn a_skipped_collective_is_named_with_what_was_skipped() {
+        let op = |bytes| OpenOp {
+            index: 14,
+            func: NcclFunc::AllReduce,
+            bytes,
+            ..OpenOp::unknown(14)
+        };
+        let mut s = stall(Vec::new());
+        s.waiting = vec![0, 1, 2];
+        s.mismatch = Some(Mismatch {
+            index: 14,
+            groups: vec![(vec![1], op(16 << 20)), (vec![0, 2], op(16 << 10))],
+            odd: Some(OddBy::Skipped),
+        });
+        let h = Hang::nccl(
+            &[],
+            &Places::new(),
+            &s,
+            Duration::from_secs(25),
+            &Context::default(),
+        );
+        assert_eq!(h.odd, vec![1]);
+        assert!(h.headline.contains("rank 1 all_reduce of 16 MiB, ranks 0,2 all_reduce of 16 KiB: rank 1 skipped the others' operation 15, all_reduce of 16 KiB"), "{}", h.headline);
+        s.mismatch.as_mut().unwrap().odd = None;
+        let h = Hang::nccl(
+            &[],
+            &Places::new(),
+            &s,
+            Duration::from_secs(25),
+            &Context::default(),
+        );
+        assert!(
+            h.headline.contains("the counters cannot tell"),
+            "{}",
+            h.headline
+        );
     }
 }
