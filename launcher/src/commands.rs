@@ -370,14 +370,14 @@ fn top(run_dir: Option<&str>, format: ReportFormat, once: bool) -> Result<ExitSt
     }
     let clear = std::io::IsTerminal::is_terminal(&std::io::stdout());
     let mut text = ask_job(&dir, Request::Top { json: false })?;
+    let mut shown: Option<(String, std::time::Instant)> = None;
     loop {
         if clear {
             // Home and clear the screen, as top does.
-            print!("\x1b[H\x1b[2J");
-        }
-        print!("{text}");
-        if !clear {
-            println!();
+            print!("\x1b[H\x1b[2J{text}");
+        } else if log_due(shown.as_ref().map(|(t, at)| (t == &text, at.elapsed()))) {
+            println!("{text}");
+            shown = Some((text.clone(), std::time::Instant::now()));
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
         let Ok(next) = ask_job(&dir, Request::Top { json: false }) else {
@@ -387,6 +387,16 @@ fn top(run_dir: Option<&str>, format: ReportFormat, once: bool) -> Result<ExitSt
         text = next;
     }
 }
+
+/// Without a terminal (a log, a pipe), `top` prints a frame when it differs from the
+/// last one printed, at most every `TOP_LOG_EVERY`: a log of a frame a second says
+/// nothing more. `last`: whether the frame is the same as the last printed, and how
+/// long ago that was; None before the first.
+fn log_due(last: Option<(bool, std::time::Duration)>) -> bool {
+    last.is_none_or(|(same, ago)| !same && ago >= TOP_LOG_EVERY)
+}
+
+const TOP_LOG_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Starts `toporun bench store-server` and reads the port it serves on.
 fn spawn_store_server() -> Result<(std::process::Child, u16)> {
@@ -419,4 +429,24 @@ fn bench_store_server() -> Result<ExitStatus> {
     let mut sink = Vec::new();
     let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
     Ok(ExitStatus::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn top_without_a_terminal_logs_a_changed_frame_at_most_every_ten_seconds() {
+        assert!(log_due(None), "the first frame");
+        assert!(
+            !log_due(Some((true, Duration::from_secs(60)))),
+            "the same frame"
+        );
+        assert!(
+            !log_due(Some((false, Duration::from_secs(1)))),
+            "changed, too soon"
+        );
+        assert!(log_due(Some((false, TOP_LOG_EVERY))));
+    }
 }

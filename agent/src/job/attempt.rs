@@ -242,7 +242,8 @@ pub(super) async fn attempt(
             AttemptEnd::Stopped(won)
         }
         Outcome::Failed(failures) => {
-            seen.say_where_the_others_stood();
+            let pids: Vec<i32> = failures.iter().map(|f| f.pid).collect();
+            seen.say_where_the_others_stood(&pids);
             let failed = Failed {
                 failures: &failures,
                 left: &seen.heard.leavers.list(),

@@ -91,14 +91,15 @@ impl Ending {
             .push(code);
     }
 
-    /// `preempted: SIGTERM on node 1 (trainer-1) at 1764000000.1; every rank of this
-    /// node stopped within 4.2s; 2 of 2 ranks exited 0`.
+    /// `preempted: SIGTERM on node 1 (trainer-1) at 2025-11-24T16:00:00.100Z; every
+    /// rank of this node stopped within 4.2s; 2 of 2 ranks exited 0`.
     pub fn message(&self, reason: &StopReason) -> String {
         let exits = self.exits.lock().unwrap_or_else(PoisonError::into_inner);
         let clean = exits.iter().filter(|c| **c == 0).count();
         let within = spent(reason).as_secs_f64();
         let at = reason.at_ms.map_or(String::new(), |ms| {
-            format!(" at {:.1} (epoch seconds)", ms as f64 / 1000.0)
+            let when = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+            format!(" at {}", humantime::format_rfc3339_millis(when))
         });
         format!(
             "{}: {}{at}; every rank of this node stopped within {within:.1}s of it; {clean} of {} ranks exited 0",
@@ -173,12 +174,13 @@ mod tests {
             "{m}"
         );
         assert!(m.ends_with("2 of 2 ranks exited 0"), "{m}");
-        let ctrl_c = reason(Signal::SIGINT, 0, "laptop", now_ms());
+        let ctrl_c = reason(Signal::SIGINT, 0, "laptop", 1_795_530_310_400);
         let m = Ending::default().message(&ctrl_c);
         assert!(
-            m.starts_with("interrupted: SIGINT on node 0 (laptop)"),
+            m.starts_with("interrupted: SIGINT on node 0 (laptop) at 2026-11-24T"),
             "{m}"
         );
+        assert!(m.contains(":10.400Z;"), "a readable UTC time: {m}");
     }
 
     #[test]

@@ -13,6 +13,7 @@ use crate::status::JobStatus;
 use crate::supervise::RankEvent;
 use nix::sys::signal::Signal;
 use std::sync::{Mutex, PoisonError};
+use toporun_shared::stacks::RankStack;
 
 /// What an attempt's rank events feed: the status, the live ranks, the ranks that
 /// left, the preemption's evidence, and the others' stacks at a failure.
@@ -34,8 +35,9 @@ pub(super) struct Heard {
     pub(super) ending: preemption::Ending,
     /// This node's preemption, made when the signal came.
     pub(super) ours: Mutex<Option<StopReason>>,
-    /// Where the other ranks stood when one failed.
-    pub(super) snapshot: Mutex<Option<String>>,
+    /// Where the other ranks stood when one failed: their samples from before it,
+    /// and the oldest one's age.
+    pub(super) snapshot: Mutex<Option<(Vec<RankStack>, Option<f64>)>>,
 }
 
 impl Seen<'_> {
@@ -81,14 +83,17 @@ impl Seen<'_> {
     }
 
     /// Where the other ranks stood when one failed, as read at the failure.
-    pub(super) fn say_where_the_others_stood(&self) {
-        let text = self
+    /// Where the ranks still running when one failed stood; not those that failed on
+    /// their own meanwhile (`failed`, their pids) outside any collective: their
+    /// sample was their own way out (the same error raised on two ranks), not a wait.
+    pub(super) fn say_where_the_others_stood(&self, failed: &[i32]) {
+        let snapshot = self
             .heard
             .snapshot
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(text) = text {
+        if let Some(text) = snapshot.and_then(|(stacks, age)| others_text(stacks, age, failed)) {
             crate::console::say_raw!("{text}");
         }
     }
@@ -129,11 +134,24 @@ impl Seen<'_> {
 
 /// Where the ranks still running stood when one failed: their last samples from
 /// before the failure, with the oldest one's age.
-fn others_stacks(watcher: &watch::Watcher, others: &[RankPid]) -> Option<String> {
-    if others.is_empty() {
+fn others_stacks(
+    watcher: &watch::Watcher,
+    others: &[RankPid],
+) -> Option<(Vec<RankStack>, Option<f64>)> {
+    (!others.is_empty()).then(|| watcher.stacks_before_failure(others))
+}
+
+/// The text of `others_stacks`, without the ranks in `failed` (pids) sampled where
+/// they did not wait (a rank in a collective failed because the first one did).
+fn others_text(mut stacks: Vec<RankStack>, age: Option<f64>, failed: &[i32]) -> Option<String> {
+    let waited = |s: &RankStack| {
+        s.main_thread()
+            .is_some_and(|t| toporun_shared::stacks::standing::standing(t, None).waits())
+    };
+    stacks.retain(|s| !failed.contains(&s.pid) || waited(s));
+    if stacks.is_empty() {
         return None;
     }
-    let (stacks, age) = watcher.stacks_before_failure(others);
     let groups = toporun_shared::stacks::merge(&stacks);
     let when = age.map_or(" (read as it failed)".to_string(), |a| {
         format!(" (last sampled at most {a:.1}s before it failed)")
@@ -142,4 +160,45 @@ fn others_stacks(watcher: &watch::Watcher, others: &[RankPid]) -> Option<String>
         "toporun: where the other ranks stood when it failed{when}:\n{}",
         toporun_shared::stacks::render_text(&groups, 6)
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toporun_shared::stacks::{Frame, ThreadStack};
+
+    fn at(rank: u32, (function, file): (&str, &str)) -> RankStack {
+        RankStack {
+            rank,
+            local_rank: rank,
+            pid: 100 + rank as i32,
+            threads: vec![ThreadStack {
+                thread: Some("MainThread".into()),
+                frames: vec![Frame {
+                    function: function.into(),
+                    file: file.into(),
+                    line: 12,
+                }],
+                idle: false,
+            }],
+            error: None,
+        }
+    }
+
+    /// Both ranks raised the same FileNotFoundError; rank 0 was sampled mid-raise, in
+    /// dataclasses.py: it failed on its own, so it is no "other" that stood anywhere.
+    #[test]
+    fn ranks_that_failed_on_their_own_are_not_where_the_others_stood() {
+        let c10d = ("all_reduce", "torch/distributed/distributed_c10d.py");
+        let own = ("__init__", "/usr/lib/python3.12/dataclasses.py");
+        let stacks = vec![at(0, own), at(1, c10d), at(2, c10d)];
+        let text = others_text(stacks.clone(), Some(0.4), &[100]).unwrap();
+        assert!(text.contains("ranks 1-2: all_reduce"), "{text}");
+        assert!(!text.contains("__init__"), "{text}");
+        assert_eq!(others_text(stacks[..1].to_vec(), None, &[100]), None);
+        // Gloo peers that died of rank 3's failure within milliseconds still stood in
+        // their all_reduce: shown.
+        let text = others_text(stacks, None, &[101, 102]).unwrap();
+        assert!(text.contains("ranks 1-2: all_reduce"), "{text}");
+    }
 }
