@@ -137,6 +137,29 @@ fn a_compute_loop_and_a_printing_rank_are_not_hangs() {
     }
 }
 
+/// Two ranks on the CPU, no majority: rank 1 sleeps in its own code while rank 0 idles
+/// in DDP's backward, waiting for rank 1's gradients (on the CPU the backward runs on
+/// the rank's own thread: idling there is a wait). Rank 1 is named.
+#[test]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
+fn with_two_ranks_the_one_in_its_own_code_is_named_while_the_other_waits_in_backward() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = toporun();
+    c.args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
+        .args(["--hang-timeout=5", "--on-hang=stop", "hang_rank.py"])
+        .env("MODE", "backward")
+        .env("OUT", d.path())
+        .env("PYTHON_EXEC", python())
+        .current_dir(scripts());
+    let (code, _, err) = run(&mut c);
+    assert_eq!(code, 124, "{err}");
+    assert!(
+        err.contains("toporun: hang: rank 1 is in no collective"),
+        "{err}"
+    );
+    assert!(err.contains("wait_for_data"), "{err}");
+}
+
 /// Rank 2 killed while the others cannot take SIGTERM (as ranks blocked in NCCL): while
 /// toporun waits out --shutdown-timeout for them, no hang is said of the survivors
 /// (Lightning on 2x H200 was reported hung 20 s after its rank 1 was killed).

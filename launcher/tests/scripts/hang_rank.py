@@ -6,7 +6,9 @@ a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, a
 rank 3 raises. stopped: rank 1 stops its own process (SIGSTOP, as `kill -STOP` or
 Ctrl-Z would) before an all_reduce the others entered. killed: rank 2 is killed
 (SIGKILL) while the others sit where no SIGTERM reaches them (as ranks blocked in
-NCCL do: ignored here), so the stop waits out --shutdown-timeout. Each writes its pid to
+NCCL do: ignored here), so the stop waits out --shutdown-timeout. backward: a DDP
+model on the CPU; rank 1 sleeps in its own code (a batch that never comes) while
+rank 0 waits in its backward for rank 1's gradients. Each writes its pid to
 OUT/pid<rank>. With WATCH_DUMP_KEY=1, a thread of
 rank 0 named as stock ProcessGroupNCCL's monitor writes what it finds under
 `exception_dump` in the workers' store to OUT/exception_dump (the int32 rank the
@@ -52,6 +54,17 @@ def watch_dump_key(out):
     _dump_fr_trace_file(dist.get_rank())
 
 
+def ddp_step(rank):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model = DDP(torch.nn.Linear(256, 256))
+    for _ in range(3):
+        model(torch.randn(8, 256)).sum().backward()
+    if rank == 1:
+        wait_for_data()
+    model(torch.randn(8, 256)).sum().backward()
+
+
 def main():
     dist.init_process_group("gloo")
     if os.environ.get("WATCH_DUMP_KEY") == "1" and dist.get_rank() == 0:
@@ -83,6 +96,8 @@ def main():
             os.kill(os.getpid(), signal.SIGKILL)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         wait_for_data()
+    elif mode == "backward":
+        ddp_step(rank)
     elif mode == "fail" and rank == 2:
         time.sleep(2)
         raise ValueError("bad batch shape (3, 224)")

@@ -88,9 +88,10 @@ pub(super) fn in_torch(f: &Frame) -> bool {
 /// caller idle inside `backward()` waits on DDP's gradient all-reduce (its reducer
 /// waits in C++, under no torch.distributed frame); on the device's own thread with
 /// CUDA, where the caller idles through every backward.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Backward {
     OnCaller,
+    #[default]
     OnDevice,
 }
 

@@ -1,9 +1,10 @@
 //! The report of a hang: every rank's stack grouped (the odd ones first), and the
 //! rank(s) that stand apart from the rest, which most likely hold them up.
 
+use super::activity::Backward;
 use super::merge::{merge, rank_label, ranks_text, render_placed, Group, Places};
 use super::model::{Frame, RankStack};
-use super::standing::{standing, Standing};
+use super::standing::{standing_with, Standing};
 use crate::root_cause::native_crash::where_sampled;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -53,6 +54,9 @@ pub struct Context {
     /// Ranks whose process is stopped (SIGSTOP, Ctrl-Z, a debugger): whatever their
     /// stacks say, they run nothing, and the others wait for them.
     pub stopped: Vec<u32>,
+    /// Where the ranks run their backward: on their own thread without a GPU (DDP
+    /// waits for the gradients' all_reduce inside it), else on the device's.
+    pub backward: Backward,
 }
 
 impl Context {
@@ -63,7 +67,8 @@ impl Context {
             .iter()
             .filter_map(|s| {
                 let t = s.main_thread()?;
-                let stands = standing(t, self.lines.get(&s.rank).map(String::as_str));
+                let line = self.lines.get(&s.rank).map(String::as_str);
+                let stands = standing_with(t, line, self.backward);
                 let at = match stands {
                     Standing::Collective { .. } | Standing::Leaving { .. } => where_sampled(t),
                     _ => t.frames.first().map(Frame::short),
@@ -461,6 +466,7 @@ mod tests {
             }],
             lines: item_lines(&[0]),
             stopped: Vec::new(),
+            ..Context::default()
         };
         let secs = Duration::from_secs(5);
         let hang = Hang::with(&[at_item(0)], &Places::new(), secs, secs, &ctx);
@@ -484,6 +490,7 @@ mod tests {
             left: vec![],
             lines,
             stopped: Vec::new(),
+            ..Context::default()
         };
         let secs = Duration::from_secs(15);
         let hang = Hang::with(&[at_item(0), stuck], &Places::new(), secs, secs, &ctx);
@@ -517,6 +524,7 @@ mod tests {
             left: vec![],
             lines: item_lines(&[0, 1]),
             stopped: Vec::new(),
+            ..Context::default()
         };
         let secs = Duration::from_secs(15);
         let hang = Hang::with(&[at_item(0), at_item(1)], &Places::new(), secs, secs, &ctx);

@@ -253,6 +253,7 @@ mod tests {
             left: Vec::new(),
             lines: [(0, "    loss.item()".to_string())].into(),
             stopped: Vec::new(),
+            ..Context::default()
         };
         let n0 =
             NodeStacks::new(0, "trainer-0", Duration::from_secs(6), &waiting).with_context(&ctx0);
@@ -263,6 +264,7 @@ mod tests {
             }],
             lines: BTreeMap::new(),
             stopped: Vec::new(),
+            ..Context::default()
         };
         let n1 = NodeStacks::new(1, "trainer-1", Duration::from_secs(6), &[]).with_context(&ctx1);
         let decoded: Vec<NodeStacks> = [n0, n1]

@@ -75,6 +75,12 @@ const GPU_WAIT_FRAMES: &[(&str, &str)] = &[
 const LEAVING_CALLS: &[&str] = &["destroy_process_group", "_shutdown_backend"];
 
 pub fn standing(t: &ThreadStack, line: Option<&str>) -> Standing {
+    standing_with(t, line, Backward::OnDevice)
+}
+
+/// `standing`, with the backward run where `backward` says: on the rank's own thread
+/// (no GPU), idling in it is DDP waiting for its peers' gradients.
+pub fn standing_with(t: &ThreadStack, line: Option<&str>, backward: Backward) -> Standing {
     if let Some(f) = t
         .frames
         .iter()
@@ -84,7 +90,7 @@ pub fn standing(t: &ThreadStack, line: Option<&str>) -> Standing {
             call: f.function.clone(),
         };
     }
-    let activity = classify(t, Backward::OnDevice);
+    let activity = classify(t, backward);
     if activity == Activity::Collective {
         let op = t
             .frames

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::{mpsc, watch};
 use toporun_shared::nccl_counters::{NcclWatch, NodeReading};
 use toporun_shared::root_cause::watchdog::WatchdogTimeout;
+use toporun_shared::stacks::activity::Backward;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
 use toporun_shared::stacks::{
@@ -212,6 +213,8 @@ struct Judge {
     handed_marks: (u64, u64),
     /// A rank behind was said to be busy, from the counters alone (said once a stall).
     busy_said: bool,
+    /// Where the ranks run their backward (on their own thread without a GPU).
+    backward: Backward,
 }
 
 /// Each rank's stderr tail, by global rank.
@@ -252,6 +255,7 @@ impl Judge {
                 .filter(|s| crate::probe::rank_usage::stopped(&self.root, s.pid))
                 .map(|s| s.rank)
                 .collect(),
+            backward: self.backward,
         }
     }
 
@@ -476,7 +480,7 @@ pub fn start(
     watch: Option<HangWatch>,
     decide: Decide,
     sink: Sink,
-    (mut tracker, counters): (Option<Tracker>, Option<CountersFiles>),
+    (mut tracker, counters, backward): (Option<Tracker>, Option<CountersFiles>, Backward),
 ) -> Watcher {
     let done = Arc::new(AtomicBool::new(false));
     let last: LastSamples = Default::default();
@@ -502,6 +506,7 @@ pub fn start(
         nccl: counters.map(|c| (c, NcclWatch::default())),
         handed_marks: (0, 0),
         busy_said: false,
+        backward,
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
