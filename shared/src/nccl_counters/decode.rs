@@ -142,6 +142,14 @@ impl CommCounters {
     pub fn op(&self, index: u64) -> Option<OpenOp> {
         self.recent.iter().find(|o| o.index == index).copied()
     }
+
+    /// It carries point-to-point traffic (send/recv: pipeline stages post different
+    /// counts by design): one lately, or one ever completed (the totals stay set when
+    /// the ring holds only collectives).
+    pub fn carries_p2p(&self) -> bool {
+        self.recent.iter().any(|o| o.func.is_p2p())
+            || self.funcs.iter().any(|f| f.func.is_p2p() && f.count > 0)
+    }
 }
 
 /// Reads `bytes` (a whole counters file, as copied).

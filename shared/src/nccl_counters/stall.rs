@@ -301,10 +301,7 @@ fn waits_elsewhere(node: &NodeReading, rank: u32, stalled: u64) -> Option<WaitsE
         .filter(|c| c.live && c.hash != stalled && c.in_flight() > 0)
         .find_map(|c| {
             let members = members(node, c.hash);
-            if members
-                .iter()
-                .any(|(_, m)| m.recent.iter().any(|o| o.func.is_p2p()))
-            {
+            if members.iter().any(|(_, m)| m.carries_p2p()) {
                 return None;
             }
             let least = members.iter().map(|(_, m)| m.posted).min()?;
@@ -369,9 +366,7 @@ fn waited_in(
     }
     let posted = members.iter().map(|(_, c)| c.posted);
     let (least, most) = (posted.clone().min()?, posted.max()?);
-    let p2p = members
-        .iter()
-        .any(|(_, c)| c.recent.iter().any(|o| o.func.is_p2p()));
+    let p2p = members.iter().any(|(_, c)| c.carries_p2p());
     let behind = members
         .iter()
         .any(|(r, c)| c.posted == least && !on_gpu.contains(r));
@@ -513,6 +508,29 @@ mod tests {
         let s = still(&node, 30);
         assert_eq!((s.comm, s.behind.len()), (0x5, 1), "{s:?}");
         assert_eq!((s.behind[0].rank, &s.behind[0].waits_in), (1, &None));
+    }
+
+    /// A pipeline's communicator whose ring holds only collectives lately: its sends,
+    /// completed earlier, still say it carries point-to-point traffic, where stages
+    /// post different counts by design: nobody is taken for behind by counts alone.
+    #[test]
+    fn point_to_point_is_known_after_the_ring_forgot_it() {
+        let rank = |r: u32, collectives: u64| {
+            let mut w = Words::default();
+            w.comm(0, 7, r, 2)
+                .ops(0, NcclFunc::Send, 4 << 20, 5, 5, 1000)
+                .untimed(0, NcclFunc::AllReduce, 4, collectives);
+            decode(&w.bytes()).unwrap()
+        };
+        let node = NodeReading {
+            counters: [(0, rank(0, 9)), (1, rank(1, 8))].into(),
+            ..Default::default()
+        };
+        assert!(node.counters[&1].comms[0]
+            .recent
+            .iter()
+            .all(|o| !o.func.is_p2p()));
+        assert_eq!(still(&node, 30).which, WaitedOp::LastPosted);
     }
 
     /// A rank whose file does not read (a plugin of another layout) would read as
