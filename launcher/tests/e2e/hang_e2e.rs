@@ -10,10 +10,19 @@ use std::time::{Duration, Instant};
 use support::*;
 
 fn job(mode: &str, out: &Path, extra: &[&str]) -> Command {
+    job_of(4, mode, out, extra)
+}
+
+/// `job` on `nproc` ranks.
+fn job_of(nproc: u32, mode: &str, out: &Path, extra: &[&str]) -> Command {
     let mut c = toporun();
-    c.args(["--standalone", "--nproc-per-node=4", "--nccl-report=off"])
-        .args(extra)
-        .arg("hang_rank.py");
+    c.args([
+        "--standalone",
+        &format!("--nproc-per-node={nproc}"),
+        "--nccl-report=off",
+    ])
+    .args(extra)
+    .arg("hang_rank.py");
     c.env("MODE", mode)
         .env("OUT", out)
         .env("PYTHON_EXEC", python())
@@ -105,14 +114,8 @@ fn a_hung_rank_is_named_and_on_hang_stop_ends_the_job() {
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_stopped_rank_is_named_by_its_process_state() {
     let d = tempfile::tempdir().unwrap();
-    let mut c = toporun();
-    c.args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
-        .args(["--hang-timeout=10", "--on-hang=stop", "hang_rank.py"])
-        .env("MODE", "stopped")
-        .env("OUT", d.path())
-        .env("PYTHON_EXEC", python())
-        .current_dir(scripts());
-    let (code, _, err) = run(&mut c);
+    let extra = ["--hang-timeout=10", "--on-hang=stop"];
+    let (code, _, err) = run(&mut job_of(2, "stopped", d.path(), &extra));
     assert_eq!(code, 124, "{err}");
     assert!(
         err.contains("toporun: hang: rank 1 is stopped (process state T: SIGSTOP, Ctrl-Z or a debugger holds it)"),
@@ -144,14 +147,8 @@ fn a_compute_loop_and_a_printing_rank_are_not_hangs() {
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn with_two_ranks_the_one_in_its_own_code_is_named_while_the_other_waits_in_backward() {
     let d = tempfile::tempdir().unwrap();
-    let mut c = toporun();
-    c.args(["--standalone", "--nproc-per-node=2", "--nccl-report=off"])
-        .args(["--hang-timeout=5", "--on-hang=stop", "hang_rank.py"])
-        .env("MODE", "backward")
-        .env("OUT", d.path())
-        .env("PYTHON_EXEC", python())
-        .current_dir(scripts());
-    let (code, _, err) = run(&mut c);
+    let extra = ["--hang-timeout=5", "--on-hang=stop"];
+    let (code, _, err) = run(&mut job_of(2, "backward", d.path(), &extra));
     assert_eq!(code, 124, "{err}");
     assert!(
         err.contains("toporun: hang: rank 1 is in no collective"),
