@@ -205,11 +205,12 @@ async fn attempt<R: StopRequest>(
             on_rank(RankEvent::StoppingOthers);
             settle(&mut ranks, events, on_rank, started).await;
             // As torchrun's: the ranks that failed on their own, not those stopped.
-            let failures = ranks
+            let failures: Vec<Failure> = ranks
                 .iter()
                 .filter(|r| failed(r.exit))
                 .map(to_failure)
                 .collect();
+            say_stopping_others(&failures, &ranks, how);
             let plan = Plan::new(how, Signal::SIGTERM, Duration::ZERO, false);
             stop(&mut ranks, events, plan, on_rank).await;
             return Ok(Outcome::Failed(failures));
@@ -340,6 +341,27 @@ fn reap(ranks: &mut [Running], on_rank: &dyn Fn(RankEvent)) {
             Ok(_) => {}
         }
     }
+}
+
+/// Said when a rank failed and others still run: they may take up to the shutdown
+/// timeout to stop (ranks blocked in NCCL act on no SIGTERM), and the cause is said
+/// only once they have; nothing should look hung meanwhile.
+fn say_stopping_others(failures: &[Failure], ranks: &[Running], how: StopHow) {
+    let live = ranks.iter().filter(|r| r.exit.is_none()).count();
+    let Some(first) = failures.first().filter(|_| live > 0) else {
+        return;
+    };
+    let how_ended = match &first.signal {
+        Some(sig) => format!("was killed by {sig}"),
+        None => format!("exited with code {}", first.exitcode),
+    };
+    tracing::warn!(
+        "rank {} (local rank {}, pid {}) {how_ended}: stopping the other {live} rank(s) (SIGTERM, SIGKILL after {}s); the cause follows",
+        first.rank,
+        first.local_rank,
+        first.pid,
+        how.timeout.as_secs()
+    );
 }
 
 fn kill_groups(ranks: &[Running], sig: Signal) {

@@ -173,6 +173,13 @@ fn no_hang_is_said_while_the_ranks_a_failure_left_are_stopped() {
         "{err}"
     );
     assert!(!err.contains("toporun: hang"), "{err}");
+    // Said at once, not 10 s later with the cause: the job is seen stopping.
+    assert!(
+        err.contains(
+            "was killed by SIGKILL: stopping the other 3 rank(s) (SIGTERM, SIGKILL after 10s)"
+        ),
+        "{err}"
+    );
 }
 
 #[test]
