@@ -392,10 +392,17 @@ impl supervise::StopRequest for AttemptStop {
         matches!(self, AttemptStop::Rendezvous(r) if r.kind == StopKind::Preempt)
     }
 
-    /// Hung ranks wait in C (NCCL, a copy to the GPU) where no signal handler runs:
-    /// SIGTERM cannot end them, so SIGKILL follows soon.
+    /// Ranks hung in NCCL (its counters or its watchdog said so) wait in C, where no
+    /// signal handler runs: SIGTERM cannot end them, so SIGKILL follows soon. A hang
+    /// the stacks found may stand in Python, whose handler (a checkpoint) gets the
+    /// whole --shutdown-timeout.
     fn deadline(&self) -> Option<Duration> {
-        matches!(self, AttemptStop::Hang(_)).then_some(HANG_STOP_DEADLINE)
+        match self {
+            AttemptStop::Hang(r) if r.by_counters || r.watchdog.is_some() => {
+                Some(HANG_STOP_DEADLINE)
+            }
+            _ => None,
+        }
     }
 }
 

@@ -13,6 +13,8 @@ use crate::status::JobStatus;
 use crate::supervise::RankEvent;
 use nix::sys::signal::Signal;
 use std::sync::{Mutex, PoisonError};
+use toporun_shared::stacks::activity::Backward;
+use toporun_shared::stacks::standing::standing_with;
 use toporun_shared::stacks::RankStack;
 
 /// What an attempt's rank events feed: the status, the live ranks, the ranks that
@@ -93,7 +95,9 @@ impl Seen<'_> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take();
-        if let Some(text) = snapshot.and_then(|(stacks, age)| others_text(stacks, age, failed)) {
+        let backward = self.p.backward();
+        let text = snapshot.and_then(|(stacks, age)| others_text(stacks, age, failed, backward));
+        if let Some(text) = text {
             crate::console::say_raw!("{text}");
         }
     }
@@ -143,10 +147,15 @@ fn others_stacks(
 
 /// The text of `others_stacks`, without the ranks in `failed` (pids) sampled where
 /// they did not wait (a rank in a collective failed because the first one did).
-fn others_text(mut stacks: Vec<RankStack>, age: Option<f64>, failed: &[i32]) -> Option<String> {
+fn others_text(
+    mut stacks: Vec<RankStack>,
+    age: Option<f64>,
+    failed: &[i32],
+    backward: Backward,
+) -> Option<String> {
     let waited = |s: &RankStack| {
         s.main_thread()
-            .is_some_and(|t| toporun_shared::stacks::standing::standing(t, None).waits())
+            .is_some_and(|t| standing_with(t, None, backward).waits())
     };
     stacks.retain(|s| !failed.contains(&s.pid) || waited(s));
     if stacks.is_empty() {
@@ -192,13 +201,21 @@ mod tests {
         let c10d = ("all_reduce", "torch/distributed/distributed_c10d.py");
         let own = ("__init__", "/usr/lib/python3.12/dataclasses.py");
         let stacks = vec![at(0, own), at(1, c10d), at(2, c10d)];
-        let text = others_text(stacks.clone(), Some(0.4), &[100]).unwrap();
+        let on = Backward::OnDevice;
+        let text = others_text(stacks.clone(), Some(0.4), &[100], on).unwrap();
         assert!(text.contains("ranks 1-2: all_reduce"), "{text}");
         assert!(!text.contains("__init__"), "{text}");
-        assert_eq!(others_text(stacks[..1].to_vec(), None, &[100]), None);
+        assert_eq!(others_text(stacks[..1].to_vec(), None, &[100], on), None);
         // Gloo peers that died of rank 3's failure within milliseconds still stood in
         // their all_reduce: shown.
-        let text = others_text(stacks, None, &[101, 102]).unwrap();
+        let text = others_text(stacks, None, &[101, 102], on).unwrap();
         assert!(text.contains("ranks 1-2: all_reduce"), "{text}");
+        // On the CPU a rank idle in its backward waited there for its peers (gloo).
+        let graph = ("_engine_run_backward", "torch/autograd/graph.py");
+        let mut idle = at(1, graph);
+        idle.threads[0].idle = true;
+        let cpu = Backward::OnCaller;
+        assert!(others_text(vec![idle.clone()], None, &[101], cpu).is_some());
+        assert!(others_text(vec![idle], None, &[101], on).is_none());
     }
 }

@@ -328,6 +328,16 @@ impl Job {
         }
     }
 
+    /// Where the ranks run their backward: on their own thread without a GPU (DDP
+    /// waits for its peers' gradients inside it).
+    pub fn backward(&self) -> toporun_shared::stacks::activity::Backward {
+        use toporun_shared::stacks::activity::Backward;
+        match self.gpu_of(0) {
+            Some(_) => Backward::OnDevice,
+            None => Backward::OnCaller,
+        }
+    }
+
     /// The GPU a local rank uses: the local_rank-th one CUDA shows (ranks beyond the
     /// GPU count share them round-robin).
     pub fn gpu_of(&self, local_rank: u32) -> Option<&Gpu> {

@@ -2,9 +2,10 @@
 //! collective skipped or added on some rank, or called with other sizes. NCCL pairs
 //! the ranks' operations by their order alone, so every rank posts its operation N
 //! and none completes. Each rank's recent operations (kind and bytes, by index) say
-//! which ranks left the others' sequence: one whose operation N is the others' N+1
-//! skipped their N; else a majority, or the pattern of the operations before N,
-//! says which side is on schedule.
+//! which ranks left the others' sequence: a majority, or the pattern of the
+//! operations before N, says which side is on schedule; where one side's operation N
+//! is the other's N+1, the odd side skipped an operation (the shift is its) or added
+//! one (the shift is the others'). The shift alone cannot say which side did.
 
 use super::decode::{CommCounters, OpenOp};
 use super::func::NcclFunc;
@@ -26,8 +27,12 @@ pub struct Mismatch {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OddBy {
-    /// Its operation N is the others' N+1: it skipped their N.
+    /// Off by a majority or the pattern, and its operation N is the others' N+1: it
+    /// skipped their N.
     Skipped,
+    /// Off by a majority or the pattern, and its operation N+1 is the others' N: it
+    /// added an operation at N.
+    Added,
     /// The others are more.
     Majority,
     /// The operations before N repeat a pattern, which the others follow.
@@ -54,10 +59,14 @@ pub fn mismatch(members: &[(u32, &CommCounters)], index: u64) -> Option<Mismatch
     if groups.len() < 2 {
         return None;
     }
-    let odd = skipped(members, &groups, index)
-        .map(|g| (g, OddBy::Skipped))
-        .or_else(|| majority(&groups).map(|g| (g, OddBy::Majority)))
+    let off = majority(&groups)
+        .map(|g| (g, OddBy::Majority))
         .or_else(|| off_pattern(members, &groups, index).map(|g| (g, OddBy::Pattern)));
+    let odd = match (off, skipped(members, &groups, index)) {
+        (Some((g, _)), Some(s)) if g == s => Some((g, OddBy::Skipped)),
+        (Some((g, _)), Some(_)) if groups.len() == 2 => Some((g, OddBy::Added)),
+        (off, _) => off,
+    };
     if let Some((g, _)) = odd {
         let first = groups.remove(g);
         groups.insert(0, first);
@@ -164,18 +173,25 @@ mod tests {
     }
 
     /// Steps of [16 KiB, 16 MiB]; rank 1 skips a 16 KiB one: its operation N is the
-    /// others' N+1 (posted ahead, NCCL runs asynchronously).
+    /// others' N+1 (posted ahead, NCCL runs asynchronously). Or it adds a 1 MiB one:
+    /// its N+1 is the others' N. The majority says which side; the shift says how.
     #[test]
-    fn a_rank_whose_operation_is_the_others_next_skipped_theirs() {
+    fn a_rank_off_the_others_sequence_skipped_or_added_one() {
         let on = [16 << 10, 16 << 20, 16 << 10, 16 << 20, 16 << 10, 16 << 20];
         let skip = [16 << 10, 16 << 20, 16 << 10, 16 << 20, 16 << 20];
         let r = [rank(0, 10, &on), rank(1, 10, &skip), rank(2, 10, &on)];
         let m = mismatch(&members(&r), 14).unwrap();
-        assert_eq!(
-            (ranks_of(&m), m.odd),
-            (vec![vec![1], vec![0, 2]], Some(OddBy::Skipped))
-        );
+        let odd = (vec![vec![1], vec![0, 2]], Some(OddBy::Skipped));
+        assert_eq!((ranks_of(&m), m.odd), odd);
         assert_eq!(m.groups[1].1.bytes, 16 << 10, "what it skipped");
+        let add = [16 << 10, 16 << 20, 16 << 10, 16 << 20, 1 << 20, 16 << 10];
+        let r = [rank(0, 10, &on), rank(1, 10, &add), rank(2, 10, &on)];
+        let m = mismatch(&members(&r), 14).unwrap();
+        let odd = (vec![vec![1], vec![0, 2]], Some(OddBy::Added));
+        assert_eq!((ranks_of(&m), m.odd), odd);
+        // Two ranks, nothing before to go by: the shift alone names no side.
+        let r = [rank(0, 14, &on[4..]), rank(1, 14, &add[4..])];
+        assert_eq!(mismatch(&members(&r), 14).unwrap().odd, None);
     }
 
     /// Two ranks, neither posted past N: the pattern before it names the odd one.

@@ -43,7 +43,10 @@ impl NodeReading {
     pub fn for_exchange(mut self) -> NodeReading {
         for c in self.counters.values_mut() {
             c.comms.retain(|c| c.live);
-            c.comms.iter_mut().for_each(|c| c.funcs.clear());
+            // Point-to-point ever completed stays said (`carries_p2p`).
+            c.comms
+                .iter_mut()
+                .for_each(|c| c.funcs.retain(|f| f.func.is_p2p() && f.count > 0));
         }
         self
     }
@@ -184,12 +187,14 @@ pub struct WaitsElsewhere {
     pub behind: Vec<u32>,
 }
 
-/// When the stall began, and each rank's CPU time and bytes written then.
+/// When the stall began, and each rank's CPU time and bytes written then, and each
+/// communicator's marks (another one still moving holds no one).
 #[derive(Debug, Clone)]
 struct Since {
     at: Instant,
     cpu: BTreeMap<u32, Duration>,
     written: BTreeMap<u32, u64>,
+    comms: BTreeMap<u64, (u64, u64)>,
 }
 
 /// Follows this node's counters from reading to reading.
@@ -230,6 +235,7 @@ impl NcclWatch {
                     at: now,
                     cpu: node.cpu.clone(),
                     written: node.written.clone(),
+                    comms: every_comm_marks(node),
                 });
                 NcclState::Moving
             }
@@ -265,7 +271,7 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
                 rank,
                 posted: x.posted,
                 cpu_share: share(rank),
-                waits_in: waits_elsewhere(node, rank, comm),
+                waits_in: waits_elsewhere(node, since, rank, comm),
             });
         }
     }
@@ -291,14 +297,36 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
     })
 }
 
+/// Each live communicator's marks at this reading.
+fn every_comm_marks(node: &NodeReading) -> BTreeMap<u64, (u64, u64)> {
+    let hashes: BTreeSet<u64> = node
+        .counters
+        .values()
+        .flat_map(|c| &c.comms)
+        .filter(|c| c.live)
+        .map(|c| c.hash)
+        .collect();
+    hashes
+        .into_iter()
+        .map(|h| (h, node.comm_marks(h)))
+        .collect()
+}
+
 /// The operation `rank` waits in on a communicator other than `stalled`: the first
-/// one it posted that another member never did (not point-to-point, where stages
-/// post different counts by design).
-fn waits_elsewhere(node: &NodeReading, rank: u32, stalled: u64) -> Option<WaitsElsewhere> {
+/// one it posted that another member never did, on a communicator where nothing moved
+/// since the stall began (ranks queue operations ahead of each other on a moving one),
+/// and not point-to-point (stages post different counts by design).
+fn waits_elsewhere(
+    node: &NodeReading,
+    since: &Since,
+    rank: u32,
+    stalled: u64,
+) -> Option<WaitsElsewhere> {
     let own = node.counters.get(&rank)?;
+    let still = |c: &CommCounters| since.comms.get(&c.hash) == Some(&node.comm_marks(c.hash));
     own.comms
         .iter()
-        .filter(|c| c.live && c.hash != stalled && c.in_flight() > 0)
+        .filter(|c| c.live && c.hash != stalled && c.in_flight() > 0 && still(c))
         .find_map(|c| {
             let members = members(node, c.hash);
             if members.iter().any(|(_, m)| m.carries_p2p()) {
@@ -487,6 +515,36 @@ mod tests {
                 ),
             }
         }
+    }
+
+    /// Rank 0 evaluates alone on a communicator it shares with rank 1 (both moving,
+    /// rank 0 a post ahead at each reading) while rank 1 waits in the default one: the
+    /// other communicator moves, so rank 0 waits in nothing there: busy.
+    #[test]
+    fn a_communicator_still_moving_holds_no_one() {
+        let rank = |r: u32, a: u64, b: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x5, r, 2)
+                .ops(0, NcclFunc::AllReduce, 4, a, 5, 1000)
+                .comm(1, 0xd, r, 2)
+                .ops(1, NcclFunc::AllReduce, 4 << 20, b, b - 1, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |b: u64, cpu: u64| NodeReading {
+            counters: [(0, rank(0, 5, b + 1)), (1, rank(1, 6, b))].into(),
+            cpu: [(0, Duration::from_secs(cpu)), (1, Duration::ZERO)].into(),
+            ..Default::default()
+        };
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        w.observe(&at(10, 0), t0);
+        let NcclState::Stalled(s) = w.observe(&at(20, 30), t0 + Duration::from_secs(30)) else {
+            panic!("not stalled")
+        };
+        assert_eq!((s.comm, s.behind[0].rank), (0x5, 0));
+        assert_eq!(
+            (s.behind[0].busy(), &s.behind[0].waits_in),
+            (Some(true), &None)
+        );
     }
 
     /// A rank behind whose other communicator differs in counts only by point-to-point

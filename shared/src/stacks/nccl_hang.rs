@@ -83,6 +83,9 @@ fn mismatch_text(m: &Mismatch) -> String {
             "{first} skipped the others' operation {n}, {}: what {first} posted there is what the others posted next, and its later operations are shifted by one",
             shown(&m.groups[1].1)
         ),
+        Some(OddBy::Added) => format!(
+            "{first} posted an operation the others did not: what {first} posted next is what the others posted there, and its later operations are shifted by one"
+        ),
         Some(OddBy::Majority) => format!("{first} differ from the rest"),
         Some(OddBy::Pattern) => format!(
             "{first} left the pattern of the operations before it ({} on every rank)",

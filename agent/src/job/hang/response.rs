@@ -25,7 +25,6 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use toporun_shared::flight_recorder::LinkModel;
 use toporun_shared::link_reference;
-use toporun_shared::stacks::activity::Backward;
 
 /// Starts sampling the ranks and, on several nodes, the job-wide hang
 /// (--hang-timeout) and straggler decisions; the hangs found come on the receiver.
@@ -71,19 +70,11 @@ pub fn watch_hangs(
             p.watch.hang,
             decide,
             sink,
-            (tracker, counters, backward_of(p)),
+            (tracker, counters, p.backward()),
         ),
         tasks,
         hangs,
     )
-}
-
-/// Where the ranks run their backward: on their own thread without a GPU.
-fn backward_of(p: &Job) -> Backward {
-    match p.gpu_of(0) {
-        Some(_) => Backward::OnDevice,
-        None => Backward::OnCaller,
-    }
 }
 
 /// This node's straggler tracker; on several nodes, with the task exchanging its
