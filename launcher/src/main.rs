@@ -23,8 +23,11 @@ use std::process::ExitCode;
 
 fn main() -> ExitCode {
     // The agent reports through tracing; show warnings and above as "toporun: ...".
+    // A console gone (`toporun ... 2>&1 | head`) drops the line: tracing's own report
+    // of the failed write is an eprintln!, which would panic (exit 101).
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .log_internal_errors(false)
         .with_max_level(tracing::Level::WARN)
         .with_ansi(false)
         .event_format(log_format::Prefixed)
