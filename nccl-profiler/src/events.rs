@@ -189,7 +189,7 @@ impl Comm {
         let op = &self.ops[index as usize % RING];
         if !timed {
             std::ptr::null_mut()
-        } else if !op.free(slot.word(S_COMPLETED).load(Acquire)) {
+        } else if !op.free(slot.word(S_TIMED_UPTO).load(Acquire)) {
             // The record's operation is not done (the host is 256 ahead of the GPU).
             counters_file::dropped(&slot);
             std::ptr::null_mut()
@@ -216,7 +216,7 @@ impl Comm {
             note_fastest(&slot, func, bytes, ns, last);
         }
         slot.word(S_DONE).fetch_add(1, Relaxed);
-        slot.word(S_COMPLETED).fetch_max(index + 1, Release);
+        slot.word(S_TIMED_UPTO).fetch_max(index + 1, Release);
     }
 }
 

@@ -170,11 +170,11 @@ fn an_operation_completes_with_its_last_channel() {
         let comm = &c.comms[0];
         assert_eq!((comm.hash, comm.rank, comm.nranks), (0xfeed, 1, 2));
         assert_eq!(
-            (comm.posted, comm.completed),
+            (comm.posted, comm.timed_upto),
             (1, 0),
             "one channel still runs"
         );
-        let open = comm.open().unwrap();
+        let open = comm.first_past_timed().unwrap();
         assert_eq!(
             (open.func, open.bytes, open.kernel_start_ns),
             (NcclFunc::AllReduce, 4 << 20, Some(1000))
@@ -182,8 +182,8 @@ fn an_operation_completes_with_its_last_channel() {
         nccl.channel(ctx, op, 1, 1200, 6000);
         let c = read(path);
         let comm = &c.comms[0];
-        assert_eq!((comm.posted, comm.completed, comm.busy_ns), (1, 1, 5000));
-        assert_eq!(comm.open(), None);
+        assert_eq!((comm.posted, comm.timed_upto, comm.busy_ns), (1, 1, 5000));
+        assert_eq!(comm.first_past_timed(), None);
         let f = comm.funcs[0];
         assert_eq!(
             (f.func, f.count, f.bytes, f.big_count, f.big_gpu_ns),
@@ -228,15 +228,15 @@ fn two_communicators_count_apart_and_a_posted_operation_stays_open() {
         let c = read(path);
         let (ca, cb) = (&c.comms[0], &c.comms[1]);
         assert_eq!(
-            (ca.hash, ca.posted, ca.completed, ca.busy_ns),
+            (ca.hash, ca.posted, ca.timed_upto, ca.busy_ns),
             (1, 4, 3, 15)
         );
-        let open = ca.open().unwrap();
+        let open = ca.first_past_timed().unwrap();
         assert_eq!(
             (open.index, open.func, open.kernel_start_ns),
             (3, NcclFunc::AllGather, None)
         );
-        assert_eq!((cb.hash, cb.posted, cb.completed), (2, 1, 1));
+        assert_eq!((cb.hash, cb.posted, cb.timed_upto), (2, 1, 1));
         assert_eq!((cb.funcs[0].func, cb.funcs[0].bytes), (NcclFunc::Send, 16));
         assert_eq!(c.inits, 2);
         nccl.finalize(a);
@@ -281,7 +281,7 @@ fn an_abort_with_channels_in_flight_frees_them_and_the_slot_is_reused() {
         nccl.finalize(ctx);
         let c = read(path);
         assert!(!c.comms[0].live);
-        assert_eq!((c.comms[0].posted, c.comms[0].completed), (1, 0));
+        assert_eq!((c.comms[0].posted, c.comms[0].timed_upto), (1, 0));
         // A new communicator (torch's restart of the group) takes a free slot: the
         // aborted one's counters stay readable.
         let (ctx, _) = nccl.init(6, 0, 2);
@@ -365,17 +365,17 @@ fn operations_with_unsaid_or_extra_channels_complete_once() {
         let all_reduce = CString::new("AllReduce").unwrap();
         let (ctx, _) = nccl.init(9, 0, 2);
         let op = nccl.post(ctx, &all_reduce, 1 << 20, 0);
-        assert_eq!(read(path).comms[0].completed, 0, "not done when posted");
+        assert_eq!(read(path).comms[0].timed_upto, 0, "not done when posted");
         let (a, b) = (
             nccl.channel_start(ctx, op, 0, 10),
             nccl.channel_start(ctx, op, 1, 12),
         );
         nccl.channel_stop(a, 20);
-        assert_eq!(read(path).comms[0].completed, 0, "one channel still runs");
+        assert_eq!(read(path).comms[0].timed_upto, 0, "one channel still runs");
         nccl.channel_stop(b, 30);
         let c = read(path);
         assert_eq!(
-            (c.comms[0].completed, c.comms[0].done, c.comms[0].busy_ns),
+            (c.comms[0].timed_upto, c.comms[0].done, c.comms[0].busy_ns),
             (1, 1, 20)
         );
         let op = nccl.post(ctx, &all_reduce, 64, 1);
@@ -383,7 +383,7 @@ fn operations_with_unsaid_or_extra_channels_complete_once() {
         nccl.channel(ctx, op, 1, 41, 46);
         let c = read(path);
         assert_eq!(
-            (c.comms[0].completed, c.comms[0].done),
+            (c.comms[0].timed_upto, c.comms[0].done),
             (2, 2),
             "counted once"
         );
@@ -403,7 +403,7 @@ fn operations_past_the_ring_are_not_left_open() {
         let op = nccl.post(ctx, &all_reduce, 64, 1);
         nccl.channel(ctx, op, 0, 1, 2);
         let c = read(path);
-        assert_eq!((c.comms[0].posted, c.comms[0].completed), (2, 2));
+        assert_eq!((c.comms[0].posted, c.comms[0].timed_upto), (2, 2));
         // A channel id past NCCL's 64 is counted as dropped, not followed.
         let op = nccl.post(ctx, &all_reduce, 64, 1);
         assert!(nccl.channel_start(ctx, op, 200, 5).is_null());
@@ -454,7 +454,7 @@ fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
         let c = &r.comms[0];
         assert_eq!((c.posted, c.done, c.busy_ns), (4, 3, 130));
         assert_eq!(
-            c.completed, 4,
+            c.timed_upto, 4,
             "the last timed one completes those before it"
         );
         let timed: Vec<bool> = c.recent.iter().map(|o| o.timed).collect();
@@ -525,7 +525,7 @@ fn the_built_library_stays_loaded_once_it_counted() {
             assert_eq!(c.inits, round, "round {round}");
             let last = c.comms.iter().find(|x| x.hash == 100 + round).unwrap();
             assert_eq!(
-                (last.posted, last.completed),
+                (last.posted, last.timed_upto),
                 (1, 0),
                 "the late stop counts nothing"
             );
@@ -571,7 +571,7 @@ fn finalize_racing_posts_and_late_events_harms_no_one() {
                 let c = read(path);
                 let fresh = c.comms.iter().find(|x| x.hash == 8000 + round).unwrap();
                 assert_eq!(
-                    (fresh.posted, fresh.completed, fresh.done),
+                    (fresh.posted, fresh.timed_upto, fresh.done),
                     (0, 0, 0),
                     "round {round}: the finalised communicator's events counted on the new one"
                 );
@@ -601,7 +601,7 @@ fn a_host_far_ahead_of_the_gpu_drops_operations_rather_than_mixing_them() {
         let c = read(path);
         let comm = &c.comms[0];
         assert_eq!(
-            (c.dropped, comm.posted, comm.completed, comm.done),
+            (c.dropped, comm.posted, comm.timed_upto, comm.done),
             (1, 257, 1, 1)
         );
         assert_eq!(comm.busy_ns, 10);

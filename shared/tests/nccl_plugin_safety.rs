@@ -79,7 +79,9 @@ fn the_c_program_s_slow_gpu_waits_least() {
     let share = |r: u32| {
         let after = counters("cjob-slow2", r);
         assert_eq!(after.comms.len(), 1);
-        window::gpu_time(r, &before, &after, span).unwrap().share()
+        window::gpu_time(r, &before, &after, span, after.comms[0].hash)
+            .unwrap()
+            .share()
     };
     let (fast, slow) = (share(0), share(1));
     assert!(slow < 0.05, "the slow rank waits {slow:.2}");

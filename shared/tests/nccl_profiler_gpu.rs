@@ -218,13 +218,20 @@ fn a_mismatch_has_nobody_behind() {
 /// Each rank's share of a 20 s window inside collectives, from its counters at 30 s
 /// and 50 s into the run.
 fn shares(dir: &str, ranks: u32) -> Vec<f64> {
-    (0..ranks)
+    let readings: Vec<_> = (0..ranks)
         .map(|r| {
-            let (a, b) = (
-                counters(&format!("{dir}/at30"), r),
-                counters(&format!("{dir}/at50"), r),
-            );
-            window::gpu_time(r, &a, &b, Duration::from_secs(20))
+            let at = |s| counters(&format!("{dir}/at{s}"), r);
+            (at(30), at(50))
+        })
+        .collect();
+    let windows: Vec<_> = (0..ranks)
+        .map(|r| (r, &readings[r as usize].0, &readings[r as usize].1))
+        .collect();
+    let judged = window::judged_comms(&windows);
+    windows
+        .iter()
+        .map(|&(r, a, b)| {
+            window::gpu_time(r, a, b, Duration::from_secs(20), judged[&r])
                 .unwrap()
                 .share()
         })

@@ -49,16 +49,18 @@ pub struct CommCounters {
     pub nranks: u32,
     pub nnodes: u32,
     pub posted: u64,
-    /// One past the highest posted index completed.
-    pub completed: u64,
+    /// One past the highest posted index whose completion NCCL timed: every
+    /// operation before it completed; later ones may have too, untimed (sampling).
+    #[serde(alias = "completed")]
+    pub timed_upto: u64,
     /// Operations completed, one by one.
     pub done: u64,
     pub busy_ns: u64,
     pub last_stop_ns: u64,
     /// The last operations posted that the ring still holds, oldest first.
     #[serde(default)]
-    pub recent: Vec<OpenOp>,
-    /// NCCL times every operation (no sampling): `completed` is exact.
+    pub recent: Vec<PostedOp>,
+    /// NCCL times every operation (no sampling): `timed_upto` is exact.
     #[serde(default = "timed_by_default")]
     pub every_op_timed: bool,
     /// The fastest big operation of the last epoch or two of the GPU timer (from
@@ -77,9 +79,9 @@ pub struct Fastest {
     pub gbps: f64,
 }
 
-/// An operation posted and not completed.
+/// An operation posted, as the ring holds it (completed or not).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct OpenOp {
+pub struct PostedOp {
     /// Its posted index on the communicator (0-based).
     pub index: u64,
     pub func: NcclFunc,
@@ -92,10 +94,10 @@ pub struct OpenOp {
     pub timed: bool,
 }
 
-impl OpenOp {
+impl PostedOp {
     /// Operation `index`, where the ring no longer holds it: what it was is not known.
-    pub fn unknown(index: u64) -> OpenOp {
-        OpenOp {
+    pub fn unknown(index: u64) -> PostedOp {
+        PostedOp {
             index,
             func: NcclFunc::Unknown,
             bytes: 0,
@@ -126,20 +128,22 @@ pub struct FuncTotals {
 }
 
 impl CommCounters {
-    /// Operations posted and not completed.
-    pub fn in_flight(&self) -> u64 {
-        self.posted.saturating_sub(self.completed)
+    /// Operations posted past the last timed completion: still running, or (under
+    /// sampling) completed untimed.
+    pub fn past_timed(&self) -> u64 {
+        self.posted.saturating_sub(self.timed_upto)
     }
 
-    /// The oldest operation posted and not completed, where the ring still holds it.
-    pub fn open(&self) -> Option<OpenOp> {
-        (self.posted > self.completed)
-            .then(|| self.op(self.completed))
+    /// The first operation posted past the last timed completion, where the ring
+    /// still holds it.
+    pub fn first_past_timed(&self) -> Option<PostedOp> {
+        (self.posted > self.timed_upto)
+            .then(|| self.op(self.timed_upto))
             .flatten()
     }
 
     /// Posted operation `index`, where the ring still holds it.
-    pub fn op(&self, index: u64) -> Option<OpenOp> {
+    pub fn op(&self, index: u64) -> Option<PostedOp> {
         self.recent.iter().find(|o| o.index == index).copied()
     }
 
@@ -194,7 +198,7 @@ pub fn decode_words(file: &[AtomicU64]) -> Result<RankCounters, CountersError> {
         })
         .collect();
     if version == 1 {
-        comms.iter_mut().for_each(|c| c.done = c.completed);
+        comms.iter_mut().for_each(|c| c.done = c.timed_upto);
     }
     let since_v4 = |i| if version >= 4 { h(i) } else { 0 };
     Ok(RankCounters {
@@ -222,7 +226,7 @@ fn comm(
         return None;
     }
     let r = |i: usize| w.load(i, Ordering::Relaxed);
-    let (posted, completed) = (r(S_POSTED), r(S_COMPLETED).min(r(S_POSTED)));
+    let (posted, timed_upto) = (r(S_POSTED), r(S_TIMED_UPTO).min(r(S_POSTED)));
     let recent = (posted.saturating_sub(OPEN_RING as u64)..posted)
         .filter_map(|i| open_op(w, i, all_timed, stamped))
         .collect();
@@ -259,7 +263,7 @@ fn comm(
         nranks: r(S_NRANKS) as u32,
         nnodes: r(S_NNODES) as u32,
         posted,
-        completed,
+        timed_upto,
         done: r(S_DONE),
         busy_ns: r(S_BUSY_NS),
         last_stop_ns: r(S_LAST_STOP_NS),
@@ -273,9 +277,9 @@ fn comm(
 }
 
 /// The ring's entry for posted index `index`, if it still holds that one whole.
-fn open_op(w: &SlotOf, index: u64, all_timed: bool, stamped: bool) -> Option<OpenOp> {
+fn open_op(w: &SlotOf, index: u64, all_timed: bool, stamped: bool) -> Option<PostedOp> {
     let e = open_entry::read(w, index, stamped)?;
-    Some(OpenOp {
+    Some(PostedOp {
         index,
         func: NcclFunc::from_id(e.func_word & FUNC_ID_BITS),
         bytes: e.bytes,
@@ -298,9 +302,12 @@ mod tests {
         assert_eq!(c.comms.len(), 1);
         let comm = &c.comms[0];
         assert_eq!((comm.hash, comm.rank, comm.nranks), (0xabc, 1, 4));
-        assert_eq!((comm.posted, comm.completed, comm.in_flight()), (10, 9, 1));
+        assert_eq!(
+            (comm.posted, comm.timed_upto, comm.past_timed()),
+            (10, 9, 1)
+        );
         assert_eq!(comm.busy_ns, 9000);
-        let open = comm.open().unwrap();
+        let open = comm.first_past_timed().unwrap();
         assert_eq!(
             (open.index, open.func, open.bytes),
             (9, NcclFunc::AllReduce, 4 << 20)
@@ -326,7 +333,7 @@ mod tests {
         w.comm(0, 1, 0, 2).ops(0, NcclFunc::AllReduce, 64, 20, 0, 0);
         let c = decode(&w.bytes()).unwrap();
         assert_eq!(
-            c.comms[0].open(),
+            c.comms[0].first_past_timed(),
             None,
             "index 0 was overwritten by index 8 and 16"
         );

@@ -62,9 +62,10 @@ pub const S_NNODES: usize = 4;
 /// Collectives and point-to-point operations posted (the host called them). Counted
 /// as a post begins: the open ring's entry for the newest may follow a moment later.
 pub const S_POSTED: usize = 5;
-/// One past the highest posted index whose kernels all stopped: operations of one
-/// communicator run in order on its stream, so all before it are done too.
-pub const S_COMPLETED: usize = 6;
+/// One past the highest posted index whose kernels NCCL timed to their stop:
+/// operations of one communicator run in order on its stream, so all before it are
+/// done too; under sampling, later ones may be done, untimed.
+pub const S_TIMED_UPTO: usize = 6;
 /// GPU time inside operations (ns): each one's last channel stop minus its first
 /// channel start, waits for peers included.
 pub const S_BUSY_NS: usize = 7;
@@ -72,7 +73,7 @@ pub const S_BUSY_NS: usize = 7;
 pub const S_LAST_STOP_NS: usize = 8;
 /// Bumped before and after the slot's identity words change (odd: being written).
 pub const S_GENERATION: usize = 9;
-/// Operations timed and completed, counted one by one (S_COMPLETED is a high-water
+/// Operations timed and completed, counted one by one (S_TIMED_UPTO is a high-water
 /// mark: one completing after a later one does not move it). With sampling, S_BUSY_NS
 /// over S_DONE is the mean GPU time of an operation.
 pub const S_DONE: usize = 10;

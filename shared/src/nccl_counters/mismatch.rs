@@ -7,7 +7,7 @@
 //! is the other's N+1, the odd side skipped an operation (the shift is its) or added
 //! one (the shift is the others'). The shift alone cannot say which side did.
 
-use super::decode::{CommCounters, OpenOp};
+use super::decode::{CommCounters, PostedOp};
 use super::func::NcclFunc;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +20,7 @@ pub struct Mismatch {
     pub index: u64,
     /// Each group's ranks and their operation, the ones off the others' sequence
     /// first (where that is known: `odd`).
-    pub groups: Vec<(Vec<u32>, OpenOp)>,
+    pub groups: Vec<(Vec<u32>, PostedOp)>,
     /// How the first group is known to be off; None: not known.
     pub odd: Option<OddBy>,
 }
@@ -41,14 +41,14 @@ pub enum OddBy {
 
 type Shape = (NcclFunc, u64);
 
-fn shape(o: &OpenOp) -> Shape {
+fn shape(o: &PostedOp) -> Shape {
     (o.func, o.bytes)
 }
 
 /// The mismatch at `index` among `members`, where each holds its operation there and
 /// they differ in kind or size.
 pub fn mismatch(members: &[(u32, &CommCounters)], index: u64) -> Option<Mismatch> {
-    let mut groups: Vec<(Vec<u32>, OpenOp)> = Vec::new();
+    let mut groups: Vec<(Vec<u32>, PostedOp)> = Vec::new();
     for (rank, c) in members {
         let op = c.op(index)?;
         match groups.iter_mut().find(|(_, o)| shape(o) == shape(&op)) {
@@ -81,7 +81,7 @@ pub fn mismatch(members: &[(u32, &CommCounters)], index: u64) -> Option<Mismatch
 /// The group whose operation N is what every other rank posted as N+1.
 fn skipped(
     members: &[(u32, &CommCounters)],
-    groups: &[(Vec<u32>, OpenOp)],
+    groups: &[(Vec<u32>, PostedOp)],
     index: u64,
 ) -> Option<usize> {
     let next = |rank: u32| {
@@ -106,7 +106,7 @@ fn skipped(
 
 /// The groups but the largest, where one is larger than every other: the first of
 /// the rest (the smallest) leads.
-fn majority(groups: &[(Vec<u32>, OpenOp)]) -> Option<usize> {
+fn majority(groups: &[(Vec<u32>, PostedOp)]) -> Option<usize> {
     let most = groups.iter().map(|(r, _)| r.len()).max()?;
     if groups.iter().filter(|(r, _)| r.len() == most).count() > 1 {
         return None;
@@ -120,7 +120,7 @@ fn majority(groups: &[(Vec<u32>, OpenOp)]) -> Option<usize> {
 /// member) repeat: the smallest period that fits them all names the one expected.
 fn off_pattern(
     members: &[(u32, &CommCounters)],
-    groups: &[(Vec<u32>, OpenOp)],
+    groups: &[(Vec<u32>, PostedOp)],
     index: u64,
 ) -> Option<usize> {
     let before = |i: u64| -> Option<Shape> {

@@ -17,7 +17,7 @@ pub mod words;
 
 pub use counters_place::{CountersPlace, SHM_HEADROOM};
 pub use decode::{
-    decode, decode_words, CommCounters, CountersError, FuncTotals, OpenOp, RankCounters,
+    decode, decode_words, CommCounters, CountersError, FuncTotals, PostedOp, RankCounters,
 };
 pub use func::{datatype_bytes, NcclFunc};
 pub use rank_vars::{

@@ -6,7 +6,7 @@
 //! clock. Where NCCL times only sampled operations, which operation every rank waits
 //! in is known only when a timed one is open; else it is their last posted.
 
-use super::decode::{CommCounters, OpenOp, RankCounters};
+use super::decode::{CommCounters, PostedOp, RankCounters};
 use super::mismatch::{mismatch, Mismatch};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,7 +56,7 @@ impl NodeReading {
     pub fn only_open_ops(&mut self) {
         let comms = self.counters.values_mut().flat_map(|c| &mut c.comms);
         comms.for_each(|c| {
-            let done = c.completed;
+            let done = c.timed_upto;
             c.recent.retain(|o| o.index >= done);
         });
     }
@@ -123,7 +123,7 @@ pub enum NcclState {
 pub struct NcclStall {
     pub stalled_secs: f64,
     pub comm: u64,
-    pub op: OpenOp,
+    pub op: PostedOp,
     /// The ranks of this node that posted it and wait.
     pub waiting: Vec<u32>,
     /// The ranks of this node in the communicator that never posted it.
@@ -182,7 +182,7 @@ impl Behind {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WaitsElsewhere {
     pub comm: u64,
-    pub op: OpenOp,
+    pub op: PostedOp,
     /// The members of `comm` on this node that never posted `op`.
     pub behind: Vec<u32>,
 }
@@ -326,7 +326,7 @@ fn waits_elsewhere(
     let still = |c: &CommCounters| since.comms.get(&c.hash) == Some(&node.comm_marks(c.hash));
     own.comms
         .iter()
-        .filter(|c| c.live && c.hash != stalled && c.in_flight() > 0 && still(c))
+        .filter(|c| c.live && c.hash != stalled && c.past_timed() > 0 && still(c))
         .find_map(|c| {
             let members = members(node, c.hash);
             if members.iter().any(|(_, m)| m.carries_p2p()) {
@@ -338,9 +338,9 @@ fn waits_elsewhere(
                 .filter(|(_, m)| m.posted == least)
                 .map(|(r, _)| *r)
                 .collect();
-            (c.posted > least && c.completed <= least).then(|| WaitsElsewhere {
+            (c.posted > least && c.timed_upto <= least).then(|| WaitsElsewhere {
                 comm: c.hash,
-                op: c.op(least).unwrap_or_else(|| OpenOp::unknown(least)),
+                op: c.op(least).unwrap_or_else(|| PostedOp::unknown(least)),
                 behind,
             })
         })
@@ -365,7 +365,7 @@ fn members(node: &NodeReading, comm: u64) -> Vec<(u32, &CommCounters)> {
 #[derive(Debug, Clone, Copy)]
 struct Awaited {
     comm: u64,
-    op: OpenOp,
+    op: PostedOp,
     which: WaitedOp,
 }
 
@@ -377,15 +377,15 @@ struct Awaited {
 fn waited_in(
     members: &[(u32, &CommCounters)],
     on_gpu: &BTreeSet<u32>,
-) -> Option<(OpenOp, WaitedOp)> {
-    let unknown = OpenOp::unknown;
+) -> Option<(PostedOp, WaitedOp)> {
+    let unknown = PostedOp::unknown;
     let find = |index| members.iter().find_map(|(_, c)| c.op(index));
-    let oldest = members.iter().map(|(_, c)| c.completed).min()?;
+    let oldest = members.iter().map(|(_, c)| c.timed_upto).min()?;
     let every_op_timed = members.iter().all(|(_, c)| c.every_op_timed);
     // The members that completed no further and have it open: each must time it.
     let mut lagging = members
         .iter()
-        .filter(|(_, c)| c.completed == oldest && c.posted > oldest)
+        .filter(|(_, c)| c.timed_upto == oldest && c.posted > oldest)
         .peekable();
     let lagging_timed =
         lagging.peek().is_some() && lagging.all(|(_, c)| c.op(oldest).is_some_and(|o| o.timed));
@@ -416,7 +416,7 @@ fn awaited(node: &NodeReading) -> Option<Awaited> {
         .counters
         .values()
         .flat_map(|c| &c.comms)
-        .filter(|c| c.live && c.in_flight() > 0)
+        .filter(|c| c.live && c.past_timed() > 0)
         .map(|c| c.hash)
         .collect();
     open.into_iter()

@@ -54,31 +54,73 @@ fn big_ops(before: &RankCounters, after: &RankCounters) -> Big {
     by
 }
 
-/// Rank `rank`'s GPU time over `span`, from its counters at its start and end; None
-/// where nothing timed completed in it. Where NCCL times only sampled operations, a
-/// communicator's GPU time is its timed operations' mean times the operations posted.
+/// A communicator's estimated GPU time and its timed operations between two
+/// readings; None where too few were timed to stand for the others (one wait would
+/// be all). Where NCCL times only sampled operations, the GPU time is the timed
+/// operations' mean times the operations posted.
+fn comm_busy(
+    b: Option<&CommCounters>,
+    a: &CommCounters,
+    sampling: KernelSampling,
+) -> Option<(u64, u64)> {
+    let ns = a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
+    let done = a.done.saturating_sub(b.map_or(0, |b| b.done));
+    let posted = a.posted.saturating_sub(b.map_or(0, |b| b.posted));
+    match sampling {
+        KernelSampling::All if done > 0 => Some((ns, done)),
+        KernelSampling::All => None,
+        _ if done >= MIN_TIMED => Some((
+            (ns as f64 * posted.max(done) as f64 / done as f64) as u64,
+            done,
+        )),
+        _ => None,
+    }
+}
+
+/// Which communicator each rank's GPU time is read from, so that ranks are compared
+/// on the same one: summed over communicators, groups that overlap on the GPU (FSDP's
+/// gathers and reductions, tensor parallel beside data parallel) fill every rank's
+/// window and hide the one that waits least. The communicators are taken widest
+/// first (members among `ranks`), then by their GPU time over those ranks; each
+/// gives its share to the members not yet given one (a data-parallel job: its one
+/// group; tensor parallel pairs: each pair).
+pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u32, u64> {
+    let mut by: BTreeMap<u64, (Vec<u32>, u64)> = BTreeMap::new();
+    for (rank, before, after) in ranks {
+        for (b, a) in pairs(before, after) {
+            if let Some((busy, _)) = comm_busy(b, a, after.sampling) {
+                let e = by.entry(a.hash).or_default();
+                e.0.push(*rank);
+                e.1 += busy;
+            }
+        }
+    }
+    let mut order: Vec<(u64, (Vec<u32>, u64))> = by.into_iter().collect();
+    order.sort_by_key(|(hash, (members, busy))| (std::cmp::Reverse((members.len(), *busy)), *hash));
+    let mut judged = BTreeMap::new();
+    for (hash, (members, _)) in order {
+        for r in members {
+            judged.entry(r).or_insert(hash);
+        }
+    }
+    judged
+}
+
+/// Rank `rank`'s GPU time over `span` on communicator `comm` (see [`judged_comms`]),
+/// from its counters at its start and end; None where too few of its operations in
+/// it were timed.
 pub fn gpu_time(
     rank: u32,
     before: &RankCounters,
     after: &RankCounters,
     span: Duration,
+    comm: u64,
 ) -> Option<GpuTime> {
-    let (mut busy, mut timed) = (0u64, 0u64);
-    for (b, a) in pairs(before, after) {
-        let ns = a.busy_ns.saturating_sub(b.map_or(0, |b| b.busy_ns));
-        let done = a.done.saturating_sub(b.map_or(0, |b| b.done));
-        let posted = a.posted.saturating_sub(b.map_or(0, |b| b.posted));
-        if after.sampling == KernelSampling::All {
-            busy += ns;
-        } else if done >= MIN_TIMED {
-            busy += (ns as f64 * posted.max(done) as f64 / done as f64) as u64;
-        } else {
-            continue; // too few timed to stand for the others: one wait would be all
-        }
-        timed += done;
-    }
+    let (busy, timed) = pairs(before, after)
+        .filter(|(_, a)| a.hash == comm)
+        .find_map(|(b, a)| comm_busy(b, a, after.sampling))?;
     let span_ns = span.as_nanos() as u64;
-    if timed == 0 || span_ns == 0 {
+    if span_ns == 0 {
         return None;
     }
     let busbw = big_ops(before, after)
@@ -189,7 +231,7 @@ mod tests {
         // 1000 all_reduces of 4 MiB before; 100 more of 150 us each in 1 s.
         let before = reading(&[(1000, 600_000)]);
         let after = reading(&[(1000, 600_000), (100, 150_000)]);
-        let t = gpu_time(3, &before, &after, Duration::from_secs(1)).unwrap();
+        let t = gpu_time(3, &before, &after, Duration::from_secs(1), 7).unwrap();
         assert_eq!((t.rank, t.timed, t.busy_ns), (3, 100, 15_000_000));
         assert!((t.share() - 0.015).abs() < 1e-9);
         // 2 ranks: bus bytes = 4 MiB; 4 MiB / 150 us = 27.96 GB/s.
@@ -200,7 +242,7 @@ mod tests {
         );
         assert!((bw.gbps - 27.96).abs() < 0.01, "{}", bw.gbps);
         assert!(
-            gpu_time(3, &after, &after, Duration::from_secs(1)).is_none(),
+            gpu_time(3, &after, &after, Duration::from_secs(1), 7).is_none(),
             "nothing completed"
         );
     }
@@ -216,10 +258,10 @@ mod tests {
             .ops(0, NcclFunc::AllReduce, 4 << 20, 80, 80, 150_000)
             .untimed(0, NcclFunc::AllReduce, 4 << 20, 920);
         let mut after = decode(&w.bytes()).unwrap();
-        let t = gpu_time(0, &before, &after, Duration::from_secs(1)).unwrap();
+        let t = gpu_time(0, &before, &after, Duration::from_secs(1), 7).unwrap();
         assert_eq!((t.timed, t.busy_ns), (80, 150_000_000));
         after.sampling = KernelSampling::All;
-        let exact = gpu_time(0, &before, &after, Duration::from_secs(1)).unwrap();
+        let exact = gpu_time(0, &before, &after, Duration::from_secs(1), 7).unwrap();
         assert_eq!(
             exact.busy_ns, 12_000_000,
             "every operation timed: no estimate"
@@ -242,5 +284,65 @@ mod tests {
         // Both slow: a tenth of the model.
         let s = link_speeds(&[(&zero, &slow)], &model);
         assert!(s[0].slow(), "{s:?}");
+    }
+
+    /// FSDP-style: three groups overlap on each rank's GPU. The fast ranks' kernels
+    /// wait for the slow one in every group (0.7, 0.6, 0.5 of a second), the slow
+    /// rank's less (0.35, 0.3, 0.4): summed and capped at the window, every rank read
+    /// 1.0 and the straggler was hidden. On the group they all judge by, it is not.
+    #[test]
+    fn overlapping_groups_are_compared_one_communicator_at_a_time() {
+        let reading = |busy_ms: [u64; 3]| {
+            let mut w = Words::default();
+            for (slot, ms) in busy_ms.into_iter().enumerate() {
+                let n = if ms == 0 { 0 } else { 100 };
+                w.comm(slot, 10 + slot as u64, 0, 4).ops(
+                    slot,
+                    NcclFunc::AllGather,
+                    4 << 20,
+                    n,
+                    n,
+                    ms * 10_000,
+                );
+            }
+            let mut c = decode(&w.bytes()).unwrap();
+            c.sampling = KernelSampling::All;
+            c
+        };
+        let zero = reading([0, 0, 0]);
+        let (fast, slow) = (reading([700, 600, 500]), reading([350, 300, 400]));
+        let ranks = [(0, &zero, &fast), (1, &zero, &slow), (2, &zero, &fast)];
+        let judged = judged_comms(&ranks);
+        assert_eq!(
+            judged.values().collect::<Vec<_>>(),
+            [&10, &10, &10],
+            "the busiest group of all"
+        );
+        let share = |c: &RankCounters, comm| {
+            gpu_time(0, &zero, c, Duration::from_secs(1), comm)
+                .unwrap()
+                .share()
+        };
+        assert!((share(&fast, 10) - 0.7).abs() < 1e-9);
+        assert!((share(&slow, 10) - 0.35).abs() < 1e-9);
+        // Tensor-parallel pairs {0,1} and {2,3}: each judged on its own pair.
+        let pair = |hash: u64, busy_ms: u64| {
+            let mut w = Words::default();
+            w.comm(0, hash, 0, 2)
+                .ops(0, NcclFunc::AllReduce, 4 << 20, 100, 100, busy_ms * 10_000);
+            decode(&w.bytes()).unwrap()
+        };
+        let (a, b) = (pair(1, 500), pair(2, 600));
+        let ranks = [
+            (0, &zero, &a),
+            (1, &zero, &a),
+            (2, &zero, &b),
+            (3, &zero, &b),
+        ];
+        let judged = judged_comms(&ranks);
+        assert_eq!(
+            (judged[&0], judged[&1], judged[&2], judged[&3]),
+            (1, 1, 2, 2)
+        );
     }
 }

@@ -39,7 +39,7 @@ impl Words {
     ) -> &mut Self {
         let s = |i| slot_word(slot, i);
         self.0[s(S_POSTED)] += posted;
-        self.0[s(S_COMPLETED)] += completed;
+        self.0[s(S_TIMED_UPTO)] += completed;
         self.0[s(S_DONE)] += completed;
         self.0[s(S_BUSY_NS)] += completed * gpu_ns;
         let f = |i| s(func_word(func.id(), i));
@@ -51,7 +51,7 @@ impl Words {
             self.0[f(F_BIG_BYTES)] += completed * bytes;
             self.0[f(F_BIG_GPU_NS)] += completed * gpu_ns;
         }
-        let first_open = self.0[s(S_COMPLETED)];
+        let first_open = self.0[s(S_TIMED_UPTO)];
         self.ring(slot, first_open, func, bytes)
     }
 

@@ -9,13 +9,13 @@ use super::model::RankStack;
 use super::standing::Standing;
 use crate::nccl_counters::mismatch::{Mismatch, OddBy};
 use crate::nccl_counters::{
-    Behind, NcclStall, NcclState, NcclWatch, NodeReading, OpenOp, WaitedOp,
+    Behind, NcclStall, NcclState, NcclWatch, NodeReading, PostedOp, WaitedOp,
 };
 use crate::units::format_size;
 use std::time::{Duration, Instant};
 
 /// `all_reduce (4.0 MiB, operation 214 on communicator 0x1a2b)`.
-fn op_text(op: &OpenOp, comm: u64) -> String {
+fn op_text(op: &PostedOp, comm: u64) -> String {
     let size = match op.bytes {
         0 => String::new(),
         b => format!("{}, ", format_size(b)),
@@ -67,7 +67,7 @@ fn behind_text(
 /// The ranks' different operations under one index, and which side left the others'
 /// sequence where the counters say.
 fn mismatch_text(m: &Mismatch) -> String {
-    let shown = |op: &OpenOp| match op.bytes {
+    let shown = |op: &PostedOp| match op.bytes {
         0 => op.func.kind().to_string(),
         b => format!("{} of {}", op.func.kind(), format_size(b)),
     };
@@ -351,7 +351,7 @@ mod tests {
         NcclStall {
             stalled_secs: 25.0,
             comm: 0x7,
-            op: OpenOp {
+            op: PostedOp {
                 index: 5,
                 func: NcclFunc::AllReduce,
                 bytes: 4 << 20,
@@ -522,10 +522,10 @@ mod tests {
             cpu_share: Some(1.0),
             waits_in: Some(WaitsElsewhere {
                 comm: 0xd,
-                op: OpenOp {
+                op: PostedOp {
                     index: 1,
                     bytes: 4,
-                    ..OpenOp::unknown(1)
+                    ..PostedOp::unknown(1)
                 },
                 behind: vec![1],
             }),
@@ -577,11 +577,11 @@ mod tests {
     /// next: it is named, with what it skipped, at the first report.
     #[test]
     fn a_skipped_collective_is_named_with_what_was_skipped() {
-        let op = |bytes| OpenOp {
+        let op = |bytes| PostedOp {
             index: 14,
             func: NcclFunc::AllReduce,
             bytes,
-            ..OpenOp::unknown(14)
+            ..PostedOp::unknown(14)
         };
         let mut s = stall(Vec::new());
         s.waiting = vec![0, 1, 2];

@@ -63,9 +63,15 @@ impl CounterWindows {
             .iter()
             .filter_map(|(r, c)| self.last.get(r).map(|(at, b)| (*r, now - *at, b, c)))
             .collect();
+        let judged = window::judged_comms(
+            &pairs
+                .iter()
+                .map(|(r, _, b, c)| (*r, *b, *c))
+                .collect::<Vec<_>>(),
+        );
         let times = pairs
             .iter()
-            .filter_map(|(r, span, b, c)| window::gpu_time(*r, b, c, *span))
+            .filter_map(|(r, span, b, c)| window::gpu_time(*r, b, c, *span, *judged.get(r)?))
             .collect();
         let line = links.and_then(|w| {
             let refs: Vec<(&RankCounters, &RankCounters)> =
