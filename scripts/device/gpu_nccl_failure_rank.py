@@ -9,6 +9,13 @@ says:
               gradient ([2048, 2048])
   skip        skips one gradient all_reduce; every rank runs STEPS (30) steps and
               exits, the others one all_reduce short of a partner
+  skipgrad    each step also reduces the loss ([1]) after the gradient; rank FAIL_RANK
+              skips the gradient's all_reduce once: its later operations are the
+              others' shifted by one, of other sizes
+  sysexit     quits with sys.exit("config error: lr must be positive") (no traceback)
+  sidebusy    every rank's metrics thread all_reduces on a side group every 10 ms
+              from the start; at FAIL_STEP rank FAIL_RANK blocks in a read as stuck:
+              the side group keeps moving while the gradients' group hangs
   watchdog    as stuck, under a process group timeout of PG_TIMEOUT s (25): NCCL's
               watchdog aborts the waiting rank
   segv        a native crash (ctypes reads address 8) in decode_native_record
@@ -21,6 +28,8 @@ import ctypes
 import datetime
 import os
 import signal
+import sys
+import threading
 import time
 
 import torch
@@ -64,6 +73,26 @@ def train_step(w, x):
     return g, g.float().pow(2).mean()
 
 
+def start_metrics_thread(side, dev, local):
+    """A background thread reducing a metric on its own group every 10 ms, as a
+    metrics or heartbeat thread does: NCCL posts on that communicator never stop."""
+
+    def loop():
+        if dev == "cuda":
+            torch.cuda.set_device(local)
+            # Its own stream: on the default one beside the gradients' group, the two
+            # groups' kernels are ordered differently on each rank and deadlock (what
+            # the first run of this case did, before any rank held).
+            torch.cuda.set_stream(torch.cuda.Stream())
+        m = torch.ones(1, device=dev)
+        while True:
+            dist.all_reduce(m, group=side)
+            m.fill_(1.0)
+            time.sleep(0.01)
+
+    threading.Thread(target=loop, daemon=True, name="metrics").start()
+
+
 def main():
     local = int(os.environ["LOCAL_RANK"])
     timeout = datetime.timedelta(seconds=int(os.environ.get("PG_TIMEOUT", "25"))) if CASE == "watchdog" else None
@@ -77,6 +106,8 @@ def main():
     rank = dist.get_rank()
     w = torch.randn(n, n, device=dev)
     x = torch.randn(n, n, device=dev)
+    if CASE == "sidebusy":
+        start_metrics_thread(dist.new_group(), dev, local)
     loader = iter(torch.utils.data.DataLoader(Shards(), batch_size=4, num_workers=2 if CASE == "dataloader" else 0))
     for step in range(STEPS):
         next(loader)
@@ -84,7 +115,9 @@ def main():
         if failing and CASE == "leaver":
             print(f"rank {rank}: early stop at step {step}: validation loss stopped improving", flush=True)
             return
-        if failing and CASE in ("stuck", "watchdog"):
+        if failing and CASE == "sysexit":
+            sys.exit("config error: lr must be positive")
+        if failing and CASE in ("stuck", "watchdog", "sidebusy"):
             read_next_shard()
         if failing and CASE == "segv":
             decode_native_record(8)
@@ -93,8 +126,10 @@ def main():
         if failing and CASE == "oom":
             build_activations()
         g, loss = train_step(w, x)
-        if not (failing and CASE == "skip"):
+        if not (failing and CASE in ("skip", "skipgrad")):
             dist.all_reduce(g)
+        if CASE == "skipgrad":
+            dist.all_reduce(loss.detach().reshape(1))
         if CASE == "metrics" and rank == 0 and step == FAIL_STEP:
             m = loss.detach().reshape(1)
             dist.all_reduce(m)  # metrics reduced on rank 0 only

@@ -27,6 +27,7 @@ for case in $cases; do
     --log-dir "$d/run" scripts/device/gpu_nccl_failure_rank.py)
   for a in "$d"/run/*/attempt_0; do
     [ -f "$a/hang.json" ] && cp "$a/hang.json" "$d/"
+    [ -d "$a/nccl-counters" ] && cp -r "$a/nccl-counters" "$d/"
     if [ -d "$a/fr" ] && [ -n "$(ls "$a/fr")" ]; then
       mkdir -p "$d/fr" && cp "$a"/fr/* "$d/fr/"
       "$BIN" fr-trace "$a/fr" > "$d/fr-trace.txt" 2>&1

@@ -2,7 +2,7 @@
 # Issue 49 on a GPU machine: toporun's NCCL profiler plugin, stage by stage (STAGES),
 # each in PROFILER_WORK (/tmp/profiler; not WORK, which the rank scripts read) and written to OUT/summary.txt as it goes and
 # OUT/results.tgz (WORK, the ranks' counters files included) after each stage:
-#   hang2 hang4      on 2 and 4 ranks, --hang-timeout 20: rank 1 spins in Python
+#   hang2 hang4      on 2 and 4 ranks, --hang-timeout HANG_TIMEOUT (20): rank 1 spins in Python
 #                    (spin), blocks in a read (stuck), then rank 0 evaluates for 35 s
 #                    (eval, --on-hang report: the job goes on; EVAL_ON_HANG=stop: it must
 #                    go on anyway); CASES: which of them; each GPU's utilization kept
@@ -50,7 +50,7 @@ hang() {  # NPROC CASE
   # GPU work from a rank spinning in Python).
   nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader -lms 500 > "$d/gpu-util.csv" 2>/dev/null &
   local smi=$!
-  echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 100 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout 20 --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
+  echo "== hang $2 on $1 ranks: $(CASE=$2 HOLD_RANK=$hold python3 scripts/device/timed_run.py 100 "$d/stdout" "$d/stderr" "$T" --standalone --nproc-per-node="$1" --hang-timeout "${HANG_TIMEOUT:-20}" --on-hang $how --log-dir "$d/run" scripts/device/gpu_profiler_hang_rank.py)" | tee -a "$S"
   kill $smi 2>/dev/null
   lines "$d/stderr" | tee -a "$S"; keep "$d"
 }

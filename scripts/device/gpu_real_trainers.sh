@@ -8,6 +8,11 @@
 #            warning, and the iteration medians
 #   pairs    each of TRAINERS on 2 GPUs, two runs at once on GPUs 0,1 and 2,3: toporun
 #            beside torchrun (PAIR_B=toporun: two trainers under toporun at once)
+#   healthy2 TRAINERS two at a time on 2 GPUs each under toporun's defaults (GPUs 0,1
+#            and 2,3 at once), SECS s each: any toporun warning, the iteration medians
+#   cost2    each of TRAINERS on 2 GPUs, toporun and torchrun at once on GPUs 0,1 and
+#            2,3, RUNS (3) rounds of SECS s, the pairs swapped each round: iteration
+#            medians of each side in each round
 #   twofaults  the two faults of TWO_FAULTS on FAULT_TRAINERS' first under toporun at
 #            once, on GPUs 0,1 and 2,3 (no torchrun beside)
 #   faults   each FAULT of FAULTS on each of FAULT_TRAINERS, 2 ranks, rank 1 at step 30:
@@ -60,6 +65,31 @@ stage_pairs() {
     SECS=$SECS NPROC=2 one "pair-$t-$b" 2,3 "$b" $((SECS + 120)) "$(script "$t")"
     wait
     cat "$RESULTS/pair-$t-toporun/summary.txt" "$RESULTS/pair-$t-$b/summary.txt" | tee -a "$S"
+  done
+}
+
+stage_healthy2() {
+  set -- $TRAINERS
+  while [ $# -gt 0 ]; do
+    SECS=$SECS NPROC=2 one "healthy2-$1" 0,1 toporun $((SECS + 120)) "$(script "$1")" &
+    [ $# -gt 1 ] && SECS=$SECS NPROC=2 one "healthy2-$2" 2,3 toporun $((SECS + 120)) "$(script "$2")"
+    wait
+    cat "$RESULTS/healthy2-$1/summary.txt" | tee -a "$S"
+    [ $# -gt 1 ] && tee -a "$S" < "$RESULTS/healthy2-$2/summary.txt" && shift
+    shift
+  done
+}
+
+stage_cost2() {
+  local pairs=(0,1 2,3) i a b
+  for t in $TRAINERS; do
+    for i in $(seq 1 "${RUNS:-3}"); do
+      a=${pairs[$((i % 2))]} b=${pairs[$(((i + 1) % 2))]}
+      SECS=$SECS NPROC=2 one "cost2-$t-toporun-$i" "$a" toporun $((SECS + 90)) "$(script "$t")" &
+      SECS=$SECS NPROC=2 one "cost2-$t-torchrun-$i" "$b" torchrun $((SECS + 90)) "$(script "$t")"
+      wait
+      echo "cost2 $t round $i: toporun (GPUs $a) $(iters "$RESULTS/cost2-$t-toporun-$i"/std*); torchrun (GPUs $b) $(iters "$RESULTS/cost2-$t-torchrun-$i"/std*); toporun lines: $(grep -c 'toporun: \(warning\|straggler\|links\|hang\)' "$RESULTS/cost2-$t-toporun-$i/stderr")" | tee -a "$S"
+    done
   done
 }
 

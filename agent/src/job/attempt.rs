@@ -197,11 +197,18 @@ pub(super) async fn attempt(
         (node, &p.facts.container.hostname),
         announce.clone(),
     );
+    let judged = &watcher;
     let stop = async move {
         tokio::select! {
             r = stop => AttemptStop::Rendezvous(r),
             r = timer_expired(timer) => AttemptStop::Rendezvous(r),
-            r = on_hang.events(hangs) => AttemptStop::Hang(r),
+            r = on_hang.events(hangs) => {
+                // The ranks stop for this hang: a second report while they go (a
+                // rank slow to die reads as "every rank stands at the same place")
+                // would only mislead.
+                judged.stop_judging();
+                AttemptStop::Hang(r)
+            }
             r = notice => AttemptStop::Rendezvous(r),
         }
     };

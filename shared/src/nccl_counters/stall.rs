@@ -197,49 +197,63 @@ struct Since {
     comms: BTreeMap<u64, (u64, u64)>,
 }
 
-/// Follows this node's counters from reading to reading.
+/// Follows this node's counters from reading to reading, each communicator with an
+/// operation open on its own clock: a side group that keeps posting (a metrics
+/// thread) is not the stuck group's progress.
 #[derive(Debug, Default)]
 pub struct NcclWatch {
-    /// The communicator waited in at the last reading, and its members' posts and
-    /// completions summed then.
-    marks: Option<(u64, (u64, u64))>,
-    since: Option<Since>,
+    /// Each communicator waited in: its members' posts and completions summed at the
+    /// last reading, and when they last moved.
+    comms: BTreeMap<u64, ((u64, u64), Since)>,
 }
 
 impl NcclWatch {
     /// The stall's clock starts again at the next reading (the caller saw no rank
     /// waiting where the counters say they wait).
     pub fn hold_off(&mut self) {
-        self.since = None;
+        self.comms.clear();
     }
 
+    /// Stalled where a communicator waited in stood still since an earlier reading:
+    /// while another moves, only one whose wait names its operation (timed open, or
+    /// a member that never posted it); with nothing moving, the one whose wait says
+    /// most ([`awaited`]'s order).
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
-        let wait = awaited(node).filter(|_| node.unreadable.is_empty());
-        let Some(wait) = wait else {
-            (self.since, self.marks) = (None, None);
+        let waits = if node.unreadable.is_empty() {
+            awaited(node)
+        } else {
+            Vec::new()
+        };
+        if waits.is_empty() {
+            self.comms.clear();
             return NcclState::Idle;
-        };
-        // Progress is the awaited communicator's own (another one waited in before:
-        // the clock starts again).
-        let marks = Some((wait.comm, node.comm_marks(wait.comm)));
-        let moved = marks != self.marks;
-        self.marks = marks;
-        let stall = match &self.since {
-            Some(since) if !moved => stall_of(node, since, wait, now),
-            _ => None,
-        };
-        match stall {
-            Some(s) => NcclState::Stalled(s),
-            None => {
-                self.since = Some(Since {
-                    at: now,
-                    cpu: node.cpu.clone(),
-                    written: node.written.clone(),
-                    comms: every_comm_marks(node),
-                });
-                NcclState::Moving
+        }
+        self.comms.retain(|h, _| waits.iter().any(|w| w.comm == *h));
+        let (mut stalls, mut moved) = (Vec::new(), false);
+        for w in &waits {
+            let marks = node.comm_marks(w.comm);
+            let stall = match self.comms.get(&w.comm) {
+                Some((m, since)) if *m == marks => stall_of(node, since, *w, now),
+                _ => None,
+            };
+            match stall {
+                Some(s) => stalls.push(s),
+                None => {
+                    moved = true;
+                    let since = Since {
+                        at: now,
+                        cpu: node.cpu.clone(),
+                        written: node.written.clone(),
+                        comms: every_comm_marks(node),
+                    };
+                    self.comms.insert(w.comm, (marks, since));
+                }
             }
         }
+        stalls
+            .into_iter()
+            .find(|s| !moved || s.which != WaitedOp::LastPosted)
+            .map_or(NcclState::Moving, NcclState::Stalled)
     }
 }
 
@@ -281,7 +295,9 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         }
         _ => 0,
     };
-    let mismatch = match behind.is_empty() && missing == 0 {
+    // Point-to-point: a send and its recv are different operations under one index.
+    let p2p = members.iter().any(|(_, c)| c.carries_p2p());
+    let mismatch = match behind.is_empty() && missing == 0 && !p2p {
         true => mismatch(&members, op.index),
         false => None,
     };
@@ -408,10 +424,11 @@ fn waited_in(
     Some((find(last).unwrap_or(unknown(last)), WaitedOp::LastPosted))
 }
 
-/// Of the communicators with operations open, the one whose wait says most: a timed
-/// operation open, then one a member never posted, then a last posted (with sampling
-/// every communicator has untimed operations open); then the one most ranks are in.
-fn awaited(node: &NodeReading) -> Option<Awaited> {
+/// The communicators with operations open, the one whose wait says most first: a
+/// timed operation open, then one a member never posted, then a last posted (with
+/// sampling every communicator has untimed operations open); then the one most ranks
+/// are in.
+fn awaited(node: &NodeReading) -> Vec<Awaited> {
     let open: BTreeSet<u64> = node
         .counters
         .values()
@@ -419,7 +436,8 @@ fn awaited(node: &NodeReading) -> Option<Awaited> {
         .filter(|c| c.live && c.past_timed() > 0)
         .map(|c| c.hash)
         .collect();
-    open.into_iter()
+    let mut waits: Vec<(std::cmp::Reverse<usize>, Awaited)> = open
+        .into_iter()
         .filter_map(|comm| {
             let members = members(node, comm);
             let (op, which) = waited_in(&members, &node.on_gpu)?;
@@ -428,8 +446,9 @@ fn awaited(node: &NodeReading) -> Option<Awaited> {
                 Awaited { comm, op, which },
             ))
         })
-        .min_by_key(|(n, a)| (a.which, *n, a.comm))
-        .map(|(_, a)| a)
+        .collect();
+    waits.sort_by_key(|(n, a)| (a.which, *n, a.comm));
+    waits.into_iter().map(|(_, a)| a).collect()
 }
 
 #[cfg(test)]
@@ -545,6 +564,43 @@ mod tests {
             (s.behind[0].busy(), &s.behind[0].waits_in),
             (Some(true), &None)
         );
+    }
+
+    /// A metrics thread all_reduces on a side group (0x2) every 10 ms on both ranks
+    /// while rank 1 is stuck outside NCCL and rank 0 waits in the gradients' group's
+    /// operation 30. The side group's waits say as much (an operation open) and its
+    /// hash is lower: judged alone it moved at every reading and the stuck group was
+    /// never said. Each communicator keeps its own clock.
+    #[test]
+    fn a_side_group_that_keeps_posting_does_not_hide_the_stuck_one() {
+        let rank = |r: u32, main: u64, side: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x5, r, 2)
+                .ops(0, NcclFunc::AllReduce, 16 << 20, main, 30, 1000)
+                .comm(1, 0x2, r, 2)
+                .ops(1, NcclFunc::AllReduce, 4, side + 1, side, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |side: u64| NodeReading {
+            counters: [(0, rank(0, 31, side)), (1, rank(1, 30, side))].into(),
+            cpu: [(0, Duration::ZERO), (1, Duration::ZERO)].into(),
+            ..Default::default()
+        };
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        assert_eq!(w.observe(&at(100), t0), NcclState::Moving);
+        for (i, side) in (200..2000).step_by(100).enumerate() {
+            let now = t0 + Duration::from_secs(i as u64 + 1);
+            let NcclState::Stalled(s) = w.observe(&at(side), now) else {
+                panic!("the side group's progress hid the stall at {i}s")
+            };
+            assert_eq!((s.comm, s.op.index, s.waiting.clone()), (0x5, 30, vec![0]));
+            assert_eq!(s.behind[0].rank, 1);
+            assert!(
+                (s.stalled_secs - (i + 1) as f64).abs() < 1e-6,
+                "{}",
+                s.stalled_secs
+            );
+        }
     }
 
     /// A rank behind whose other communicator differs in counts only by point-to-point

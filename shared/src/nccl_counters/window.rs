@@ -83,11 +83,14 @@ fn comm_busy(
 /// window and hide the one that waits least. The communicators are taken widest
 /// first (members among `ranks`), then by their GPU time over those ranks; each
 /// gives its share to the members not yet given one (a data-parallel job: its one
-/// group; tensor parallel pairs: each pair).
+/// group; tensor parallel pairs: each pair). Communicators carrying point-to-point
+/// traffic are left out.
 pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u32, u64> {
     let mut by: BTreeMap<u64, (Vec<u32>, u64)> = BTreeMap::new();
     for (rank, before, after) in ranks {
-        for (b, a) in pairs(before, after) {
+        // Pipeline stages post different work by design: their waits on send/recv say
+        // which stage is heavier, not which rank is slow.
+        for (b, a) in pairs(before, after).filter(|(_, a)| !a.carries_p2p()) {
             if let Some((busy, _)) = comm_busy(b, a, after.sampling) {
                 let e = by.entry(a.hash).or_default();
                 e.0.push(*rank);
@@ -344,5 +347,31 @@ mod tests {
             (judged[&0], judged[&1], judged[&2], judged[&3]),
             (1, 1, 2, 2)
         );
+    }
+
+    /// Two pipeline stages on 2x H200 (issue 61): the last stage computes the loss, so
+    /// the first waits longer in its receives (35% against 15%): healthy, and named
+    /// a straggler once. Send/recv waits are the stages' design; the group of
+    /// collectives beside them is judged, and with none, nothing is.
+    #[test]
+    fn pipeline_stages_waits_on_send_and_recv_are_not_compared() {
+        let zero = decode(&Words::default().bytes()).unwrap();
+        let stage = |rank: u32, recv_ms: u64, collectives: bool| {
+            let mut w = Words::default();
+            w.comm(0, 0x9, rank, 2)
+                .ops(0, NcclFunc::Recv, 4 << 20, 100, 100, recv_ms * 10_000);
+            if collectives {
+                w.comm(1, 0x3, rank, 2)
+                    .ops(1, NcclFunc::AllReduce, 4, 10, 10, 1000);
+            }
+            let mut c = decode(&w.bytes()).unwrap();
+            c.sampling = KernelSampling::All;
+            c
+        };
+        let (first, last) = (stage(0, 350, true), stage(1, 150, true));
+        let judged = judged_comms(&[(0, &zero, &first), (1, &zero, &last)]);
+        assert_eq!((judged[&0], judged[&1]), (0x3, 0x3));
+        let (first, last) = (stage(0, 350, false), stage(1, 150, false));
+        assert!(judged_comms(&[(0, &zero, &first), (1, &zero, &last)]).is_empty());
     }
 }

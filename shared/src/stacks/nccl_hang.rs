@@ -162,7 +162,7 @@ pub fn nccl_verdict(
         NcclState::Moving => return NcclVerdict::Moving,
         NcclState::Stalled(s) => s,
     };
-    if stall.which == WaitedOp::LastPosted {
+    if unknown_wait(&stall) {
         return NcclVerdict::StackRule;
     }
     if !stands
@@ -183,6 +183,13 @@ pub fn nccl_verdict(
         Some(busy) => NcclVerdict::Busy { hang, busy },
         None => NcclVerdict::Hang(hang),
     }
+}
+
+/// Which operation the ranks wait in is not known: sampled, every rank posted it
+/// (or waits on its GPU) and nothing was timed. Unless the ranks posted different
+/// operations at the last one every rank posted: then that is where they wait.
+fn unknown_wait(stall: &NcclStall) -> bool {
+    stall.which == WaitedOp::LastPosted && stall.mismatch.is_none()
 }
 
 /// The ranks behind, where there are some and every one ran its CPU through the
@@ -240,7 +247,7 @@ pub fn counters_alone(
         NcclState::Moving => return CountersAlone::Moving,
         NcclState::Stalled(s) => s,
     };
-    if stall.which == WaitedOp::LastPosted {
+    if unknown_wait(&stall) {
         return CountersAlone::Quiet;
     }
     if Duration::from_secs_f64(stall.stalled_secs) < timeout {
@@ -609,6 +616,49 @@ mod tests {
         );
         assert!(
             h.headline.contains("the counters cannot tell"),
+            "{}",
+            h.headline
+        );
+    }
+
+    /// Sampled (nothing timed), 2 ranks, each step a gradient all_reduce (16 MiB) then
+    /// the loss's (4 B); rank 1 skipped one gradient: every rank then waits on its GPU
+    /// (GPU 2x H200 and 4x, issue 62), so no rank is behind and which operation they
+    /// wait in was "not known": the stack rule said only that the collectives do not
+    /// match. The operations posted under one index say who and what.
+    #[test]
+    fn a_skipped_gradient_is_named_from_the_counters_when_every_rank_waits_on_its_gpu() {
+        use crate::nccl_counters::{decode, words::Words};
+        let rank = |r: u32, seq: &[u64]| {
+            let mut w = Words::default();
+            w.comm(0, 0x7, r, 2);
+            for &bytes in seq {
+                w.untimed(0, NcclFunc::AllReduce, bytes, 1);
+            }
+            decode(&w.bytes()).unwrap()
+        };
+        let (g, l) = (16u64 << 20, 4u64);
+        let steps: Vec<u64> = (0..12).flat_map(|_| [g, l]).collect();
+        let zero: Vec<u64> = steps.iter().copied().chain([g, l]).collect();
+        let one: Vec<u64> = steps.iter().copied().chain([l]).collect();
+        let node = NodeReading {
+            live: vec![0, 1],
+            counters: [(0, rank(0, &zero)), (1, rank(1, &one))].into(),
+            cpu: [(0, Duration::ZERO), (1, Duration::ZERO)].into(),
+            on_gpu: [0, 1].into(),
+            ..Default::default()
+        };
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        let timeout = Duration::from_secs(15);
+        counters_alone(&mut w, node.clone(), timeout, t0);
+        let CountersAlone::Hang(h) =
+            counters_alone(&mut w, node, timeout, t0 + Duration::from_secs(16))
+        else {
+            panic!("no hang")
+        };
+        assert_eq!(h.odd, vec![1]);
+        assert!(
+            h.headline.contains("operation 25: rank 1 all_reduce of 4 B, rank 0 all_reduce of 16 MiB: rank 1 skipped the others' operation 25, all_reduce of 16 MiB"),
             "{}",
             h.headline
         );
