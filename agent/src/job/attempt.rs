@@ -12,7 +12,7 @@ use crate::job::failure::recorder::{self, say_flight_recorder};
 use crate::job::failure::{heard_stop, rank_failed, Failed};
 use crate::job::hang::exchange;
 use crate::job::hang::stacks_socket;
-use crate::job::hang::watch::{HangReport, LiveRanks};
+use crate::job::hang::watch::{HangReport, LiveRanks, Watcher};
 use crate::job::nccl_report::Reporter;
 use crate::job::preemption;
 use crate::job::rank_events::{Heard, Seen};
@@ -202,13 +202,7 @@ pub(super) async fn attempt(
         tokio::select! {
             r = stop => AttemptStop::Rendezvous(r),
             r = timer_expired(timer) => AttemptStop::Rendezvous(r),
-            r = on_hang.events(hangs) => {
-                // The ranks stop for this hang: a second report while they go (a
-                // rank slow to die reads as "every rank stands at the same place")
-                // would only mislead.
-                judged.stop_judging();
-                AttemptStop::Hang(r)
-            }
+            r = on_hang.events(hangs) => AttemptStop::hang(judged, r),
             r = notice => AttemptStop::Rendezvous(r),
         }
     };
@@ -385,6 +379,15 @@ enum AttemptStop {
     Rendezvous(StopReason),
     /// `--on-hang stop`, with the hang report.
     Hang(HangReport),
+}
+
+impl AttemptStop {
+    /// The ranks stop for this hang: a second report while they go (a rank slow to
+    /// die reads as "every rank stands at the same place") would only mislead.
+    fn hang(watcher: &Watcher, r: HangReport) -> AttemptStop {
+        watcher.stop_judging();
+        AttemptStop::Hang(r)
+    }
 }
 
 impl supervise::StopRequest for AttemptStop {
