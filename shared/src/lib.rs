@@ -21,6 +21,7 @@ pub mod nccl_env_check;
 pub mod nccl_expect;
 pub mod nccl_log;
 pub mod nccl_vars;
+pub mod network_check;
 pub mod plan;
 pub mod preflight;
 pub mod rank_env;

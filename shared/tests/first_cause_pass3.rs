@@ -2,17 +2,17 @@
 //! 61's busy rank on 4 GPUs, kept under tests/fixtures/device/first-cause-pass3-h200x4
 //! (`scripts/device/gpu_first_cause_pass3.sh`; its README says which call made what).
 
-use flate2::read::GzDecoder;
-use std::io::Read;
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use toporun_shared::nccl_counters::{decode, NcclWatch, NodeReading, RankCounters};
+use toporun_shared::nccl_counters::{NcclWatch, NodeReading, RankCounters};
 use toporun_shared::stacks::{counters_alone, CountersAlone};
 
+const SET: &str = "first-cause-pass3-h200x4";
+
 fn fixture(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/device/first-cause-pass3-h200x4")
-        .join(path)
+    common::device_fixture(SET, path)
 }
 
 fn text(path: &str) -> String {
@@ -20,10 +20,7 @@ fn text(path: &str) -> String {
 }
 
 fn counters(run: &str, rank: u32) -> RankCounters {
-    let f = std::fs::File::open(fixture(&format!("{run}/nccl-counters/rank_{rank}.gz"))).unwrap();
-    let mut bytes = Vec::new();
-    GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
-    decode(&bytes).unwrap()
+    common::counters_file(SET, &format!("{run}/nccl-counters/rank_{rank}.gz"))
 }
 
 /// Seconds into the run of the first stderr line of `run` containing `what`.

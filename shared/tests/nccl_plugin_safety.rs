@@ -4,8 +4,8 @@
 //! version 4) as the attempt's end left them. The counters alone name the rank stuck
 //! before a collective and the rank whose GPU is slow.
 
-use flate2::read::GzDecoder;
-use std::io::Read;
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use toporun_shared::nccl_counters::{decode, window, NcclWatch, NodeReading, RankCounters};
@@ -14,17 +14,11 @@ use toporun_shared::stacks::{counters_alone, CountersAlone, Places};
 const SET: &str = "nccl-plugin-safety-h200x2";
 
 fn fixture(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/device")
-        .join(SET)
-        .join(path)
+    common::device_fixture(SET, path)
 }
 
 fn counters(run: &str, rank: u32) -> RankCounters {
-    let f = std::fs::File::open(fixture(&format!("{run}/rank_{rank}.gz"))).unwrap();
-    let mut bytes = Vec::new();
-    GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
-    decode(&bytes).unwrap()
+    common::counters_file(SET, &format!("{run}/rank_{rank}.gz"))
 }
 
 /// The stuck run's node read twice 20 s apart with nothing moving (the ranks were
@@ -98,7 +92,7 @@ fn the_runs_were_of_this_layout_and_the_healthy_one_said_nothing() {
     assert_eq!(counters("cjob-slow2", 0).comms[0].nranks, 2);
     let v = std::fs::read(fixture("cjob-stuck2/rank_0.gz")).unwrap();
     let mut bytes = Vec::new();
-    GzDecoder::new(&v[..]).read_to_end(&mut bytes).unwrap();
+    std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&v[..]), &mut bytes).unwrap();
     // Layout 4, the one this issue brought (5 added the fastest operation since).
     assert_eq!(u64::from_le_bytes(bytes[8..16].try_into().unwrap()), 4);
     let healthy = std::fs::read_to_string(fixture("cjob-healthy2/stderr")).unwrap();
@@ -151,12 +145,7 @@ fn on_four_gpus_the_stuck_slow_and_healthy_runs_are_told_apart() {
         "{healthy}"
     );
     let ranks: Vec<RankCounters> = (0..4)
-        .map(|r| {
-            let f = std::fs::File::open(fixture_x4(&format!("cjob-stuck4/rank_{r}.gz"))).unwrap();
-            let mut bytes = Vec::new();
-            GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
-            decode(&bytes).unwrap()
-        })
+        .map(|r| common::counters_file(X4, &format!("cjob-stuck4/rank_{r}.gz")))
         .collect();
     let posted: Vec<u64> = ranks
         .iter()
@@ -165,10 +154,10 @@ fn on_four_gpus_the_stuck_slow_and_healthy_runs_are_told_apart() {
     assert_eq!(posted, [201, 200, 201, 201], "rank 1 one behind");
 }
 
+const X4: &str = "nccl-plugin-safety-h200x4";
+
 fn fixture_x4(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/device/nccl-plugin-safety-h200x4")
-        .join(path)
+    common::device_fixture(X4, path)
 }
 
 /// On 4x H200, 200 cycles of communicators made, split to share a proxy, destroyed
@@ -191,12 +180,7 @@ fn on_four_gpus_the_churn_ends_clean_and_a_healthy_run_under_the_defaults_is_sil
         "{healthy}"
     );
     let ranks: Vec<RankCounters> = (0..4)
-        .map(|r| {
-            let f = std::fs::File::open(fixture_x4(&format!("cjob-healthy4-default/rank_{r}.gz")));
-            let mut bytes = Vec::new();
-            GzDecoder::new(f.unwrap()).read_to_end(&mut bytes).unwrap();
-            decode(&bytes).unwrap()
-        })
+        .map(|r| common::counters_file(X4, &format!("cjob-healthy4-default/rank_{r}.gz")))
         .collect();
     let node = NodeReading {
         counters: ranks

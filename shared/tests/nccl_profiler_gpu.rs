@@ -4,15 +4,14 @@
 //! counters files: the rank that never posted the awaited all_reduce, a mismatch where
 //! every rank posted, and each rank's GPU wait share and link speed over a window.
 
-use flate2::read::GzDecoder;
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use toporun_shared::flight_recorder::LinkModel;
 use toporun_shared::nccl_counters::{
-    decode, window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters,
-    WaitedOp,
+    window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters, WaitedOp,
 };
 use toporun_shared::stacks::hang_report::{Context, Hang};
 use toporun_shared::stacks::rank_window::{GpuWait, WindowSummary};
@@ -63,10 +62,7 @@ fn straggler_ranks(set: &str) -> &'static [u32] {
 }
 
 fn fixture_in(set: &str, path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/device")
-        .join(set)
-        .join(path)
+    common::device_fixture(set, path)
 }
 
 fn fixture(path: &str) -> PathBuf {
@@ -76,10 +72,7 @@ fn fixture(path: &str) -> PathBuf {
 /// Rank `rank`'s counters file in `dir` (gzipped in the fixture).
 fn counters(dir: &str, rank: u32) -> RankCounters {
     let (set, dir) = dir.split_once(':').unwrap_or((ALL, dir));
-    let f = std::fs::File::open(fixture_in(set, &format!("{dir}/rank_{rank}.gz"))).unwrap();
-    let mut bytes = Vec::new();
-    GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
-    decode(&bytes).unwrap()
+    common::counters_file(set, &format!("{dir}/rank_{rank}.gz"))
 }
 
 fn node(dir: &str, ranks: u32) -> BTreeMap<u32, RankCounters> {

@@ -7,24 +7,21 @@
 //! waits in, its CPU spinning at 100%: the first pass called it busy with its GPU
 //! running kernels, and said no hang.
 
-use flate2::read::GzDecoder;
-use std::io::Read;
+mod common;
+
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use toporun_shared::nccl_counters::{decode, NcclWatch, NodeReading, RankCounters};
+use toporun_shared::nccl_counters::{NcclWatch, NodeReading, RankCounters};
 use toporun_shared::stacks::{counters_alone, CountersAlone};
 
+const SET: &str = "real-trainers-h200x4";
+
 fn fixture(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/device/real-trainers-h200x4")
-        .join(path)
+    common::device_fixture(SET, path)
 }
 
 fn counters(run: &str, rank: u32) -> RankCounters {
-    let f = std::fs::File::open(fixture(&format!("{run}/rank_{rank}.gz"))).unwrap();
-    let mut bytes = Vec::new();
-    GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
-    decode(&bytes).unwrap()
+    common::counters_file(SET, &format!("{run}/rank_{rank}.gz"))
 }
 
 /// The skip run's node read twice 16 s apart with nothing moving, rank 0's CPU busy
@@ -81,4 +78,38 @@ fn the_skip_run_s_counters_show_each_rank_behind_on_one_communicator() {
     assert_eq!(r0.len(), 2, "{r0:?}");
     assert_eq!((r0[0], r1[0]), (2, 1), "side group");
     assert_eq!(r1[1], r0[1] + 1, "default group");
+}
+
+/// Rank 1's own lines in a run's stderr (toporun's stamp `[  21.10] ` taken off): those
+/// torch prefixes with `[rank1]:`, and those the trainer prints as `rank 1: ...`.
+fn rank1_tail(run: &str) -> String {
+    let err = std::fs::read_to_string(fixture(&format!("{run}/stderr"))).unwrap();
+    err.lines()
+        .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
+        .filter(|l| l.starts_with("[rank1]:") || l.starts_with("rank 1:"))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// Lightning catches the exception (and sys.exit's SystemExit) and tears its process
+/// group down, which waits while rank 0 sits in its collective: the report said rank
+/// 1 "is stuck in destroy_process_group". What rank 1 raised or said before is the
+/// cause (2x H200, tests/fixtures/device/real-trainers-h200x4/pass2).
+#[test]
+fn lightning_s_rank_in_its_teardown_is_said_with_what_it_raised_or_said_before() {
+    use toporun_shared::stacks::hang_report::Hang;
+    use toporun_shared::stacks::teardown::{teardown_cause, LastSaid};
+    let runs = [
+        ("fault-lightning-raise-toporun", "; before its teardown rank 1 raised RuntimeError: loss became NaN at step 30 (injected) (trainer_common.py:82): that is the cause"),
+        ("fault-lightning-dlworker-toporun", "; before its teardown rank 1 raised RuntimeError: DataLoader worker (pid 1831) is killed by signal: Killed."),
+        ("fault-lightning-exit-toporun", "; its last words on stderr before its teardown: \"rank 1: giving up at step 30: the shard's checksum does not match\""),
+    ];
+    for (run, expected) in runs {
+        let run = format!("pass2/{run}");
+        let json = std::fs::read_to_string(fixture(&format!("{run}/hang.json"))).unwrap();
+        let hang: Hang = serde_json::from_str(&json).unwrap();
+        let said = [(1, LastSaid::of(&rank1_tail(&run)).unwrap())].into();
+        let cause = teardown_cause(&hang, &said).unwrap_or_default();
+        assert!(cause.starts_with(expected), "{run}: {cause}");
+    }
 }

@@ -402,15 +402,13 @@ impl supervise::StopRequest for AttemptStop {
         matches!(self, AttemptStop::Rendezvous(r) if r.kind == StopKind::Preempt)
     }
 
-    /// Ranks hung in NCCL (its counters or its watchdog said so) wait in C, where no
-    /// signal handler runs: SIGTERM cannot end them, so SIGKILL follows soon. A hang
-    /// the stacks found may stand in Python, whose handler (a checkpoint) gets the
-    /// whole --shutdown-timeout.
+    /// Ranks hung in NCCL wait in C, where no signal handler runs, and a handler that
+    /// does run waits on the same peers (Lightning's SIGTERM handler broadcasts to
+    /// them: a Lightning job whose DataLoader worker died exited 30 s after its hang
+    /// report on 2x H200): SIGKILL follows soon.
     fn deadline(&self) -> Option<Duration> {
         match self {
-            AttemptStop::Hang(r) if r.by_counters || r.watchdog.is_some() => {
-                Some(HANG_STOP_DEADLINE)
-            }
+            AttemptStop::Hang(_) => Some(HANG_STOP_DEADLINE),
             _ => None,
         }
     }

@@ -157,6 +157,34 @@ fn with_two_ranks_the_one_in_its_own_code_is_named_while_the_other_waits_in_back
     assert!(err.contains("wait_for_data"), "{err}");
 }
 
+/// A hang stopped under --on-hang stop while every rank ignores SIGTERM (as ranks
+/// blocked in NCCL, or a handler waiting on the same peers, do): SIGKILL follows 5 s
+/// after SIGTERM, not at --shutdown-timeout (30 s here).
+#[test]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
+fn a_hang_stop_kills_what_sigterm_cannot_end_within_5s() {
+    let d = tempfile::tempdir().unwrap();
+    let extra = [
+        "--hang-timeout=3",
+        "--on-hang=stop",
+        "--shutdown-timeout=30",
+    ];
+    let t0 = std::time::Instant::now();
+    let (code, _, err) = run(&mut job("deaf", d.path(), &extra));
+    let took = t0.elapsed();
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("wait_for_data"), "{err}");
+    assert!(
+        err.contains("did not stop by the shutdown deadline after SIGTERM"),
+        "{err}"
+    );
+    assert!(took < std::time::Duration::from_secs(25), "{took:?}: {err}");
+    let said = err
+        .matches("toporun: hang: no rank has made progress")
+        .count();
+    assert_eq!(said, 1, "said once: {err}");
+}
+
 /// Rank 2 killed while the others cannot take SIGTERM (as ranks blocked in NCCL): while
 /// toporun waits out --shutdown-timeout for them, no hang is said of the survivors
 /// (Lightning on 2x H200 was reported hung 20 s after its rank 1 was killed).

@@ -6,7 +6,8 @@ a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, a
 rank 3 raises. stopped: rank 1 stops its own process (SIGSTOP, as `kill -STOP` or
 Ctrl-Z would) before an all_reduce the others entered. killed: rank 2 is killed
 (SIGKILL) while the others sit where no SIGTERM reaches them (as ranks blocked in
-NCCL do: ignored here), so the stop waits out --shutdown-timeout. backward: a DDP
+NCCL do: ignored here), so the stop waits out --shutdown-timeout. deaf: as hang,
+every rank ignoring SIGTERM. backward: a DDP
 model on the CPU; rank 1 sleeps in its own code (a batch that never comes) while
 rank 0 waits in its backward for rank 1's gradients. Each writes its pid to
 OUT/pid<rank>. With WATCH_DUMP_KEY=1, a thread of
@@ -78,6 +79,12 @@ def main():
     dist.all_reduce(t)
     if mode == "hang" and rank == 3:
         wait_for_data()
+    elif mode == "deaf":
+        import signal
+
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if rank == 3:
+            wait_for_data()
     elif mode == "stopped" and rank == 1:
         import signal
 

@@ -4,7 +4,8 @@
 //! `nccl_hang`) and the view across
 //! nodes (`job_view`); what a rank was doing at a sample (`activity`), its recent
 //! samples (`rank_window`) and the rank the others wait for (`straggler`); where a rank
-//! stands in a hang, waiting for its peers or elsewhere (`standing`).
+//! stands in a hang, waiting for its peers or elsewhere (`standing`); what a rank in its
+//! teardown said before (`teardown`).
 
 pub mod activity;
 pub mod hang_report;
@@ -17,6 +18,7 @@ pub mod progress;
 pub mod rank_window;
 pub mod standing;
 pub mod straggler;
+pub mod teardown;
 pub mod top_table;
 
 pub use merge::{merge, rank_label, ranks_text, render_placed, render_text, Group, Place, Places};

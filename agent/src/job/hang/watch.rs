@@ -12,7 +12,7 @@ use crate::job::straggler::tracker::Tracker;
 use crate::nccl_counters::CountersFiles;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler, SourceLines};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -22,9 +22,11 @@ use toporun_shared::root_cause::watchdog::WatchdogTimeout;
 use toporun_shared::stacks::activity::Backward;
 use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
+use toporun_shared::stacks::teardown::{teardown_cause, LastSaid};
 use toporun_shared::stacks::{
     busy_moves, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
 };
+use toporun_shared::untrusted::without_escapes;
 
 /// The ranks running now (the supervisor adds and removes them).
 pub type LiveRanks = Arc<Mutex<Vec<RankPid>>>;
@@ -359,8 +361,17 @@ impl Judge {
         true
     }
 
-    /// Says the hang found here (with the ranks' workers), once.
-    fn say(&mut self, hang: Hang, live: &[RankPid], by_counters: bool) {
+    /// Says the hang found here (with the ranks' workers, and what an odd rank in its
+    /// teardown said before), once.
+    fn say(&mut self, mut hang: Hang, live: &[RankPid], by_counters: bool) {
+        let said: BTreeMap<u32, LastSaid> = self
+            .tails
+            .iter()
+            .filter_map(|(r, t)| Some((*r, LastSaid::of(&without_escapes(&t.text()))?)))
+            .collect();
+        if let Some(cause) = teardown_cause(&hang, &said) {
+            hang.headline.push_str(&cause);
+        }
         let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
         self.sink.found(HangReport {
             hang,
