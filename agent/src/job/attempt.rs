@@ -200,7 +200,7 @@ pub(super) async fn attempt(
     let judged = &watcher;
     let stop = async move {
         tokio::select! {
-            r = stop => AttemptStop::Rendezvous(r),
+            r = stop => AttemptStop::rendezvous(judged, r),
             r = timer_expired(timer) => AttemptStop::Rendezvous(r),
             r = on_hang.events(hangs) => AttemptStop::hang(judged, r),
             r = notice => AttemptStop::Rendezvous(r),
@@ -388,6 +388,14 @@ impl AttemptStop {
         watcher.stop_judging();
         AttemptStop::Hang(r)
     }
+
+    /// The same where another node decided the hang and the store said it.
+    fn rendezvous(watcher: &Watcher, r: StopReason) -> AttemptStop {
+        if r.kind == StopKind::Hang {
+            watcher.stop_judging();
+        }
+        AttemptStop::Rendezvous(r)
+    }
 }
 
 impl supervise::StopRequest for AttemptStop {
@@ -409,6 +417,7 @@ impl supervise::StopRequest for AttemptStop {
     fn deadline(&self) -> Option<Duration> {
         match self {
             AttemptStop::Hang(_) => Some(HANG_STOP_DEADLINE),
+            AttemptStop::Rendezvous(r) if r.kind == StopKind::Hang => Some(HANG_STOP_DEADLINE),
             _ => None,
         }
     }

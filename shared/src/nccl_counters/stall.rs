@@ -139,6 +139,9 @@ pub struct NcclStall {
     /// How `op` is known to be the one waited in.
     #[serde(default)]
     pub which: WaitedOp,
+    /// Other communicators of the node moved at this reading: only this one stands.
+    #[serde(default)]
+    pub others_moving: bool,
 }
 
 /// How the operation of a stall was found, surest first (the order ranks
@@ -208,16 +211,16 @@ pub struct NcclWatch {
 }
 
 impl NcclWatch {
-    /// The stall's clock starts again at the next reading (the caller saw no rank
-    /// waiting where the counters say they wait).
-    pub fn hold_off(&mut self) {
-        self.comms.clear();
+    /// `comm`'s clock starts again at the next reading (the caller saw no rank
+    /// waiting where the counters say they wait); the others' run on.
+    pub fn hold_off(&mut self, comm: u64) {
+        self.comms.remove(&comm);
     }
 
     /// Stalled where a communicator waited in stood still since an earlier reading:
-    /// while another moves, only one whose wait names its operation (timed open, or
-    /// a member that never posted it); with nothing moving, the one whose wait says
-    /// most ([`awaited`]'s order).
+    /// while another moves, only one of collectives whose wait names its operation
+    /// (timed open, or a member that never posted it); with nothing moving, the one
+    /// whose wait says most ([`awaited`]'s order).
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
         let waits = if node.unreadable.is_empty() {
             awaited(node)
@@ -240,21 +243,49 @@ impl NcclWatch {
                 Some(s) => stalls.push(s),
                 None => {
                     moved = true;
-                    let since = Since {
-                        at: now,
-                        cpu: node.cpu.clone(),
-                        written: node.written.clone(),
-                        comms: every_comm_marks(node),
-                    };
-                    self.comms.insert(w.comm, (marks, since));
+                    self.restart(node, w.comm, now);
                 }
             }
         }
-        stalls
+        // While another communicator moves, a last posted operation (which one they
+        // wait in is not known) or a point-to-point one (a receive posted long before
+        // its send) says nothing of a hang: its clock starts again, so that it never
+        // stands for time the others were moving.
+        let p2p = p2p_comms(node);
+        let (counted, held): (Vec<NcclStall>, Vec<NcclStall>) = stalls
             .into_iter()
-            .find(|s| !moved || s.which != WaitedOp::LastPosted)
-            .map_or(NcclState::Moving, NcclState::Stalled)
+            .partition(|s| !moved || (s.which != WaitedOp::LastPosted && !p2p.contains(&s.comm)));
+        for s in held {
+            self.restart(node, s.comm, now);
+        }
+        counted
+            .into_iter()
+            .next()
+            .map_or(NcclState::Moving, |mut s| {
+                s.others_moving = moved;
+                NcclState::Stalled(s)
+            })
     }
+
+    fn restart(&mut self, node: &NodeReading, comm: u64, now: Instant) {
+        let since = Since {
+            at: now,
+            cpu: node.cpu.clone(),
+            written: node.written.clone(),
+            comms: every_comm_marks(node),
+        };
+        self.comms.insert(comm, (node.comm_marks(comm), since));
+    }
+}
+
+/// The communicators that carry point-to-point traffic on some rank.
+fn p2p_comms(node: &NodeReading) -> BTreeSet<u64> {
+    node.counters
+        .values()
+        .flat_map(|c| &c.comms)
+        .filter(|c| c.carries_p2p())
+        .map(|c| c.hash)
+        .collect()
 }
 
 /// The stall since `since` on `comm`'s open `op`; None where a rank behind wrote
@@ -310,6 +341,7 @@ fn stall_of(node: &NodeReading, since: &Since, wait: Awaited, now: Instant) -> O
         missing,
         mismatch,
         which,
+        others_moving: false,
     })
 }
 
@@ -599,6 +631,73 @@ mod tests {
                 (s.stalled_secs - (i + 1) as f64).abs() < 1e-6,
                 "{}",
                 s.stalled_secs
+            );
+        }
+    }
+
+    /// A side group (0x2) whose last operations differ between the ranks (so its wait
+    /// is "last posted" with a mismatch) stands for 100 s while the gradients' group
+    /// (0x5) trains on; then both stand. Its clock must start when the other stopped,
+    /// not 100 s earlier: else the hang is said a second after a pause begins. And a
+    /// receive posted long before its send (point-to-point, a timed operation open)
+    /// holds no one while the others move.
+    #[test]
+    fn a_stall_held_back_while_others_move_starts_its_clock_again() {
+        let rank = |r: u32, main: u64, side_last: u64| {
+            let mut w = Words::default();
+            // Under sampling a training group always has operations past the last
+            // timed one.
+            w.comm(0, 0x5, r, 2)
+                .ops(0, NcclFunc::AllReduce, 16 << 20, main, main, 1000)
+                .untimed(0, NcclFunc::AllReduce, 16 << 20, 2)
+                .comm(1, 0x2, r, 2)
+                .untimed(1, NcclFunc::AllReduce, 4, 3)
+                .untimed(1, NcclFunc::AllReduce, side_last, 1);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |main: u64| NodeReading {
+            counters: [(0, rank(0, main, 4)), (1, rank(1, main, 8))].into(),
+            on_gpu: [0, 1].into(),
+            ..Default::default()
+        };
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        let secs = |s: u64| t0 + Duration::from_secs(s);
+        for s in 0..100 {
+            assert_eq!(
+                w.observe(&at(10 + s), secs(s)),
+                NcclState::Moving,
+                "at {s}s"
+            );
+        }
+        // Every communicator stands from 100 s on.
+        w.observe(&at(200), secs(100));
+        match w.observe(&at(200), secs(101)) {
+            NcclState::Stalled(s) => assert!(s.stalled_secs <= 1.0, "{s:?}"),
+            other => panic!("{other:?}"),
+        }
+        // A receive open on a point-to-point pair while the main group moves.
+        let p2p = |r: u32, main: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x5, r, 2)
+                .ops(0, NcclFunc::AllReduce, 16 << 20, main, main, 1000)
+                .untimed(0, NcclFunc::AllReduce, 16 << 20, 2)
+                .comm(1, 0x9, r, 2);
+            match r {
+                0 => w.ops(1, NcclFunc::Recv, 4, 1, 0, 1000),
+                _ => w.ops(1, NcclFunc::Send, 4, 0, 0, 1000),
+            };
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |main: u64| NodeReading {
+            counters: [(0, p2p(0, main)), (1, p2p(1, main))].into(),
+            ..Default::default()
+        };
+        let mut w = NcclWatch::default();
+        for s in 0..100 {
+            assert_eq!(
+                w.observe(&at(10 + s), secs(s)),
+                NcclState::Moving,
+                "p2p at {s}s"
             );
         }
     }
@@ -932,7 +1031,7 @@ mod tests {
         assert!(
             matches!(w.observe(&r, t0 + Duration::from_secs(9)), NcclState::Stalled(s) if s.stalled_secs == 4.0)
         );
-        w.hold_off();
+        w.hold_off(7);
         assert_eq!(
             w.observe(&r, t0 + Duration::from_secs(10)),
             NcclState::Moving,

@@ -77,6 +77,10 @@ fn comm_busy(
     }
 }
 
+/// A communicator's members among the ranks judged, its size in the job, and its
+/// GPU time over those ranks.
+type Members = (Vec<u32>, u32, u64);
+
 /// Which communicator each rank's GPU time is read from, so that ranks are compared
 /// on the same one: summed over communicators, groups that overlap on the GPU (FSDP's
 /// gathers and reductions, tensor parallel beside data parallel) fill every rank's
@@ -84,24 +88,29 @@ fn comm_busy(
 /// first (members among `ranks`), then by their GPU time over those ranks; each
 /// gives its share to the members not yet given one (a data-parallel job: its one
 /// group; tensor parallel pairs: each pair). Communicators carrying point-to-point
-/// traffic are left out.
+/// traffic are left out: pipeline stages post different work by design, and their
+/// waits on send/recv say which stage is heavier, not which rank is slow.
 pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u32, u64> {
-    let mut by: BTreeMap<u64, (Vec<u32>, u64)> = BTreeMap::new();
+    // Members by the communicator being there, not by enough of its operations timed
+    // in this window: a rank short of those gets no figure (`gpu_time`), never one
+    // from a lighter group beside it, where it would read as waiting least.
+    let mut by: BTreeMap<u64, Members> = BTreeMap::new();
     for (rank, before, after) in ranks {
-        // Pipeline stages post different work by design: their waits on send/recv say
-        // which stage is heavier, not which rank is slow.
-        for (b, a) in pairs(before, after).filter(|(_, a)| !a.carries_p2p()) {
-            if let Some((busy, _)) = comm_busy(b, a, after.sampling) {
-                let e = by.entry(a.hash).or_default();
-                e.0.push(*rank);
-                e.1 += busy;
-            }
+        for (b, a) in pairs(before, after).filter(|(_, a)| a.live && !a.carries_p2p()) {
+            let e = by.entry(a.hash).or_default();
+            e.0.push(*rank);
+            e.1 = e.1.max(a.nranks);
+            e.2 += comm_busy(b, a, after.sampling).map_or(0, |(busy, _)| busy);
         }
     }
-    let mut order: Vec<(u64, (Vec<u32>, u64))> = by.into_iter().collect();
-    order.sort_by_key(|(hash, (members, busy))| (std::cmp::Reverse((members.len(), *busy)), *hash));
+    let mut order: Vec<(u64, Members)> = by.into_iter().collect();
+    // The widest here, then the widest in the job (HSDP's node-local groups against
+    // the job-wide one), then the busiest.
+    order.sort_by_key(|(hash, (members, nranks, busy))| {
+        (std::cmp::Reverse((members.len(), *nranks, *busy)), *hash)
+    });
     let mut judged = BTreeMap::new();
-    for (hash, (members, _)) in order {
+    for (hash, (members, ..)) in order {
         for r in members {
             judged.entry(r).or_insert(hash);
         }
@@ -347,6 +356,29 @@ mod tests {
             (judged[&0], judged[&1], judged[&2], judged[&3]),
             (1, 1, 2, 2)
         );
+    }
+
+    /// Under sampling a rank may have too few operations timed on the job's group in
+    /// one window: it gets no figure, not one read from a lighter group beside it
+    /// (where it would wait least, and be named).
+    #[test]
+    fn a_rank_short_of_timed_operations_is_not_judged_on_another_group() {
+        let zero = decode(&Words::default().bytes()).unwrap();
+        let rank = |timed: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x1, 0, 4)
+                .ops(0, NcclFunc::AllReduce, 4 << 20, timed, timed, 500_000)
+                .untimed(0, NcclFunc::AllReduce, 4 << 20, 100)
+                .comm(1, 0x2, 0, 4)
+                .ops(1, NcclFunc::AllReduce, 4, 20, 20, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let (full, short) = (rank(16), rank(3));
+        let ranks = [(0, &zero, &full), (1, &zero, &short), (2, &zero, &full)];
+        let judged = judged_comms(&ranks);
+        assert_eq!((judged[&0], judged[&1], judged[&2]), (0x1, 0x1, 0x1));
+        assert!(gpu_time(1, &zero, &short, Duration::from_secs(1), judged[&1]).is_none());
+        assert!(gpu_time(0, &zero, &full, Duration::from_secs(1), judged[&0]).is_some());
     }
 
     /// Two pipeline stages on 2x H200 (issue 61): the last stage computes the loss, so

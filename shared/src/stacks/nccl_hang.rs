@@ -169,7 +169,7 @@ pub fn nccl_verdict(
         .iter()
         .any(|s| stall.waiting.contains(&s.0) && s.1.waits())
     {
-        watch.hold_off();
+        watch.hold_off(stall.comm);
         return NcclVerdict::StackRule;
     }
     if Duration::from_secs_f64(stall.stalled_secs) < timeout {
@@ -281,9 +281,18 @@ impl Hang {
         } else {
             ("in the job", "every rank of the communicator")
         };
+        let what = match stall.others_moving {
+            true => format!(
+                "no operation on communicator {:#x} has been posted or completed {scope} for {:.0}s while other communicators moved",
+                stall.comm, stall.stalled_secs
+            ),
+            false => format!(
+                "no NCCL operation has been posted or completed {scope} for {:.0}s",
+                stall.stalled_secs
+            ),
+        };
         hang.trigger = Some(format!(
-            "no NCCL operation has been posted or completed {scope} for {:.0}s (--hang-timeout {:.0}s; NCCL's own counters)",
-            stall.stalled_secs,
+            "{what} (--hang-timeout {:.0}s; NCCL's own counters)",
             timeout.as_secs_f64()
         ));
         let op = op_text(&stall.op, stall.comm);
@@ -370,6 +379,7 @@ mod tests {
             missing: 0,
             mismatch: None,
             which: crate::nccl_counters::WaitedOp::Oldest,
+            others_moving: false,
         }
     }
 

@@ -6,7 +6,7 @@
 
 use super::hang_report::Hang;
 use crate::root_cause::last_words::last_words;
-use crate::root_cause::python_error::last_exception;
+use crate::root_cause::python_error::{ends_in_exception, last_exception};
 use std::collections::BTreeMap;
 
 /// The frame that says a rank tears its process group down.
@@ -22,9 +22,11 @@ pub enum LastSaid {
 }
 
 impl LastSaid {
-    /// From a rank's stderr tail (escapes removed); None where it said nothing.
+    /// From a rank's stderr tail (escapes removed); None where it said nothing. A
+    /// traceback counts only where it ends the tail: an older one, caught and logged
+    /// (a retry, `logging.exception`), is not why the rank stopped.
     pub fn of(output: &str) -> Option<LastSaid> {
-        match last_exception(output) {
+        match last_exception(output).filter(|_| ends_in_exception(output)) {
             Some(e) => Some(LastSaid::Raised(e.line())),
             None => last_words(output).map(LastSaid::Words),
         }
@@ -49,7 +51,7 @@ pub fn teardown_cause(hang: &Hang, said: &BTreeMap<u32, LastSaid>) -> Option<Str
             "; before its teardown rank {rank} raised {e}: that is the cause, its teardown only waits for the others"
         ),
         LastSaid::Words(w) => format!(
-            "; its last words on stderr before its teardown: \"{w}\": most likely the cause, its teardown only waits for the others"
+            "; its last words on stderr before its teardown: \"{w}\" (its teardown only waits for the others)"
         ),
     })
 }
@@ -98,6 +100,11 @@ mod tests {
             c.contains("\"rank 1: giving up at step 30: the shard's checksum does not match\""),
             "{c}"
         );
+        // A traceback caught and logged, then more output: its words, not "the cause".
+        let logged = format!("{tail}epoch 3: loss 0.12\n");
+        let said: BTreeMap<u32, LastSaid> = [(1, LastSaid::of(&logged).unwrap())].into();
+        let c = teardown_cause(&hang(vec![1], TEARDOWN), &said).unwrap();
+        assert!(c.contains("last words") && !c.contains("raised"), "{c}");
         // Not in its teardown, or not the odd one: its output says nothing of the hang.
         assert_eq!(teardown_cause(&hang(vec![1], "read_shard"), &said), None);
         assert_eq!(teardown_cause(&hang(vec![0], TEARDOWN), &said), None);
