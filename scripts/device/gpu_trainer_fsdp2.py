@@ -23,20 +23,13 @@ def main():
         fully_shard(layer, mp_policy=mp)
     fully_shard(model, mp_policy=mp)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
-    clock, faults, step = tc.Clock(), tc.Faults(), 0
     torch.manual_seed(tc.RANK)
-    while not clock.up(step):
-        clock.begin()
+
+    def step():
         x = torch.randint(0, VOCAB, (BATCH, SEQ + 1), device=tc.device())
         lm_loss(model(x[:, :-1]), x[:, 1:]).backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if tc.GPU:
-            torch.cuda.synchronize()
-        clock.end()
-        step += 1
-        faults.at(step)
-    clock.report("fsdp2")
+
+    tc.train("fsdp2", opt, step)
     torch.distributed.destroy_process_group()
 
 

@@ -29,9 +29,8 @@ def main():
     stage = PipelineStage(stage_mod, rank, world, tc.device())
     schedule = ScheduleGPipe(stage, MICRO, loss_fn=lm_loss)
     opt = torch.optim.AdamW(stage_mod.parameters(), lr=3e-4)
-    clock, faults, step = tc.Clock(), tc.Faults(), 0
-    while not clock.up(step):
-        clock.begin()
+
+    def step():
         x = torch.randint(0, VOCAB, (BATCH, SEQ + 1), device=tc.device(), generator=None)
         if first:
             schedule.step(x[:, :-1].contiguous())
@@ -39,14 +38,8 @@ def main():
             schedule.step(target=x[:, 1:].contiguous())
         else:
             schedule.step()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        if tc.GPU:
-            torch.cuda.synchronize()
-        clock.end()
-        step += 1
-        faults.at(step)
-    clock.report("pipeline")
+
+    tc.train("pipeline", opt, step)
     dist.destroy_process_group()
 
 

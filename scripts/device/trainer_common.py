@@ -124,3 +124,20 @@ class Clock:
         kept = self.times[5:] or self.times
         if kept:
             print(f"iter: median {statistics.median(kept):.1f} ms over {len(kept)} (rank {RANK}, {name})", flush=True)
+
+
+def train(name, opt, step_fn):
+    """A plain loop until the stop every rank agrees on: `step_fn()` runs a step's
+    forward and backward, then the optimizer, a sync, the clock and the fault."""
+    clock, faults, step = Clock(), Faults(), 0
+    while not clock.up(step):
+        clock.begin()
+        step_fn()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if GPU:
+            torch.cuda.synchronize()
+        clock.end()
+        step += 1
+        faults.at(step)
+    clock.report(name)

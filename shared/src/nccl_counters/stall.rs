@@ -232,7 +232,7 @@ impl NcclWatch {
             return NcclState::Idle;
         }
         self.comms.retain(|h, _| waits.iter().any(|w| w.comm == *h));
-        let (mut stalls, mut moved) = (Vec::new(), false);
+        let (mut stalls, mut restarted) = (Vec::new(), Vec::new());
         for w in &waits {
             let marks = node.comm_marks(w.comm);
             let stall = match self.comms.get(&w.comm) {
@@ -241,12 +241,10 @@ impl NcclWatch {
             };
             match stall {
                 Some(s) => stalls.push(s),
-                None => {
-                    moved = true;
-                    self.restart(node, w.comm, now);
-                }
+                None => restarted.push(w.comm),
             }
         }
+        let moved = !restarted.is_empty();
         // While another communicator moves, a last posted operation (which one they
         // wait in is not known) or a point-to-point one (a receive posted long before
         // its send) says nothing of a hang: its clock starts again, so that it never
@@ -255,9 +253,8 @@ impl NcclWatch {
         let (counted, held): (Vec<NcclStall>, Vec<NcclStall>) = stalls
             .into_iter()
             .partition(|s| !moved || (s.which != WaitedOp::LastPosted && !p2p.contains(&s.comm)));
-        for s in held {
-            self.restart(node, s.comm, now);
-        }
+        restarted.extend(held.iter().map(|s| s.comm));
+        self.restart(node, &restarted, now);
         counted
             .into_iter()
             .next()
@@ -267,14 +264,21 @@ impl NcclWatch {
             })
     }
 
-    fn restart(&mut self, node: &NodeReading, comm: u64, now: Instant) {
+    /// The clocks of `comms` start at this reading (one snapshot for all of them).
+    fn restart(&mut self, node: &NodeReading, comms: &[u64], now: Instant) {
+        if comms.is_empty() {
+            return;
+        }
         let since = Since {
             at: now,
             cpu: node.cpu.clone(),
             written: node.written.clone(),
             comms: every_comm_marks(node),
         };
-        self.comms.insert(comm, (node.comm_marks(comm), since));
+        for &comm in comms {
+            self.comms
+                .insert(comm, (node.comm_marks(comm), since.clone()));
+        }
     }
 }
 
