@@ -589,9 +589,11 @@ fn garbage_under_the_runs_keys_is_named_not_a_panic() {
             toporun_agent::store::StoreClient::connect("127.0.0.1", port, Duration::from_secs(5))
                 .await
                 .unwrap();
-        c.set(&format!("toporun/{run_id}/round"), b"\x1b[31mred")
-            .await
-            .unwrap();
+        // After the host read the counter (it reads it once, at its join): written
+        // before, the host itself stops on it and the other node hosts an empty store.
+        let round = format!("toporun/{run_id}/round");
+        c.wait(&[&round], Duration::from_secs(20)).await.unwrap();
+        c.set(&round, b"\x1b[31mred").await.unwrap();
     });
     let mut other = job.node();
     let (code, _) = other.wait(Duration::from_secs(30));
