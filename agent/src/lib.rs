@@ -7,6 +7,7 @@ pub mod flight_recorder;
 pub mod job;
 pub mod nccl_counters;
 pub mod nccl_watch;
+pub mod network_check;
 mod own_thread;
 pub mod paths;
 pub mod probe;

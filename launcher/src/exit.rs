@@ -50,10 +50,15 @@ impl ExitStatus {
     /// toporun could not run with its input, else `Failed`.
     pub fn of(err: &anyhow::Error) -> ExitStatus {
         if err.chain().any(is_usage) {
-            ExitStatus::Usage
-        } else {
-            ExitStatus::Failed
+            return ExitStatus::Usage;
         }
+        // A job error of a class of its own (a node the network check refused: 82).
+        let classed = err
+            .chain()
+            .filter_map(|e| e.downcast_ref::<toporun_agent::job::JobError>())
+            .map(toporun_agent::job::JobError::exit_code)
+            .find(|c| *c != exit_codes::FAILURE);
+        classed.map_or(ExitStatus::Failed, ExitStatus::Job)
     }
 }
 
@@ -136,6 +141,10 @@ mod tests {
         assert_eq!(ExitStatus::of(&e), ExitStatus::Failed);
         let e = anyhow::anyhow!("the rendezvous closed");
         assert_eq!(ExitStatus::of(&e).code(), 1);
+        // A node the network check refused ends with the peer class, in context too.
+        let refused = toporun_agent::job::JobError::NetworkRefused("node 2 is slow".into());
+        let e = Err::<(), _>(refused).context("the job").unwrap_err();
+        assert_eq!(ExitStatus::of(&e), ExitStatus::Job(82));
     }
 
     #[test]

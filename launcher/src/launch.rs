@@ -6,7 +6,8 @@ use crate::dry_run;
 use crate::exit::ExitStatus;
 use crate::facts_source;
 use crate::subcommands::{
-    ColocatedChoice, DryRunFormat, ExitCodesChoice, OnHang, OnOff, PreflightChoice, StopSignalTo,
+    ColocatedChoice, DryRunFormat, ExitCodesChoice, NetworkCheckChoice, OnHang, OnOff,
+    PreflightChoice, StopSignalTo,
 };
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
@@ -21,6 +22,7 @@ use toporun_agent::job::{
 use toporun_agent::supervise::{self, Events, StderrRead};
 use toporun_shared::colocation;
 use toporun_shared::nccl_counters::Profiler;
+use toporun_shared::network_check::CheckMode;
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
 use toporun_shared::torchrun::worker;
 use toporun_shared::torchrun::{resolve, LaunchOptions};
@@ -338,6 +340,11 @@ fn prepare(
         ColocatedChoice::Warn => colocation::Mode::Warn,
         ColocatedChoice::Join => colocation::Mode::Join,
     };
+    let network_check = match typed_choice(m, Extra::NetworkCheck, &parent_env)? {
+        NetworkCheckChoice::Off => CheckMode::Off,
+        NetworkCheckChoice::Report => CheckMode::Report,
+        NetworkCheckChoice::Gate => CheckMode::Gate,
+    };
     let nccl_report = typed_choice::<OnOff>(m, Extra::NcclReport, &parent_env)? == OnOff::On;
     let termination_log = termination_log(m, &parent_env);
     let status_port = status_port(m, &parent_env)?;
@@ -407,6 +414,7 @@ fn prepare(
         rdzv: RdzvSettings {
             token: set_var(&parent_env, job::RDZV_TOKEN_VAR).cloned(),
             colocated,
+            network_check,
         },
         file_timer: FileTimerSetting {
             serve: parent_env

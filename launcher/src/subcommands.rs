@@ -86,6 +86,14 @@ pub enum OnHang {
     Stop,
 }
 
+/// `--network-check` / `TOPORUN_NETWORK_CHECK`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NetworkCheckChoice {
+    Off,
+    Report,
+    Gate,
+}
+
 /// `--colocated` / `TOPORUN_COLOCATED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ColocatedChoice {

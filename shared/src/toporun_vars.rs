@@ -11,6 +11,7 @@ named_enum! {
         PreflightMeasure => "TOPORUN_PREFLIGHT_MEASURE",
         NcclReport => "TOPORUN_NCCL_REPORT",
         Colocated => "TOPORUN_COLOCATED",
+        NetworkCheck => "TOPORUN_NETWORK_CHECK",
         TerminationLog => "TOPORUN_TERMINATION_LOG",
         RdzvToken => "TOPORUN_RDZV_TOKEN",
         FlightRecorder => "TOPORUN_FLIGHT_RECORDER",

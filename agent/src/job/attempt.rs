@@ -118,8 +118,8 @@ fn prepare(
     node: &NodePlace,
     restarts: Restarts,
 ) -> Result<Prepared, JobError> {
-    report_place(&life.status, node);
     let (dir, attempt_dir) = attempt_dirs(p, life, node, restarts)?;
+    report_place(&life.status, node, &dir);
     let unused_removed = crate::job::run_dir::UnusedRemoved(attempt_dir.clone());
     serve_stacks(p, life, &dir);
     say_colocation(node);
@@ -281,11 +281,15 @@ pub(super) async fn attempt(
 
 /// The status says which round this node runs, and where (a spare reports the round
 /// it joined).
-fn report_place(status: &JobStatus, node: &NodePlace) {
+fn report_place(status: &JobStatus, node: &NodePlace, run_dir: &Path) {
     status.update(|x| {
         x.round = Some(node.round);
         x.run_id = node.run_id.clone();
+        x.network = node.network.as_deref().cloned();
     });
+    if let Some(r) = &node.network {
+        crate::job::run_dir::write_json(&run_dir.join("network-check.json"), r.as_ref());
+    }
     status.placed(node.node_rank, node.nnodes);
 }
 

@@ -49,6 +49,9 @@ pub enum JobError {
     /// what to do.
     #[error("{0}")]
     Failed(String),
+    /// `--network-check gate` refused a node (exit: the peer class's code, 82).
+    #[error("{0}")]
+    NetworkRefused(String),
 }
 
 fn bind_text(port: u16, option: &str, holder: Option<&str>, e: &std::io::Error) -> String {
@@ -88,6 +91,7 @@ impl JobError {
             | JobError::Path { .. }
             | JobError::Step { .. }
             | JobError::Failed(_) => exit_codes::FAILURE,
+            JobError::NetworkRefused(_) => exit_codes::PEER.code,
         }
     }
 }

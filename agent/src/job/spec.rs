@@ -129,6 +129,8 @@ pub struct RdzvSettings {
     pub token: Option<String>,
     /// `--colocated join|warn`.
     pub colocated: colocation::Mode,
+    /// `--network-check off|report|gate`.
+    pub network_check: toporun_shared::network_check::CheckMode,
 }
 
 /// torch's file timer as the environment asks for it.
@@ -161,6 +163,8 @@ pub struct NodePlace {
     pub nnodes: u32,
     /// Variables the round's co-location decision adds to this node's ranks.
     pub extra_env: colocation::NodeEnv,
+    /// The network check of the round, where it ran.
+    pub network: Option<Box<toporun_shared::network_check::report::NetworkReport>>,
 }
 
 impl NodePlace {
@@ -176,6 +180,7 @@ impl NodePlace {
             node_rank: 0,
             nnodes: 1,
             extra_env: Default::default(),
+            network: None,
         }
     }
 
@@ -205,6 +210,7 @@ impl NodePlace {
             node_rank: place.node_rank,
             nnodes: place.nnodes,
             extra_env: place.env,
+            network: None,
         }
     }
 }

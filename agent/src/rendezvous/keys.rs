@@ -18,6 +18,9 @@
 //!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),
 //!   `ranks/<node>`, `stragglers` and `stragglers/view` (the job-wide straggler decision
 //!   and the job's rows for `toporun top`).
+//! - `net/listen/<node>`, `net/done/<k>`, `net/record/<node>`, `net/report`,
+//!   `net/seen`: the network check (each node's probe listener, the probe rounds done,
+//!   what each node received, the deciding node's report, the nodes that read it).
 //!
 //! A key whose value is JSON is a [`Key<T>`](super::typed_key::Key): the builder
 //! names the value's type, and reading it gives that type or `Unreadable`.
@@ -27,6 +30,7 @@ use super::typed_key::Key;
 use toporun_shared::colocation::NodeEnv;
 use toporun_shared::flight_recorder::Dump;
 use toporun_shared::nccl_log::Digest;
+use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
 use toporun_shared::root_cause::peer::NodeAddrs;
 use toporun_shared::stacks::hang_report::HangNotice;
 use toporun_shared::stacks::job_view::NodeStacks;
@@ -194,6 +198,33 @@ impl RoundKeys {
     /// The job-wide straggler decision the deciding node wrote.
     pub fn stragglers(&self) -> Key<StragglerNotice> {
         Key::new(self.key("stragglers"), "a straggler notice")
+    }
+
+    /// Where node `node_rank` listens for the network check's probes.
+    pub fn probe_listener(&self, node_rank: u32) -> Key<crate::network_check::Listener> {
+        let name = self.key(&format!("net/listen/{node_rank}"));
+        Key::new(name, "a probe listener")
+    }
+
+    /// Nodes done with the network check's probe round `k`.
+    pub fn probe_round_done(&self, k: usize) -> String {
+        self.key(&format!("net/done/{k}"))
+    }
+
+    /// What node `node_rank` received in the network check.
+    pub fn network_record(&self, node_rank: u32) -> Key<NodeRecord> {
+        let name = self.key(&format!("net/record/{node_rank}"));
+        Key::new(name, "a network-check record")
+    }
+
+    /// Nodes that read the network check's report (none leaves before all have).
+    pub fn network_seen(&self) -> String {
+        self.key("net/seen")
+    }
+
+    /// The network check's report, as the deciding node judged it.
+    pub fn network_report(&self) -> Key<NetworkReport> {
+        Key::new(self.key("net/report"), "a network-check report")
     }
 
     /// The job's rows for `toporun top`, bounded, as the deciding node wrote them.

@@ -62,6 +62,46 @@ fn stragglers(r: &mut Registry, s: &Snapshot) {
     );
 }
 
+/// The last network check's figures per node and direction, and its slow nodes.
+fn network(r: &mut Registry, s: &Snapshot) {
+    let rates: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
+    let rtts: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
+    let slow: Family<Labels, Gauge> = Family::default();
+    let nodes = s.network.iter().flat_map(|n| &n.nodes);
+    for n in nodes {
+        let f = &n.figure;
+        let node = ("node".to_string(), f.node.to_string());
+        for (dir, v) in [("send", f.send_gbit), ("receive", f.recv_gbit)] {
+            let labels = vec![node.clone(), ("direction".into(), dir.into())];
+            rates.get_or_create(&labels).set(v * 1e9);
+        }
+        if f.rtt_us.is_finite() {
+            rtts.get_or_create(&vec![node.clone()]).set(f.rtt_us / 1e6);
+        }
+        let named = s
+            .network
+            .iter()
+            .flat_map(|n| &n.slow)
+            .any(|x| x.node == f.node);
+        slow.get_or_create(&vec![node]).set(i64::from(named));
+    }
+    r.register(
+        "toporun_network_bits_per_second",
+        "The network check's best path of each node, each direction, at the last round's start (bits/s)",
+        rates,
+    );
+    r.register(
+        "toporun_network_round_trip_seconds",
+        "The network check's quickest round trip of each node",
+        rtts,
+    );
+    r.register(
+        "toporun_network_slow_node",
+        "1 for each node the network check named slow (--network-check)",
+        slow,
+    );
+}
+
 /// Under NCCL with `--gpu-timing on`: each rank's GPU time inside collectives and
 /// each collective kind's bus bandwidth, over the window (else the last dump).
 fn gpu_times(r: &mut Registry, s: &Snapshot, mine: &dyn Fn(u32) -> bool) {
@@ -180,6 +220,7 @@ pub fn render(s: &Snapshot) -> String {
         s.store_operations,
     );
     stragglers(&mut r, s);
+    network(&mut r, s);
     let findings: Family<Labels, Gauge> = Family::default();
     for sev in ["warning", "error"] {
         findings

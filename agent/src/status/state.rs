@@ -55,6 +55,8 @@ pub struct Snapshot {
     /// This node's collectives far below what its links should carry, where they are
     /// (`--gpu-timing on`, one node).
     pub slow_links: Option<String>,
+    /// The network check of the current round, where it ran (`--network-check`).
+    pub network: Option<toporun_shared::network_check::report::NetworkReport>,
     /// `toporun top`'s table (this node's ranks, or the job's).
     #[serde(skip)]
     pub top: TopTable,

@@ -5,4 +5,4 @@ pub mod client;
 pub mod server;
 
 pub use client::{StoreClient, StoreError};
-pub use server::{Reach, StoreServer};
+pub use server::{listen_all, Reach, StoreServer};

@@ -91,6 +91,12 @@ fn listen(port: u16, reach: Reach) -> std::io::Result<Vec<TcpListener>> {
     }
 }
 
+/// A listener on every interface, as the store's (`[::]` dual-stack, else
+/// `0.0.0.0`), for another service of the agent (the network check's probes).
+pub fn listen_all(port: u16) -> std::io::Result<TcpListener> {
+    listen(port, Reach::All).map(|mut l| l.remove(0))
+}
+
 impl StoreServer {
     /// Binds now on every interface (so the port is ours before any worker starts)
     /// and serves on its own thread. Port 0 picks a free port.

@@ -32,6 +32,7 @@ mod manifests_e2e;
 mod module_graph;
 mod nccl_log_e2e;
 mod nccl_report_e2e;
+mod network_check_e2e;
 mod preemption_e2e;
 mod preflight_e2e;
 mod rendezvous_e2e;

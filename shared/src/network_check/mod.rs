@@ -1,9 +1,23 @@
 //! The paths between a job's nodes, measured before its ranks start (issue 64's
 //! network check): which node measures which path in which round (`schedule`), and
-//! which node is slow from the figures (`verdict`), and the whole at a scale no test
-//! machine has (`simulate`). Pure: the agents measure, the
-//! store carries the figures, this decides.
+//! which node is slow from the figures (`verdict`), what is said and kept of it
+//! (`report`), and the whole at a scale no test machine has (`simulate`). Pure: the
+//! agents measure (`toporun_agent::network_check`), the store carries the figures,
+//! this decides.
 
+/// `--network-check`: what the check does after each round of a multi-node job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CheckMode {
+    Off,
+    /// Measure and name slow nodes; the job goes on.
+    #[default]
+    Report,
+    /// Measure, name and refuse slow nodes.
+    Gate,
+}
+
+pub mod report;
 pub mod schedule;
 pub mod simulate;
 pub mod verdict;

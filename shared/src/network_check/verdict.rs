@@ -1,46 +1,58 @@
-//! Which node is slow, from the paths' figures. A node's figure is its best path, in
-//! or out: a shaped link or a degraded NIC slows every path of its node, while a
-//! healthy node keeps a fast path beside the one it shares with a slow peer. A node
-//! is slow where its best falls well below the other nodes' median, or far below what
-//! its interface should give. With two nodes both share the one path: which end is
-//! slow only the interface can say.
+//! Which node is slow, from the paths' figures. Each direction of a node counts on
+//! its own, at its best path: a shaped link or a degraded NIC slows every path it
+//! sends (or receives) on, while a healthy node keeps a fast path beside the one it
+//! shares with a slow peer (the schedule gives every node two different peers each
+//! way from three nodes on). A node is slow where its weaker direction falls well
+//! below the other nodes' median, or far below what its interface should give. With
+//! two nodes both share the one path each way: which end is slow only the interface
+//! can say.
 
 use super::schedule::Path;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-/// A node whose best path is under this share of the nodes' median is slow...
+/// A node whose weaker direction is under this share of the nodes' median is slow...
 pub const SLOW_RATIO: f64 = 0.5;
-/// ...or under this share of its interface's rate (a single TCP stream gives a
-/// healthy 100 Gbit/s NIC a quarter or more).
-pub const INTERFACE_RATIO: f64 = 0.1;
+/// ...or under this share of its interface's rate. One TCP stream is all the check
+/// runs, and clouds cap a single flow (AWS: 5 Gbit/s outside a placement group, on
+/// NICs of 100-200 Gbit/s), so only a path at a hundredth of the link is called slow.
+pub const INTERFACE_RATIO: f64 = 0.01;
 
-/// What the sending node measured on one path.
+/// What the receiving node measured on one path.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct PathFigure {
     pub path: Path,
     /// Bandwidth (Gbit/s); 0 where the probe failed or timed out.
     pub gbit: f64,
-    /// One small message's round trip (microseconds).
+    /// One small message's round trip (microseconds); 0 where none came back.
     pub rtt_us: f64,
 }
 
-/// A node's figures: its best path and its quickest round trip.
+/// A node's figures: its best path each way, and its quickest round trip.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NodeFigure {
     pub node: u32,
-    pub gbit: f64,
+    pub send_gbit: f64,
+    pub recv_gbit: f64,
+    /// Its quickest round trip (microseconds); 0 where none came back.
     pub rtt_us: f64,
     /// What its interface should give (its link speed), where the facts know it.
     pub expected_gbit: Option<f64>,
 }
 
+impl NodeFigure {
+    /// The weaker direction: what the node gives the job.
+    pub fn gbit(&self) -> f64 {
+        self.send_gbit.min(self.recv_gbit)
+    }
+}
+
 /// Why a node is called slow.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum SlowBy {
-    /// Under half the other nodes' median.
+    /// Under [`SLOW_RATIO`] of the other nodes' median.
     Peers { median_gbit: f64 },
-    /// Under a tenth of its interface's rate.
+    /// Under [`INTERFACE_RATIO`] of its interface's rate.
     Interface { expected_gbit: f64 },
 }
 
@@ -57,22 +69,28 @@ pub struct Verdict {
     pub slow: Vec<SlowNode>,
 }
 
-/// Judges `nodes` nodes from `figures` (every path of the schedule; a node missing
-/// from them measured nothing: 0), with each node's interface rate where known.
+/// Judges `nodes` nodes on the paths measured; `expected` is each node's interface
+/// rate (Gbit/s) where known. A path not measured counts as nothing.
 pub fn judge(nodes: u32, figures: &[PathFigure], expected: &BTreeMap<u32, f64>) -> Verdict {
-    let of = |node: u32| {
-        let mine = figures
+    let best = |f: &dyn Fn(&PathFigure) -> bool| {
+        figures
             .iter()
-            .filter(|f| f.path.from == node || f.path.to == node);
-        NodeFigure {
-            node,
-            gbit: mine.clone().map(|f| f.gbit).fold(0.0, f64::max),
-            rtt_us: mine
-                .map(|f| f.rtt_us)
-                .filter(|r| *r > 0.0)
-                .fold(f64::INFINITY, f64::min),
-            expected_gbit: expected.get(&node).copied(),
-        }
+            .filter(|p| f(p))
+            .map(|p| p.gbit)
+            .fold(0.0, f64::max)
+    };
+    let of = |node: u32| NodeFigure {
+        node,
+        send_gbit: best(&|p| p.path.from == node),
+        recv_gbit: best(&|p| p.path.to == node),
+        rtt_us: figures
+            .iter()
+            .filter(|f| f.path.from == node || f.path.to == node)
+            .map(|f| f.rtt_us)
+            .filter(|r| *r > 0.0)
+            .reduce(f64::min)
+            .unwrap_or(0.0),
+        expected_gbit: expected.get(&node).copied(),
     };
     let all: Vec<NodeFigure> = (0..nodes).map(of).collect();
     let slow = all.iter().filter_map(|n| slow(n, &all)).collect();
@@ -83,19 +101,22 @@ fn slow(n: &NodeFigure, all: &[NodeFigure]) -> Option<SlowNode> {
     let by = |by| {
         Some(SlowNode {
             node: n.node,
-            gbit: n.gbit,
+            gbit: n.gbit(),
             by,
         })
     };
-    if let Some(e) = n.expected_gbit.filter(|e| n.gbit < e * INTERFACE_RATIO) {
+    if let Some(e) = n.expected_gbit.filter(|e| n.gbit() < e * INTERFACE_RATIO) {
         return by(SlowBy::Interface { expected_gbit: e });
     }
-    // Two nodes share their one path: the peers cannot tell which end is slow.
     if all.len() < 3 {
         return None;
     }
-    let median = median(all.iter().filter(|o| o.node != n.node).map(|o| o.gbit))?;
-    (n.gbit < median * SLOW_RATIO).then(|| {
+    let median = median(
+        all.iter()
+            .filter(|o| o.node != n.node)
+            .map(NodeFigure::gbit),
+    )?;
+    (n.gbit() < median * SLOW_RATIO).then(|| {
         by(SlowBy::Peers {
             median_gbit: median,
         })
@@ -173,6 +194,23 @@ mod tests {
 
     /// A node whose probes all failed (0) is slow; one lower round trip does not
     /// change a node's figure.
+    #[test]
+    fn a_node_that_sends_slowly_is_named_though_it_receives_fast() {
+        // Only node 1's egress is shaped: the paths it sends on.
+        let figures: Vec<PathFigure> = rounds(4)
+            .into_iter()
+            .flatten()
+            .map(|path| PathFigure {
+                path,
+                gbit: if path.from == 1 { 0.02 } else { 9.0 },
+                rtt_us: 50.0,
+            })
+            .collect();
+        let v = judge(4, &figures, &BTreeMap::new());
+        assert_eq!(v.slow.iter().map(|s| s.node).collect::<Vec<_>>(), [1]);
+        assert_eq!((v.nodes[1].send_gbit, v.nodes[1].recv_gbit), (0.02, 9.0));
+    }
+
     #[test]
     fn a_node_that_measured_nothing_is_slow() {
         let figures: Vec<PathFigure> = measured(5, 10.0, Some(4), 0.0);

@@ -5,6 +5,7 @@
 pub(super) mod meeting;
 mod multi_node;
 mod multi_node_join;
+mod network_gate;
 mod node_session;
 mod node_table;
 mod rdzv_connect;

@@ -1,11 +1,13 @@
 //! How a node of a multi-node job enters a round: it joins the round the job is at
 //! (running the coordinator beside on the store's host, or on the etcd node that
 //! claims the round), or, when that round already runs, waits for the next one as a
-//! node to admit or a spare.
+//! node to admit or a spare. Once placed, it takes part in the network check
+//! (`network_gate`), which may send it on to the next round.
 
 use crate::job::entry::Entered;
 use crate::job::error::{JobError, WithAdvice};
 use crate::job::session::multi_node::MultiNode;
+use crate::job::session::network_gate::Checked;
 use crate::job::session::rdzv_connect::until_signal;
 use crate::job::spec::{Job, NodePlace};
 use crate::rendezvous::{
@@ -57,7 +59,16 @@ impl MultiNode {
                 .map_err(|e| self.rdzv(e))?;
             if !closed {
                 match self.join_round(p, round, events).await? {
-                    Joined::Placed(node) => return Ok(Entered::Placed(node)),
+                    Joined::Placed(mut node) => match self.check_network(p, &node).await? {
+                        Checked::Go(report) => {
+                            node.network = report.map(Box::new);
+                            return Ok(Entered::Placed(node));
+                        }
+                        Checked::NextRound => {
+                            min_round = round + 1;
+                            continue;
+                        }
+                    },
                     Joined::Signal => return Ok(Entered::Signal),
                     Joined::Surplus => {}
                 }

@@ -1,0 +1,271 @@
+//! The check among the nodes of a round, over the rendezvous state: each node
+//! publishes its probe listener, the nodes run the schedule's probe rounds together
+//! (one send and one receive each, a barrier between rounds so that rounds do not
+//! share the links), each writes what it received, and node rank 0 judges and
+//! writes the report every node reads.
+
+use super::probe::{receive, send, CONNECT_WAIT, WINDOW};
+use super::Listener;
+use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use toporun_shared::facts::Nic;
+use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
+use toporun_shared::network_check::schedule::{rounds, Path};
+use toporun_shared::network_check::verdict::PathFigure;
+
+/// How long a node waits for the others' listeners, a probe round's barrier, and
+/// the records and report.
+const GATHER_WAIT: Duration = Duration::from_secs(10);
+const POLL: Duration = Duration::from_millis(20);
+
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    #[error("cannot listen for the probes: {0}")]
+    Listen(std::io::Error),
+    #[error("the rendezvous state failed: {0}")]
+    State(#[from] KvError),
+    #[error("{0}")]
+    Incomplete(String),
+}
+
+/// This node in the check.
+pub struct CheckNode<'a> {
+    pub round: u32,
+    pub node_rank: u32,
+    pub nnodes: u32,
+    pub host: &'a str,
+    /// The address its peers reach it at (its rendezvous address).
+    pub addr: &'a str,
+    /// Its interfaces' addresses.
+    pub ips: &'a [String],
+    pub nics: &'a [Nic],
+    pub hosts_rendezvous: bool,
+}
+
+/// Runs the check of one round on this node; the deciding node's report.
+pub async fn run(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    me: &CheckNode<'_>,
+) -> Result<NetworkReport, CheckError> {
+    let started = Instant::now();
+    let listener = crate::store::listen_all(0).map_err(CheckError::Listen)?;
+    let port = listener.local_addr().map_err(CheckError::Listen)?.port();
+    let mine = Listener {
+        addr: me.addr.to_string(),
+        port,
+        ips: me.ips.to_vec(),
+    };
+    let key = keys.probe_listener(me.node_rank);
+    kv.set(key.name(), &key.encode(&mine)).await?;
+    let peers = listeners(kv, keys, me.nnodes).await?;
+    let mut received = Vec::new();
+    let mut local = None;
+    for (k, round) in rounds(me.nnodes).iter().enumerate() {
+        let (f, at) = probe_round(&listener, &peers, k as u32, round, me.node_rank).await;
+        received.extend(f);
+        local = local.or(at);
+        barrier(kv, &keys.probe_round_done(k), me.nnodes).await?;
+    }
+    let (interface, expected_gbit) = interface_of(local.map(|a| a.ip()), me.nics);
+    let record = NodeRecord {
+        node: me.node_rank,
+        host: me.host.to_string(),
+        // The address a peer reached, where one did: an IP says more than a name.
+        addr: local.map_or(me.addr.to_string(), |a| a.ip().to_canonical().to_string()),
+        interface,
+        expected_gbit,
+        received,
+        hosts_rendezvous: me.hosts_rendezvous,
+    };
+    let key = keys.network_record(me.node_rank);
+    kv.set(key.name(), &key.encode(&record)).await?;
+    let judged = match me.node_rank {
+        0 => judge(kv, keys, me, started).await?,
+        _ => {
+            let report = keys.network_report();
+            let raw = kv.get(report.name(), GATHER_WAIT * 2).await?;
+            decode(&report, &raw)?
+        }
+    };
+    // A node the gate stops may host the store: it stays until every node has read.
+    barrier(kv, &keys.network_seen(), me.nnodes).await?;
+    Ok(judged)
+}
+
+/// Node rank 0: every record that comes, judged, and the report written.
+async fn judge(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    me: &CheckNode<'_>,
+    started: Instant,
+) -> Result<NetworkReport, CheckError> {
+    let report = keys.network_report();
+    let records = gather(kv, keys, me.nnodes).await?;
+    let took = started.elapsed().as_millis() as u64;
+    let mut judged = NetworkReport::judge(me.round, me.nnodes, &records, took);
+    // Spares of this round wait to join the next (the gate counts them).
+    let spares = kv.tally_count(&keys.waiting()).await.unwrap_or(0);
+    judged.spares = u32::try_from(spares).unwrap_or(u32::MAX);
+    kv.set(report.name(), &report.encode(&judged)).await?;
+    Ok(judged)
+}
+
+fn decode<T: serde::de::DeserializeOwned>(key: &Key<T>, raw: &[u8]) -> Result<T, CheckError> {
+    key.decode(raw)
+        .map_err(|e| CheckError::Incomplete(e.to_string()))
+}
+
+/// Every node's listener, waited for.
+async fn listeners(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    nnodes: u32,
+) -> Result<Vec<Option<SocketAddr>>, CheckError> {
+    let all: Vec<Key<Listener>> = (0..nnodes).map(|n| keys.probe_listener(n)).collect();
+    let names: Vec<&str> = all.iter().map(|k| k.name()).collect();
+    let raw = kv.multi_get(&names, GATHER_WAIT).await?;
+    Ok(all
+        .iter()
+        .zip(&raw)
+        .map(|(k, r)| k.decode(r).ok().and_then(|l| resolve(&l)))
+        .collect())
+}
+
+/// A listener's socket address: its host name resolved, else (unresolved, or a
+/// loopback address that names every machine) its first interface address.
+fn resolve(l: &Listener) -> Option<SocketAddr> {
+    let at = |host: &str| {
+        if !toporun_shared::untrusted::valid_host(host) {
+            return None;
+        }
+        (host, l.port).to_socket_addrs().ok()?.next()
+    };
+    let named = at(&l.addr).filter(|a| !a.ip().is_loopback());
+    named
+        .or_else(|| l.ips.iter().find_map(|ip| at(ip)))
+        .or_else(|| at(&l.addr))
+}
+
+/// This node's send and receive of probe round `k`, at once: what it received, and
+/// the local address its sender reached.
+async fn probe_round(
+    listener: &TcpListener,
+    peers: &[Option<SocketAddr>],
+    k: u32,
+    round: &[Path],
+    me: u32,
+) -> (Option<PathFigure>, Option<SocketAddr>) {
+    let out = round.iter().find(|p| p.from == me).copied();
+    let inn = round.iter().find(|p| p.to == me).copied();
+    let sending = async {
+        if let Some(to) = out.and_then(|p| Some((p, peers.get(p.to as usize).copied()??))) {
+            send(to.1, k, to.0).await;
+        }
+    };
+    let receiving = async {
+        match inn {
+            Some(p) => {
+                let (f, at) = receive(listener, k, p).await;
+                (Some(f), at)
+            }
+            None => (None, None),
+        }
+    };
+    let ((), got) = tokio::join!(sending, receiving);
+    got
+}
+
+/// Counts this node done with a probe round and waits (a while) for the others.
+async fn barrier(kv: &mut Kv, key: &str, nnodes: u32) -> Result<(), CheckError> {
+    kv.tally(key).await?;
+    let until = Instant::now() + CONNECT_WAIT + WINDOW + GATHER_WAIT / 2;
+    while kv.tally_count(key).await? < u64::from(nnodes) && Instant::now() < until {
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(())
+}
+
+/// Every node's record that comes within the wait.
+async fn gather(kv: &mut Kv, keys: &RoundKeys, nnodes: u32) -> Result<Vec<NodeRecord>, CheckError> {
+    let all: Vec<Key<NodeRecord>> = (0..nnodes).map(|n| keys.network_record(n)).collect();
+    let until = Instant::now() + GATHER_WAIT;
+    let mut present: Vec<&Key<NodeRecord>> = Vec::new();
+    while Instant::now() < until {
+        present.clear();
+        for k in &all {
+            if kv.check(&[k.name()]).await? {
+                present.push(k);
+            }
+        }
+        if present.len() == all.len() {
+            break;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
+    let raw = kv.read(&names).await?;
+    // A record speaks for the node whose key it is under, no other.
+    Ok(present
+        .iter()
+        .zip(&raw)
+        .filter_map(|(k, r)| {
+            let record = k.decode_or_warn(r)?;
+            (k.name() == keys.network_record(record.node).name()).then_some(record)
+        })
+        .collect())
+}
+
+/// The interface that holds `ip`, and its rate in Gbit/s where the facts know it.
+fn interface_of(ip: Option<IpAddr>, nics: &[Nic]) -> (Option<String>, Option<f64>) {
+    let Some(ip) = ip.map(|i| i.to_canonical()) else {
+        return (None, None);
+    };
+    let nic = nics.iter().find(|n| {
+        n.addresses
+            .iter()
+            .any(|a| a.addr.parse::<IpAddr>().is_ok_and(|x| x == ip))
+    });
+    match nic {
+        Some(n) => (
+            Some(n.name.clone()),
+            n.speed_mbps.filter(|s| *s > 0).map(|s| s as f64 / 1000.0),
+        ),
+        None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toporun_shared::facts::NicAddress;
+
+    #[test]
+    fn the_interface_is_the_one_holding_the_address_a_peer_reached() {
+        let nic = |name: &str, addr: &str, speed| Nic {
+            name: name.into(),
+            speed_mbps: speed,
+            addresses: vec![NicAddress {
+                addr: addr.into(),
+                prefix_len: 24,
+            }],
+            ..Default::default()
+        };
+        let nics = [
+            nic("lo", "127.0.0.1", None),
+            nic("eth0", "10.1.0.7", Some(100_000)),
+        ];
+        let mapped: IpAddr = "::ffff:10.1.0.7".parse().unwrap();
+        assert_eq!(
+            interface_of(Some(mapped), &nics),
+            (Some("eth0".into()), Some(100.0))
+        );
+        assert_eq!(
+            interface_of(Some("127.0.0.1".parse().unwrap()), &nics),
+            (Some("lo".into()), None)
+        );
+        assert_eq!(interface_of(None, &nics), (None, None));
+    }
+}

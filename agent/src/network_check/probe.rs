@@ -1,0 +1,156 @@
+//! One path measured over TCP between two node agents: the sender connects to the
+//! receiver's listener, says which path and round it is, echoes a few small messages
+//! (the receiver times the round trips), then streams until the receiver, having
+//! counted what arrived over the window, closes. The receiver's count is the figure:
+//! what crossed the link, not what the sender's buffers took.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use toporun_shared::network_check::schedule::Path;
+use toporun_shared::network_check::verdict::PathFigure;
+
+/// How long the receiver counts the stream.
+pub const WINDOW: Duration = Duration::from_millis(500);
+/// How long a receiver waits for its sender to connect and a sender to connect.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(3);
+/// Small messages timed; the quickest is the round trip.
+const PINGS: usize = 5;
+const MAGIC: &[u8; 4] = b"TPNC";
+const CHUNK: usize = 256 * 1024;
+
+/// The first bytes a sender writes: which path of which probe round.
+fn header(k: u32, path: Path) -> [u8; 16] {
+    let mut h = [0u8; 16];
+    h[..4].copy_from_slice(MAGIC);
+    h[4..8].copy_from_slice(&k.to_le_bytes());
+    h[8..12].copy_from_slice(&path.from.to_le_bytes());
+    h[12..16].copy_from_slice(&path.to.to_le_bytes());
+    h
+}
+
+/// Sends on `path` to the receiver at `to` until it closes or the probe's time is up.
+pub async fn send(to: SocketAddr, k: u32, path: Path) {
+    let deadline = Instant::now() + CONNECT_WAIT + WINDOW + Duration::from_secs(2);
+    let _ = tokio::time::timeout_at(deadline.into(), stream(to, k, path)).await;
+}
+
+async fn stream(to: SocketAddr, k: u32, path: Path) -> std::io::Result<()> {
+    let mut s = tokio::time::timeout(CONNECT_WAIT, TcpStream::connect(to)).await??;
+    s.set_nodelay(true)?;
+    s.write_all(&header(k, path)).await?;
+    let mut ping = [0u8; 8];
+    for _ in 0..PINGS {
+        s.read_exact(&mut ping).await?;
+        s.write_all(&ping).await?;
+    }
+    let chunk = vec![0x5au8; CHUNK];
+    loop {
+        // Ends when the receiver closes (reset or broken pipe).
+        s.write_all(&chunk).await?;
+    }
+}
+
+/// Receives on `path` at `listener`: its figure, zero where the sender never came
+/// or broke off. Connections that are not this path's sender are dropped.
+pub async fn receive(
+    listener: &TcpListener,
+    k: u32,
+    path: Path,
+) -> (PathFigure, Option<SocketAddr>) {
+    let none = PathFigure {
+        path,
+        gbit: 0.0,
+        rtt_us: 0.0,
+    };
+    let until = Instant::now() + CONNECT_WAIT + WINDOW;
+    let Ok((mut s, local)) = tokio::time::timeout_at(until.into(), accept(listener, k, path)).await
+    else {
+        return (none, None);
+    };
+    let measured = tokio::time::timeout(WINDOW * 3, measure(&mut s)).await;
+    match measured {
+        Ok(Ok((gbit, rtt_us))) => (PathFigure { path, gbit, rtt_us }, Some(local)),
+        _ => (none, Some(local)),
+    }
+}
+
+/// The first connection that says it is `path` of round `k`, with this end's address.
+async fn accept(listener: &TcpListener, k: u32, path: Path) -> (TcpStream, SocketAddr) {
+    let want = header(k, path);
+    loop {
+        let Ok((mut s, _)) = listener.accept().await else {
+            continue;
+        };
+        let mut got = [0u8; 16];
+        let read = tokio::time::timeout(CONNECT_WAIT, s.read_exact(&mut got)).await;
+        if matches!(read, Ok(Ok(_))) && got == want {
+            if let Ok(local) = s.local_addr() {
+                return (s, local);
+            }
+        }
+    }
+}
+
+/// The stream's rate over the window (Gbit/s) and the quickest round trip (us).
+async fn measure(s: &mut TcpStream) -> std::io::Result<(f64, f64)> {
+    s.set_nodelay(true)?;
+    let mut rtt = f64::INFINITY;
+    let mut ping = [0u8; 8];
+    for i in 0..PINGS {
+        ping[0] = i as u8;
+        let t = Instant::now();
+        s.write_all(&ping).await?;
+        s.read_exact(&mut ping).await?;
+        rtt = rtt.min(t.elapsed().as_secs_f64() * 1e6);
+    }
+    let mut buf = vec![0u8; CHUNK];
+    // Counted from the end of the first read: the time to the first byte is not
+    // the link's rate.
+    let n = s.read(&mut buf).await?;
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    while n > 0 && start.elapsed() < WINDOW {
+        match tokio::time::timeout(WINDOW.saturating_sub(start.elapsed()), s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(m)) => bytes += m as u64,
+        }
+    }
+    let secs = start.elapsed().as_secs_f64().max(1e-6);
+    Ok((bytes as f64 * 8.0 / secs / 1e9, rtt))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_path_on_loopback_is_measured_and_a_stranger_is_ignored() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let path = Path { from: 1, to: 0 };
+        // A stranger, and the same path of another round, connect first.
+        let mut stranger = TcpStream::connect(at).await.unwrap();
+        stranger.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
+        let stale = tokio::spawn(send(at, 0, path));
+        let sender = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            send(at, 1, path).await
+        });
+        let (f, local) = receive(&l, 1, path).await;
+        assert!(f.gbit > 0.1, "loopback carries more than 100 Mbit/s: {f:?}");
+        assert!(f.rtt_us > 0.0 && f.rtt_us < 100_000.0, "{f:?}");
+        assert_eq!(local.unwrap().ip(), at.ip());
+        let _ = tokio::join!(sender, stale);
+    }
+
+    #[tokio::test]
+    async fn a_sender_that_never_comes_is_a_zero_within_the_wait() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let t = Instant::now();
+        let (f, local) = receive(&l, 0, Path { from: 2, to: 0 }).await;
+        assert_eq!((f.gbit, f.rtt_us, local), (0.0, 0.0, None));
+        assert!(t.elapsed() < CONNECT_WAIT + WINDOW + Duration::from_millis(500));
+    }
+}
