@@ -293,6 +293,15 @@ fn check_logs_specs(name: &str, python: &str) -> Result<()> {
     Ok(())
 }
 
+/// `--network-check`, else TOPORUN_NETWORK_CHECK.
+fn network_check(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<CheckMode> {
+    Ok(match typed_choice(m, Extra::NetworkCheck, env)? {
+        NetworkCheckChoice::Off => CheckMode::Off,
+        NetworkCheckChoice::Report => CheckMode::Report,
+        NetworkCheckChoice::Gate => CheckMode::Gate,
+    })
+}
+
 /// `--status-port`, else TORCHELASTIC_HEALTH_CHECK_PORT.
 fn status_port(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<u16>> {
     if let Some(p) = m.get_one::<u16>(Extra::StatusPort.id()) {
@@ -339,11 +348,6 @@ fn prepare(
     let colocated = match typed_choice(m, Extra::Colocated, &parent_env)? {
         ColocatedChoice::Warn => colocation::Mode::Warn,
         ColocatedChoice::Join => colocation::Mode::Join,
-    };
-    let network_check = match typed_choice(m, Extra::NetworkCheck, &parent_env)? {
-        NetworkCheckChoice::Off => CheckMode::Off,
-        NetworkCheckChoice::Report => CheckMode::Report,
-        NetworkCheckChoice::Gate => CheckMode::Gate,
     };
     let nccl_report = typed_choice::<OnOff>(m, Extra::NcclReport, &parent_env)? == OnOff::On;
     let termination_log = termination_log(m, &parent_env);
@@ -414,7 +418,7 @@ fn prepare(
         rdzv: RdzvSettings {
             token: set_var(&parent_env, job::RDZV_TOKEN_VAR).cloned(),
             colocated,
-            network_check,
+            network_check: network_check(m, &parent_env)?,
         },
         file_timer: FileTimerSetting {
             serve: parent_env

@@ -45,6 +45,7 @@ named_enum! {
         NcclNoInterface => "nccl.no_interface",
         NcclConnect => "nccl.connect",
         NcclCumemHostOff => "nccl.cumem_host_off",
+        NetworkSlowNode => "network.slow_node",
     }
 }
 

@@ -5,20 +5,25 @@
 //! writes the report every node reads.
 
 use super::probe::{receive, send, CONNECT_WAIT, WINDOW};
-use super::Listener;
 use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys};
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use toporun_shared::facts::Nic;
 use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
 use toporun_shared::network_check::schedule::{rounds, Path};
 use toporun_shared::network_check::verdict::PathFigure;
+use toporun_shared::network_check::Listener;
 
 /// How long a node waits for the others' listeners, a probe round's barrier, and
 /// the records and report.
 const GATHER_WAIT: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(20);
+const POLL: Duration = Duration::from_millis(50);
+/// How long a peer's host name may take to resolve.
+const RESOLVE_WAIT: Duration = Duration::from_secs(2);
+/// Interface addresses of a peer tried, at most.
+const MAX_IPS: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CheckError {
@@ -60,11 +65,12 @@ pub async fn run(
     };
     let key = keys.probe_listener(me.node_rank);
     kv.set(key.name(), &key.encode(&mine)).await?;
-    let peers = listeners(kv, keys, me.nnodes).await?;
+    let schedule = rounds(me.nnodes);
+    let targets = targets(kv, keys, &schedule, me.node_rank).await?;
     let mut received = Vec::new();
     let mut local = None;
-    for (k, round) in rounds(me.nnodes).iter().enumerate() {
-        let (f, at) = probe_round(&listener, &peers, k as u32, round, me.node_rank).await;
+    for (k, round) in schedule.iter().enumerate() {
+        let (f, at) = probe_round(&listener, &targets, k as u32, round, me.node_rank).await;
         received.extend(f);
         local = local.or(at);
         barrier(kv, &keys.probe_round_done(k), me.nnodes).await?;
@@ -82,6 +88,7 @@ pub async fn run(
     };
     let key = keys.network_record(me.node_rank);
     kv.set(key.name(), &key.encode(&record)).await?;
+    kv.tally(&keys.network_records()).await?;
     let judged = match me.node_rank {
         0 => judge(kv, keys, me, started).await?,
         _ => {
@@ -90,9 +97,25 @@ pub async fn run(
             decode(&report, &raw)?
         }
     };
-    // A node the gate stops may host the store: it stays until every node has read.
-    barrier(kv, &keys.network_seen(), me.nnodes).await?;
+    read_by_all(kv, keys, me).await;
     Ok(judged)
+}
+
+/// Every node counts itself as having read the report; the node hosting the store
+/// (which the gate may stop) waits, a while, until all have, so that none finds the
+/// store gone. Failures here change nothing: this node has its report.
+async fn read_by_all(kv: &mut Kv, keys: &RoundKeys, me: &CheckNode<'_>) {
+    let seen = keys.network_seen();
+    if kv.tally(&seen).await.is_err() || !me.hosts_rendezvous {
+        return;
+    }
+    let until = Instant::now() + GATHER_WAIT / 2;
+    while Instant::now() < until {
+        match kv.tally_count(&seen).await {
+            Ok(n) if n < u64::from(me.nnodes) => tokio::time::sleep(POLL).await,
+            _ => return,
+        }
+    }
 }
 
 /// Node rank 0: every record that comes, judged, and the report written.
@@ -118,42 +141,62 @@ fn decode<T: serde::de::DeserializeOwned>(key: &Key<T>, raw: &[u8]) -> Result<T,
         .map_err(|e| CheckError::Incomplete(e.to_string()))
 }
 
-/// Every node's listener, waited for.
-async fn listeners(
+/// The addresses of the nodes this node sends to (at most one a probe round), each
+/// resolved without blocking: only those listeners are read, not every node's.
+async fn targets(
     kv: &mut Kv,
     keys: &RoundKeys,
-    nnodes: u32,
-) -> Result<Vec<Option<SocketAddr>>, CheckError> {
-    let all: Vec<Key<Listener>> = (0..nnodes).map(|n| keys.probe_listener(n)).collect();
-    let names: Vec<&str> = all.iter().map(|k| k.name()).collect();
-    let raw = kv.multi_get(&names, GATHER_WAIT).await?;
-    Ok(all
+    schedule: &[Vec<Path>],
+    me: u32,
+) -> Result<BTreeMap<u32, Vec<SocketAddr>>, CheckError> {
+    let to: BTreeSet<u32> = schedule
         .iter()
-        .zip(&raw)
-        .map(|(k, r)| k.decode(r).ok().and_then(|l| resolve(&l)))
-        .collect())
+        .flatten()
+        .filter(|p| p.from == me)
+        .map(|p| p.to)
+        .collect();
+    let mut out = BTreeMap::new();
+    for node in to {
+        let key = keys.probe_listener(node);
+        let raw = kv.get(key.name(), GATHER_WAIT).await?;
+        if let Ok(l) = key.decode(&raw) {
+            out.insert(node, addresses(&l).await);
+        }
+    }
+    Ok(out)
 }
 
-/// A listener's socket address: its host name resolved, else (unresolved, or a
-/// loopback address that names every machine) its first interface address.
-fn resolve(l: &Listener) -> Option<SocketAddr> {
-    let at = |host: &str| {
-        if !toporun_shared::untrusted::valid_host(host) {
-            return None;
+/// Where a listener may be reached, in the order to try: its address where it is
+/// an IP, its interfaces' addresses, then its host name resolved (at most 2 s).
+async fn addresses(l: &Listener) -> Vec<SocketAddr> {
+    let ip = |s: &str| s.parse::<IpAddr>().ok().filter(|i| !i.is_loopback());
+    let mut out: Vec<IpAddr> = Vec::new();
+    let literal = ip(&l.addr);
+    let named = literal.is_none() && toporun_shared::untrusted::valid_host(&l.addr);
+    out.extend(literal);
+    out.extend(l.ips.iter().take(MAX_IPS).filter_map(|s| ip(s)));
+    if named {
+        let looked = tokio::time::timeout(
+            RESOLVE_WAIT,
+            tokio::net::lookup_host((l.addr.as_str(), l.port)),
+        )
+        .await;
+        if let Ok(Ok(found)) = looked {
+            out.extend(found.map(|a| a.ip()).filter(|i| !i.is_loopback()));
         }
-        (host, l.port).to_socket_addrs().ok()?.next()
-    };
-    let named = at(&l.addr).filter(|a| !a.ip().is_loopback());
-    named
-        .or_else(|| l.ips.iter().find_map(|ip| at(ip)))
-        .or_else(|| at(&l.addr))
+    }
+    let mut seen = BTreeSet::new();
+    out.retain(|a| seen.insert(*a));
+    out.into_iter()
+        .map(|ip| SocketAddr::new(ip, l.port))
+        .collect()
 }
 
 /// This node's send and receive of probe round `k`, at once: what it received, and
 /// the local address its sender reached.
 async fn probe_round(
     listener: &TcpListener,
-    peers: &[Option<SocketAddr>],
+    targets: &BTreeMap<u32, Vec<SocketAddr>>,
     k: u32,
     round: &[Path],
     me: u32,
@@ -161,8 +204,10 @@ async fn probe_round(
     let out = round.iter().find(|p| p.from == me).copied();
     let inn = round.iter().find(|p| p.to == me).copied();
     let sending = async {
-        if let Some(to) = out.and_then(|p| Some((p, peers.get(p.to as usize).copied()??))) {
-            send(to.1, k, to.0).await;
+        if let Some(p) = out {
+            if let Some(to) = targets.get(&p.to).filter(|t| !t.is_empty()) {
+                send(to, k, p).await;
+            }
         }
     };
     let receiving = async {
@@ -188,22 +233,19 @@ async fn barrier(kv: &mut Kv, key: &str, nnodes: u32) -> Result<(), CheckError> 
     Ok(())
 }
 
-/// Every node's record that comes within the wait.
+/// Every node's record that comes within the wait (counted, then read at once).
 async fn gather(kv: &mut Kv, keys: &RoundKeys, nnodes: u32) -> Result<Vec<NodeRecord>, CheckError> {
-    let all: Vec<Key<NodeRecord>> = (0..nnodes).map(|n| keys.network_record(n)).collect();
     let until = Instant::now() + GATHER_WAIT;
-    let mut present: Vec<&Key<NodeRecord>> = Vec::new();
-    while Instant::now() < until {
-        present.clear();
-        for k in &all {
-            if kv.check(&[k.name()]).await? {
-                present.push(k);
-            }
-        }
-        if present.len() == all.len() {
-            break;
-        }
+    let counted = keys.network_records();
+    while kv.tally_count(&counted).await? < u64::from(nnodes) && Instant::now() < until {
         tokio::time::sleep(POLL).await;
+    }
+    let all: Vec<Key<NodeRecord>> = (0..nnodes).map(|n| keys.network_record(n)).collect();
+    let mut present: Vec<&Key<NodeRecord>> = Vec::new();
+    for k in &all {
+        if kv.check(&[k.name()]).await? {
+            present.push(k);
+        }
     }
     let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
     let raw = kv.read(&names).await?;

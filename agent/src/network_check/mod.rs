@@ -5,17 +5,3 @@
 
 pub mod exchange;
 pub mod probe;
-
-use serde::{Deserialize, Serialize};
-
-/// Where a node listens for its peers' probes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Listener {
-    /// The node's rendezvous address (`--local-addr`, else its host name).
-    pub addr: String,
-    pub port: u16,
-    /// Its interfaces' addresses, for where `addr` names no other machine (a host
-    /// name that resolves to loopback).
-    #[serde(default)]
-    pub ips: Vec<String>,
-}

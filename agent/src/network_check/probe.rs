@@ -30,18 +30,50 @@ fn header(k: u32, path: Path) -> [u8; 16] {
     h
 }
 
-/// Sends on `path` to the receiver at `to` until it closes or the probe's time is up.
-pub async fn send(to: SocketAddr, k: u32, path: Path) {
+/// How long one of the receiver's addresses gets to connect and answer the first
+/// ping: an address that names another machine (docker0's 172.17.0.1 is on every
+/// host) drops the header, and the next address is tried.
+const TRY_WAIT: Duration = Duration::from_secs(1);
+/// How long a connection gets to say which path it is.
+const HEADER_WAIT: Duration = Duration::from_millis(300);
+
+/// Sends on `path` to the receiver, at the first of its addresses `to` that answers as
+/// that receiver, until it closes or the probe's time is up.
+pub async fn send(to: &[SocketAddr], k: u32, path: Path) {
     let deadline = Instant::now() + CONNECT_WAIT + WINDOW + Duration::from_secs(2);
     let _ = tokio::time::timeout_at(deadline.into(), stream(to, k, path)).await;
 }
 
-async fn stream(to: SocketAddr, k: u32, path: Path) -> std::io::Result<()> {
-    let mut s = tokio::time::timeout(CONNECT_WAIT, TcpStream::connect(to)).await??;
+/// A connection to `to` where the receiver answered the first ping.
+async fn answered(to: SocketAddr, k: u32, path: Path) -> std::io::Result<TcpStream> {
+    let mut s = TcpStream::connect(to).await?;
     s.set_nodelay(true)?;
     s.write_all(&header(k, path)).await?;
     let mut ping = [0u8; 8];
-    for _ in 0..PINGS {
+    s.read_exact(&mut ping).await?;
+    s.write_all(&ping).await?;
+    Ok(s)
+}
+
+async fn stream(to: &[SocketAddr], k: u32, path: Path) -> std::io::Result<()> {
+    let until = Instant::now() + CONNECT_WAIT;
+    let mut found = None;
+    for a in to.iter().cycle() {
+        if Instant::now() >= until {
+            break;
+        }
+        if let Ok(Ok(s)) = tokio::time::timeout(TRY_WAIT, answered(*a, k, path)).await {
+            found = Some(s);
+            break;
+        }
+        // Refused at once (the receiver not listening yet): not a busy loop.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let Some(mut s) = found else {
+        return Err(std::io::ErrorKind::TimedOut.into());
+    };
+    let mut ping = [0u8; 8];
+    for _ in 1..PINGS {
         s.read_exact(&mut ping).await?;
         s.write_all(&ping).await?;
     }
@@ -84,7 +116,7 @@ async fn accept(listener: &TcpListener, k: u32, path: Path) -> (TcpStream, Socke
             continue;
         };
         let mut got = [0u8; 16];
-        let read = tokio::time::timeout(CONNECT_WAIT, s.read_exact(&mut got)).await;
+        let read = tokio::time::timeout(HEADER_WAIT, s.read_exact(&mut got)).await;
         if matches!(read, Ok(Ok(_))) && got == want {
             if let Ok(local) = s.local_addr() {
                 return (s, local);
@@ -133,10 +165,16 @@ mod tests {
         // A stranger, and the same path of another round, connect first.
         let mut stranger = TcpStream::connect(at).await.unwrap();
         stranger.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-        let stale = tokio::spawn(send(at, 0, path));
+        let stale = tokio::spawn(async move { send(&[at], 0, path).await });
+        // The first address names no receiver: the next one is tried.
+        let closed = TcpListener::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .local_addr()
+            .unwrap();
         let sender = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            send(at, 1, path).await
+            send(&[closed, at], 1, path).await
         });
         let (f, local) = receive(&l, 1, path).await;
         assert!(f.gbit > 0.1, "loopback carries more than 100 Mbit/s: {f:?}");

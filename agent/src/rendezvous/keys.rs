@@ -2,6 +2,8 @@
 //! (or `toporun/<run_id>/<key space>/` with a token):
 //! - `round`: the round the job is at; nodes that stop a round move it on.
 //! - `finished`: set when the job ends, so spares waiting for a next round leave.
+//! - `refused/<machine>`: a machine `--network-check gate` refused, which does not
+//!   join again.
 //!
 //! and under `r<round>/`:
 //! - `join`: counter; c10d nodes take their ticket (join order) from it.
@@ -18,8 +20,8 @@
 //!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),
 //!   `ranks/<node>`, `stragglers` and `stragglers/view` (the job-wide straggler decision
 //!   and the job's rows for `toporun top`).
-//! - `net/listen/<node>`, `net/done/<k>`, `net/record/<node>`, `net/report`,
-//!   `net/seen`: the network check (each node's probe listener, the probe rounds done,
+//! - `net/listen/<node>`, `net/done/<k>`, `net/record/<node>`, `net/records`,
+//!   `net/report`, `net/seen`: the network check (each node's probe listener, the probe rounds done,
 //!   what each node received, the deciding node's report, the nodes that read it).
 //!
 //! A key whose value is JSON is a [`Key<T>`](super::typed_key::Key): the builder
@@ -31,6 +33,7 @@ use toporun_shared::colocation::NodeEnv;
 use toporun_shared::flight_recorder::Dump;
 use toporun_shared::nccl_log::Digest;
 use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
+use toporun_shared::network_check::Listener;
 use toporun_shared::root_cause::peer::NodeAddrs;
 use toporun_shared::stacks::hang_report::HangNotice;
 use toporun_shared::stacks::job_view::NodeStacks;
@@ -61,6 +64,11 @@ impl RunKeys {
     /// Set once the job has ended.
     pub fn finished(&self) -> String {
         format!("{}finished", self.base)
+    }
+
+    /// A machine (boot id, else host name) the network check refused in this run.
+    pub fn refused(&self, machine: &str) -> String {
+        format!("{}refused/{machine}", self.base)
     }
 
     pub fn round(&self, round: u32) -> RoundKeys {
@@ -201,7 +209,7 @@ impl RoundKeys {
     }
 
     /// Where node `node_rank` listens for the network check's probes.
-    pub fn probe_listener(&self, node_rank: u32) -> Key<crate::network_check::Listener> {
+    pub fn probe_listener(&self, node_rank: u32) -> Key<Listener> {
         let name = self.key(&format!("net/listen/{node_rank}"));
         Key::new(name, "a probe listener")
     }
@@ -215,6 +223,11 @@ impl RoundKeys {
     pub fn network_record(&self, node_rank: u32) -> Key<NodeRecord> {
         let name = self.key(&format!("net/record/{node_rank}"));
         Key::new(name, "a network-check record")
+    }
+
+    /// Nodes that wrote their network-check record.
+    pub fn network_records(&self) -> String {
+        self.key("net/records")
     }
 
     /// Nodes that read the network check's report (none leaves before all have).

@@ -62,6 +62,24 @@ fn stragglers(r: &mut Registry, s: &Snapshot) {
     );
 }
 
+/// Seconds since the start and since the last restart.
+fn times(r: &mut Registry, s: &Snapshot) {
+    seconds(
+        r,
+        "toporun_uptime_seconds",
+        "Seconds since toporun started",
+        s.started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
+    );
+    seconds(
+        r,
+        "toporun_seconds_since_restart",
+        "Seconds since the last restart (since the start when there was none)",
+        s.last_restart
+            .or(s.started)
+            .map_or(0.0, |t| t.elapsed().as_secs_f64()),
+    );
+}
+
 /// The last network check's figures per node and direction, and its slow nodes.
 fn network(r: &mut Registry, s: &Snapshot) {
     let rates: Family<Labels, Gauge<f64, AtomicU64>> = Family::default();
@@ -232,20 +250,7 @@ pub fn render(s: &Snapshot) -> String {
         "The host's preflight findings, by severity",
         findings,
     );
-    seconds(
-        &mut r,
-        "toporun_uptime_seconds",
-        "Seconds since toporun started",
-        s.started.map_or(0.0, |t| t.elapsed().as_secs_f64()),
-    );
-    seconds(
-        &mut r,
-        "toporun_seconds_since_restart",
-        "Seconds since the last restart (since the start when there was none)",
-        s.last_restart
-            .or(s.started)
-            .map_or(0.0, |t| t.elapsed().as_secs_f64()),
-    );
+    times(&mut r, s);
     let mut out = String::new();
     if encode(&mut out, &r).is_err() {
         out = "# encoding the metrics failed\n# EOF\n".into();

@@ -209,7 +209,7 @@ fn a_shaped_node_is_named_and_refused_and_an_unshaped_job_names_nobody() {
     for (code, err) in &out {
         assert_eq!(*code, Some(0), "{err}");
         assert!(
-            !err.contains("network.slow-node"),
+            !err.contains("network.slow_node"),
             "a healthy bridge: {err}"
         );
     }
@@ -246,7 +246,7 @@ fn a_shaped_node_is_named_and_refused_and_an_unshaped_job_names_nobody() {
         node0.contains("node 2 (") && node0.contains(&format!("{} on eth0", b.addr(2))),
         "{node0}"
     );
-    assert!(node0.contains("[network.slow-node]"), "{node0}");
+    assert!(node0.contains("[network.slow_node]"), "{node0}");
     let shaped = report_of(&logs, 1);
     assert_eq!(slow_nodes(&shaped), [2], "{shaped}");
     let two = &shaped["nodes"][2];
@@ -290,20 +290,35 @@ fn under_gate_a_spare_takes_the_place_of_the_slow_node() {
         "--rdzv-conf=last_call_timeout=3,join_timeout=60".into(),
         "--network-check=gate".into(),
     ];
-    let first: Vec<Child> = (0..3).map(|i| b.node(i, &args, d.path())).collect();
+    // The ranks take 20 steps of 0.3 s: the job still runs when the refused
+    // container comes back.
+    let mut first: Vec<Child> = (0..3)
+        .map(|i| b.node_steps(i, &args, d.path(), 20))
+        .collect();
     // The spare comes once round 0 holds three nodes: it waits for the next round.
     std::thread::sleep(Duration::from_secs(2));
-    let spare = b.node(3, &args, d.path());
-    let mut all = first;
-    all.push(spare);
-    let out = ended(all, Duration::from_secs(120));
-    let (refused, spare) = (&out[2], &out[3]);
+    let spare = b.node_steps(3, &args, d.path(), 20);
+    let refused = ended(vec![first.remove(2)], Duration::from_secs(60)).remove(0);
     assert_eq!(refused.0, Some(82), "{}", refused.1);
     assert!(
         refused.1.contains("--network-check gate refused this node"),
         "{}",
         refused.1
     );
+    // Restarted in its pod (same machine, same network namespace), it is refused
+    // at once and the running job is left alone.
+    let t = Instant::now();
+    let again = ended(vec![b.node(2, &args, d.path())], Duration::from_secs(60)).remove(0);
+    assert_eq!(again.0, Some(82), "{}", again.1);
+    assert!(
+        again.1.contains("refused this machine") && again.1.contains("earlier in rendezvous"),
+        "{}",
+        again.1
+    );
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    first.push(spare);
+    let out = ended(first, Duration::from_secs(120));
+    let spare = &out[2];
     for (code, err) in [&out[0], &out[1], spare] {
         assert_eq!(*code, Some(0), "{err}");
     }

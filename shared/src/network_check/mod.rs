@@ -17,6 +17,17 @@ pub enum CheckMode {
     Gate,
 }
 
+/// Where a node listens for its peers' probes (written to the rendezvous state).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Listener {
+    /// The node's rendezvous address (`--local-addr`, else its host name).
+    pub addr: String,
+    pub port: u16,
+    /// Its interfaces' addresses: a peer tries them where `addr` does not answer.
+    #[serde(default)]
+    pub ips: Vec<String>,
+}
+
 pub mod report;
 pub mod schedule;
 pub mod simulate;

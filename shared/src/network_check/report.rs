@@ -2,6 +2,7 @@
 //! received on, where its peers reached it), the verdict over all of them, and the
 //! lines the deciding node says.
 
+use super::schedule::{rounds, Path};
 use super::verdict::{judge, NodeFigure, PathFigure, SlowBy, SlowNode, Verdict};
 use crate::untrusted::printable;
 use serde::{Deserialize, Serialize};
@@ -54,11 +55,18 @@ pub struct NetworkReport {
 impl NetworkReport {
     /// Judges `nnodes` nodes of round `round` from the records that came.
     pub fn judge(round: u32, nnodes: u32, records: &[NodeRecord], took_ms: u64) -> Self {
-        let figures: Vec<PathFigure> = records
-            .iter()
-            .flat_map(|r| r.received.iter().filter(|f| f.path.to == r.node))
-            .copied()
-            .collect();
+        // A record speaks for the paths into its own node that the schedule has, once
+        // each: nothing else it carries counts.
+        let paths: Vec<Path> = rounds(nnodes).into_iter().flatten().collect();
+        let mut figures: Vec<PathFigure> = Vec::new();
+        for r in records {
+            let mine = r.received.iter().filter(|f| f.path.to == r.node);
+            for f in mine.filter(|f| paths.contains(&f.path) && f.gbit.is_finite()) {
+                if !figures.iter().any(|g| g.path == f.path) {
+                    figures.push(*f);
+                }
+            }
+        }
         let expected: BTreeMap<u32, f64> = records
             .iter()
             .filter_map(|r| Some((r.node, r.expected_gbit?)))
@@ -89,8 +97,21 @@ impl NetworkReport {
         }
     }
 
+    /// Whether no probe connected anywhere (no round trip timed).
+    pub fn nothing_measured(&self) -> bool {
+        self.nodes.iter().all(|n| n.figure.rtt_us <= 0.0)
+    }
+
     /// One line: every node's figures, or from 9 nodes on the weakest node's.
     pub fn summary(&self) -> String {
+        if self.nothing_measured() {
+            return format!(
+                "network check of round {} ({} nodes, {:.1}s): no path could be measured: the nodes could not connect to each other's probe ports (a NetworkPolicy or firewall that lets only some ports through?); nobody is named. NCCL and gloo also connect on ports of their own; --network-check off skips the check",
+                self.round,
+                self.nodes.len(),
+                self.took_ms as f64 / 1000.0
+            );
+        }
         let weakest = self
             .nodes
             .iter()
@@ -116,8 +137,13 @@ impl NetworkReport {
                 )
             })
             .collect();
+        let silent: String = self
+            .silent
+            .iter()
+            .map(|n| format!("; node {n}'s record never came (not judged)"))
+            .collect();
         format!(
-            "network check of round {} ({} nodes, {:.1}s): {lead}{}",
+            "network check of round {} ({} nodes, {:.1}s): {lead}{}{silent}",
             self.round,
             self.nodes.len(),
             self.took_ms as f64 / 1000.0,
@@ -142,6 +168,12 @@ impl NetworkReport {
             SlowBy::Interface { expected_gbit } => format!(
                 "under a hundredth of its interface's {}",
                 gbit(expected_gbit)
+            ),
+            SlowBy::Unreachable => return format!(
+                "node {}{at}: its probes never connected in one direction (sends at {}, receives at {}): a dead link, or a firewall or NetworkPolicy that closes ports other than the rendezvous' (NCCL and gloo need such ports too); not refused under gate, since the check cannot tell which",
+                s.node,
+                gbit(out),
+                gbit(inn)
             ),
         };
         let silent = match self.silent.contains(&s.node) {
@@ -171,11 +203,20 @@ impl NetworkReport {
     /// The gate's decision; `elastic_min` is `--nnodes`' minimum where the job may
     /// change size (c10d, etcd), None for a static job.
     pub fn gate(&self, elastic_min: Option<u32>) -> Gate {
-        let slow: Vec<u32> = self.slow.iter().map(|s| s.node).collect();
+        // Measured slow, not unreachable: a closed port is not a slow link.
+        let slow: Vec<u32> = self
+            .slow
+            .iter()
+            .filter(|s| s.by != SlowBy::Unreachable)
+            .map(|s| s.node)
+            .collect();
         if slow.is_empty() {
             return Gate::Pass;
         }
-        let left = self.nodes.len() as u32 - slow.len() as u32 + self.spares;
+        let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        let left = count(self.nodes.len())
+            .saturating_sub(count(slow.len()))
+            .saturating_add(self.spares);
         match (elastic_min, self.rendezvous_host) {
             (_, Some(h)) if slow.contains(&h) => Gate::Stop(format!("node {h} hosts the rendezvous store, and the job cannot go on without it")),
             (None, _) => Gate::Stop("a static job (--nnodes N, --rdzv-backend static) cannot go on with fewer nodes".into()),
@@ -185,12 +226,17 @@ impl NetworkReport {
     }
 }
 
+/// Where a node is, its strings made printable (a report read from the store may
+/// come from anyone).
 fn where_(n: &NodeLine) -> String {
     let mut parts: Vec<String> = Vec::new();
-    parts.extend(n.host.clone());
-    match (&n.addr, &n.interface) {
+    parts.extend(n.host.as_deref().map(printable));
+    match (
+        n.addr.as_deref().map(printable),
+        n.interface.as_deref().map(printable),
+    ) {
         (Some(a), Some(i)) => parts.push(format!("{a} on {i}")),
-        (Some(a), None) => parts.push(a.clone()),
+        (Some(a), None) => parts.push(a),
         _ => {}
     }
     match parts.is_empty() {
@@ -306,6 +352,22 @@ mod tests {
     }
 
     #[test]
+    fn probes_that_never_connected_name_nobody_and_say_so() {
+        let mut r = records(3, 9, None);
+        r.iter_mut()
+            .flat_map(|r| &mut r.received)
+            .for_each(|f| (f.gbit, f.rtt_us) = (0.0, 0.0));
+        let report = NetworkReport::judge(0, 3, &r, 8000);
+        assert!(report.slow.is_empty() && report.named().is_empty());
+        assert!(
+            report.summary().contains("no path could be measured"),
+            "{}",
+            report.summary()
+        );
+        assert_eq!(report.gate(None), Gate::Pass);
+    }
+
+    #[test]
     fn without_interface_rates_the_median_names_it() {
         let mut r = records(4, 1, None);
         r.iter_mut().for_each(|r| r.expected_gbit = None);
@@ -315,14 +377,14 @@ mod tests {
     }
 
     #[test]
-    fn a_node_whose_record_never_came_is_named_as_silent() {
+    fn a_node_whose_record_never_came_is_said_silent_and_not_judged() {
         let report = NetworkReport::judge(0, 4, &records(4, 9, Some(3)), 900);
         assert_eq!(report.silent, [3]);
-        assert_eq!(report.slow.iter().map(|s| s.node).collect::<Vec<_>>(), [3]);
+        assert!(report.slow.is_empty(), "{:?}", report.slow);
         assert!(
-            report.named()[0].contains("never came"),
-            "{:?}",
-            report.named()
+            report.summary().contains("node 3's record never came"),
+            "{}",
+            report.summary()
         );
     }
 

@@ -7,6 +7,7 @@
 use super::hang_report::{Context, Gone};
 use super::merge::{Place, Places};
 use super::model::{RankStack, ThreadStack};
+use super::teardown::LastSaid;
 use crate::nccl_counters::NodeReading;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -39,6 +40,10 @@ pub struct NodeStacks {
     /// Its ranks' NCCL counters, where they load toporun's profiler plugin.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nccl: Option<NodeReading>,
+    /// What its shown ranks last said on stderr (a teardown's cause, at the
+    /// deciding node).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub said: BTreeMap<u32, LastSaid>,
 }
 
 impl NodeStacks {
@@ -51,11 +56,22 @@ impl NodeStacks {
             left: Vec::new(),
             stopped: Vec::new(),
             lines: BTreeMap::new(),
+            said: BTreeMap::new(),
             nccl: None,
         }
     }
 
     /// With its ranks' NCCL counters.
+    /// With what its shown ranks last said, each cut to 300 characters.
+    pub fn with_said(mut self, said: &BTreeMap<u32, LastSaid>) -> Self {
+        self.said = said
+            .iter()
+            .filter(|(r, _)| self.ranks.iter().any(|s| s.rank == **r))
+            .map(|(r, l)| (*r, l.clone().cut(300)))
+            .collect();
+        self
+    }
+
     pub fn with_nccl(mut self, nccl: Option<NodeReading>) -> Self {
         self.nccl = nccl;
         self

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 const TEARDOWN: &str = "destroy_process_group";
 
 /// What a rank said last on stderr, read from its output's tail.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LastSaid {
     /// Its last complete traceback: `RuntimeError: loss became NaN (train.py:82)`.
     Raised(String),
@@ -29,6 +29,15 @@ impl LastSaid {
         match last_exception(output).filter(|_| ends_in_exception(output)) {
             Some(e) => Some(LastSaid::Raised(e.line())),
             None => last_words(output).map(LastSaid::Words),
+        }
+    }
+
+    /// Cut to `chars`, to travel to the deciding node within the store's bound.
+    pub fn cut(self, chars: usize) -> LastSaid {
+        let cut = |s: String| s.chars().take(chars).collect();
+        match self {
+            LastSaid::Raised(s) => LastSaid::Raised(cut(s)),
+            LastSaid::Words(s) => LastSaid::Words(cut(s)),
         }
     }
 }

@@ -20,6 +20,7 @@ use toporun_shared::nccl_counters::{NcclWatch, NodeReading};
 use toporun_shared::stacks::hang_report::{Hang, HangNotice as Notice};
 use toporun_shared::stacks::job_view::{context, flatten, job_hung, NodeStacks};
 use toporun_shared::stacks::standing::Standing;
+use toporun_shared::stacks::teardown::teardown_cause;
 use toporun_shared::stacks::{nccl_verdict, NcclVerdict};
 
 struct State {
@@ -77,6 +78,14 @@ pub fn start(
             }
         }
     })
+}
+
+/// An odd rank in its teardown: what it said before, on whichever node it runs.
+fn with_teardown_cause(hang: &mut Hang, nodes: &[NodeStacks]) {
+    let said = nodes.iter().flat_map(|n| n.said.clone()).collect();
+    if let Some(cause) = teardown_cause(hang, &said) {
+        hang.headline.push_str(&cause);
+    }
 }
 
 fn say_decided(n: &Notice) {
@@ -143,6 +152,7 @@ impl Meeting {
         };
         let mine = NodeStacks::new(self.node_rank, hostname, s.stalled, shown)
             .with_context(&s.context)
+            .with_said(&s.said)
             .with_nccl(s.nccl.clone());
         // Its own encoding: frames cut until it fits the store's bound.
         let key = self.keys.stacks(self.node_rank);
@@ -239,12 +249,15 @@ impl Meeting {
             NcclVerdict::Waiting => NcclStep::Quiet,
             NcclVerdict::Hang(_) | NcclVerdict::Busy { .. } if state.reported => NcclStep::Quiet,
             // Across nodes a busy rank's GPU is not known here: the hang stands.
-            NcclVerdict::Hang(hang) | NcclVerdict::Busy { hang, .. } => NcclStep::Say(Notice {
-                seq: state.seq + 1,
-                decider: self.node_rank,
-                text: hang.text(&places),
-                hang,
-            }),
+            NcclVerdict::Hang(mut hang) | NcclVerdict::Busy { mut hang, .. } => {
+                with_teardown_cause(&mut hang, nodes);
+                NcclStep::Say(Notice {
+                    seq: state.seq + 1,
+                    decider: self.node_rank,
+                    text: hang.text(&places),
+                    hang,
+                })
+            }
         }
     }
 
@@ -278,7 +291,8 @@ impl Meeting {
         let Some(stalled) = job_hung(&nodes, self.nnodes, bound) else {
             return Ok(None);
         };
-        let hang = Hang::with(&stacks, &places, stalled, timeout, &ctx);
+        let mut hang = Hang::with(&stacks, &places, stalled, timeout, &ctx);
+        with_teardown_cause(&mut hang, &nodes);
         let notice = Notice {
             seq,
             decider: self.node_rank,
@@ -306,6 +320,7 @@ mod tests {
     use crate::rendezvous::RunKeys;
     use toporun_shared::nccl_counters::words::Words;
     use toporun_shared::nccl_counters::{decode, NcclFunc};
+    use toporun_shared::stacks::teardown::LastSaid;
     use toporun_shared::stacks::{Frame, RankStack, ThreadStack};
 
     fn deciding(nnodes: u32) -> Meeting {
@@ -420,5 +435,46 @@ mod tests {
             m.nccl_decide(&stuck(), Duration::ZERO, &mut s),
             NcclStep::Quiet
         ));
+    }
+
+    /// Lightning on two nodes: rank 1 raised, its framework caught it and now tears
+    /// its process group down while rank 0 waits in the next all_reduce. What rank 1
+    /// raised travels with its node's record (through JSON, as the store carries it)
+    /// and the deciding node says it as the cause.
+    #[test]
+    fn what_a_rank_on_another_node_raised_before_its_teardown_is_the_cause() {
+        let m = deciding(2);
+        let mut s = state();
+        let teardown = (
+            "/venv/lib/torch/distributed/distributed_c10d.py",
+            "destroy_process_group",
+        );
+        let raised = LastSaid::Raised("RuntimeError: loss became NaN (train.py:82)".into());
+        let stuck = || {
+            let n1 = node(1, teardown, 10, 10).with_said(&[(1, raised.clone())].into());
+            let n1: NodeStacks = serde_json::from_slice(&n1.encode()).unwrap();
+            vec![node(0, SYNC, 11, 10), n1]
+        };
+        m.nccl_decide(&stuck(), Duration::ZERO, &mut s);
+        let NcclStep::Say(n) = m.nccl_decide(&stuck(), Duration::ZERO, &mut s) else {
+            panic!("no hang decided");
+        };
+        assert!(
+            n.hang.headline.contains("before its teardown rank 1 raised RuntimeError: loss became NaN (train.py:82): that is the cause"),
+            "{}",
+            n.hang.headline
+        );
+        // Without its words, the headline is the counters' alone.
+        let mut s = state();
+        let bare = || vec![node(0, SYNC, 11, 10), node(1, teardown, 10, 10)];
+        m.nccl_decide(&bare(), Duration::ZERO, &mut s);
+        let NcclStep::Say(n) = m.nccl_decide(&bare(), Duration::ZERO, &mut s) else {
+            panic!("no hang decided");
+        };
+        assert!(
+            !n.hang.headline.contains("teardown rank 1 raised"),
+            "{}",
+            n.hang.headline
+        );
     }
 }

@@ -85,6 +85,8 @@ pub struct NodeSample {
     /// No operation was posted or completed here since the last sample: where the
     /// ranks stand is worth sending (a rank spinning in Python never stands still).
     pub nccl_still: bool,
+    /// What each rank last said on stderr (with the context): a teardown's cause.
+    pub said: BTreeMap<u32, LastSaid>,
 }
 
 /// Who decides that the job hangs.
@@ -364,12 +366,7 @@ impl Judge {
     /// Says the hang found here (with the ranks' workers, and what an odd rank in its
     /// teardown said before), once.
     fn say(&mut self, mut hang: Hang, live: &[RankPid], by_counters: bool) {
-        let said: BTreeMap<u32, LastSaid> = self
-            .tails
-            .iter()
-            .filter_map(|(r, t)| Some((*r, LastSaid::of(&without_escapes(&t.text()))?)))
-            .collect();
-        if let Some(cause) = teardown_cause(&hang, &said) {
+        if let Some(cause) = teardown_cause(&hang, &self.last_said()) {
             hang.headline.push_str(&cause);
         }
         let text = hang.text(&Places::new()) + &workers_text(&self.root, live);
@@ -380,6 +377,14 @@ impl Judge {
             by_counters,
         });
         self.reported = true;
+    }
+
+    /// What each rank last said on stderr, from its output's tail.
+    fn last_said(&self) -> BTreeMap<u32, LastSaid> {
+        self.tails
+            .iter()
+            .filter_map(|(r, t)| Some((*r, LastSaid::of(&without_escapes(&t.text()))?)))
+            .collect()
     }
 
     /// `gpu_active`: the ranks whose GPU ran kernels in the last few seconds.
@@ -437,10 +442,10 @@ impl Judge {
             self.handed_marks = marks.unwrap_or_default();
             // The context travels only once the ranks stand still, or NCCL's
             // counters do (a hang whose stacks move).
-            let context = if stalled >= timeout.min(LEFT_STALL) / 2 || nccl_still {
-                self.context(stacks)
+            let (context, said) = if stalled >= timeout.min(LEFT_STALL) / 2 || nccl_still {
+                (self.context(stacks), self.last_said())
             } else {
-                Context::default()
+                Default::default()
             };
             if let Decide::Publish(tx) = &self.decide {
                 let _ = tx.send(NodeSample {
@@ -449,6 +454,7 @@ impl Judge {
                     context,
                     nccl,
                     nccl_still,
+                    said,
                 });
             }
             return;

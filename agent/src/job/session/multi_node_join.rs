@@ -50,6 +50,7 @@ impl MultiNode {
     ) -> Result<Entered> {
         if min_round == 0 {
             self.refuse_finished_run().await?;
+            self.refuse_refused_machine().await?;
         }
         let mut min_round = min_round;
         loop {
@@ -59,7 +60,7 @@ impl MultiNode {
                 .map_err(|e| self.rdzv(e))?;
             if !closed {
                 match self.join_round(p, round, events).await? {
-                    Joined::Placed(mut node) => match self.check_network(p, &node).await? {
+                    Joined::Placed(mut node) => match self.check_network(p, &node, events).await? {
                         Checked::Go(report) => {
                             node.network = report.map(Box::new);
                             return Ok(Entered::Placed(node));
@@ -68,6 +69,7 @@ impl MultiNode {
                             min_round = round + 1;
                             continue;
                         }
+                        Checked::Signal => return Ok(Entered::Signal),
                     },
                     Joined::Signal => return Ok(Entered::Signal),
                     Joined::Surplus => {}

@@ -1,15 +1,22 @@
 //! `--network-check` in a multi-node round: once the round placed this node and
 //! before its ranks start, the nodes measure the paths between them; a slow node is
 //! named (report), or refused (gate): the others go on in a new round a spare may
-//! join, or, where the job cannot lose it, every node exits with the peer class.
+//! join, or, where the job cannot lose it, every node exits with the peer class. A
+//! refused node's link (machine and network namespace) is remembered under the run's
+//! keys, so its container, restarted, does not rejoin (and restart) the job it was
+//! refused from.
 
 use crate::job::error::JobError;
 use crate::job::session::multi_node::MultiNode;
+use crate::job::session::rdzv_connect::until_signal;
 use crate::job::spec::{Job, NodePlace};
 use crate::network_check::exchange::{run, CheckNode};
-use crate::rendezvous::Shape;
+use crate::rendezvous::{Backend, Shape};
+use crate::supervise::Events;
+use toporun_shared::finding_id::FindingId;
 use toporun_shared::network_check::report::{Gate, NetworkReport};
 use toporun_shared::network_check::CheckMode;
+use toporun_shared::untrusted::printable;
 
 /// What the check left for this node.
 pub(super) enum Checked {
@@ -17,6 +24,8 @@ pub(super) enum Checked {
     Go(Option<NetworkReport>),
     /// The job goes on without a refused node, in the next round.
     NextRound,
+    /// A handled signal arrived meanwhile.
+    Signal,
 }
 
 impl MultiNode {
@@ -25,6 +34,7 @@ impl MultiNode {
         &mut self,
         p: &Job,
         node: &NodePlace,
+        events: &mut Events,
     ) -> Result<Checked, JobError> {
         let mode = p.rdzv.network_check;
         if mode == CheckMode::Off || node.nnodes < 2 {
@@ -41,17 +51,18 @@ impl MultiNode {
             hosts_rendezvous: self.state.hosted_here(),
         };
         let keys = self.cfg.round_keys(node.round);
-        let report = match run(&mut self.client, &keys, &me).await {
-            Ok(r) => r,
-            Err(e) => {
-                crate::console::say_warning!("the network check of round {} did not finish ({e}); the ranks start without it (--network-check off skips it)", node.round);
-                return Ok(Checked::Go(None));
-            }
+        let checked = tokio::select! {
+            r = run(&mut self.client, &keys, &me) => r,
+            _ = until_signal(events) => return Ok(Checked::Signal),
         };
-        crate::console::say!("toporun: {}", report.summary());
-        for line in report.named() {
-            crate::console::say_warning!("network check: {line} [network.slow-node]");
-        }
+        let report = match checked
+            .map_err(|e| e.to_string())
+            .and_then(|r| fits(r, node))
+        {
+            Ok(r) => r,
+            Err(e) => return not_done(mode, node, &e),
+        };
+        say(&report);
         if mode == CheckMode::Report {
             return Ok(Checked::Go(Some(report)));
         }
@@ -59,8 +70,84 @@ impl MultiNode {
             Shape::Elastic { min, .. } => Some(min),
             Shape::Static { .. } => None,
         };
-        gate(&report, report.gate(elastic_min), node)
+        let decision = report.gate(elastic_min);
+        if let Gate::Without(slow) = &decision {
+            if slow.contains(&node.node_rank) {
+                self.remember_refused(&report).await;
+            }
+        }
+        gate(&report, decision, node)
     }
+
+    /// This node's link, refused: its container, restarted (a podFailurePolicy
+    /// ignores exit 82), finds it at its first join and leaves at once.
+    async fn remember_refused(&mut self, report: &NetworkReport) {
+        let key = self.cfg.keys().refused(&self.machine());
+        let why = report.named().join("; ");
+        let _ = self.client.set(&key, why.as_bytes()).await;
+    }
+
+    /// Refuses a machine the network check refused earlier in this run.
+    pub(super) async fn refuse_refused_machine(&mut self) -> Result<(), JobError> {
+        let key = self.cfg.keys().refused(&self.machine());
+        if !self.client.check(&[&key]).await.unwrap_or(false) {
+            return Ok(());
+        }
+        let why = self.client.get(&key, self.cfg.read_timeout).await;
+        let why = why
+            .map(|w| printable(&String::from_utf8_lossy(&w)))
+            .unwrap_or_default();
+        Err(JobError::NetworkRefused(format!(
+            "--network-check gate refused this machine ({}) earlier in rendezvous {}: {why}; run this pod on another node, or give the job a new --rdzv-id",
+            printable(&self.machine()),
+            self.run_id
+        )))
+    }
+
+    /// This node's link: its machine (boot id, else host name) and its network
+    /// namespace, which a container restarted in its pod keeps (and a hostNetwork pod
+    /// shares with the host), while another pod on the machine has its own.
+    fn machine(&self) -> String {
+        let machine = self.info.boot_id.as_deref().unwrap_or(&self.info.hostname);
+        match self.info.net_ns {
+            Some(ns) => format!("{machine}-net{ns}"),
+            None => machine.to_string(),
+        }
+    }
+}
+
+/// The report, where it is of this round and of every node in it.
+fn fits(r: NetworkReport, node: &NodePlace) -> Result<NetworkReport, String> {
+    let all = r.nodes.len() == node.nnodes as usize;
+    match r.round == node.round && all {
+        true => Ok(r),
+        false => Err(format!(
+            "its report is of round {} and {} nodes, not of round {} and {}",
+            r.round,
+            r.nodes.len(),
+            node.round,
+            node.nnodes
+        )),
+    }
+}
+
+/// The summary, and a warning per named node.
+fn say(report: &NetworkReport) {
+    crate::console::say!("toporun: {}", report.summary());
+    let id = FindingId::NetworkSlowNode;
+    for line in report.named() {
+        crate::console::say_warning!("network check: {line} [{id}]");
+    }
+}
+
+/// A check that did not finish: the ranks start without it, except under gate,
+/// where the other nodes may have refused one and moved on.
+fn not_done(mode: CheckMode, node: &NodePlace, e: &str) -> Result<Checked, JobError> {
+    if mode == CheckMode::Gate {
+        return Err(JobError::Failed(format!("the network check of round {} did not finish ({e}); under --network-check gate no rank starts without it (--network-check report starts them)", node.round)));
+    }
+    crate::console::say_warning!("the network check of round {} did not finish ({e}); the ranks start without it (--network-check off skips it)", node.round);
+    Ok(Checked::Go(None))
 }
 
 /// What `--network-check gate` does on this node.
