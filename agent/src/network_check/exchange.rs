@@ -4,7 +4,7 @@
 //! share the links), each writes what it received, and node rank 0 judges and
 //! writes the report every node reads.
 
-use super::probe::{receive, send, CONNECT_WAIT, WINDOW};
+use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
 use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -62,6 +62,7 @@ pub async fn run(
         addr: me.addr.to_string(),
         port,
         ips: me.ips.to_vec(),
+        nonce: nonce(),
     };
     let key = keys.probe_listener(me.node_rank);
     kv.set(key.name(), &key.encode(&mine)).await?;
@@ -70,7 +71,8 @@ pub async fn run(
     let mut received = Vec::new();
     let mut local = None;
     for (k, round) in schedule.iter().enumerate() {
-        let (f, at) = probe_round(&listener, &targets, k as u32, round, me.node_rank).await;
+        let at_k = (k as u32, mine.nonce);
+        let (f, at) = probe_round(&listener, &targets, at_k, round, me.node_rank).await;
         received.extend(f);
         local = local.or(at);
         barrier(kv, &keys.probe_round_done(k), me.nnodes).await?;
@@ -148,7 +150,7 @@ async fn targets(
     keys: &RoundKeys,
     schedule: &[Vec<Path>],
     me: u32,
-) -> Result<BTreeMap<u32, Vec<SocketAddr>>, CheckError> {
+) -> Result<BTreeMap<u32, Target>, CheckError> {
     let to: BTreeSet<u32> = schedule
         .iter()
         .flatten()
@@ -160,10 +162,20 @@ async fn targets(
         let key = keys.probe_listener(node);
         let raw = kv.get(key.name(), GATHER_WAIT).await?;
         if let Ok(l) = key.decode(&raw) {
-            out.insert(node, addresses(&l).await);
+            out.insert(node, (addresses(&l).await, l.nonce));
         }
     }
     Ok(out)
+}
+
+/// A peer's addresses to try, and the nonce its receiver wants.
+type Target = (Vec<SocketAddr>, u64);
+
+/// This node's nonce, from the kernel's random source.
+fn nonce() -> u64 {
+    let id = crate::paths::random_id().replace('-', "");
+    u64::from_str_radix(id.get(..16).unwrap_or(&id), 16)
+        .unwrap_or_else(|_| u64::from(std::process::id()))
 }
 
 /// Where a listener may be reached, in the order to try: its address where it is
@@ -196,24 +208,40 @@ async fn addresses(l: &Listener) -> Vec<SocketAddr> {
 /// the local address its sender reached.
 async fn probe_round(
     listener: &TcpListener,
-    targets: &BTreeMap<u32, Vec<SocketAddr>>,
-    k: u32,
+    targets: &BTreeMap<u32, Target>,
+    (k, mine): (u32, u64),
     round: &[Path],
     me: u32,
 ) -> (Option<PathFigure>, Option<SocketAddr>) {
     let out = round.iter().find(|p| p.from == me).copied();
     let inn = round.iter().find(|p| p.to == me).copied();
     let sending = async {
-        if let Some(p) = out {
-            if let Some(to) = targets.get(&p.to).filter(|t| !t.is_empty()) {
-                send(to, k, p).await;
+        if let Some(path) = out {
+            if let Some((to, nonce)) = targets.get(&path.to).filter(|t| !t.0.is_empty()) {
+                send(
+                    to,
+                    Probe {
+                        k,
+                        path,
+                        nonce: *nonce,
+                    },
+                )
+                .await;
             }
         }
     };
     let receiving = async {
         match inn {
-            Some(p) => {
-                let (f, at) = receive(listener, k, p).await;
+            Some(path) => {
+                let (f, at) = receive(
+                    listener,
+                    Probe {
+                        k,
+                        path,
+                        nonce: mine,
+                    },
+                )
+                .await;
                 (Some(f), at)
             }
             None => (None, None),

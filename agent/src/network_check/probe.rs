@@ -20,13 +20,22 @@ const PINGS: usize = 5;
 const MAGIC: &[u8; 4] = b"TPNC";
 const CHUNK: usize = 256 * 1024;
 
-/// The first bytes a sender writes: which path of which probe round.
-fn header(k: u32, path: Path) -> [u8; 16] {
-    let mut h = [0u8; 16];
+/// Which path of which probe round, and the receiver's nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Probe {
+    pub k: u32,
+    pub path: Path,
+    pub nonce: u64,
+}
+
+/// The first bytes a sender writes.
+fn header(p: Probe) -> [u8; 24] {
+    let mut h = [0u8; 24];
     h[..4].copy_from_slice(MAGIC);
-    h[4..8].copy_from_slice(&k.to_le_bytes());
-    h[8..12].copy_from_slice(&path.from.to_le_bytes());
-    h[12..16].copy_from_slice(&path.to.to_le_bytes());
+    h[4..8].copy_from_slice(&p.k.to_le_bytes());
+    h[8..12].copy_from_slice(&p.path.from.to_le_bytes());
+    h[12..16].copy_from_slice(&p.path.to.to_le_bytes());
+    h[16..24].copy_from_slice(&p.nonce.to_le_bytes());
     h
 }
 
@@ -39,30 +48,30 @@ const HEADER_WAIT: Duration = Duration::from_millis(300);
 
 /// Sends on `path` to the receiver, at the first of its addresses `to` that answers as
 /// that receiver, until it closes or the probe's time is up.
-pub async fn send(to: &[SocketAddr], k: u32, path: Path) {
+pub async fn send(to: &[SocketAddr], p: Probe) {
     let deadline = Instant::now() + CONNECT_WAIT + WINDOW + Duration::from_secs(2);
-    let _ = tokio::time::timeout_at(deadline.into(), stream(to, k, path)).await;
+    let _ = tokio::time::timeout_at(deadline.into(), stream(to, p)).await;
 }
 
 /// A connection to `to` where the receiver answered the first ping.
-async fn answered(to: SocketAddr, k: u32, path: Path) -> std::io::Result<TcpStream> {
+async fn answered(to: SocketAddr, p: Probe) -> std::io::Result<TcpStream> {
     let mut s = TcpStream::connect(to).await?;
     s.set_nodelay(true)?;
-    s.write_all(&header(k, path)).await?;
+    s.write_all(&header(p)).await?;
     let mut ping = [0u8; 8];
     s.read_exact(&mut ping).await?;
     s.write_all(&ping).await?;
     Ok(s)
 }
 
-async fn stream(to: &[SocketAddr], k: u32, path: Path) -> std::io::Result<()> {
+async fn stream(to: &[SocketAddr], p: Probe) -> std::io::Result<()> {
     let until = Instant::now() + CONNECT_WAIT;
     let mut found = None;
     for a in to.iter().cycle() {
         if Instant::now() >= until {
             break;
         }
-        if let Ok(Ok(s)) = tokio::time::timeout(TRY_WAIT, answered(*a, k, path)).await {
+        if let Ok(Ok(s)) = tokio::time::timeout(TRY_WAIT, answered(*a, p)).await {
             found = Some(s);
             break;
         }
@@ -86,18 +95,15 @@ async fn stream(to: &[SocketAddr], k: u32, path: Path) -> std::io::Result<()> {
 
 /// Receives on `path` at `listener`: its figure, zero where the sender never came
 /// or broke off. Connections that are not this path's sender are dropped.
-pub async fn receive(
-    listener: &TcpListener,
-    k: u32,
-    path: Path,
-) -> (PathFigure, Option<SocketAddr>) {
+pub async fn receive(listener: &TcpListener, p: Probe) -> (PathFigure, Option<SocketAddr>) {
+    let path = p.path;
     let none = PathFigure {
         path,
         gbit: 0.0,
         rtt_us: 0.0,
     };
     let until = Instant::now() + CONNECT_WAIT + WINDOW;
-    let Ok((mut s, local)) = tokio::time::timeout_at(until.into(), accept(listener, k, path)).await
+    let Ok((mut s, local)) = tokio::time::timeout_at(until.into(), accept(listener, p)).await
     else {
         return (none, None);
     };
@@ -108,14 +114,14 @@ pub async fn receive(
     }
 }
 
-/// The first connection that says it is `path` of round `k`, with this end's address.
-async fn accept(listener: &TcpListener, k: u32, path: Path) -> (TcpStream, SocketAddr) {
-    let want = header(k, path);
+/// The first connection that says it is probe `p`, with this end's address.
+async fn accept(listener: &TcpListener, p: Probe) -> (TcpStream, SocketAddr) {
+    let want = header(p);
     loop {
         let Ok((mut s, _)) = listener.accept().await else {
             continue;
         };
-        let mut got = [0u8; 16];
+        let mut got = [0u8; 24];
         let read = tokio::time::timeout(HEADER_WAIT, s.read_exact(&mut got)).await;
         if matches!(read, Ok(Ok(_))) && got == want {
             if let Ok(local) = s.local_addr() {
@@ -158,14 +164,23 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn a_path_on_loopback_is_measured_and_a_stranger_is_ignored() {
+    async fn a_path_on_loopback_is_measured_and_strangers_are_ignored() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let at = l.local_addr().unwrap();
-        let path = Path { from: 1, to: 0 };
-        // A stranger, and the same path of another round, connect first.
+        let p = Probe {
+            k: 1,
+            path: Path { from: 1, to: 0 },
+            nonce: 0x5eed,
+        };
+        // A stranger, the same path of another round, and one without the nonce
+        // connect first.
         let mut stranger = TcpStream::connect(at).await.unwrap();
-        stranger.write_all(b"GET / HTTP/1.1\r\n").await.unwrap();
-        let stale = tokio::spawn(async move { send(&[at], 0, path).await });
+        stranger
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n")
+            .await
+            .unwrap();
+        let stale = tokio::spawn(async move { send(&[at], Probe { k: 0, ..p }).await });
+        let forged = tokio::spawn(async move { send(&[at], Probe { nonce: 1, ..p }).await });
         // The first address names no receiver: the next one is tried.
         let closed = TcpListener::bind("127.0.0.1:0")
             .await
@@ -174,20 +189,25 @@ mod tests {
             .unwrap();
         let sender = tokio::spawn(async move {
             tokio::time::sleep(Duration::from_millis(100)).await;
-            send(&[closed, at], 1, path).await
+            send(&[closed, at], p).await
         });
-        let (f, local) = receive(&l, 1, path).await;
+        let (f, local) = receive(&l, p).await;
         assert!(f.gbit > 0.1, "loopback carries more than 100 Mbit/s: {f:?}");
         assert!(f.rtt_us > 0.0 && f.rtt_us < 100_000.0, "{f:?}");
         assert_eq!(local.unwrap().ip(), at.ip());
-        let _ = tokio::join!(sender, stale);
+        let _ = tokio::join!(sender, stale, forged);
     }
 
     #[tokio::test]
     async fn a_sender_that_never_comes_is_a_zero_within_the_wait() {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let t = Instant::now();
-        let (f, local) = receive(&l, 0, Path { from: 2, to: 0 }).await;
+        let p = Probe {
+            k: 0,
+            path: Path { from: 2, to: 0 },
+            nonce: 7,
+        };
+        let (f, local) = receive(&l, p).await;
         assert_eq!((f.gbit, f.rtt_us, local), (0.0, 0.0, None));
         assert!(t.elapsed() < CONNECT_WAIT + WINDOW + Duration::from_millis(500));
     }

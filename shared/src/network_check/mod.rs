@@ -26,6 +26,10 @@ pub struct Listener {
     /// Its interfaces' addresses: a peer tries them where `addr` does not answer.
     #[serde(default)]
     pub ips: Vec<String>,
+    /// A random number its senders must say: a stranger on the network that did not
+    /// read the rendezvous state cannot pose as a peer.
+    #[serde(default)]
+    pub nonce: u64,
 }
 
 pub mod report;
