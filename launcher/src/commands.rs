@@ -191,6 +191,9 @@ fn preflight(g: &Globals, args: &PreflightArgs) -> Result<ExitStatus> {
         min_shm_explicit: args.min_shm.is_some(),
         require: args.require.iter().map(|r| Requirement::from(*r)).collect(),
     };
+    if args.measure && g.facts.is_none() {
+        toporun_agent::probe::link_bandwidth::start_driver();
+    }
     let mut f = facts_and_cloud(g, &args.metadata)?;
     if args.measure {
         if g.facts.is_some() {

@@ -21,6 +21,19 @@ const MAX_REPS: usize = 20;
 /// A hung or crawling link must not hold a launch: stop measuring after this.
 const BUDGET: Duration = Duration::from_secs(10);
 
+/// Starts the CUDA driver (cuInit, about 0.5 s on 4 GPUs) on a thread of its own, so
+/// that it runs beside the host's probes (NVML, /sys) that the measurement needs
+/// first; [`measure`]'s own cuInit then finds it done, or waits for it. Nothing where
+/// the process has no driver library.
+pub fn start_driver() {
+    // SAFETY: only tries to dlopen the library; cudarc panics on first use otherwise.
+    if unsafe { sys::is_culib_present() } {
+        std::thread::spawn(|| {
+            let _ = result::init();
+        });
+    }
+}
+
 /// Measures every link of the GPUs CUDA sees, named by their index in `gpus` (NVML
 /// order, matched by PCI bus id: CUDA's own order can differ).
 pub fn measure(gpus: &GpuFacts) -> LinkBandwidth {
