@@ -194,6 +194,8 @@ pub fn claim(path: &Path, identity: [u64; 4]) -> std::io::Result<Claimed> {
     {
         w[base + i].store(v, Ordering::Relaxed);
     }
+    // A new communicator has posted nothing yet, point-to-point included.
+    w[H_P2P_SLOTS].fetch_and(!(1u64 << index), Ordering::Relaxed);
     w[base + S_STATE].store(LIVE, Ordering::Relaxed);
     gen.fetch_add(1, Ordering::AcqRel);
     w[H_INITS].fetch_add(1, Ordering::Relaxed);
@@ -213,6 +215,16 @@ pub fn sampling(slot: &Slot, (burst, period_ms): (u64, u64)) {
         .store(burst, Ordering::Relaxed);
     slot.file_word(H_SAMPLE_PERIOD_MS)
         .store(period_ms, Ordering::Relaxed);
+}
+
+/// The slot's communicator posted a send or a recv: said once (a load first, so
+/// that a pipeline's every post does not write the shared header word).
+pub fn posted_p2p(slot: &Slot) {
+    let bit = 1u64 << slot.index;
+    let w = slot.file_word(H_P2P_SLOTS);
+    if w.load(Ordering::Relaxed) & bit == 0 {
+        w.fetch_or(bit, Ordering::Relaxed);
+    }
 }
 
 /// Counts an event the plugin could not follow.

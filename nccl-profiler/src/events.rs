@@ -185,6 +185,9 @@ impl Comm {
         // graph replay or while its host stream is busy), and one lost count would
         // leave this rank an operation behind its peers for good.
         let index = slot.word(S_POSTED).fetch_add(1, Relaxed);
+        if func.is_p2p() {
+            counters_file::posted_p2p(&slot);
+        }
         open_entry::publish(&slot.words(), index, func.id() as u64, bytes);
         let op = &self.ops[index as usize % RING];
         if !timed {

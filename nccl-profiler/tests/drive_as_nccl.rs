@@ -644,3 +644,44 @@ fn another_live_process_s_file_is_left_alone() {
         here().finalize(ctx);
     });
 }
+
+/// Under sampling a send is not timed: it leaves no total, and eight collectives
+/// later the ring no longer holds it. The header's bit still says the communicator
+/// carries point-to-point, and it is cleared when another communicator takes the slot.
+#[test]
+fn an_untimed_send_is_said_after_the_ring_has_moved_on() {
+    with_file(|path| {
+        std::env::set_var(SAMPLING_VAR, "off");
+        let nccl = here();
+        let (send, all_reduce) = (
+            CString::new("Send").unwrap(),
+            CString::new("AllReduce").unwrap(),
+        );
+        let (stage, _) = nccl.init(0x51a9e, 0, 2);
+        let (dp, _) = nccl.init(0xd9, 0, 2);
+        assert!(nccl.post(stage, &send, 1 << 20, 1).is_null(), "not timed");
+        for _ in 0..9 {
+            nccl.post(stage, &all_reduce, 64, 1);
+            nccl.post(dp, &all_reduce, 64, 1);
+        }
+        let r = read(path);
+        let of = |hash: u64| r.comms.iter().find(|c| c.hash == hash).unwrap().clone();
+        let (stage_c, dp_c) = (of(0x51a9e), of(0xd9));
+        assert!(stage_c.recent.iter().all(|o| !o.func.is_p2p()) && stage_c.funcs.is_empty());
+        assert!(stage_c.posted_p2p && stage_c.carries_p2p(), "{stage_c:?}");
+        assert!(!dp_c.posted_p2p && !dp_c.carries_p2p(), "{dp_c:?}");
+        // The stage's slot taken by a communicator that posted nothing yet (a
+        // finalised slot is taken once none is free).
+        let slot = stage_c.slot;
+        let fill: Vec<*mut c_void> = (0..30).map(|i| nccl.init(0xf111 + i, 0, 2).0).collect();
+        nccl.finalize(stage);
+        let (next, _) = nccl.init(0x7e57, 0, 2);
+        let r = read(path);
+        let again = r.comms.iter().find(|c| c.hash == 0x7e57).unwrap();
+        assert_eq!(again.slot, slot);
+        assert!(!again.posted_p2p, "{again:?}");
+        fill.into_iter().for_each(|c| nccl.finalize(c));
+        nccl.finalize(next);
+        nccl.finalize(dp);
+    });
+}

@@ -60,6 +60,10 @@ pub struct CommCounters {
     /// The last operations posted that the ring still holds, oldest first.
     #[serde(default)]
     pub recent: Vec<PostedOp>,
+    /// It posted a send or a recv, timed or not (layout version 6; the plugin's own
+    /// word, set at the post).
+    #[serde(default)]
+    pub posted_p2p: bool,
     /// NCCL times every operation (no sampling): `timed_upto` is exact.
     #[serde(default = "timed_by_default")]
     pub every_op_timed: bool,
@@ -151,7 +155,8 @@ impl CommCounters {
     /// counts by design): one lately, or one ever completed (the totals stay set when
     /// the ring holds only collectives).
     pub fn carries_p2p(&self) -> bool {
-        self.recent.iter().any(|o| o.func.is_p2p())
+        self.posted_p2p
+            || self.recent.iter().any(|o| o.func.is_p2p())
             || self.funcs.iter().any(|f| f.func.is_p2p() && f.count > 0)
     }
 }
@@ -188,13 +193,16 @@ pub fn decode_words(file: &[AtomicU64]) -> Result<RankCounters, CountersError> {
         _ => KernelSampling::of_words(h(H_SAMPLE_BURST), h(H_SAMPLE_PERIOD_MS)),
     };
     let all_timed = sampling == KernelSampling::All;
+    let p2p_slots = if version >= 6 { h(H_P2P_SLOTS) } else { 0 };
     let mut comms: Vec<CommCounters> = (0..MAX_COMMS)
         .filter_map(|slot| {
-            comm(
+            let mut c = comm(
                 &SlotOf { file, slot },
                 slot,
                 (all_timed, version >= 4, version >= 5),
-            )
+            )?;
+            c.posted_p2p = p2p_slots & (1 << slot) != 0;
+            Some(c)
         })
         .collect();
     if version == 1 {
@@ -269,6 +277,7 @@ fn comm(
         last_stop_ns: r(S_LAST_STOP_NS),
         recent,
         every_op_timed: all_timed,
+        posted_p2p: false,
         fastest,
         funcs,
     };

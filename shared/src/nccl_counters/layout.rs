@@ -11,8 +11,9 @@ pub const MAGIC: u64 = u64::from_le_bytes(*b"TOPONCCL");
 /// first GPU runs kept them, read with done = completed); 3 added sampling (the
 /// header's H_SAMPLE_* words; earlier files timed every operation).
 /// 4 added the kernel index words (`S_KERNEL_OPEN`) and the uncounted words of the
-/// header (`H_UNCOUNTED`...); 5 the fastest big operation (`S_FAST_*`).
-pub const VERSION: u64 = 5;
+/// header (`H_UNCOUNTED`...); 5 the fastest big operation (`S_FAST_*`); 6 the slots
+/// that posted point-to-point (`H_P2P_SLOTS`).
+pub const VERSION: u64 = 6;
 
 /// Header words.
 pub const H_MAGIC: usize = 0;
@@ -34,6 +35,10 @@ pub const H_UNCOUNTED: usize = 7;
 /// two ranks of one communicator (it drives two GPUs), which a reader must not take
 /// as one rank's.
 pub const H_TWO_RANKS: usize = 8;
+/// Bit `s` set: slot `s`'s communicator posted a send or a recv, timed or not (under
+/// sampling an untimed one leaves no total, and the ring keeps only the last 8);
+/// cleared when a communicator claims the slot.
+pub const H_P2P_SLOTS: usize = 9;
 
 /// Communicators one file holds at once (a finalised one's slot is reused last).
 pub const MAX_COMMS: usize = 32;
@@ -140,3 +145,4 @@ pub const fn func_word(func: usize, word: usize) -> usize {
 }
 
 const _: () = assert!(func_word(super::func::NcclFunc::COUNT, 0) <= S_KERNEL_OPEN);
+const _: () = assert!(MAX_COMMS <= 64 && H_P2P_SLOTS < HEADER_WORDS);
