@@ -462,3 +462,26 @@ impl std::fmt::Display for AttemptStop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::supervise::StopRequest;
+
+    /// A hang decided on another node arrives as the store's stop: this node stops
+    /// judging (a rank slow to die would read as a new hang) and SIGKILLs 5 s after
+    /// SIGTERM, as for its own hang; any other stop keeps both as they were.
+    #[test]
+    fn a_hang_decided_elsewhere_stops_judging_and_kills_after_five_seconds() {
+        let w = Watcher::idle();
+        let stop = AttemptStop::rendezvous(&w, StopReason::new(StopKind::Hang, "rank 3 hangs"));
+        assert!(!w.judging());
+        assert_eq!(stop.deadline(), Some(HANG_STOP_DEADLINE));
+        for kind in [StopKind::Fail, StopKind::Restart, StopKind::Membership] {
+            let w = Watcher::idle();
+            let stop = AttemptStop::rendezvous(&w, StopReason::new(kind, "a rank failed"));
+            assert!(w.judging(), "{kind:?}");
+            assert_eq!(stop.deadline(), None, "{kind:?}");
+        }
+    }
+}

@@ -129,6 +129,23 @@ impl Watcher {
         self.judging.store(false, Ordering::Relaxed);
     }
 
+    /// A watcher of no ranks, judging until told to stop.
+    #[cfg(test)]
+    pub fn idle() -> Watcher {
+        Watcher {
+            done: Arc::new(AtomicBool::new(true)),
+            judging: Arc::new(AtomicBool::new(true)),
+            last: Default::default(),
+            writes: Default::default(),
+            ports: Default::default(),
+        }
+    }
+
+    #[cfg(test)]
+    pub fn judging(&self) -> bool {
+        self.judging.load(Ordering::Relaxed)
+    }
+
     fn samples(&self) -> HashMap<i32, (RankStack, SystemTime)> {
         self.last
             .lock()
