@@ -12,6 +12,7 @@ use toporun_agent::rendezvous::Place;
 use toporun_shared::finding::Finding;
 use toporun_shared::nccl_counters::PluginPlaces;
 use toporun_shared::nccl_log::{capture, Capture};
+use toporun_shared::network_check::CheckMode;
 use toporun_shared::plan::Source;
 use toporun_shared::rank_env::AttemptPlaces;
 use toporun_shared::torchrun::RdzvBackend;
@@ -317,6 +318,7 @@ fn text(p: &Job, findings: &[Finding], ranks: (Vec<RankView>, &str)) -> String {
         "GPU timing: {}\n",
         gpu_timing_line(p, Path::new("<run dir>/attempt_N"))
     ));
+    out.push_str(&format!("network check: {}\n", network_check_line(p)));
     if p.gpu_of(0).is_some() {
         out.push_str(&format!("{}\n", p.watch.nccl_profiler.line()));
     }
@@ -361,4 +363,17 @@ fn ranks_text(p: &Job, (views, ranking): (Vec<RankView>, &str)) -> String {
         }
     }
     out
+}
+
+/// What `--network-check` will do at each round's start.
+fn network_check_line(p: &Job) -> String {
+    match (p.rdzv.network_check, p.opts.nnodes_max) {
+        (_, 1) => "off (one node: no path between nodes)".into(),
+        (CheckMode::Off, _) => "off (--network-check off)".into(),
+        (mode, _) => format!(
+            "{}: after each rendezvous round, before the ranks start, the nodes probe the paths between them over TCP (two rounds of 0.5 s) and name a node well below the others{}",
+            if mode == CheckMode::Gate { "gate" } else { "report" },
+            if mode == CheckMode::Gate { "; a slow node is refused (exit 82)" } else { "" }
+        ),
+    }
 }

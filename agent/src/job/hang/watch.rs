@@ -129,23 +129,6 @@ impl Watcher {
         self.judging.store(false, Ordering::Relaxed);
     }
 
-    /// A watcher of no ranks, judging until told to stop.
-    #[cfg(test)]
-    pub fn idle() -> Watcher {
-        Watcher {
-            done: Arc::new(AtomicBool::new(true)),
-            judging: Arc::new(AtomicBool::new(true)),
-            last: Default::default(),
-            writes: Default::default(),
-            ports: Default::default(),
-        }
-    }
-
-    #[cfg(test)]
-    pub fn judging(&self) -> bool {
-        self.judging.load(Ordering::Relaxed)
-    }
-
     fn samples(&self) -> HashMap<i32, (RankStack, SystemTime)> {
         self.last
             .lock()
@@ -615,6 +598,23 @@ fn note_ports(root: &Root, held: &Ports, live: &[RankPid]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Watcher {
+        /// A watcher of no ranks, judging until told to stop.
+        pub(crate) fn idle() -> Watcher {
+            Watcher {
+                done: Arc::new(AtomicBool::new(true)),
+                judging: Arc::new(AtomicBool::new(true)),
+                last: Default::default(),
+                writes: Default::default(),
+                ports: Default::default(),
+            }
+        }
+
+        pub(crate) fn judging(&self) -> bool {
+            self.judging.load(Ordering::Relaxed)
+        }
+    }
 
     #[test]
     fn sampling_is_a_twentieth_of_the_timeout_within_bounds() {
