@@ -47,6 +47,8 @@ pub struct CheckNode<'a> {
     pub ips: &'a [String],
     pub nics: &'a [Nic],
     pub hosts_rendezvous: bool,
+    /// It has EFA or InfiniBand devices (NCCL's data path is not TCP).
+    pub rdma: bool,
 }
 
 /// Runs the check of one round on this node; the deciding node's report.
@@ -87,6 +89,7 @@ pub async fn run(
         expected_gbit,
         received,
         hosts_rendezvous: me.hosts_rendezvous,
+        rdma: me.rdma,
     };
     let key = keys.network_record(me.node_rank);
     kv.set(key.name(), &key.encode(&record)).await?;

@@ -23,6 +23,9 @@ pub struct NodeRecord {
     /// It hosts the rendezvous store: the job cannot go on without it.
     #[serde(default)]
     pub hosts_rendezvous: bool,
+    /// It has EFA or InfiniBand devices: NCCL's data path is not the TCP one measured.
+    #[serde(default)]
+    pub rdma: bool,
 }
 
 /// A node's figures with where it is.
@@ -48,6 +51,10 @@ pub struct NetworkReport {
     /// Nodes waiting to join the next round when it was judged (spares): every node
     /// gates on this one count.
     pub spares: u32,
+    /// A node has EFA or InfiniBand: the TCP path measured is not NCCL's data path,
+    /// and the gate refuses no one on it.
+    #[serde(default)]
+    pub rdma: bool,
     /// How long the check took, end to end on the deciding node (ms).
     pub took_ms: u64,
 }
@@ -93,6 +100,7 @@ impl NetworkReport {
             silent,
             rendezvous_host: records.iter().find(|r| r.hosts_rendezvous).map(|r| r.node),
             spares: 0,
+            rdma: records.iter().any(|r| r.rdma),
             took_ms,
         }
     }
@@ -180,8 +188,12 @@ impl NetworkReport {
             true => " (its own measurements never came)",
             false => "",
         };
+        let what = match self.rdma {
+            true => "This is the TCP path between the nodes' agents (the rendezvous, gloo, NCCL's bootstrap); NCCL's data path here is EFA or InfiniBand, which this check does not measure: check this node's TCP interface (not refused under gate)",
+            false => "A bad cable, a degraded NIC, a congested switch port or a wrong MTU slows every rank of the job; check this node's link, or run the job without it",
+        };
         format!(
-            "node {}{at} sends at {} and receives at {}{silent}: {held}. A bad cable, a degraded NIC, a congested switch port or a wrong MTU slows every rank of the job; check this node's link, or run the job without it",
+            "node {}{at} sends at {} and receives at {}{silent}: {held}. {what}",
             s.node,
             gbit(out),
             gbit(inn)
@@ -210,7 +222,8 @@ impl NetworkReport {
             .filter(|s| s.by != SlowBy::Unreachable)
             .map(|s| s.node)
             .collect();
-        if slow.is_empty() {
+        // On EFA or InfiniBand the TCP path is not the job's data path.
+        if slow.is_empty() || self.rdma {
             return Gate::Pass;
         }
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
@@ -291,8 +304,24 @@ mod tests {
                     })
                     .collect(),
                 hosts_rendezvous: n == 0,
+                rdma: false,
             })
             .collect()
+    }
+
+    #[test]
+    fn on_efa_or_infiniband_the_tcp_path_is_named_for_what_it_is_and_refuses_no_one() {
+        let mut r = records(4, 2, None);
+        r[1].rdma = true;
+        let report = NetworkReport::judge(0, 4, &r, 1);
+        assert_eq!(report.slow.len(), 1);
+        let named = &report.named()[0];
+        assert!(
+            named.contains("NCCL's data path here is EFA or InfiniBand")
+                && !named.contains("slows every rank"),
+            "{named}"
+        );
+        assert_eq!(report.gate(Some(1)), Gate::Pass);
     }
 
     #[test]

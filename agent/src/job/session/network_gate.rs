@@ -49,6 +49,7 @@ impl MultiNode {
             ips: &self.info.ips,
             nics: &p.facts.nics,
             hosts_rendezvous: self.state.hosted_here(),
+            rdma: p.facts.rdma.iter().any(|d| d.uverbs_openable),
         };
         let keys = self.cfg.round_keys(node.round);
         let checked = tokio::select! {
