@@ -383,6 +383,13 @@ fn layout(
     out.push(keys.peers().entry(&peers));
     let machines: Vec<_> = infos.iter().map(NodeInfo::machine).collect();
     out.push(keys.machines().entry(&machines));
+    // The network check the round runs: the least its nodes ask for (one that did not
+    // say asks for the default).
+    let check = infos
+        .iter()
+        .map(|i| i.network_check.unwrap_or_default())
+        .min();
+    out.push(keys.network_mode().entry(&check.unwrap_or_default()));
     out
 }
 

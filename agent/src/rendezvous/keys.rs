@@ -20,7 +20,7 @@
 //!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),
 //!   `ranks/<node>`, `stragglers` and `stragglers/view` (the job-wide straggler decision
 //!   and the job's rows for `toporun top`).
-//! - `net/listen/<node>`, `net/done/<k>`, `net/record/<node>`, `net/records`,
+//! - `net/mode`, `net/listen/<node>`, `net/done/<k>`, `net/record/<node>`, `net/records`,
 //!   `net/report`, `net/seen`: the network check (each node's probe listener, the probe rounds done,
 //!   what each node received, the deciding node's report, the nodes that read it).
 //!
@@ -33,7 +33,7 @@ use toporun_shared::colocation::NodeEnv;
 use toporun_shared::flight_recorder::Dump;
 use toporun_shared::nccl_log::Digest;
 use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
-use toporun_shared::network_check::Listener;
+use toporun_shared::network_check::{CheckMode, Listener};
 use toporun_shared::root_cause::peer::NodeAddrs;
 use toporun_shared::stacks::hang_report::HangNotice;
 use toporun_shared::stacks::job_view::NodeStacks;
@@ -206,6 +206,11 @@ impl RoundKeys {
     /// The job-wide straggler decision the deciding node wrote.
     pub fn stragglers(&self) -> Key<StragglerNotice> {
         Key::new(self.key("stragglers"), "a straggler notice")
+    }
+
+    /// The network check the round runs, as its coordinator decided it.
+    pub fn network_mode(&self) -> Key<CheckMode> {
+        Key::new(self.key("net/mode"), "a network-check mode")
     }
 
     /// Where node `node_rank` listens for the network check's probes.

@@ -31,6 +31,9 @@ pub struct NodeInfo {
     /// The --nnodes it was started with (min, max), to catch nodes that disagree.
     #[serde(default)]
     pub nnodes: Option<(u32, u32)>,
+    /// Its `--network-check`: the round runs the least any node asks for.
+    #[serde(default)]
+    pub network_check: Option<toporun_shared::network_check::CheckMode>,
     /// Its interfaces' addresses (no loopback or link-local): a peer's address in a
     /// rank's error names the node even where it advertised a host name.
     #[serde(default)]

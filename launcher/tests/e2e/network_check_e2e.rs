@@ -270,6 +270,28 @@ fn a_shaped_node_is_named_and_refused_and_an_unshaped_job_names_nobody() {
         !logs.join("steps").exists(),
         "no rank started under the gate"
     );
+
+    // One node asks for no check: the round runs none, at once, on every node.
+    let d = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let t = Instant::now();
+    let nodes = (0..3)
+        .map(|i| {
+            let check = if i == 1 { "off" } else { "gate" };
+            b.node(i, &static_job(&b, i, port, check), d.path())
+        })
+        .collect();
+    let out = ended(nodes, Duration::from_secs(90));
+    for (code, err) in &out {
+        assert_eq!(*code, Some(0), "{err}");
+        assert!(!err.contains("toporun: network check of round"), "{err}");
+    }
+    assert!(
+        out[0].1.contains("runs as --network-check off"),
+        "{}",
+        out[0].1
+    );
+    eprintln!("one node off: the job took {:.1?}", t.elapsed());
 }
 
 #[test]

@@ -6,7 +6,19 @@
 //! this decides.
 
 /// `--network-check`: what the check does after each round of a multi-node job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+/// Ordered: a round runs the least any of its nodes asks for.
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckMode {
     Off,

@@ -111,6 +111,7 @@ fn node_info(p: &Job, shape: Shape) -> NodeInfo {
     let (o, c) = (&p.opts, &p.facts.container);
     NodeInfo {
         nnodes: Some((o.nnodes_min, o.nnodes_max)),
+        network_check: Some(p.rdzv.network_check),
         node_rank: matches!(shape, Shape::Static { .. }).then_some(o.node_rank),
         hostname: c.hostname.clone(),
         addr: o.local_addr.clone().unwrap_or_else(|| c.hostname.clone()),

@@ -13,6 +13,7 @@ use crate::job::spec::{Job, NodePlace};
 use crate::network_check::exchange::{run, CheckNode};
 use crate::rendezvous::{Backend, Shape};
 use crate::supervise::Events;
+use std::time::Duration;
 use toporun_shared::finding_id::FindingId;
 use toporun_shared::network_check::report::{Gate, NetworkReport};
 use toporun_shared::network_check::CheckMode;
@@ -36,7 +37,7 @@ impl MultiNode {
         node: &NodePlace,
         events: &mut Events,
     ) -> Result<Checked, JobError> {
-        let mode = p.rdzv.network_check;
+        let mode = self.round_mode(p, node).await;
         if mode == CheckMode::Off || node.nnodes < 2 {
             return Ok(Checked::Go(None));
         }
@@ -80,6 +81,26 @@ impl MultiNode {
         gate(&report, decision, node)
     }
 
+    /// The mode the round runs: the least its nodes asked for, as its coordinator
+    /// wrote it (this node's own where it cannot be read), said where it is less.
+    async fn round_mode(&mut self, p: &Job, node: &NodePlace) -> CheckMode {
+        let own = p.rdzv.network_check;
+        if own == CheckMode::Off || node.nnodes < 2 {
+            return own;
+        }
+        let key = self.cfg.round_keys(node.round).network_mode();
+        // Written with the round's layout, which this node has read.
+        let read = self.client.get(key.name(), Duration::from_secs(2)).await;
+        let round = read
+            .ok()
+            .and_then(|raw| key.decode(&raw).ok())
+            .unwrap_or(own);
+        if round < own {
+            crate::console::say!("toporun: the network check of round {} runs as --network-check {}: another node of the round asked for that", node.round, mode_name(round));
+        }
+        round.min(own)
+    }
+
     /// This node's link, refused: its container, restarted (a podFailurePolicy
     /// ignores exit 82), finds it at its first join and leaves at once.
     async fn remember_refused(&mut self, report: &NetworkReport) {
@@ -114,6 +135,14 @@ impl MultiNode {
             Some(ns) => format!("{machine}-net{ns}"),
             None => machine.to_string(),
         }
+    }
+}
+
+fn mode_name(m: CheckMode) -> &'static str {
+    match m {
+        CheckMode::Off => "off",
+        CheckMode::Report => "report",
+        CheckMode::Gate => "gate",
     }
 }
 
