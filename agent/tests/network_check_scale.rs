@@ -79,3 +79,33 @@ fn sixty_four_nodes_check_within_five_seconds_and_name_nobody_on_alike_paths() {
         assert!(took < Duration::from_secs(5), "{nnodes} nodes: {took:?}");
     }
 }
+
+/// A node gone during the check (its agent stopped in the first probe round): the
+/// others wait for it in full once, then briefly, and its record is said missing.
+#[test]
+fn a_node_gone_during_the_check_holds_the_others_once() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let server = StoreServer::bind_on(0, Reach::Loopback).unwrap();
+        let port = server.port();
+        let t = Instant::now();
+        let gone = tokio::spawn(node(port, 2, 3));
+        let stay: Vec<_> = (0..2).map(|n| tokio::spawn(node(port, n, 3))).collect();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        gone.abort();
+        let mut reports = Vec::new();
+        for n in stay {
+            reports.push(n.await.unwrap());
+        }
+        let took = t.elapsed();
+        eprintln!("one of 3 gone: {took:.2?}; {}", reports[0].summary());
+        assert_eq!(reports[0].silent, [2]);
+        assert_eq!(reports[0], reports[1]);
+        // One full barrier (9 s), then 1 s waits: about 15 s. Every wait in full
+        // (two barriers, the records, the host's last wait) took over 30 s.
+        assert!(took < Duration::from_secs(22), "{took:?}");
+    });
+}

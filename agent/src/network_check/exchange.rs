@@ -20,6 +20,8 @@ use toporun_shared::network_check::Listener;
 /// the records and report.
 const GATHER_WAIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
+/// What the rest of the check waits for the others once one did not come.
+const LATE_WAIT: Duration = Duration::from_secs(1);
 /// How long a peer's host name may take to resolve.
 const RESOLVE_WAIT: Duration = Duration::from_secs(2);
 /// Interface addresses of a peer tried, at most.
@@ -69,6 +71,7 @@ pub async fn run(
     let key = keys.probe_listener(me.node_rank);
     kv.set(key.name(), &key.encode(&mine)).await?;
     let schedule = rounds(me.nnodes);
+    let mut patience = CONNECT_WAIT + WINDOW + GATHER_WAIT / 2;
     let targets = targets(kv, keys, &schedule, me.node_rank).await?;
     let mut received = Vec::new();
     let mut local = None;
@@ -77,7 +80,13 @@ pub async fn run(
         let (f, at) = probe_round(&listener, &targets, at_k, round, me.node_rank).await;
         received.extend(f);
         local = local.or(at);
-        barrier(kv, &keys.probe_round_done(k), me.nnodes).await?;
+        // Once a node did not come, the rest waits briefly: one gone during the
+        // check does not come back (else each barrier and the records wait in full).
+        let done = keys.probe_round_done(k);
+        kv.tally(&done).await?;
+        if !counted(kv, &done, me.nnodes, patience).await? {
+            patience = LATE_WAIT;
+        }
     }
     let (interface, expected_gbit) = interface_of(local.map(|a| a.ip()), me.nics);
     let record = NodeRecord {
@@ -95,31 +104,24 @@ pub async fn run(
     kv.set(key.name(), &key.encode(&record)).await?;
     kv.tally(&keys.network_records()).await?;
     let judged = match me.node_rank {
-        0 => judge(kv, keys, me, started).await?,
+        0 => judge(kv, keys, me, (started, patience.min(GATHER_WAIT))).await?,
         _ => {
             let report = keys.network_report();
             let raw = kv.get(report.name(), GATHER_WAIT * 2).await?;
             decode(&report, &raw)?
         }
     };
-    read_by_all(kv, keys, me).await;
+    read_by_all(kv, keys, me, patience.min(GATHER_WAIT / 2)).await;
     Ok(judged)
 }
 
 /// Every node counts itself as having read the report; the node hosting the store
 /// (which the gate may stop) waits, a while, until all have, so that none finds the
 /// store gone. Failures here change nothing: this node has its report.
-async fn read_by_all(kv: &mut Kv, keys: &RoundKeys, me: &CheckNode<'_>) {
+async fn read_by_all(kv: &mut Kv, keys: &RoundKeys, me: &CheckNode<'_>, wait: Duration) {
     let seen = keys.network_seen();
-    if kv.tally(&seen).await.is_err() || !me.hosts_rendezvous {
-        return;
-    }
-    let until = Instant::now() + GATHER_WAIT / 2;
-    while Instant::now() < until {
-        match kv.tally_count(&seen).await {
-            Ok(n) if n < u64::from(me.nnodes) => tokio::time::sleep(POLL).await,
-            _ => return,
-        }
+    if kv.tally(&seen).await.is_ok() && me.hosts_rendezvous {
+        let _ = counted(kv, &seen, me.nnodes, wait).await;
     }
 }
 
@@ -128,10 +130,10 @@ async fn judge(
     kv: &mut Kv,
     keys: &RoundKeys,
     me: &CheckNode<'_>,
-    started: Instant,
+    (started, wait): (Instant, Duration),
 ) -> Result<NetworkReport, CheckError> {
     let report = keys.network_report();
-    let records = gather(kv, keys, me.nnodes).await?;
+    let records = gather(kv, keys, me.nnodes, wait).await?;
     let took = started.elapsed().as_millis() as u64;
     let mut judged = NetworkReport::judge(me.round, me.nnodes, &records, took);
     // Spares of this round wait to join the next (the gate counts them).
@@ -260,23 +262,29 @@ async fn probe_round(
     got
 }
 
-/// Counts this node done with a probe round and waits (a while) for the others.
-async fn barrier(kv: &mut Kv, key: &str, nnodes: u32) -> Result<(), CheckError> {
-    kv.tally(key).await?;
-    let until = Instant::now() + CONNECT_WAIT + WINDOW + GATHER_WAIT / 2;
-    while kv.tally_count(key).await? < u64::from(nnodes) && Instant::now() < until {
+/// Waits, at most `wait`, until `nnodes` nodes are counted under `key`: whether all
+/// were.
+async fn counted(kv: &mut Kv, key: &str, nnodes: u32, wait: Duration) -> Result<bool, KvError> {
+    let until = Instant::now() + wait;
+    loop {
+        if kv.tally_count(key).await? >= u64::from(nnodes) {
+            return Ok(true);
+        }
+        if Instant::now() >= until {
+            return Ok(false);
+        }
         tokio::time::sleep(POLL).await;
     }
-    Ok(())
 }
 
-/// Every node's record that comes within the wait (counted, then read at once).
-async fn gather(kv: &mut Kv, keys: &RoundKeys, nnodes: u32) -> Result<Vec<NodeRecord>, CheckError> {
-    let until = Instant::now() + GATHER_WAIT;
-    let counted = keys.network_records();
-    while kv.tally_count(&counted).await? < u64::from(nnodes) && Instant::now() < until {
-        tokio::time::sleep(POLL).await;
-    }
+/// Every node's record that comes within `wait` (counted, then read at once).
+async fn gather(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    nnodes: u32,
+    wait: Duration,
+) -> Result<Vec<NodeRecord>, CheckError> {
+    counted(kv, &keys.network_records(), nnodes, wait).await?;
     let all: Vec<Key<NodeRecord>> = (0..nnodes).map(|n| keys.network_record(n)).collect();
     let mut present: Vec<&Key<NodeRecord>> = Vec::new();
     for k in &all {
