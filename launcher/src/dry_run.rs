@@ -367,12 +367,13 @@ fn ranks_text(p: &Job, (views, ranking): (Vec<RankView>, &str)) -> String {
 
 /// What `--network-check` will do at each round's start.
 fn network_check_line(p: &Job) -> String {
-    match (p.rdzv.network_check, p.opts.nnodes_max) {
+    let mode = p.rdzv.network_check;
+    match (mode, p.opts.nnodes_max) {
         (_, 1) => "off (one node: no path between nodes)".into(),
         (CheckMode::Off, _) => "off (--network-check off)".into(),
-        (mode, _) => format!(
+        _ => format!(
             "{}: after each rendezvous round, before the ranks start, the nodes probe the paths between them over TCP (two rounds of 0.5 s) and name a node well below the others{}",
-            if mode == CheckMode::Gate { "gate" } else { "report" },
+            mode.as_str(),
             if mode == CheckMode::Gate { "; a slow node is refused (exit 82)" } else { "" }
         ),
     }

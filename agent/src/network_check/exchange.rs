@@ -5,7 +5,7 @@
 //! writes the report every node reads.
 
 use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
-use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys};
+use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys, Unreadable};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -33,8 +33,8 @@ pub enum CheckError {
     Listen(std::io::Error),
     #[error("the rendezvous state failed: {0}")]
     State(#[from] KvError),
-    #[error("{0}")]
-    Incomplete(String),
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
 }
 
 /// This node in the check.
@@ -108,7 +108,7 @@ pub async fn run(
         _ => {
             let report = keys.network_report();
             let raw = kv.get(report.name(), GATHER_WAIT * 2).await?;
-            decode(&report, &raw)?
+            report.decode(&raw)?
         }
     };
     read_by_all(kv, keys, me, patience.min(GATHER_WAIT / 2)).await;
@@ -141,11 +141,6 @@ async fn judge(
     judged.spares = u32::try_from(spares).unwrap_or(u32::MAX);
     kv.set(report.name(), &report.encode(&judged)).await?;
     Ok(judged)
-}
-
-fn decode<T: serde::de::DeserializeOwned>(key: &Key<T>, raw: &[u8]) -> Result<T, CheckError> {
-    key.decode(raw)
-        .map_err(|e| CheckError::Incomplete(e.to_string()))
 }
 
 /// The addresses of the nodes this node sends to (at most one a probe round), each

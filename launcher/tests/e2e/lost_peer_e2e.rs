@@ -46,12 +46,7 @@ impl Drop for Netns {
 }
 
 fn netns(args: &[&str]) -> std::process::Output {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/netns.py");
-    Command::new(python())
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap()
+    run_script("netns.py", args)
 }
 
 /// The job every node of a test runs.

@@ -87,12 +87,7 @@ impl Drop for Bridge {
 }
 
 fn script(args: &[&str]) -> Output {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts/netns_bridge.py");
-    Command::new(python())
-        .arg(path)
-        .args(args)
-        .output()
-        .unwrap()
+    run_script("netns_bridge.py", args)
 }
 
 /// Every node's exit code and stderr, each within `limit`.

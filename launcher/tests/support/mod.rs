@@ -172,6 +172,15 @@ pub fn scripts() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/scripts")
 }
 
+/// Runs one of the test scripts (`name` under [`scripts`]) with the tests' Python.
+pub fn run_script(name: &str, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(python())
+        .arg(scripts().join(name))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// Sends SIGTERM to a child (toporun under test).
 pub fn sigterm(child: &std::process::Child) {
     nix::sys::signal::kill(

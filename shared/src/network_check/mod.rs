@@ -29,6 +29,17 @@ pub enum CheckMode {
     Gate,
 }
 
+impl CheckMode {
+    /// As `--network-check` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckMode::Off => "off",
+            CheckMode::Report => "report",
+            CheckMode::Gate => "gate",
+        }
+    }
+}
+
 /// Where a node listens for its peers' probes (written to the rendezvous state).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Listener {

@@ -6,7 +6,7 @@ use super::schedule::{rounds, Path};
 use super::verdict::{judge, NodeFigure, PathFigure, SlowBy, SlowNode, Verdict};
 use crate::untrusted::printable;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// What one node measured: the paths it received on (the receiver times them), and
 /// where its peers reached it.
@@ -64,16 +64,15 @@ impl NetworkReport {
     pub fn judge(round: u32, nnodes: u32, records: &[NodeRecord], took_ms: u64) -> Self {
         // A record speaks for the paths into its own node that the schedule has, once
         // each: nothing else it carries counts.
-        let paths: Vec<Path> = rounds(nnodes).into_iter().flatten().collect();
-        let mut figures: Vec<PathFigure> = Vec::new();
-        for r in records {
-            let mine = r.received.iter().filter(|f| f.path.to == r.node);
-            for f in mine.filter(|f| paths.contains(&f.path) && f.gbit.is_finite()) {
-                if !figures.iter().any(|g| g.path == f.path) {
-                    figures.push(*f);
-                }
-            }
-        }
+        // Taken out of the schedule's set as they come: a second figure of a path
+        // finds it gone.
+        let mut open: BTreeSet<Path> = rounds(nnodes).into_iter().flatten().collect();
+        let figures: Vec<PathFigure> = records
+            .iter()
+            .flat_map(|r| r.received.iter().filter(|f| f.path.to == r.node))
+            .filter(|f| f.gbit.is_finite() && open.remove(&f.path))
+            .copied()
+            .collect();
         let expected: BTreeMap<u32, f64> = records
             .iter()
             .filter_map(|r| Some((r.node, r.expected_gbit?)))

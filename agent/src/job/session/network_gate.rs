@@ -96,7 +96,7 @@ impl MultiNode {
             .and_then(|raw| key.decode(&raw).ok())
             .unwrap_or(own);
         if round < own {
-            crate::console::say!("toporun: the network check of round {} runs as --network-check {}: another node of the round asked for that", node.round, mode_name(round));
+            crate::console::say!("toporun: the network check of round {} runs as --network-check {}: another node of the round asked for that", node.round, round.as_str());
         }
         round.min(own)
     }
@@ -135,14 +135,6 @@ impl MultiNode {
             Some(ns) => format!("{machine}-net{ns}"),
             None => machine.to_string(),
         }
-    }
-}
-
-fn mode_name(m: CheckMode) -> &'static str {
-    match m {
-        CheckMode::Off => "off",
-        CheckMode::Report => "report",
-        CheckMode::Gate => "gate",
     }
 }
 
