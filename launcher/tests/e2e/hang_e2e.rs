@@ -159,7 +159,7 @@ fn with_two_ranks_the_one_in_its_own_code_is_named_while_the_other_waits_in_back
 
 /// A hang stopped under --on-hang stop while every rank ignores SIGTERM (as ranks
 /// blocked in NCCL, or a handler waiting on the same peers, do): SIGKILL follows 5 s
-/// after SIGTERM, not at --shutdown-timeout (30 s here).
+/// after SIGTERM, not at --shutdown-timeout (60 s here).
 #[test]
 #[ignore = "needs PyTorch: run scripts/dev/test.sh"]
 fn a_hang_stop_kills_what_sigterm_cannot_end_within_5s() {
@@ -167,7 +167,7 @@ fn a_hang_stop_kills_what_sigterm_cannot_end_within_5s() {
     let extra = [
         "--hang-timeout=3",
         "--on-hang=stop",
-        "--shutdown-timeout=30",
+        "--shutdown-timeout=60",
     ];
     let t0 = std::time::Instant::now();
     let (code, _, err) = run(&mut job("deaf", d.path(), &extra));
@@ -178,7 +178,9 @@ fn a_hang_stop_kills_what_sigterm_cannot_end_within_5s() {
         err.contains("did not stop by the shutdown deadline after SIGTERM"),
         "{err}"
     );
-    assert!(took < std::time::Duration::from_secs(25), "{took:?}: {err}");
+    // Before the 5 s kill the ranks got the whole --shutdown-timeout (60 s here);
+    // start-up of 4 torch ranks on a loaded 2-core machine takes up to about 20 s.
+    assert!(took < std::time::Duration::from_secs(45), "{took:?}: {err}");
     let said = err
         .matches("toporun: hang: no rank has made progress")
         .count();
