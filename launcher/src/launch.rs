@@ -6,8 +6,8 @@ use crate::dry_run;
 use crate::exit::ExitStatus;
 use crate::facts_source;
 use crate::subcommands::{
-    ColocatedChoice, DryRunFormat, ExitCodesChoice, NetworkCheckChoice, OnHang, OnOff,
-    PreflightChoice, StopSignalTo,
+    ColocatedChoice, DryRunFormat, ExitCodesChoice, NetworkCheckChoice, NetworkPathChoice, OnHang,
+    OnOff, PreflightChoice, StopSignalTo,
 };
 use anyhow::{bail, Context, Result};
 use clap::ArgMatches;
@@ -22,7 +22,7 @@ use toporun_agent::job::{
 use toporun_agent::supervise::{self, Events, StderrRead};
 use toporun_shared::colocation;
 use toporun_shared::nccl_counters::Profiler;
-use toporun_shared::network_check::CheckMode;
+use toporun_shared::network_check::{CheckMode, PathChoice};
 use toporun_shared::plan::{self, LaunchShape, PlanMode};
 use toporun_shared::torchrun::worker;
 use toporun_shared::torchrun::{resolve, LaunchOptions};
@@ -302,6 +302,15 @@ fn network_check(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Check
     })
 }
 
+/// `--network-check-path`, else TOPORUN_NETWORK_CHECK_PATH.
+fn network_path(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<PathChoice> {
+    Ok(match typed_choice(m, Extra::NetworkCheckPath, env)? {
+        NetworkPathChoice::Auto => PathChoice::Auto,
+        NetworkPathChoice::Torch => PathChoice::Torch,
+        NetworkPathChoice::Tcp => PathChoice::Tcp,
+    })
+}
+
 /// `--status-port`, else TORCHELASTIC_HEALTH_CHECK_PORT.
 fn status_port(m: &ArgMatches, env: &BTreeMap<String, String>) -> Result<Option<u16>> {
     if let Some(p) = m.get_one::<u16>(Extra::StatusPort.id()) {
@@ -419,6 +428,7 @@ fn prepare(
             token: set_var(&parent_env, job::RDZV_TOKEN_VAR).cloned(),
             colocated,
             network_check: network_check(m, &parent_env)?,
+            network_path: network_path(m, &parent_env)?,
         },
         file_timer: FileTimerSetting {
             serve: parent_env

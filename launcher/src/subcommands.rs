@@ -94,6 +94,14 @@ pub enum NetworkCheckChoice {
     Gate,
 }
 
+/// `--network-check-path` / `TOPORUN_NETWORK_CHECK_PATH`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NetworkPathChoice {
+    Auto,
+    Torch,
+    Tcp,
+}
+
 /// `--colocated` / `TOPORUN_COLOCATED`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum ColocatedChoice {

@@ -9,8 +9,8 @@
 //! reading does not do.
 
 use crate::subcommands::{
-    ColocatedChoice, DryRunFormat, ExitCodesChoice, NetworkCheckChoice, OnHang, OnOff,
-    PreflightChoice, StopSignalTo,
+    ColocatedChoice, DryRunFormat, ExitCodesChoice, NetworkCheckChoice, NetworkPathChoice, OnHang,
+    OnOff, PreflightChoice, StopSignalTo,
 };
 use clap::builder::{EnumValueParser, ValueParser};
 use clap::{Arg, ArgAction, Command};
@@ -85,6 +85,7 @@ extra_options! {
     NcclReport => ("nccl_report", "nccl-report", var(ToporunVar::NcclReport), Takes::Choice(on_off, "on"), Help::Text("on: NCCL writes its init to per-rank files in the run directory (NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT, NCCL_DEBUG_FILE; never over your own NCCL_DEBUG*) and toporun reports which transport NCCL chose between which ranks; off: torchrun's behaviour")),
     Colocated => ("colocated", "colocated", var(ToporunVar::Colocated), Takes::Choice(|| EnumValueParser::<ColocatedChoice>::new().into(), "join"), Help::Text("nodes of this job on one physical host sharing /dev/shm: join them onto one NCCL host (same NCCL_HOSTID, NCCL_CUMEM_ENABLE=0 across network namespaces) or only warn")),
     NetworkCheck => ("network_check", "network-check", var(ToporunVar::NetworkCheck), Takes::Choice(|| EnumValueParser::<NetworkCheckChoice>::new().into(), "report"), Help::Text("jobs of two or more nodes: after each rendezvous round, before the ranks start, the nodes measure the paths between them (TCP between the agents, two rounds of about half a second: docs/network-check.md); report names a node whose paths fall well below the others' or its interface's, with host, address and figures; gate also refuses it (a spare or the remaining nodes go on where --nnodes allows, else every node exits 82); off measures nothing")),
+    NetworkCheckPath => ("network_check_path", "network-check-path", var(ToporunVar::NetworkCheckPath), Takes::Choice(|| EnumValueParser::<NetworkPathChoice>::new().into(), "auto"), Help::Text("what carries the network check's probes: auto measures through the ranks' torch where they use GPUs (one process per node, torch.distributed send and receive: NCCL over the job's own transport, IB, EFA or sockets), else TCP between the agents; torch also measures a CPU job through gloo; tcp always between the agents. A node whose torch cannot start makes the round fall back to TCP")),
     Preflight => ("preflight", "preflight", var(ToporunVar::Preflight), Takes::Choice(|| EnumValueParser::<PreflightChoice>::new().into(), "warn"), Help::Text("check the host before starting ranks: warn prints the findings and starts them as torchrun would; gate stops the launch (exit 3, nothing started) when a finding is certain to break the job; off checks nothing")),
     PreflightMeasure => ("preflight_measure", "preflight-measure", var(ToporunVar::PreflightMeasure), Takes::Flag, Help::Text("the preflight also measures every GPU link (as `toporun preflight --measure`) before ranks start; slow links are warnings")),
     FlightRecorder => ("flight_recorder", "flight-recorder", var(ToporunVar::FlightRecorder), Takes::Choice(on_off, "on"), Help::Text("on: the ranks' PyTorch flight-recorder dumps go to the run directory (TORCH_FR_DUMP_TEMP_FILE, unless set), and after a failure or hang toporun matches them across ranks; off: torchrun's environment")),

@@ -12,6 +12,7 @@ named_enum! {
         NcclReport => "TOPORUN_NCCL_REPORT",
         Colocated => "TOPORUN_COLOCATED",
         NetworkCheck => "TOPORUN_NETWORK_CHECK",
+        NetworkCheckPath => "TOPORUN_NETWORK_CHECK_PATH",
         TerminationLog => "TOPORUN_TERMINATION_LOG",
         RdzvToken => "TOPORUN_RDZV_TOKEN",
         FlightRecorder => "TOPORUN_FLIGHT_RECORDER",

@@ -131,6 +131,8 @@ pub struct RdzvSettings {
     pub colocated: colocation::Mode,
     /// `--network-check off|report|gate`.
     pub network_check: toporun_shared::network_check::CheckMode,
+    /// `--network-check-path`: what carries the check's probes.
+    pub network_path: toporun_shared::network_check::PathChoice,
 }
 
 /// torch's file timer as the environment asks for it.
@@ -242,6 +244,24 @@ impl Job {
             l3_groups: &self.facts.container.l3_groups,
         })
         .map_err(|e| OptionsError::usage(e.to_string()))
+    }
+
+    /// What a process standing in for this node's ranks (the network check's torch
+    /// probe) runs with over toporun's environment: the plan's variables where the
+    /// user set nothing, as the ranks get them, without the per-rank ones
+    /// (torchrun's, the recorder's, the profiler's).
+    pub fn stand_in_env(&self) -> toporun_shared::user_env::UserEnv {
+        let mut env = self.plan.planned();
+        env.retain(|k, _| !self.inherited_env.contains_key(k));
+        env
+    }
+
+    /// The round's co-location variables for this node's ranks, where the user set
+    /// nothing (known once the round closed).
+    pub fn node_additions(&self, node: &NodePlace) -> toporun_shared::user_env::UserEnv {
+        let mut env = node.extra_env.vars.clone();
+        env.retain(|k, _| !self.inherited_env.contains_key(k));
+        env
     }
 
     /// The value the ranks will see for an NCCL variable: the user's, else the plan's.

@@ -5,6 +5,7 @@
 //! writes the report every node reads.
 
 use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
+use super::torch_path::{Params, TorchProbe, TorchSide, READY_WAIT};
 use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys, Unreadable};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -12,14 +13,18 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use toporun_shared::facts::Nic;
 use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
-use toporun_shared::network_check::schedule::{rounds, Path};
+use toporun_shared::network_check::schedule::{phases, rounds, Path};
 use toporun_shared::network_check::verdict::PathFigure;
-use toporun_shared::network_check::Listener;
+use toporun_shared::network_check::{DataPath, Listener, PathVote};
+use toporun_shared::user_env::UserEnv;
 
 /// How long a node waits for the others' listeners, a probe round's barrier, and
 /// the records and report.
 const GATHER_WAIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
+/// How long node rank 0 waits for every node's word on the path (a node's torch
+/// probe may take READY_WAIT to import torch).
+const VOTE_WAIT: Duration = Duration::from_secs(20);
 /// What the rest of the check waits for the others once one did not come.
 const LATE_WAIT: Duration = Duration::from_secs(1);
 /// How long a peer's host name may take to resolve.
@@ -53,11 +58,13 @@ pub struct CheckNode<'a> {
     pub rdma: bool,
 }
 
-/// Runs the check of one round on this node; the deciding node's report.
+/// Runs the check of one round on this node (through torch where every node's
+/// probe is ready, else TCP between the agents); the deciding node's report.
 pub async fn run(
     kv: &mut Kv,
     keys: &RoundKeys,
     me: &CheckNode<'_>,
+    torch: Option<TorchSide<'_>>,
 ) -> Result<NetworkReport, CheckError> {
     let started = Instant::now();
     let listener = crate::store::listen_all(0).map_err(CheckError::Listen)?;
@@ -70,36 +77,22 @@ pub async fn run(
     };
     let key = keys.probe_listener(me.node_rank);
     kv.set(key.name(), &key.encode(&mine)).await?;
-    let schedule = rounds(me.nnodes);
-    let mut patience = CONNECT_WAIT + WINDOW + GATHER_WAIT / 2;
-    let targets = targets(kv, keys, &schedule, me.node_rank).await?;
-    let mut received = Vec::new();
-    let mut local = None;
-    for (k, round) in schedule.iter().enumerate() {
-        let at_k = (k as u32, mine.nonce);
-        let (f, at) = probe_round(&listener, &targets, at_k, round, me.node_rank).await;
-        received.extend(f);
-        local = local.or(at);
-        // Once a node did not come, the rest waits briefly: one gone during the
-        // check does not come back (else each barrier and the records wait in full).
-        let done = keys.probe_round_done(k);
-        kv.tally(&done).await?;
-        if !counted(kv, &done, me.nnodes, patience).await? {
-            patience = LATE_WAIT;
+    let (vote, torch) = vote(torch).await;
+    let path = agree(kv, keys, me, vote).await?;
+    let (measured, local, patience) = match (path, torch) {
+        (PathVote::Torch { backend }, Some((mut probe, store, env))) => {
+            let m = through_torch(&mut probe, keys, me, (store, env), backend).await;
+            (m, None, GATHER_WAIT)
         }
-    }
-    let (interface, expected_gbit) = interface_of(local.map(|a| a.ip()), me.nics);
-    let record = NodeRecord {
-        node: me.node_rank,
-        host: me.host.to_string(),
-        // The address a peer reached, where one did: an IP says more than a name.
-        addr: local.map_or(me.addr.to_string(), |a| a.ip().to_canonical().to_string()),
-        interface,
-        expected_gbit,
-        received,
-        hosts_rendezvous: me.hosts_rendezvous,
-        rdma: me.rdma,
+        (path, torch) => {
+            if let (PathVote::Tcp { why }, Some(_)) = (&path, torch) {
+                crate::console::say!("toporun: the network check measures over TCP between the agents, not through torch: {why}");
+            }
+            let (received, local, patience) = over_tcp(kv, keys, me, (&listener, &mine)).await?;
+            ((received, DataPath::Tcp), local, patience)
+        }
     };
+    let record = record_of(me, local, measured);
     let key = keys.network_record(me.node_rank);
     kv.set(key.name(), &key.encode(&record)).await?;
     kv.tally(&keys.network_records()).await?;
@@ -113,6 +106,194 @@ pub async fn run(
     };
     read_by_all(kv, keys, me, patience.min(GATHER_WAIT / 2)).await;
     Ok(judged)
+}
+
+/// The schedule's probe rounds over TCP, a barrier between them: what this node
+/// received, and the local address its sender reached.
+async fn over_tcp(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    me: &CheckNode<'_>,
+    (listener, mine): (&TcpListener, &Listener),
+) -> Result<(Vec<PathFigure>, Option<SocketAddr>, Duration), CheckError> {
+    let schedule = rounds(me.nnodes);
+    let mut patience = CONNECT_WAIT + WINDOW + GATHER_WAIT / 2;
+    let targets = targets(kv, keys, &schedule, me.node_rank).await?;
+    let mut received = Vec::new();
+    let mut local = None;
+    for (k, round) in schedule.iter().enumerate() {
+        let at_k = (k as u32, mine.nonce);
+        let (f, at) = probe_round(listener, &targets, at_k, round, me.node_rank).await;
+        received.extend(f);
+        local = local.or(at);
+        // Once a node did not come, the rest waits briefly: one gone during the
+        // check does not come back (else each barrier waits in full).
+        let done = keys.probe_round_done(k);
+        kv.tally(&done).await?;
+        if !counted(kv, &done, me.nnodes, patience).await? {
+            patience = LATE_WAIT;
+        }
+    }
+    Ok((received, local, patience))
+}
+
+/// Where this node was reached: the address a TCP probe reached, else its
+/// rendezvous address where that is an IP, else its first interface address (an IP
+/// says more than a host name).
+fn address_of(me: &CheckNode<'_>, local: Option<SocketAddr>) -> String {
+    if let Some(a) = local {
+        return a.ip().to_canonical().to_string();
+    }
+    let ip = |s: &str| s.parse::<IpAddr>().ok().filter(|i| !i.is_loopback());
+    match ip(me.addr) {
+        Some(a) => a.to_string(),
+        None => me
+            .ips
+            .iter()
+            .find(|s| ip(s).is_some())
+            .cloned()
+            .unwrap_or_else(|| me.addr.to_string()),
+    }
+}
+
+/// This node's record of what it received.
+fn record_of(
+    me: &CheckNode<'_>,
+    local: Option<SocketAddr>,
+    (received, via): (Vec<PathFigure>, DataPath),
+) -> NodeRecord {
+    let ip = address_of(me, local).parse().ok();
+    let (interface, mut expected_gbit) = interface_of(ip, me.nics);
+    // Over NCCL's IB or a plugin the TCP interface's rate says nothing.
+    if via.rdma() {
+        expected_gbit = None;
+    }
+    NodeRecord {
+        node: me.node_rank,
+        host: me.host.to_string(),
+        addr: address_of(me, local),
+        interface,
+        expected_gbit,
+        received,
+        hosts_rendezvous: me.hosts_rendezvous,
+        rdma: me.rdma,
+        via,
+    }
+}
+
+/// A probe that got ready, with the workers' store and the round's variables.
+type Ready<'a> = (TorchProbe, (&'a str, u16), UserEnv);
+
+/// This node's word: torch where its probe got ready, and the probe with the store.
+async fn vote(torch: Option<TorchSide<'_>>) -> (PathVote, Option<Ready<'_>>) {
+    let Some(side) = torch else {
+        let why = "its ranks do not use GPUs (--network-check-path torch measures through gloo)";
+        return (PathVote::Tcp { why: why.into() }, None);
+    };
+    let mut probe = match side.probe {
+        Ok(p) => p,
+        Err(why) => return (PathVote::Tcp { why }, None),
+    };
+    match probe.ready(READY_WAIT).await {
+        Ok(()) => {
+            let backend = probe.backend.as_str().to_string();
+            (
+                PathVote::Torch { backend },
+                Some((probe, side.store, side.env)),
+            )
+        }
+        Err(why) => (
+            PathVote::Tcp {
+                why: format!("its torch probe did not start: {why}"),
+            },
+            None,
+        ),
+    }
+}
+
+/// Every node says what it can; node rank 0 decides the round's path from what came
+/// within VOTE_WAIT and writes it; the others read it.
+async fn agree(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    me: &CheckNode<'_>,
+    vote: PathVote,
+) -> Result<PathVote, CheckError> {
+    let key = keys.network_path_vote(me.node_rank);
+    kv.set(key.name(), &key.encode(&vote)).await?;
+    let vote = match (me.node_rank, vote) {
+        (0, PathVote::Tcp { why }) => PathVote::Tcp {
+            why: format!("node 0: {why}"),
+        },
+        (_, v) => v,
+    };
+    kv.tally(&keys.network_path_votes()).await?;
+    let decided = keys.network_path();
+    if me.node_rank != 0 {
+        let raw = kv.get(decided.name(), VOTE_WAIT + GATHER_WAIT).await?;
+        return Ok(decided.decode(&raw)?);
+    }
+    // One node over TCP makes the round TCP: this node's own word decides at once.
+    if matches!(vote, PathVote::Tcp { .. }) {
+        kv.set(decided.name(), &decided.encode(&vote)).await?;
+        return Ok(vote);
+    }
+    counted(kv, &keys.network_path_votes(), me.nnodes, VOTE_WAIT).await?;
+    let all: Vec<Key<PathVote>> = (0..me.nnodes).map(|n| keys.network_path_vote(n)).collect();
+    let votes = read_present(kv, &all).await?;
+    let votes = (0..me.nnodes)
+        .zip(votes)
+        .filter_map(|(n, v)| Some((n, v?)))
+        .collect();
+    let path = PathVote::decide(me.nnodes, &votes);
+    kv.set(decided.name(), &decided.encode(&path)).await?;
+    Ok(path)
+}
+
+/// The schedule's paths measured by this node's torch probe, phase by phase; what
+/// it received (nothing where it failed, said here).
+async fn through_torch(
+    probe: &mut TorchProbe,
+    keys: &RoundKeys,
+    me: &CheckNode<'_>,
+    ((host, port), env): ((&str, u16), UserEnv),
+    backend: String,
+) -> (Vec<PathFigure>, DataPath) {
+    let params = Params {
+        host,
+        port,
+        prefix: keys.torch_probe_prefix(),
+        backend: probe.backend.as_str(),
+        node: me.node_rank,
+        nnodes: me.nnodes,
+        phases: rounds(me.nnodes).iter().flat_map(|r| phases(r)).collect(),
+        timeout_s: super::torch_path::MEASURE_WAIT.as_secs(),
+        debug_file: probe.debug_file.clone(),
+        env,
+    };
+    match probe.measure(&params).await {
+        Ok(m) => (
+            m.received,
+            DataPath::Torch {
+                backend,
+                net: m.net,
+                start_s: Some(m.start_s),
+            },
+        ),
+        Err(why) => {
+            crate::console::say_warning!(
+                "network check: this node's torch probe failed ({why}); its paths are not judged"
+            );
+            (
+                Vec::new(),
+                DataPath::Torch {
+                    backend,
+                    net: None,
+                    start_s: None,
+                },
+            )
+        }
+    }
 }
 
 /// Every node counts itself as having read the report; the node hosting the store
@@ -281,21 +462,38 @@ async fn gather(
 ) -> Result<Vec<NodeRecord>, CheckError> {
     counted(kv, &keys.network_records(), nnodes, wait).await?;
     let all: Vec<Key<NodeRecord>> = (0..nnodes).map(|n| keys.network_record(n)).collect();
-    let mut present: Vec<&Key<NodeRecord>> = Vec::new();
-    for k in &all {
-        if kv.check(&[k.name()]).await? {
-            present.push(k);
-        }
-    }
-    let names: Vec<&str> = present.iter().map(|k| k.name()).collect();
-    let raw = kv.read(&names).await?;
+    let records = read_present(kv, &all).await?;
     // A record speaks for the node whose key it is under, no other.
-    Ok(present
+    Ok(all
         .iter()
-        .zip(&raw)
-        .filter_map(|(k, r)| {
-            let record = k.decode_or_warn(r)?;
-            (k.name() == keys.network_record(record.node).name()).then_some(record)
+        .zip(records)
+        .filter_map(|(k, r)| r.filter(|r| k.name() == keys.network_record(r.node).name()))
+        .collect())
+}
+
+/// The values under `keys` that are there, read at once (None where absent or
+/// unreadable).
+async fn read_present<T: serde::de::DeserializeOwned>(
+    kv: &mut Kv,
+    keys: &[Key<T>],
+) -> Result<Vec<Option<T>>, CheckError> {
+    let mut present = Vec::new();
+    for k in keys {
+        present.push(kv.check(&[k.name()]).await?);
+    }
+    let names: Vec<&str> = keys
+        .iter()
+        .zip(&present)
+        .filter(|(_, p)| **p)
+        .map(|(k, _)| k.name())
+        .collect();
+    let mut raw = kv.read(&names).await?.into_iter();
+    Ok(keys
+        .iter()
+        .zip(present)
+        .map(|(k, p)| match p {
+            true => raw.next().and_then(|r| k.decode_or_warn(&r)),
+            false => None,
         })
         .collect())
 }

@@ -5,3 +5,4 @@
 
 pub mod exchange;
 pub mod probe;
+pub mod torch_path;

@@ -33,7 +33,7 @@ use toporun_shared::colocation::NodeEnv;
 use toporun_shared::flight_recorder::Dump;
 use toporun_shared::nccl_log::Digest;
 use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
-use toporun_shared::network_check::{CheckMode, Listener};
+use toporun_shared::network_check::{CheckMode, Listener, PathVote};
 use toporun_shared::root_cause::peer::NodeAddrs;
 use toporun_shared::stacks::hang_report::HangNotice;
 use toporun_shared::stacks::job_view::NodeStacks;
@@ -217,6 +217,27 @@ impl RoundKeys {
     pub fn probe_listener(&self, node_rank: u32) -> Key<Listener> {
         let name = self.key(&format!("net/listen/{node_rank}"));
         Key::new(name, "a probe listener")
+    }
+
+    /// Node `node_rank`'s word on measuring through torch.
+    pub fn network_path_vote(&self, node_rank: u32) -> Key<PathVote> {
+        let name = self.key(&format!("net/path/{node_rank}"));
+        Key::new(name, "a network-check path vote")
+    }
+
+    /// Nodes that said whether they measure through torch.
+    pub fn network_path_votes(&self) -> String {
+        self.key("net/paths")
+    }
+
+    /// What carries the round's probes, as node rank 0 decided from the votes.
+    pub fn network_path(&self) -> Key<PathVote> {
+        Key::new(self.key("net/path"), "a network-check path")
+    }
+
+    /// The prefix of the torch probes' keys in the workers' store.
+    pub fn torch_probe_prefix(&self) -> String {
+        self.key("net/torch/")
     }
 
     /// Nodes done with the network check's probe round `k`.

@@ -349,3 +349,64 @@ fn under_gate_a_spare_takes_the_place_of_the_slow_node() {
     assert_eq!(round1["round"], 1, "{round1}");
     assert!(slow_nodes(&round1).is_empty(), "{round1}");
 }
+
+/// Through the ranks' torch (`--network-check-path torch`: gloo here, NCCL on GPUs)
+/// the shaped node is named from the job's own data path; where one node measures
+/// only over TCP, the round falls back to TCP for all and still names it.
+#[test]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
+fn through_torch_the_shaped_node_is_named_and_one_tcp_node_makes_the_round_tcp() {
+    let b = Bridge::up(
+        &format!("tnt{}", std::process::id() % 10_000),
+        "10.79.33",
+        3,
+    );
+    b.shape(2, 20);
+    let run = |paths: [&str; 3]| {
+        let d = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let nodes = (0..3)
+            .map(|i| {
+                let mut args = static_job(&b, i, port, "report");
+                args.push(format!("--network-check-path={}", paths[i as usize]));
+                b.node(i, &args, d.path())
+            })
+            .collect();
+        (ended(nodes, Duration::from_secs(120)), d)
+    };
+    let (out, d) = run(["torch"; 3]);
+    for (code, err) in &out {
+        assert_eq!(*code, Some(0), "{err}");
+    }
+    let node0 = &out[0].1;
+    assert!(
+        node0.contains("(3 nodes, ") && node0.contains("s, gloo)"),
+        "{node0}"
+    );
+    assert!(
+        node0.contains("node 2 (") && node0.contains("[network.slow_node]"),
+        "{node0}"
+    );
+    let report = report_of(d.path(), 1);
+    assert_eq!(report["via"]["backend"], "gloo", "{report}");
+    assert_eq!(slow_nodes(&report), [2], "{report}");
+    let two = &report["nodes"][2];
+    assert!(two["send_gbit"].as_f64().unwrap() < 0.05, "{two}");
+    assert!(
+        report["nodes"][0]["recv_gbit"].as_f64().unwrap() > 0.5,
+        "{report}"
+    );
+    eprintln!("through gloo: took {} ms; {node0}", report["took_ms"]);
+
+    let (out, d) = run(["torch", "tcp", "torch"]);
+    assert!(
+        out[0]
+            .1
+            .contains("measures over TCP between the agents, not through torch: node 1:"),
+        "{}",
+        out[0].1
+    );
+    let report = report_of(d.path(), 0);
+    assert_eq!(report["via"]["kind"], "tcp", "{report}");
+    assert_eq!(slow_nodes(&report), [2], "{report}");
+}

@@ -4,6 +4,7 @@
 
 use super::schedule::{rounds, Path};
 use super::verdict::{judge, NodeFigure, PathFigure, SlowBy, SlowNode, Verdict};
+use super::DataPath;
 use crate::untrusted::printable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
@@ -26,6 +27,9 @@ pub struct NodeRecord {
     /// It has EFA or InfiniBand devices: NCCL's data path is not the TCP one measured.
     #[serde(default)]
     pub rdma: bool,
+    /// What carried its probes (every node of a round agrees on it).
+    #[serde(default)]
+    pub via: DataPath,
 }
 
 /// A node's figures with where it is.
@@ -55,6 +59,9 @@ pub struct NetworkReport {
     /// and the gate refuses no one on it.
     #[serde(default)]
     pub rdma: bool,
+    /// What carried the probes.
+    #[serde(default)]
+    pub via: DataPath,
     /// How long the check took, end to end on the deciding node (ms).
     pub took_ms: u64,
 }
@@ -92,6 +99,7 @@ impl NetworkReport {
             })
             .collect();
         let silent = (0..nnodes).filter(|n| record(*n).is_none()).collect();
+        let via = records.first().map(|r| r.via.clone()).unwrap_or_default();
         NetworkReport {
             round,
             nodes,
@@ -99,7 +107,9 @@ impl NetworkReport {
             silent,
             rendezvous_host: records.iter().find(|r| r.hosts_rendezvous).map(|r| r.node),
             spares: 0,
-            rdma: records.iter().any(|r| r.rdma),
+            // Measured through torch, the figures are the job's own data path.
+            rdma: via == DataPath::Tcp && records.iter().any(|r| r.rdma),
+            via,
             took_ms,
         }
     }
@@ -113,10 +123,11 @@ impl NetworkReport {
     pub fn summary(&self) -> String {
         if self.nothing_measured() {
             return format!(
-                "network check of round {} ({} nodes, {:.1}s): no path could be measured: the nodes could not connect to each other's probe ports (a NetworkPolicy or firewall that lets only some ports through?); nobody is named. NCCL and gloo also connect on ports of their own; --network-check off skips the check",
+                "network check of round {} ({} nodes, {:.1}s, {}): no path could be measured: the nodes could not connect to each other's probe ports (a NetworkPolicy or firewall that lets only some ports through?); nobody is named. NCCL and gloo also connect on ports of their own; --network-check off skips the check",
                 self.round,
                 self.nodes.len(),
-                self.took_ms as f64 / 1000.0
+                self.took_ms as f64 / 1000.0,
+                self.via.said()
             );
         }
         let weakest = self
@@ -150,10 +161,11 @@ impl NetworkReport {
             .map(|n| format!("; node {n}'s record never came (not judged)"))
             .collect();
         format!(
-            "network check of round {} ({} nodes, {:.1}s): {lead}{}{silent}",
+            "network check of round {} ({} nodes, {:.1}s, {}): {lead}{}{silent}",
             self.round,
             self.nodes.len(),
             self.took_ms as f64 / 1000.0,
+            self.via.said(),
             nodes.join("; ")
         )
     }
@@ -304,6 +316,7 @@ mod tests {
                     .collect(),
                 hosts_rendezvous: n == 0,
                 rdma: false,
+                via: DataPath::Tcp,
             })
             .collect()
     }
@@ -321,6 +334,85 @@ mod tests {
             "{named}"
         );
         assert_eq!(report.gate(Some(1)), Gate::Pass);
+    }
+
+    /// The reports node 0 wrote on one H200, three nodes in network namespaces, NCCL
+    /// over sockets (tests/fixtures/device/network-check-nccl-h200x1): read back, the
+    /// shaped run names node 2 and stops a static job under gate (as every node did,
+    /// exit 82), the unshaped one passes.
+    #[test]
+    fn the_reports_captured_through_nccl_on_a_gpu_read_back_and_gate_as_they_did() {
+        let shaped: NetworkReport = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/device/network-check-nccl-h200x1",
+            "/shaped/network-check.json"
+        )))
+        .unwrap();
+        let unshaped: NetworkReport = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/device/network-check-nccl-h200x1",
+            "/unshaped/network-check.json"
+        )))
+        .unwrap();
+        // NCCL chose its socket transport and took about half a second to start.
+        assert!(
+            matches!(&shaped.via, DataPath::Torch { backend, net: Some(n), start_s: Some(t) }
+                if backend == "nccl" && n == "Socket" && *t > 0.1 && *t < 2.0),
+            "{:?}",
+            shaped.via
+        );
+        assert!(!shaped.via.rdma() && !shaped.rdma);
+        assert_eq!(shaped.slow.iter().map(|s| s.node).collect::<Vec<_>>(), [2]);
+        assert!(matches!(shaped.gate(None), Gate::Stop(w) if w.contains("static")));
+        assert!(
+            shaped.named()[0].contains("node 2 (vm, 10.79.40.12 on eth0) sends at 815 Mbit/s"),
+            "{:?}",
+            shaped.named()
+        );
+        assert!(
+            shaped.summary().contains("nccl over Socket"),
+            "{}",
+            shaped.summary()
+        );
+        assert!(unshaped.slow.is_empty() && unshaped.gate(None) == Gate::Pass);
+    }
+
+    /// Measured through NCCL over InfiniBand, the figure is the job's data path: the
+    /// node is named as slowing the ranks, and the gate may refuse it.
+    #[test]
+    fn through_nccl_over_rdma_the_figure_is_the_data_path_and_the_gate_may_refuse() {
+        let via = DataPath::Torch {
+            backend: "nccl".into(),
+            net: Some("IB".into()),
+            start_s: Some(1.25),
+        };
+        assert!(via.rdma());
+        let mut r = records(4, 2, None);
+        for rec in &mut r {
+            rec.rdma = true;
+            rec.via = via.clone();
+        }
+        let report = NetworkReport::judge(0, 4, &r, 900);
+        assert!(!report.rdma, "{report:?}");
+        assert!(
+            report
+                .summary()
+                .contains("(4 nodes, 0.9s, nccl over IB, 1.2s of it starting nccl)"),
+            "{}",
+            report.summary()
+        );
+        assert!(
+            report.named()[0].contains("slows every rank"),
+            "{:?}",
+            report.named()
+        );
+        assert_eq!(report.gate(Some(1)), Gate::Without(vec![2]));
+        // The same figures over the agents' TCP refuse no one.
+        for rec in &mut r {
+            rec.via = DataPath::Tcp;
+        }
+        assert_eq!(
+            NetworkReport::judge(0, 4, &r, 900).gate(Some(1)),
+            Gate::Pass
+        );
     }
 
     #[test]
@@ -353,7 +445,7 @@ mod tests {
         let many = NetworkReport::judge(0, 64, &records(64, 17, None), 2100);
         assert!(
             many.summary().starts_with(
-                "network check of round 0 (64 nodes, 2.1s): weakest: node 17 20 Mbit/s out"
+                "network check of round 0 (64 nodes, 2.1s, TCP between the agents): weakest: node 17 20 Mbit/s out"
             ),
             "{}",
             many.summary()

@@ -50,6 +50,35 @@ pub fn paths_of(rounds: &[Vec<Path>], node: u32) -> Vec<Path> {
         .collect()
 }
 
+/// A round's paths in phases where each node only sends or only receives, at most
+/// once: a path measured over a collective library (NCCL) runs alone at each end,
+/// its time not shared with the node's other direction. A round is a permutation:
+/// each of its cycles gives its paths in turn to phase 0 and 1, and an odd cycle's
+/// last path (which closes on the cycle's first node) to phase 2.
+pub fn phases(round: &[Path]) -> Vec<Vec<Path>> {
+    let next: std::collections::BTreeMap<u32, Path> = round.iter().map(|p| (p.from, *p)).collect();
+    let mut placed = std::collections::BTreeSet::new();
+    let mut out: Vec<Vec<Path>> = vec![Vec::new(); 3];
+    for start in round {
+        let mut at = Some(*start);
+        let mut cycle = Vec::new();
+        while let Some(p) = at.filter(|p| placed.insert(*p)) {
+            cycle.push(p);
+            at = next.get(&p.to).copied();
+        }
+        let odd = cycle.len() % 2 == 1;
+        for (i, p) in cycle.iter().enumerate() {
+            let phase = match (odd && i + 1 == cycle.len() && i > 0, i % 2) {
+                (true, _) => 2,
+                (false, k) => k,
+            };
+            out[phase].push(*p);
+        }
+    }
+    out.retain(|phase| !phase.is_empty());
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +127,36 @@ mod tests {
                 .collect();
             assert_eq!(peers.len(), nodes as usize - 1, "{nodes}");
         }
+    }
+
+    /// Each phase has each node at most once (it only sends or only receives), every
+    /// path of the round is in exactly one phase, and no round needs more than three.
+    #[test]
+    fn phases_give_each_node_one_direction_and_cover_the_round() {
+        for nodes in [2, 3, 4, 5, 7, 8, 63, 64, 1024] {
+            for round in rounds(nodes) {
+                let ph = phases(&round);
+                assert!(ph.len() <= 3 && !ph.is_empty(), "{nodes}: {}", ph.len());
+                for phase in &ph {
+                    let mut ends = BTreeSet::new();
+                    for p in phase {
+                        assert!(
+                            ends.insert(p.from) && ends.insert(p.to),
+                            "{nodes}: {phase:?}"
+                        );
+                    }
+                }
+                let mut all: Vec<Path> = ph.concat();
+                all.sort();
+                let mut want = round.clone();
+                want.sort();
+                assert_eq!(all, want, "{nodes}");
+            }
+        }
+        // Two nodes: one path each way, one phase each.
+        assert_eq!(phases(&rounds(2)[0]).len(), 2);
+        // An odd ring needs the third phase; an even one does not.
+        assert_eq!(phases(&rounds(3)[0]).len(), 3);
+        assert_eq!(phases(&rounds(4)[0]).len(), 2);
     }
 }

@@ -13,6 +13,7 @@ use crate::job::session::rdzv_connect::{connect_etcd, connect_store};
 use crate::job::session::rdzv_state::RdzvState;
 use crate::job::session::store_host::{bind, bind_c10d, endpoint_is_here};
 use crate::job::spec::{Job, NodePlace};
+use crate::network_check::torch_path::TorchProbe;
 use crate::rendezvous::{
     barrier, key_space, request_stop, Backend, BarrierNode, Config, EtcdKv, Key, Kv, NodeInfo,
     NodeMachine, Shape, StopReason, StopWatch, StoreKv,
@@ -61,6 +62,9 @@ pub struct MultiNode {
     /// Every node's name and addresses in the round it coordinated, in node-rank
     /// order (empty where another node coordinated: read from the store then).
     pub(super) nodes: Vec<NodeAddrs>,
+    /// The network check's torch probe, started before the round closes so that
+    /// importing torch overlaps the rendezvous.
+    pub(super) torch_probe: Option<TorchProbe>,
 }
 
 fn config(p: &Job, run_id: &str) -> Config {
@@ -192,6 +196,7 @@ impl MultiNode {
             info,
             expected_nccl_nodes: None,
             rank_machines: Vec::new(),
+            torch_probe: None,
             nodes: Vec::new(),
         }))
     }

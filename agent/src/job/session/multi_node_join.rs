@@ -59,6 +59,7 @@ impl MultiNode {
                 .await
                 .map_err(|e| self.rdzv(e))?;
             if !closed {
+                self.warm_torch_probe(p);
                 match self.join_round(p, round, events).await? {
                     Joined::Placed(mut node) => match self.check_network(p, &node, events).await? {
                         Checked::Go(report) => {
@@ -72,7 +73,8 @@ impl MultiNode {
                         Checked::Signal => return Ok(Entered::Signal),
                     },
                     Joined::Signal => return Ok(Entered::Signal),
-                    Joined::Surplus => {}
+                    // A spare may wait long: no probe holds its GPU meanwhile.
+                    Joined::Surplus => self.torch_probe = None,
                 }
             }
             match self.wait_as_spare(round, events).await? {

@@ -11,6 +11,7 @@ use crate::job::session::multi_node::MultiNode;
 use crate::job::session::rdzv_connect::until_signal;
 use crate::job::spec::{Job, NodePlace};
 use crate::network_check::exchange::{run, CheckNode};
+use crate::network_check::torch_path::{TorchBackend, TorchProbe, TorchSide};
 use crate::rendezvous::{Backend, Shape};
 use crate::supervise::Events;
 use std::time::Duration;
@@ -38,6 +39,7 @@ impl MultiNode {
         events: &mut Events,
     ) -> Result<Checked, JobError> {
         let mode = self.round_mode(p, node).await;
+        let warm = self.torch_probe.take();
         if mode == CheckMode::Off || node.nnodes < 2 {
             return Ok(Checked::Go(None));
         }
@@ -53,8 +55,9 @@ impl MultiNode {
             rdma: p.facts.rdma.iter().any(|d| d.uverbs_openable),
         };
         let keys = self.cfg.round_keys(node.round);
+        let torch = torch_side(p, node, warm);
         let checked = tokio::select! {
-            r = run(&mut self.client, &keys, &me) => r,
+            r = run(&mut self.client, &keys, &me, torch) => r,
             _ = until_signal(events) => return Ok(Checked::Signal),
         };
         let report = match checked
@@ -134,6 +137,44 @@ impl MultiNode {
         match self.info.net_ns {
             Some(ns) => format!("{machine}-net{ns}"),
             None => machine.to_string(),
+        }
+    }
+}
+
+/// The backend of this node's torch probe, where `--network-check-path` asks for one
+/// (auto: where the ranks use GPUs) and the check may run.
+fn torch_backend(p: &Job) -> Option<TorchBackend> {
+    let gpus = p.gpu_of(0).is_some();
+    let may_run = p.rdzv.network_check != CheckMode::Off && p.opts.nnodes_max >= 2;
+    match (may_run && p.rdzv.network_path.through_torch(gpus), gpus) {
+        (false, _) => None,
+        (true, true) => Some(TorchBackend::Nccl),
+        (true, false) => Some(TorchBackend::Gloo),
+    }
+}
+
+/// This node's side of the torch path: the probe started before the round closed
+/// (else now), with the node's co-location variables to apply before NCCL starts.
+fn torch_side<'a>(p: &Job, node: &'a NodePlace, warm: Option<TorchProbe>) -> Option<TorchSide<'a>> {
+    let backend = torch_backend(p)?;
+    let probe = match warm {
+        Some(w) => Ok(w),
+        None => TorchProbe::start(&p.python, backend, &p.stand_in_env()),
+    };
+    Some(TorchSide {
+        probe,
+        store: (&node.master_addr, node.master_port),
+        env: p.node_additions(node),
+    })
+}
+
+impl MultiNode {
+    /// Starts the torch probe before the round closes, where the check will use one.
+    pub(super) fn warm_torch_probe(&mut self, p: &Job) {
+        if self.torch_probe.is_none() {
+            let backend = torch_backend(p);
+            self.torch_probe =
+                backend.and_then(|b| TorchProbe::start(&p.python, b, &p.stand_in_env()).ok());
         }
     }
 }
