@@ -122,8 +122,12 @@ impl NetworkReport {
     /// One line: every node's figures, or from 9 nodes on the weakest node's.
     pub fn summary(&self) -> String {
         if self.nothing_measured() {
+            let why = match self.via {
+                DataPath::Tcp => "the nodes could not connect to each other's probe ports (a NetworkPolicy or firewall that lets only some ports through?); nobody is named. NCCL and gloo also connect on ports of their own",
+                DataPath::Torch { .. } => "the torch probes failed (each node's warning says why: the job's own NCCL or gloo may fail the same way); nobody is named. --network-check-path tcp measures between the agents instead",
+            };
             return format!(
-                "network check of round {} ({} nodes, {:.1}s, {}): no path could be measured: the nodes could not connect to each other's probe ports (a NetworkPolicy or firewall that lets only some ports through?); nobody is named. NCCL and gloo also connect on ports of their own; --network-check off skips the check",
+                "network check of round {} ({} nodes, {:.1}s, {}): no path could be measured: {why}; --network-check off skips the check",
                 self.round,
                 self.nodes.len(),
                 self.took_ms as f64 / 1000.0,
@@ -481,6 +485,26 @@ mod tests {
         assert!(report.slow.is_empty() && report.named().is_empty());
         assert!(
             report.summary().contains("no path could be measured"),
+            "{}",
+            report.summary()
+        );
+        assert_eq!(report.gate(None), Gate::Pass);
+        // Through torch, every probe failed (each node wrote an empty record): the
+        // summary says so, and the gate refuses no one.
+        for rec in &mut r {
+            rec.received.clear();
+            rec.via = DataPath::Torch {
+                backend: "nccl".into(),
+                net: None,
+                start_s: None,
+            };
+        }
+        let report = NetworkReport::judge(0, 3, &r, 21000);
+        assert!(report.slow.is_empty(), "{report:?}");
+        assert!(
+            report
+                .summary()
+                .contains("no path could be measured: the torch probes failed"),
             "{}",
             report.summary()
         );
