@@ -1,7 +1,7 @@
 """Ranks for the hang tests (gloo). MODE=hang: rank 3 waits in a function of its own
 before an all_reduce the others entered. compute: every rank loops in Python for
 SECS. print: rank 0 prints progress for SECS while the others wait in an all_reduce.
-fail: rank 2 raises while the others wait in an all_reduce. frdump: ranks 0-2 enter
+fail: rank 2 raises (after FAIL_AFTER s, default 2) while the others wait in an all_reduce. frdump: ranks 0-2 enter
 a 4th all_reduce that rank 3 never does, every rank dumps its flight recorder, and
 rank 3 raises. stopped: rank 1 stops its own process (SIGSTOP, as `kill -STOP` or
 Ctrl-Z would) before an all_reduce the others entered. killed: rank 2 is killed
@@ -106,7 +106,9 @@ def main():
     elif mode == "backward":
         ddp_step(rank)
     elif mode == "fail" and rank == 2:
-        time.sleep(2)
+        # Long enough for the stacks of the others, in their all_reduce, to be
+        # sampled on a loaded machine (2 s was not, once).
+        time.sleep(float(os.environ.get("FAIL_AFTER", "2")))
         raise ValueError("bad batch shape (3, 224)")
     elif mode == "frdump":
         from torch._C._distributed_c10d import _dump_fr_trace_file
