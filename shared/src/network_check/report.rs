@@ -377,6 +377,14 @@ mod tests {
             shaped.summary()
         );
         assert!(unshaped.slow.is_empty() && unshaped.gate(None) == Gate::Pass);
+        // Elastic under gate: round 1, with the spare in the refused node's place.
+        let round1: NetworkReport = serde_json::from_str(include_str!(concat!(
+            "../../../tests/fixtures/device/network-check-nccl-h200x1",
+            "/elastic-gate/network-check.json"
+        )))
+        .unwrap();
+        assert_eq!((round1.round, round1.nodes.len()), (1, 3));
+        assert_eq!(round1.gate(Some(2)), Gate::Pass);
     }
 
     /// Measured through NCCL over InfiniBand, the figure is the job's data path: the
