@@ -5,7 +5,8 @@
 //! writes the report every node reads.
 
 use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
-use super::torch_path::{Params, TorchProbe, TorchSide, READY_WAIT};
+use super::torch_path::TorchSide;
+use super::torch_round::{agree, through_torch, vote, TORCH_GATHER};
 use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys, Unreadable};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
@@ -13,18 +14,14 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use toporun_shared::facts::Nic;
 use toporun_shared::network_check::report::{NetworkReport, NodeRecord};
-use toporun_shared::network_check::schedule::{phases, rounds, Path};
+use toporun_shared::network_check::schedule::{rounds, Path};
 use toporun_shared::network_check::verdict::PathFigure;
 use toporun_shared::network_check::{DataPath, Listener, PathVote};
-use toporun_shared::user_env::UserEnv;
 
 /// How long a node waits for the others' listeners, a probe round's barrier, and
 /// the records and report.
-const GATHER_WAIT: Duration = Duration::from_secs(10);
+pub(super) const GATHER_WAIT: Duration = Duration::from_secs(10);
 const POLL: Duration = Duration::from_millis(50);
-/// How long node rank 0 waits for every node's word on the path (a node's torch
-/// probe may take READY_WAIT to import torch).
-const VOTE_WAIT: Duration = Duration::from_secs(20);
 /// What the rest of the check waits for the others once one did not come.
 const LATE_WAIT: Duration = Duration::from_secs(1);
 /// How long a peer's host name may take to resolve.
@@ -64,7 +61,7 @@ pub async fn run(
     kv: &mut Kv,
     keys: &RoundKeys,
     me: &CheckNode<'_>,
-    torch: Option<TorchSide<'_>>,
+    torch: Result<TorchSide<'_>, String>,
 ) -> Result<NetworkReport, CheckError> {
     let started = Instant::now();
     let listener = crate::store::listen_all(0).map_err(CheckError::Listen)?;
@@ -77,19 +74,25 @@ pub async fn run(
     };
     let key = keys.probe_listener(me.node_rank);
     kv.set(key.name(), &key.encode(&mine)).await?;
-    let (vote, torch) = vote(torch).await;
-    let path = agree(kv, keys, me, vote).await?;
-    let (measured, local, patience) = match (path, torch) {
-        (PathVote::Torch { backend }, Some((mut probe, store, env))) => {
-            let m = through_torch(&mut probe, keys, me, (store, env), backend).await;
-            (m, None, GATHER_WAIT)
-        }
+    let (vote, torch) = vote(torch, started).await;
+    let path = agree(kv, keys, me, (vote, started)).await?;
+    let (measured, local, wait) = match (path, torch) {
+        (PathVote::Torch { backend }, Some(ready)) => (
+            through_torch(ready, keys, me, backend).await,
+            None,
+            TORCH_GATHER,
+        ),
         (path, torch) => {
             if let (PathVote::Tcp { why }, Some(_)) = (&path, torch) {
                 crate::console::say!("toporun: the network check measures over TCP between the agents, not through torch: {why}");
             }
             let (received, local, patience) = over_tcp(kv, keys, me, (&listener, &mine)).await?;
-            ((received, DataPath::Tcp), local, patience)
+            let wait = Waits {
+                gather: patience.min(GATHER_WAIT),
+                report: GATHER_WAIT * 2,
+                seen: patience.min(GATHER_WAIT / 2),
+            };
+            ((received, DataPath::Tcp), local, wait)
         }
     };
     let record = record_of(me, local, measured);
@@ -97,15 +100,23 @@ pub async fn run(
     kv.set(key.name(), &key.encode(&record)).await?;
     kv.tally(&keys.network_records()).await?;
     let judged = match me.node_rank {
-        0 => judge(kv, keys, me, (started, patience.min(GATHER_WAIT))).await?,
+        0 => judge(kv, keys, me, (started, wait.gather)).await?,
         _ => {
             let report = keys.network_report();
-            let raw = kv.get(report.name(), GATHER_WAIT * 2).await?;
+            let raw = kv.get(report.name(), wait.report).await?;
             report.decode(&raw)?
         }
     };
-    read_by_all(kv, keys, me, patience.min(GATHER_WAIT / 2)).await;
+    read_by_all(kv, keys, me, wait.seen).await;
     Ok(judged)
+}
+
+/// How long, once this node wrote its record, node rank 0 gathers the others', the
+/// others wait for the report, and the store's host waits for all to have read it.
+pub(super) struct Waits {
+    pub gather: Duration,
+    pub report: Duration,
+    pub seen: Duration,
 }
 
 /// The schedule's probe rounds over TCP, a barrier between them: what this node
@@ -178,121 +189,6 @@ fn record_of(
         hosts_rendezvous: me.hosts_rendezvous,
         rdma: me.rdma,
         via,
-    }
-}
-
-/// A probe that got ready, with the workers' store and the round's variables.
-type Ready<'a> = (TorchProbe, (&'a str, u16), UserEnv);
-
-/// This node's word: torch where its probe got ready, and the probe with the store.
-async fn vote(torch: Option<TorchSide<'_>>) -> (PathVote, Option<Ready<'_>>) {
-    let Some(side) = torch else {
-        let why = "its ranks do not use GPUs (--network-check-path torch measures through gloo)";
-        return (PathVote::Tcp { why: why.into() }, None);
-    };
-    let mut probe = match side.probe {
-        Ok(p) => p,
-        Err(why) => return (PathVote::Tcp { why }, None),
-    };
-    match probe.ready(READY_WAIT).await {
-        Ok(()) => {
-            let backend = probe.backend.as_str().to_string();
-            (
-                PathVote::Torch { backend },
-                Some((probe, side.store, side.env)),
-            )
-        }
-        Err(why) => (
-            PathVote::Tcp {
-                why: format!("its torch probe did not start: {why}"),
-            },
-            None,
-        ),
-    }
-}
-
-/// Every node says what it can; node rank 0 decides the round's path from what came
-/// within VOTE_WAIT and writes it; the others read it.
-async fn agree(
-    kv: &mut Kv,
-    keys: &RoundKeys,
-    me: &CheckNode<'_>,
-    vote: PathVote,
-) -> Result<PathVote, CheckError> {
-    let key = keys.network_path_vote(me.node_rank);
-    kv.set(key.name(), &key.encode(&vote)).await?;
-    let vote = match (me.node_rank, vote) {
-        (0, PathVote::Tcp { why }) => PathVote::Tcp {
-            why: format!("node 0: {why}"),
-        },
-        (_, v) => v,
-    };
-    kv.tally(&keys.network_path_votes()).await?;
-    let decided = keys.network_path();
-    if me.node_rank != 0 {
-        let raw = kv.get(decided.name(), VOTE_WAIT + GATHER_WAIT).await?;
-        return Ok(decided.decode(&raw)?);
-    }
-    // One node over TCP makes the round TCP: this node's own word decides at once.
-    if matches!(vote, PathVote::Tcp { .. }) {
-        kv.set(decided.name(), &decided.encode(&vote)).await?;
-        return Ok(vote);
-    }
-    counted(kv, &keys.network_path_votes(), me.nnodes, VOTE_WAIT).await?;
-    let all: Vec<Key<PathVote>> = (0..me.nnodes).map(|n| keys.network_path_vote(n)).collect();
-    let votes = read_present(kv, &all).await?;
-    let votes = (0..me.nnodes)
-        .zip(votes)
-        .filter_map(|(n, v)| Some((n, v?)))
-        .collect();
-    let path = PathVote::decide(me.nnodes, &votes);
-    kv.set(decided.name(), &decided.encode(&path)).await?;
-    Ok(path)
-}
-
-/// The schedule's paths measured by this node's torch probe, phase by phase; what
-/// it received (nothing where it failed, said here).
-async fn through_torch(
-    probe: &mut TorchProbe,
-    keys: &RoundKeys,
-    me: &CheckNode<'_>,
-    ((host, port), env): ((&str, u16), UserEnv),
-    backend: String,
-) -> (Vec<PathFigure>, DataPath) {
-    let params = Params {
-        host,
-        port,
-        prefix: keys.torch_probe_prefix(),
-        backend: probe.backend.as_str(),
-        node: me.node_rank,
-        nnodes: me.nnodes,
-        phases: rounds(me.nnodes).iter().flat_map(|r| phases(r)).collect(),
-        timeout_s: super::torch_path::MEASURE_WAIT.as_secs(),
-        debug_file: probe.debug_file.clone(),
-        env,
-    };
-    match probe.measure(&params).await {
-        Ok(m) => (
-            m.received,
-            DataPath::Torch {
-                backend,
-                net: m.net,
-                start_s: Some(m.start_s),
-            },
-        ),
-        Err(why) => {
-            crate::console::say_warning!(
-                "network check: this node's torch probe failed ({why}); its paths are not judged"
-            );
-            (
-                Vec::new(),
-                DataPath::Torch {
-                    backend,
-                    net: None,
-                    start_s: None,
-                },
-            )
-        }
     }
 }
 
@@ -440,7 +336,12 @@ async fn probe_round(
 
 /// Waits, at most `wait`, until `nnodes` nodes are counted under `key`: whether all
 /// were.
-async fn counted(kv: &mut Kv, key: &str, nnodes: u32, wait: Duration) -> Result<bool, KvError> {
+pub(super) async fn counted(
+    kv: &mut Kv,
+    key: &str,
+    nnodes: u32,
+    wait: Duration,
+) -> Result<bool, KvError> {
     let until = Instant::now() + wait;
     loop {
         if kv.tally_count(key).await? >= u64::from(nnodes) {
@@ -473,7 +374,7 @@ async fn gather(
 
 /// The values under `keys` that are there, read at once (None where absent or
 /// unreadable).
-async fn read_present<T: serde::de::DeserializeOwned>(
+pub(super) async fn read_present<T: serde::de::DeserializeOwned>(
     kv: &mut Kv,
     keys: &[Key<T>],
 ) -> Result<Vec<Option<T>>, CheckError> {

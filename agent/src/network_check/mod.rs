@@ -6,3 +6,4 @@
 pub mod exchange;
 pub mod probe;
 pub mod torch_path;
+mod torch_round;

@@ -10,18 +10,22 @@ use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use toporun_shared::network_check::schedule::Path;
 use toporun_shared::network_check::verdict::PathFigure;
+use toporun_shared::untrusted::printable;
 use toporun_shared::user_env::UserEnv;
 
 const SCRIPT: &str = include_str!("torch_probe.py");
-/// How long importing torch and starting CUDA may take.
-pub const READY_WAIT: Duration = Duration::from_secs(30);
-/// How long the measure may take, the communicators' start included.
+/// How long importing torch and starting CUDA may take, from the check's start.
+pub const READY_WAIT: Duration = Duration::from_secs(20);
+/// How long the measure may take, the communicator's start included.
 pub const MEASURE_WAIT: Duration = Duration::from_secs(20);
+/// The probe's own timeouts (the store, the process group): shorter than the kill,
+/// so that its own error comes first.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 /// Lines of its stderr kept to say why it failed.
 const STDERR_LINES: usize = 12;
 
@@ -69,8 +73,13 @@ enum Said {
     Unable {
         why: String,
     },
+    /// It starts receiving on this path.
+    Begin {
+        path: Path,
+    },
+    /// What it received on a path.
+    Path(PathFigure),
     Result {
-        received: Vec<PathFigure>,
         net: Option<String>,
         #[serde(default)]
         start_s: f64,
@@ -90,11 +99,16 @@ pub struct TorchSide<'a> {
 }
 
 /// What the probe measured: the paths into this node, and NCCL's network.
+#[derive(Debug, Default)]
 pub struct Measured {
+    /// Each path it finished; where it failed on a path into this node, that path at
+    /// zero (its sender never delivered).
     pub received: Vec<PathFigure>,
     pub net: Option<String>,
     /// How long the process group took to start (NCCL's communicator).
     pub start_s: f64,
+    /// Why it did not finish, where it did not.
+    pub failed: Option<String>,
 }
 
 pub struct TorchProbe {
@@ -103,19 +117,29 @@ pub struct TorchProbe {
     stdin: Option<ChildStdin>,
     lines: Lines<BufReader<ChildStdout>>,
     stderr: Arc<Mutex<VecDeque<String>>>,
+    stderr_task: Option<tokio::task::JoinHandle<()>>,
     pub debug_file: PathBuf,
 }
 
 impl TorchProbe {
     /// Starts the probe: `python` with the process's environment and `env` over it.
     pub fn start(python: &str, backend: TorchBackend, env: &UserEnv) -> Result<Self, String> {
+        Self::start_script(python, SCRIPT, backend, env)
+    }
+
+    fn start_script(
+        python: &str,
+        script: &str,
+        backend: TorchBackend,
+        env: &UserEnv,
+    ) -> Result<Self, String> {
         let debug_file = std::env::temp_dir().join(format!(
             "toporun-network-probe-{}-{}.log",
             std::process::id(),
             crate::paths::random_id()
         ));
         let mut cmd = Command::new(python);
-        cmd.args(["-u", "-c", SCRIPT, backend.as_str()])
+        cmd.args(["-u", "-c", script, backend.as_str()])
             .envs(env)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -130,9 +154,10 @@ impl TorchProbe {
             .spawn()
             .map_err(|e| format!("cannot start {python}: {e}"))?;
         let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(err) = child.stderr.take() {
-            tokio::spawn(keep_tail(err, stderr.clone()));
-        }
+        let stderr_task = child
+            .stderr
+            .take()
+            .map(|err| tokio::spawn(keep_tail(err, stderr.clone())));
         let stdout = child.stdout.take().ok_or("the probe has no stdout")?;
         Ok(TorchProbe {
             backend,
@@ -140,45 +165,73 @@ impl TorchProbe {
             lines: BufReader::new(stdout).lines(),
             child,
             stderr,
+            stderr_task,
             debug_file,
         })
     }
 
-    /// Waits until torch is imported (and CUDA started): Err says why it cannot.
-    pub async fn ready(&mut self, wait: Duration) -> Result<(), String> {
-        match self.next(wait).await? {
-            Said::Ready { .. } => Ok(()),
-            Said::Unable { why } | Said::Failed { why } => Err(why),
-            Said::Result { .. } => Err("it answered out of turn".into()),
+    /// Waits, until `until`, for torch imported (and CUDA started): Err says why not.
+    pub async fn ready(&mut self, until: Instant) -> Result<(), String> {
+        match self.next(until).await {
+            Ok(Said::Ready { .. }) => Ok(()),
+            Ok(Said::Unable { why } | Said::Failed { why }) => Err(printable(&why)),
+            Ok(_) => Err(self.why("it answered out of turn".into()).await),
+            Err(e) => Err(self.why(e).await),
         }
     }
 
-    /// Runs the measure with `params`.
-    pub async fn measure(&mut self, params: &Params<'_>) -> Result<Measured, String> {
+    /// Runs the measure with `params`, for at most MEASURE_WAIT: what it finished,
+    /// and why it did not finish the rest, where it did not.
+    pub async fn measure(&mut self, params: &Params<'_>) -> Measured {
+        let until = Instant::now() + MEASURE_WAIT;
+        let mut m = Measured::default();
+        if let Err(e) = self.send_params(params).await {
+            m.failed = Some(self.why(e).await);
+            return m;
+        }
+        let mut begun: Option<Path> = None;
+        loop {
+            let why = match self.next(until).await {
+                Ok(Said::Begin { path }) => {
+                    begun = Some(path);
+                    continue;
+                }
+                Ok(Said::Path(f)) => {
+                    begun = None;
+                    m.received.push(f);
+                    continue;
+                }
+                Ok(Said::Result { net, start_s }) => {
+                    (m.net, m.start_s) = (net, start_s);
+                    return m;
+                }
+                Ok(Said::Unable { why } | Said::Failed { why }) => printable(&why),
+                Ok(Said::Ready { .. }) => "it answered out of turn".into(),
+                Err(e) => self.why(e).await,
+            };
+            // The path it was on when it failed: its sender never delivered.
+            m.received.extend(begun.map(|path| PathFigure {
+                path,
+                gbit: 0.0,
+                rtt_us: 0.0,
+            }));
+            m.failed = Some(why);
+            return m;
+        }
+    }
+
+    async fn send_params(&mut self, params: &Params<'_>) -> Result<(), String> {
         let line = serde_json::to_string(params).map_err(|e| e.to_string())? + "\n";
         let stdin = self.stdin.as_mut().ok_or("the probe's stdin is closed")?;
         stdin
             .write_all(line.as_bytes())
             .await
-            .map_err(|e| format!("cannot reach the probe: {e}"))?;
-        match self.next(MEASURE_WAIT).await? {
-            Said::Result {
-                received,
-                net,
-                start_s,
-            } => Ok(Measured {
-                received,
-                net,
-                start_s,
-            }),
-            Said::Unable { why } | Said::Failed { why } => Err(why),
-            Said::Ready { .. } => Err("it answered out of turn".into()),
-        }
+            .map_err(|e| format!("cannot reach the probe: {e}"))
     }
 
     /// The next line the probe says (lines that are not its JSON, a user's
-    /// sitecustomize printing, are passed over), within `wait`.
-    async fn next(&mut self, wait: Duration) -> Result<Said, String> {
+    /// sitecustomize printing, are passed over), until `until`.
+    async fn next(&mut self, until: Instant) -> Result<Said, String> {
         let read = async {
             while let Some(line) = self.lines.next_line().await.map_err(|e| e.to_string())? {
                 if let Ok(said) = serde_json::from_str::<Said>(&line) {
@@ -187,16 +240,20 @@ impl TorchProbe {
             }
             Err("it exited".to_string())
         };
-        let said = match tokio::time::timeout(wait, read).await {
+        match tokio::time::timeout_at(until.into(), read).await {
             Ok(said) => said,
-            Err(_) => Err(format!("no answer within {wait:?}")),
-        };
-        said.map_err(|e| self.why(e))
+            Err(_) => Err("it did not answer in time".into()),
+        }
     }
 
-    /// `e`, with the end of what the probe wrote on stderr.
-    fn why(&mut self, e: String) -> String {
+    /// `e`, with the end of what the probe wrote on stderr: it is stopped, and its
+    /// stderr read to the end (at most a second each).
+    async fn why(&mut self, e: String) -> String {
         let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+        if let Some(task) = self.stderr_task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
+        }
         let tail: Vec<String> = self
             .stderr
             .lock()
@@ -225,5 +282,75 @@ async fn keep_tail(err: tokio::process::ChildStderr, tail: Arc<Mutex<VecDeque<St
             }
             t.push_back(toporun_shared::untrusted::printable(&line));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stand-in for the probe that measures one path, begins a second, and dies
+    /// as a probe whose peer failed does: the first figure is kept, the second path
+    /// is said at zero, and the reason carries the end of its stderr.
+    const DIES_ON_THE_SECOND_PATH: &str = r#"
+import json, sys
+def say(**k): print(json.dumps(k), flush=True)
+print("a user's sitecustomize says hello", flush=True)
+say(kind="ready", torch="2.11")
+p = json.loads(sys.stdin.readline())
+assert p["node"] == 1 and p["env"] == {"NCCL_HOSTID": "h"}
+say(kind="begin", path={"from": 0, "to": 1})
+say(kind="path", path={"from": 0, "to": 1}, gbit=12.5, rtt_us=30.0)
+say(kind="begin", path={"from": 2, "to": 1})
+print("Traceback (most recent call last):", file=sys.stderr)
+print("RuntimeError: the peer [31mwent away", file=sys.stderr, flush=True)
+sys.exit(1)
+"#;
+
+    #[tokio::test]
+    async fn what_was_measured_survives_a_probe_that_dies_and_its_stderr_says_why() {
+        let env = UserEnv::new();
+        let mut probe =
+            TorchProbe::start_script("python3", DIES_ON_THE_SECOND_PATH, TorchBackend::Gloo, &env)
+                .unwrap();
+        probe.ready(Instant::now() + READY_WAIT).await.unwrap();
+        let params = Params {
+            host: "127.0.0.1",
+            port: 1,
+            prefix: "p/".into(),
+            backend: "gloo",
+            node: 1,
+            nnodes: 3,
+            phases: Vec::new(),
+            timeout_s: 15,
+            debug_file: probe.debug_file.clone(),
+            env: [("NCCL_HOSTID".to_string(), "h".to_string())].into(),
+        };
+        let m = probe.measure(&params).await;
+        let figures: Vec<(u32, f64)> = m.received.iter().map(|f| (f.path.from, f.gbit)).collect();
+        assert_eq!(figures, [(0, 12.5), (2, 0.0)], "{m:?}");
+        let why = m.failed.unwrap();
+        assert!(
+            why.starts_with("it exited; its stderr ended: Traceback"),
+            "{why}"
+        );
+        assert!(
+            why.contains("RuntimeError: the peer") && !why.contains('\x1b'),
+            "{why}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_probe_that_cannot_import_torch_says_so() {
+        let script =
+            "import json; print(json.dumps(dict(kind='unable', why='no module named torch')))";
+        let mut probe =
+            TorchProbe::start_script("python3", script, TorchBackend::Nccl, &UserEnv::new())
+                .unwrap();
+        let err = probe.ready(Instant::now() + READY_WAIT).await.unwrap_err();
+        assert_eq!(err, "no module named torch");
+        let missing =
+            TorchProbe::start("/nonexistent/python3", TorchBackend::Nccl, &UserEnv::new());
+        assert!(missing.is_err_and(|e| e.starts_with("cannot start /nonexistent/python3")));
     }
 }

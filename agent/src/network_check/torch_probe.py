@@ -5,10 +5,13 @@ It imports torch and says `ready` (or `unable`, and why) as one JSON line, then 
 one JSON line of parameters (the workers' store, a key prefix, this node's rank, the
 phases of paths). Each path is measured by its receiver: five ping-pongs, then chunks
 growing 4x until one takes ENOUGH_S, each asked for by a flag the receiver sends, so
-the sender never runs ahead and the timing holds one transfer. It says `result` with
-the paths it received on, or `failed`, and exits; the agent kills it past a deadline.
+the sender never runs ahead and the timing holds one transfer. The receiver says
+`begin` before each path and `path` with its figure after, so that what was measured
+survives a peer that fails later; then `result` (or `failed`), and it exits. The agent
+kills it past a deadline.
 """
 
+import inspect
 import json
 import os
 import re
@@ -74,6 +77,7 @@ class Link:
 
 
 def receive(link, peer, path):
+    say("begin", path=path)
     rtts = []
     for _ in range(PINGS):
         t = time.perf_counter()
@@ -91,7 +95,7 @@ def receive(link, peer, path):
         if took >= ENOUGH_S:
             break
     link.say_flag(0, peer)
-    return dict(path=path, gbit=gbit, rtt_us=min(rtts) * 1e6)
+    say("path", path=path, gbit=gbit, rtt_us=min(rtts) * 1e6)
 
 
 def send(link, peer):
@@ -140,17 +144,16 @@ def measure(torch, dist, p):
     link.done()
     measuring = time.perf_counter()
     me = p["node"]
-    received = []
     for phase in p["phases"]:
         for path in phase:
             if path["to"] == me:
-                received.append(receive(link, path["from"], path))
+                receive(link, path["from"], path)
             elif path["from"] == me:
                 send(link, path["to"])
     took = dict(start_s=measuring - started, measure_s=time.perf_counter() - measuring)
     dist.destroy_process_group()
     net = network_of(p["debug_file"]) if backend == "nccl" else None
-    return received, net, took
+    return net, took
 
 
 def main():
@@ -166,6 +169,10 @@ def main():
             if not torch.cuda.is_available() or not dist.is_nccl_available():
                 say("unable", why="torch has no CUDA or no NCCL here")
                 return
+            # One communicator for every path needs init_process_group's device_id.
+            if "device_id" not in inspect.signature(dist.init_process_group).parameters:
+                say("unable", why=f"torch {torch.__version__} cannot start NCCL at init (device_id)")
+                return
             torch.cuda.set_device(0)
             torch.zeros(1, device="cuda")
     except Exception as e:  # noqa: BLE001
@@ -176,11 +183,11 @@ def main():
     if not line.strip():
         return
     try:
-        received, net, took = measure(torch, dist, json.loads(line))
+        net, took = measure(torch, dist, json.loads(line))
     except Exception as e:  # noqa: BLE001: said to the agent, which names it
         say("failed", why=f"{type(e).__name__}: {e}")
         return
-    say("result", received=received, net=net, **took)
+    say("result", net=net, **took)
 
 
 if __name__ == "__main__":

@@ -54,17 +54,6 @@ pub enum PathChoice {
     Tcp,
 }
 
-impl PathChoice {
-    /// Whether this node measures through torch, its ranks using GPUs or not.
-    pub fn through_torch(self, gpus: bool) -> bool {
-        match self {
-            PathChoice::Auto => gpus,
-            PathChoice::Torch => true,
-            PathChoice::Tcp => false,
-        }
-    }
-}
-
 /// What carried a check's probes.
 #[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
@@ -222,8 +211,5 @@ mod tests {
         assert!(
             matches!(PathVote::decide(3, &mixed), PathVote::Tcp { why } if why.contains("nccl and gloo"))
         );
-        // Auto measures through torch only where the ranks use GPUs.
-        assert!(PathChoice::Auto.through_torch(true) && !PathChoice::Auto.through_torch(false));
-        assert!(PathChoice::Torch.through_torch(false) && !PathChoice::Tcp.through_torch(true));
     }
 }

@@ -17,7 +17,7 @@ use crate::supervise::Events;
 use std::time::Duration;
 use toporun_shared::finding_id::FindingId;
 use toporun_shared::network_check::report::{Gate, NetworkReport};
-use toporun_shared::network_check::CheckMode;
+use toporun_shared::network_check::{CheckMode, PathChoice};
 use toporun_shared::untrusted::printable;
 
 /// What the check left for this node.
@@ -142,26 +142,32 @@ impl MultiNode {
 }
 
 /// The backend of this node's torch probe, where `--network-check-path` asks for one
-/// (auto: where the ranks use GPUs) and the check may run.
-fn torch_backend(p: &Job) -> Option<TorchBackend> {
+/// (auto: where the ranks use GPUs), else why none.
+fn torch_backend(p: &Job) -> Result<TorchBackend, String> {
     let gpus = p.gpu_of(0).is_some();
-    let may_run = p.rdzv.network_check != CheckMode::Off && p.opts.nnodes_max >= 2;
-    match (may_run && p.rdzv.network_path.through_torch(gpus), gpus) {
-        (false, _) => None,
-        (true, true) => Some(TorchBackend::Nccl),
-        (true, false) => Some(TorchBackend::Gloo),
+    match (p.rdzv.network_path, gpus) {
+        (PathChoice::Tcp, _) => Err("it was asked to (--network-check-path tcp)".into()),
+        (PathChoice::Auto, false) => Err(
+            "its ranks do not use GPUs (--network-check-path torch measures through gloo)".into(),
+        ),
+        (_, true) => Ok(TorchBackend::Nccl),
+        (_, false) => Ok(TorchBackend::Gloo),
     }
 }
 
 /// This node's side of the torch path: the probe started before the round closed
 /// (else now), with the node's co-location variables to apply before NCCL starts.
-fn torch_side<'a>(p: &Job, node: &'a NodePlace, warm: Option<TorchProbe>) -> Option<TorchSide<'a>> {
+fn torch_side<'a>(
+    p: &Job,
+    node: &'a NodePlace,
+    warm: Option<TorchProbe>,
+) -> Result<TorchSide<'a>, String> {
     let backend = torch_backend(p)?;
     let probe = match warm {
         Some(w) => Ok(w),
         None => TorchProbe::start(&p.python, backend, &p.stand_in_env()),
     };
-    Some(TorchSide {
+    Ok(TorchSide {
         probe,
         store: (&node.master_addr, node.master_port),
         env: p.node_additions(node),
@@ -171,8 +177,9 @@ fn torch_side<'a>(p: &Job, node: &'a NodePlace, warm: Option<TorchProbe>) -> Opt
 impl MultiNode {
     /// Starts the torch probe before the round closes, where the check will use one.
     pub(super) fn warm_torch_probe(&mut self, p: &Job) {
-        if self.torch_probe.is_none() {
-            let backend = torch_backend(p);
+        let may_run = p.rdzv.network_check != CheckMode::Off && p.opts.nnodes_max >= 2;
+        if self.torch_probe.is_none() && may_run {
+            let backend = torch_backend(p).ok();
             self.torch_probe =
                 backend.and_then(|b| TorchProbe::start(&p.python, b, &p.stand_in_env()).ok());
         }
