@@ -4,10 +4,12 @@
 //! share the links), each writes what it received, and node rank 0 judges and
 //! writes the report every node reads.
 
+use super::check_round::{counted, read_present, Waits, GATHER_WAIT};
+pub use super::check_round::{CheckError, CheckNode};
 use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
 use super::torch_path::TorchSide;
 use super::torch_round::{agree, through_torch, vote, TORCH_GATHER};
-use crate::rendezvous::{Backend, Key, Kv, KvError, RoundKeys, Unreadable};
+use crate::rendezvous::{Backend, Key, Kv, RoundKeys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -18,42 +20,12 @@ use toporun_shared::network_check::schedule::{rounds, Path};
 use toporun_shared::network_check::verdict::PathFigure;
 use toporun_shared::network_check::{DataPath, Listener, PathVote};
 
-/// How long a node waits for the others' listeners, a probe round's barrier, and
-/// the records and report.
-pub(super) const GATHER_WAIT: Duration = Duration::from_secs(10);
-const POLL: Duration = Duration::from_millis(50);
 /// What the rest of the check waits for the others once one did not come.
 const LATE_WAIT: Duration = Duration::from_secs(1);
 /// How long a peer's host name may take to resolve.
 const RESOLVE_WAIT: Duration = Duration::from_secs(2);
 /// Interface addresses of a peer tried, at most.
 const MAX_IPS: usize = 8;
-
-#[derive(Debug, thiserror::Error)]
-pub enum CheckError {
-    #[error("cannot listen for the probes: {0}")]
-    Listen(std::io::Error),
-    #[error("the rendezvous state failed: {0}")]
-    State(#[from] KvError),
-    #[error(transparent)]
-    Unreadable(#[from] Unreadable),
-}
-
-/// This node in the check.
-pub struct CheckNode<'a> {
-    pub round: u32,
-    pub node_rank: u32,
-    pub nnodes: u32,
-    pub host: &'a str,
-    /// The address its peers reach it at (its rendezvous address).
-    pub addr: &'a str,
-    /// Its interfaces' addresses.
-    pub ips: &'a [String],
-    pub nics: &'a [Nic],
-    pub hosts_rendezvous: bool,
-    /// It has EFA or InfiniBand devices (NCCL's data path is not TCP).
-    pub rdma: bool,
-}
 
 /// Runs the check of one round on this node (through torch where every node's
 /// probe is ready, else TCP between the agents); the deciding node's report.
@@ -109,14 +81,6 @@ pub async fn run(
     };
     read_by_all(kv, keys, me, wait.seen).await;
     Ok(judged)
-}
-
-/// How long, once this node wrote its record, node rank 0 gathers the others', the
-/// others wait for the report, and the store's host waits for all to have read it.
-pub(super) struct Waits {
-    pub gather: Duration,
-    pub report: Duration,
-    pub seen: Duration,
 }
 
 /// The schedule's probe rounds over TCP, a barrier between them: what this node
@@ -334,26 +298,6 @@ async fn probe_round(
     got
 }
 
-/// Waits, at most `wait`, until `nnodes` nodes are counted under `key`: whether all
-/// were.
-pub(super) async fn counted(
-    kv: &mut Kv,
-    key: &str,
-    nnodes: u32,
-    wait: Duration,
-) -> Result<bool, KvError> {
-    let until = Instant::now() + wait;
-    loop {
-        if kv.tally_count(key).await? >= u64::from(nnodes) {
-            return Ok(true);
-        }
-        if Instant::now() >= until {
-            return Ok(false);
-        }
-        tokio::time::sleep(POLL).await;
-    }
-}
-
 /// Every node's record that comes within `wait` (counted, then read at once).
 async fn gather(
     kv: &mut Kv,
@@ -369,33 +313,6 @@ async fn gather(
         .iter()
         .zip(records)
         .filter_map(|(k, r)| r.filter(|r| k.name() == keys.network_record(r.node).name()))
-        .collect())
-}
-
-/// The values under `keys` that are there, read at once (None where absent or
-/// unreadable).
-pub(super) async fn read_present<T: serde::de::DeserializeOwned>(
-    kv: &mut Kv,
-    keys: &[Key<T>],
-) -> Result<Vec<Option<T>>, CheckError> {
-    let mut present = Vec::new();
-    for k in keys {
-        present.push(kv.check(&[k.name()]).await?);
-    }
-    let names: Vec<&str> = keys
-        .iter()
-        .zip(&present)
-        .filter(|(_, p)| **p)
-        .map(|(k, _)| k.name())
-        .collect();
-    let mut raw = kv.read(&names).await?.into_iter();
-    Ok(keys
-        .iter()
-        .zip(present)
-        .map(|(k, p)| match p {
-            true => raw.next().and_then(|r| k.decode_or_warn(&r)),
-            false => None,
-        })
         .collect())
 }
 

@@ -3,6 +3,7 @@
 //! schedule's rounds, through the rendezvous state (`exchange`); what is slow is
 //! decided in `toporun_shared::network_check`.
 
+mod check_round;
 pub mod exchange;
 pub mod probe;
 pub mod torch_path;

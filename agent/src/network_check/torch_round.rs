@@ -5,7 +5,7 @@
 //! than node rank 0 may take to make it, and one that waits for the report longer
 //! than the slowest probe may take to be killed.
 
-use super::exchange::{counted, read_present, CheckError, CheckNode, Waits, GATHER_WAIT};
+use super::check_round::{counted, read_present, CheckError, CheckNode, Waits, GATHER_WAIT};
 use super::torch_path::{Params, TorchProbe, TorchSide, MEASURE_WAIT, PROBE_TIMEOUT, READY_WAIT};
 use crate::rendezvous::{Backend, Key, Kv, RoundKeys};
 use std::time::{Duration, Instant};

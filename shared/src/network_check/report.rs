@@ -2,9 +2,9 @@
 //! received on, where its peers reached it), the verdict over all of them, and the
 //! lines the deciding node says.
 
+use super::path::DataPath;
 use super::schedule::{rounds, Path};
 use super::verdict::{judge, NodeFigure, PathFigure, SlowBy, SlowNode, Verdict};
-use super::DataPath;
 use crate::untrusted::printable;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
