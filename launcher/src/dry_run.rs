@@ -372,8 +372,12 @@ fn network_check_line(p: &Job) -> String {
         (_, 1) => "off (one node: no path between nodes)".into(),
         (CheckMode::Off, _) => "off (--network-check off)".into(),
         _ => format!(
-            "{}: after each rendezvous round, before the ranks start, the nodes probe the paths between them over TCP (two rounds of 0.5 s) and name a node well below the others{}",
+            "{}: after each rendezvous round, before the ranks start, the nodes probe the paths between them {} and name a node well below the others{}",
             mode.as_str(),
+            match p.torch_probe_backend() {
+                Ok(b) => format!("through the ranks' torch ({}, one process per node started with {}; over TCP between the agents where a node cannot)", b.as_str(), p.python),
+                Err(why) => format!("over TCP between the agents, two rounds of 0.5 s (not through torch: {why})"),
+            },
             if mode == CheckMode::Gate { "; a slow node is refused (exit 82)" } else { "" }
         ),
     }

@@ -264,6 +264,26 @@ impl Job {
         env
     }
 
+    /// The backend of this node's network-check probe through torch, where
+    /// `--network-check-path` asks for one (auto: where the ranks use GPUs), else
+    /// why the node measures over TCP.
+    pub fn torch_probe_backend(
+        &self,
+    ) -> Result<crate::network_check::torch_path::TorchBackend, String> {
+        use crate::network_check::torch_path::TorchBackend;
+        use toporun_shared::network_check::PathChoice;
+        let gpus = self.gpu_of(0).is_some();
+        match (self.rdzv.network_path, gpus) {
+            (PathChoice::Tcp, _) => Err("it was asked to (--network-check-path tcp)".into()),
+            (PathChoice::Auto, false) => Err(
+                "its ranks do not use GPUs (--network-check-path torch measures through gloo)"
+                    .into(),
+            ),
+            (_, true) => Ok(TorchBackend::Nccl),
+            (_, false) => Ok(TorchBackend::Gloo),
+        }
+    }
+
     /// The value the ranks will see for an NCCL variable: the user's, else the plan's.
     pub fn rank_value(&self, name: &str) -> Option<String> {
         self.inherited_env.get(name).cloned().or_else(|| {

@@ -55,8 +55,9 @@ pub async fn run(
             TORCH_GATHER,
         ),
         (path, torch) => {
-            if let (PathVote::Tcp { why }, Some(_)) = (&path, torch) {
+            if let (PathVote::Tcp { why }, Some((probe, ..))) = (&path, torch) {
                 crate::console::say!("toporun: the network check measures over TCP between the agents, not through torch: {why}");
+                probe.end().await;
             }
             let (received, local, patience) = over_tcp(kv, keys, me, (&listener, &mine)).await?;
             let wait = Waits {

@@ -26,6 +26,8 @@ pub const MEASURE_WAIT: Duration = Duration::from_secs(20);
 /// The probe's own timeouts (the store, the process group): shorter than the kill,
 /// so that its own error comes first.
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the probe may take to exit once it answered (its context released).
+const EXIT_WAIT: Duration = Duration::from_secs(5);
 /// Lines of its stderr kept to say why it failed.
 const STDERR_LINES: usize = 12;
 
@@ -220,6 +222,19 @@ impl TorchProbe {
         }
     }
 
+    /// Ends the probe and waits for it to be gone, so that no context of its holds
+    /// the GPU when the ranks start (a GPU in exclusive-process mode would refuse
+    /// them): its stdin closed (a probe waiting for parameters returns), at most
+    /// 5 s to exit after its answer, then killed.
+    pub async fn end(mut self) {
+        self.stdin = None;
+        let exited = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await;
+        if exited.is_err() {
+            let _ = self.child.start_kill();
+            let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+        }
+    }
+
     async fn send_params(&mut self, params: &Params<'_>) -> Result<(), String> {
         let line = serde_json::to_string(params).map_err(|e| e.to_string())? + "\n";
         let stdin = self.stdin.as_mut().ok_or("the probe's stdin is closed")?;
@@ -338,6 +353,23 @@ sys.exit(1)
             why.contains("RuntimeError: the peer") && !why.contains('\x1b'),
             "{why}"
         );
+    }
+
+    /// A probe ready and waiting for parameters that never come (the round went over
+    /// TCP, or the check is off) is gone, reaped, when `end` returns: no context of
+    /// its holds the GPU when the ranks start.
+    #[tokio::test]
+    async fn a_waiting_probe_is_gone_when_end_returns() {
+        let script = "import json, sys\nprint(json.dumps(dict(kind='ready')), flush=True)\nsys.stdin.readline()";
+        let mut probe =
+            TorchProbe::start_script("python3", script, TorchBackend::Gloo, &UserEnv::new())
+                .unwrap();
+        probe.ready(Instant::now() + READY_WAIT).await.unwrap();
+        let pid = probe.child.id().unwrap();
+        let t = Instant::now();
+        probe.end().await;
+        assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+        assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
     }
 
     #[tokio::test]

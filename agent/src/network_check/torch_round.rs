@@ -120,6 +120,7 @@ pub(super) async fn through_torch(
         env,
     };
     let m = probe.measure(&params).await;
+    probe.end().await;
     if let Some(why) = &m.failed {
         crate::console::say_warning!("network check: this node's torch probe failed ({why}); what it measured before is kept, the rest is not judged");
     }

@@ -194,6 +194,41 @@ fn text_shows_findings_plan_and_every_rank() {
     assert!(out.contains("rank assigned at rendezvous"), "{out}");
 }
 
+/// The dry run says what will carry the network check's probes: the ranks' NCCL
+/// where they use GPUs, TCP between the agents where asked or without GPUs.
+#[test]
+fn the_network_check_line_says_what_carries_the_probes() {
+    let line = |extra: &[&str], env: &[(&str, &str)]| {
+        let gpus = host("h200x4");
+        let mut args = vec!["--facts", &gpus, "--nproc-per-node=2", "--nnodes=2"];
+        args.extend(["--node-rank=0", "--master-addr=10.0.0.1"]);
+        args.extend(extra);
+        let (code, out, err) = dry_with(&args, env);
+        assert_eq!(code, 0, "{err}");
+        let l = out.lines().find(|l| l.starts_with("network check: "));
+        l.unwrap_or_else(|| panic!("{out}")).to_string()
+    };
+    let nccl = line(&[], &[]);
+    assert!(
+        nccl.contains("through the ranks' torch (nccl, one process per node"),
+        "{nccl}"
+    );
+    let tcp = line(&["--network-check-path=tcp"], &[]);
+    assert!(
+        tcp.contains("over TCP between the agents") && tcp.contains("--network-check-path tcp"),
+        "{tcp}"
+    );
+    // No GPU visible: gloo ranks, measured over TCP unless torch is asked for.
+    let cpu = line(&["--network-check=gate"], &[("CUDA_VISIBLE_DEVICES", "")]);
+    assert!(cpu.starts_with("network check: gate"), "{cpu}");
+    assert!(cpu.contains("its ranks do not use GPUs"), "{cpu}");
+    let gloo = line(
+        &["--network-check-path=torch"],
+        &[("CUDA_VISIBLE_DEVICES", "")],
+    );
+    assert!(gloo.contains("through the ranks' torch (gloo"), "{gloo}");
+}
+
 #[test]
 fn user_warnings_fire_for_the_harmful_settings_measured() {
     let (_, out, _) = run(toporun()

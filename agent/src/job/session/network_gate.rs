@@ -11,13 +11,13 @@ use crate::job::session::multi_node::MultiNode;
 use crate::job::session::rdzv_connect::until_signal;
 use crate::job::spec::{Job, NodePlace};
 use crate::network_check::exchange::{run, CheckNode};
-use crate::network_check::torch_path::{TorchBackend, TorchProbe, TorchSide};
+use crate::network_check::torch_path::{TorchProbe, TorchSide};
 use crate::rendezvous::{Backend, Shape};
 use crate::supervise::Events;
 use std::time::Duration;
 use toporun_shared::finding_id::FindingId;
 use toporun_shared::network_check::report::{Gate, NetworkReport};
-use toporun_shared::network_check::{CheckMode, PathChoice};
+use toporun_shared::network_check::CheckMode;
 use toporun_shared::untrusted::printable;
 
 /// What the check left for this node.
@@ -41,6 +41,9 @@ impl MultiNode {
         let mode = self.round_mode(p, node).await;
         let warm = self.torch_probe.take();
         if mode == CheckMode::Off || node.nnodes < 2 {
+            if let Some(w) = warm {
+                w.end().await;
+            }
             return Ok(Checked::Go(None));
         }
         let me = CheckNode {
@@ -141,20 +144,6 @@ impl MultiNode {
     }
 }
 
-/// The backend of this node's torch probe, where `--network-check-path` asks for one
-/// (auto: where the ranks use GPUs), else why none.
-fn torch_backend(p: &Job) -> Result<TorchBackend, String> {
-    let gpus = p.gpu_of(0).is_some();
-    match (p.rdzv.network_path, gpus) {
-        (PathChoice::Tcp, _) => Err("it was asked to (--network-check-path tcp)".into()),
-        (PathChoice::Auto, false) => Err(
-            "its ranks do not use GPUs (--network-check-path torch measures through gloo)".into(),
-        ),
-        (_, true) => Ok(TorchBackend::Nccl),
-        (_, false) => Ok(TorchBackend::Gloo),
-    }
-}
-
 /// This node's side of the torch path: the probe started before the round closed
 /// (else now), with the node's co-location variables to apply before NCCL starts.
 fn torch_side<'a>(
@@ -162,7 +151,7 @@ fn torch_side<'a>(
     node: &'a NodePlace,
     warm: Option<TorchProbe>,
 ) -> Result<TorchSide<'a>, String> {
-    let backend = torch_backend(p)?;
+    let backend = p.torch_probe_backend()?;
     let probe = match warm {
         Some(w) => Ok(w),
         None => TorchProbe::start(&p.python, backend, &p.stand_in_env()),
@@ -179,7 +168,7 @@ impl MultiNode {
     pub(super) fn warm_torch_probe(&mut self, p: &Job) {
         let may_run = p.rdzv.network_check != CheckMode::Off && p.opts.nnodes_max >= 2;
         if self.torch_probe.is_none() && may_run {
-            let backend = torch_backend(p).ok();
+            let backend = p.torch_probe_backend().ok();
             self.torch_probe =
                 backend.and_then(|b| TorchProbe::start(&p.python, b, &p.stand_in_env()).ok());
         }
