@@ -48,12 +48,13 @@ pub async fn run(
     kv.set(key.name(), &key.encode(&mine)).await?;
     let (vote, torch) = vote(torch, started).await;
     let path = agree(kv, keys, me, (vote, started)).await?;
+    let mut ending = None;
     let (measured, local, wait) = match (path, torch) {
-        (PathVote::Torch { backend }, Some(ready)) => (
-            through_torch(ready, keys, me, backend).await,
-            None,
-            TORCH_GATHER,
-        ),
+        (PathVote::Torch { backend }, Some(ready)) => {
+            let (measured, probe) = through_torch(ready, keys, me, backend).await;
+            ending = Some(probe);
+            (measured, None, TORCH_GATHER)
+        }
         (path, torch) => {
             if let (PathVote::Tcp { why }, Some((probe, ..))) = (&path, torch) {
                 crate::console::say!("toporun: the network check measures over TCP between the agents, not through torch: {why}");
@@ -81,6 +82,10 @@ pub async fn run(
         }
     };
     read_by_all(kv, keys, me, wait.seen).await;
+    // It exits meanwhile; gone before the ranks start.
+    if let Some(probe) = ending {
+        probe.end().await;
+    }
     Ok(judged)
 }
 

@@ -188,6 +188,9 @@ def main():
         say("failed", why=f"{type(e).__name__}: {e}")
         return
     say("result", net=net, **took)
+    # The agent waits for this process to be gone before the ranks start: skip the
+    # interpreter's teardown of torch (the driver releases the context at exit).
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -100,13 +100,14 @@ pub(super) async fn agree(
 }
 
 /// The schedule's paths measured by this node's torch probe, phase by phase: what
-/// it received, all it finished where it failed (said here).
+/// it received, all it finished where it failed (said here), and the probe, to be
+/// waited for (`TorchProbe::end`) while the records and report go round.
 pub(super) async fn through_torch(
     (mut probe, (host, port), env): Ready<'_>,
     keys: &RoundKeys,
     me: &CheckNode<'_>,
     backend: String,
-) -> (Vec<PathFigure>, DataPath) {
+) -> ((Vec<PathFigure>, DataPath), TorchProbe) {
     let params = Params {
         host,
         port,
@@ -120,18 +121,15 @@ pub(super) async fn through_torch(
         env,
     };
     let m = probe.measure(&params).await;
-    probe.end().await;
     if let Some(why) = &m.failed {
         crate::console::say_warning!("network check: this node's torch probe failed ({why}); what it measured before is kept, the rest is not judged");
     }
     let start_s = m.failed.is_none().then_some(m.start_s);
     let net = m.net;
-    (
-        m.received,
-        DataPath::Torch {
-            backend,
-            net,
-            start_s,
-        },
-    )
+    let path = DataPath::Torch {
+        backend,
+        net,
+        start_s,
+    };
+    ((m.received, path), probe)
 }
