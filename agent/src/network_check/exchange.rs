@@ -47,7 +47,15 @@ pub async fn run(
     let key = keys.probe_listener(me.node_rank);
     kv.set(key.name(), &key.encode(&mine)).await?;
     let (vote, torch) = vote(torch, started).await;
-    let path = agree(kv, keys, me, (vote, started)).await?;
+    let path = match agree(kv, keys, me, (vote, started)).await {
+        Ok(path) => path,
+        Err(e) => {
+            if let Some((probe, ..)) = torch {
+                probe.end().await;
+            }
+            return Err(e);
+        }
+    };
     let mut ending = None;
     let (measured, local, wait) = match (path, torch) {
         (PathVote::Torch { backend }, Some(ready)) => {
@@ -70,6 +78,23 @@ pub async fn run(
         }
     };
     let record = record_of(me, local, measured);
+    let judged = share(kv, keys, me, record, (started, &wait)).await;
+    // It exits meanwhile; gone before the ranks start, whatever the sharing did.
+    if let Some(probe) = ending {
+        probe.end().await;
+    }
+    judged
+}
+
+/// This node's record written; the report judged (node rank 0) or read; every node
+/// counted as having read it.
+async fn share(
+    kv: &mut Kv,
+    keys: &RoundKeys,
+    me: &CheckNode<'_>,
+    record: NodeRecord,
+    (started, wait): (Instant, &Waits),
+) -> Result<NetworkReport, CheckError> {
     let key = keys.network_record(me.node_rank);
     kv.set(key.name(), &key.encode(&record)).await?;
     kv.tally(&keys.network_records()).await?;
@@ -82,10 +107,6 @@ pub async fn run(
         }
     };
     read_by_all(kv, keys, me, wait.seen).await;
-    // It exits meanwhile; gone before the ranks start.
-    if let Some(probe) = ending {
-        probe.end().await;
-    }
     Ok(judged)
 }
 
