@@ -33,24 +33,15 @@ async fn node(port: u16, node_rank: u32, nnodes: u32) -> NetworkReport {
         .unwrap()
 }
 
-/// `body` on a runtime of its own, with a real store on loopback (its port), which
-/// lives until `body` ends.
-fn on_a_store<T, F: std::future::Future<Output = T>>(body: impl FnOnce(u16) -> F) -> T {
+/// `nnodes` nodes at once: every node's report, and how long the slowest took.
+fn check(nnodes: u32) -> (Vec<NetworkReport>, Duration) {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .unwrap();
     rt.block_on(async {
         let server = StoreServer::bind_on(0, Reach::Loopback).unwrap();
-        let out = body(server.port()).await;
-        drop(server);
-        out
-    })
-}
-
-/// `nnodes` nodes at once: every node's report, and how long the slowest took.
-fn check(nnodes: u32) -> (Vec<NetworkReport>, Duration) {
-    on_a_store(|port| async move {
+        let port = server.port();
         let t = Instant::now();
         let nodes: Vec<_> = (0..nnodes)
             .map(|n| tokio::spawn(node(port, n, nnodes)))
@@ -95,7 +86,13 @@ fn sixty_four_nodes_check_within_five_seconds_and_name_nobody_on_alike_paths() {
 /// others wait for it in full once, then briefly, and its record is said missing.
 #[test]
 fn a_node_gone_during_the_check_holds_the_others_once() {
-    on_a_store(|port| async move {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let server = StoreServer::bind_on(0, Reach::Loopback).unwrap();
+        let port = server.port();
         let t = Instant::now();
         let gone = tokio::spawn(node(port, 2, 3));
         let stay: Vec<_> = (0..2).map(|n| tokio::spawn(node(port, n, 3))).collect();

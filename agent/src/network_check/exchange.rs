@@ -146,20 +146,16 @@ fn address_of(me: &CheckNode<'_>, local: Option<SocketAddr>) -> String {
     if let Some(a) = local {
         return a.ip().to_canonical().to_string();
     }
-    match routable(me.addr) {
+    let ip = |s: &str| s.parse::<IpAddr>().ok().filter(|i| !i.is_loopback());
+    match ip(me.addr) {
         Some(a) => a.to_string(),
         None => me
             .ips
             .iter()
-            .find(|s| routable(s).is_some())
+            .find(|s| ip(s).is_some())
             .cloned()
             .unwrap_or_else(|| me.addr.to_string()),
     }
-}
-
-/// `s` as an IP address a peer on another machine could reach (not loopback).
-fn routable(s: &str) -> Option<IpAddr> {
-    s.parse::<IpAddr>().ok().filter(|i| !i.is_loopback())
 }
 
 /// This node's record of what it received.
@@ -254,11 +250,12 @@ fn nonce() -> u64 {
 /// an IP, its interfaces' addresses, then its host name resolved (at most 2 s);
 /// loopback only where nothing else names it.
 async fn addresses(l: &Listener) -> Vec<SocketAddr> {
+    let ip = |s: &str| s.parse::<IpAddr>().ok().filter(|i| !i.is_loopback());
     let mut out: Vec<IpAddr> = Vec::new();
-    let literal = routable(&l.addr);
+    let literal = ip(&l.addr);
     let named = literal.is_none() && toporun_shared::untrusted::valid_host(&l.addr);
     out.extend(literal);
-    out.extend(l.ips.iter().take(MAX_IPS).filter_map(|s| routable(s)));
+    out.extend(l.ips.iter().take(MAX_IPS).filter_map(|s| ip(s)));
     if named {
         let looked = tokio::time::timeout(
             RESOLVE_WAIT,

@@ -42,29 +42,29 @@ class Link:
 
     def __init__(self, torch, dist, device):
         self.torch, self.dist, self.device = torch, dist, device
-        self.gpu = device.type == "cuda"
         self.flag = torch.zeros(1, dtype=torch.int32, device=device)
         self.buf = None
 
     def done(self):
-        if self.gpu:
+        if self.device.type == "cuda":
             self.torch.cuda.synchronize(self.device)
 
-    def op(self, batched, blocking, t, peer):
-        if self.gpu:
+    def op(self, kind, t, peer):
+        if self.device.type == "cuda":
             # A batch of one runs on the group's communicator (started at init), not
             # on a two-rank one per pair that NCCL would start on first use.
-            for work in self.dist.batch_isend_irecv([self.dist.P2POp(batched, t, peer)]):
+            op = self.dist.P2POp(kind, t, peer)
+            for work in self.dist.batch_isend_irecv([op]):
                 work.wait()
         else:
-            blocking(t, peer)
+            kind(t, peer)
         self.done()
 
     def send(self, t, peer):
-        self.op(self.dist.isend, self.dist.send, t, peer)
+        self.op(self.dist.isend if self.device.type == "cuda" else self.dist.send, t, peer)
 
     def recv(self, t, peer):
-        self.op(self.dist.irecv, self.dist.recv, t, peer)
+        self.op(self.dist.irecv if self.device.type == "cuda" else self.dist.recv, t, peer)
 
     def buffer(self):
         if self.buf is None:
