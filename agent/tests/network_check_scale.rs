@@ -26,6 +26,7 @@ async fn node(port: u16, node_rank: u32, nnodes: u32) -> NetworkReport {
         ips: &[],
         nics: &[],
         hosts_rendezvous: node_rank == 0,
+        spare_beat: Duration::from_secs(5),
         rdma: false,
     };
     run(&mut kv, &keys, &me, Err("no torch here".into()))

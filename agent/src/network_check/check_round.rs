@@ -36,6 +36,16 @@ pub struct CheckNode<'a> {
     pub hosts_rendezvous: bool,
     /// It has EFA or InfiniBand devices (NCCL's data path is not TCP).
     pub rdma: bool,
+    /// How often a waiting spare beats (the rendezvous keep-alive): a spare whose
+    /// beat did not move in twice that is dead, and no node is refused for it.
+    pub spare_beat: Duration,
+}
+
+impl CheckNode<'_> {
+    /// How long node rank 0 watches the spares' beats before the gate counts them.
+    pub fn spare_window(&self) -> Duration {
+        self.spare_beat.saturating_mul(2)
+    }
 }
 
 /// How long, once this node wrote its record, node rank 0 gathers the others', the

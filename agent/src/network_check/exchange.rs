@@ -9,7 +9,7 @@ pub use super::check_round::{CheckError, CheckNode};
 use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
 use super::torch_path::TorchSide;
 use super::torch_round::{agree, through_torch, vote, TORCH_GATHER};
-use crate::rendezvous::{Backend, Key, Kv, RoundKeys};
+use crate::rendezvous::{alive_spares, Backend, Key, Kv, RoundKeys};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -102,7 +102,8 @@ async fn share(
         0 => judge(kv, keys, me, (started, wait.gather)).await?,
         _ => {
             let report = keys.network_report();
-            let raw = kv.get(report.name(), wait.report).await?;
+            let patience = wait.report.saturating_add(me.spare_window());
+            let raw = kv.get(report.name(), patience).await?;
             report.decode(&raw)?
         }
     };
@@ -204,8 +205,14 @@ async fn judge(
     let records = gather(kv, keys, me.nnodes, wait).await?;
     let took = started.elapsed().as_millis() as u64;
     let mut judged = NetworkReport::judge(me.round, me.nnodes, &records, took);
-    // Spares of this round wait to join the next (the gate counts them).
-    let spares = kv.tally_count(&keys.waiting()).await.unwrap_or(0);
+    // Spares of this round wait to join the next, and the gate counts them to go on
+    // without a slow node: only the living ones, so that nobody waits for a dead one.
+    let waiting = keys.waiting();
+    let spares = match judged.refusable().is_empty() {
+        true => kv.tally_count(&waiting).await,
+        false => alive_spares(kv, &waiting, me.spare_window()).await,
+    };
+    let spares = spares.unwrap_or(0);
     judged.spares = u32::try_from(spares).unwrap_or(u32::MAX);
     kv.set(report.name(), &report.encode(&judged)).await?;
     Ok(judged)
@@ -365,7 +372,100 @@ fn interface_of(ip: Option<IpAddr>, nics: &[Nic]) -> (Option<String>, Option<f64
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rendezvous::{RunKeys, StoreKv};
+    use crate::store::{StoreClient, StoreServer};
     use toporun_shared::facts::NicAddress;
+    use toporun_shared::network_check::report::Gate;
+
+    const BEAT: Duration = Duration::from_millis(100);
+
+    async fn client(port: u16) -> Kv {
+        let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(2));
+        Kv::Store(StoreKv(c.await.unwrap()))
+    }
+
+    /// Four nodes' records as they write them, node 2's paths at 20 Mbit/s.
+    async fn node_2_slow(kv: &mut Kv, keys: &RoundKeys) {
+        let paths = rounds(4);
+        for n in 0..4 {
+            let received = paths.iter().flatten().filter(|p| p.to == n);
+            let figure = |&path: &Path| PathFigure {
+                path,
+                gbit: if path.from == 2 || path.to == 2 {
+                    0.02
+                } else {
+                    8.0
+                },
+                rtt_us: 60.0,
+            };
+            let record = NodeRecord {
+                node: n,
+                host: format!("node-{n}"),
+                addr: format!("10.0.0.{}", n + 1),
+                interface: Some("eth0".into()),
+                expected_gbit: Some(10.0),
+                received: received.map(figure).collect(),
+                hosts_rendezvous: n == 0,
+                rdma: false,
+                via: DataPath::Tcp,
+            };
+            let key = keys.network_record(n);
+            kv.set(key.name(), &key.encode(&record)).await.unwrap();
+            kv.tally(&keys.network_records()).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gate_counts_the_spares_still_beating_not_one_that_died() {
+        let s = StoreServer::bind(0).unwrap();
+        let mut kv = client(s.port()).await;
+        let keys = RunKeys::new("spares", None).round(0);
+        node_2_slow(&mut kv, &keys).await;
+        let me = CheckNode {
+            round: 0,
+            node_rank: 0,
+            nnodes: 4,
+            host: "node-0",
+            addr: "10.0.0.1",
+            ips: &[],
+            nics: &[],
+            hosts_rendezvous: true,
+            rdma: false,
+            spare_beat: BEAT,
+        };
+        // A spare that counted itself, then died (its pod evicted): the store's
+        // counter still says one, and a gate that counted it would go on without
+        // node 2 and wait out the join timeout for a node that never comes.
+        let (waiting, ttl) = (keys.waiting(), me.spare_beat * 3);
+        client(s.port())
+            .await
+            .tally_alive(&waiting, ttl, None)
+            .await
+            .unwrap();
+        let report = judge(&mut kv, &keys, &me, (Instant::now(), GATHER_WAIT))
+            .await
+            .unwrap();
+        assert_eq!(report.refusable(), [2]);
+        assert_eq!(report.spares, 0);
+        assert!(
+            matches!(report.gate(Some(4)), Gate::Stop(why) if why.contains("3 node(s) would be left"))
+        );
+        // One that keeps beating takes node 2's place.
+        let mut live = client(s.port()).await;
+        let place = live.tally_alive(&waiting, ttl, None).await.unwrap();
+        let beating = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(BEAT).await;
+                live.tally_alive(&waiting, ttl, Some(place)).await.unwrap();
+            }
+        });
+        let report = judge(&mut kv, &keys, &me, (Instant::now(), GATHER_WAIT))
+            .await
+            .unwrap();
+        beating.abort();
+        assert_eq!(report.spares, 1);
+        assert_eq!(report.gate(Some(4)), Gate::Without(vec![2]));
+    }
 
     #[test]
     fn the_interface_is_the_one_holding_the_address_a_peer_reached() {

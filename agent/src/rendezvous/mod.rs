@@ -16,6 +16,7 @@ mod keys;
 mod node;
 mod node_info;
 mod protocol;
+mod spares;
 mod typed_key;
 
 pub use backend::{etcd_client, Backend, EtcdKv, Kv, KvError, StoreKv};
@@ -28,6 +29,7 @@ pub use node::{
 };
 pub use node_info::{NodeInfo, NodeMachine};
 pub use protocol::{Closed, Layout, StopKind, StopReason, Unreadable};
+pub use spares::alive_spares;
 pub use typed_key::Key;
 
 #[cfg(test)]
@@ -200,6 +202,43 @@ mod tests {
         assert!(reason.detail.starts_with("node 1"), "{reason}");
         assert!(
             reason.detail.contains("fewer than the minimum of 2"),
+            "{reason}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_lost_node_is_not_replaced_by_a_spare_that_died() {
+        let s = StoreServer::bind(0).unwrap();
+        let cfg = cfg(Shape::Elastic { min: 2, max: 2 });
+        let (keys, ttl) = (cfg.round_keys(0), Duration::from_millis(300));
+        // A spare counted itself and died: a TCPStore's counter still says one.
+        let mut spare = client(s.port()).await;
+        spare.tally_alive(&keys.waiting(), ttl, None).await.unwrap();
+        // Node 1 beats for a while, then dies too.
+        let mut node1 = client(s.port()).await;
+        let alive = keys.alive();
+        tokio::spawn(async move {
+            for _ in 0..8 {
+                node1.beat(&alive, 1, ttl).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        let watch = StopWatch {
+            client: client(s.port()).await,
+            cfg: cfg.clone(),
+            round: 0,
+            node_rank: 0,
+            nnodes: 2,
+            watches: true,
+            note: |_| {},
+        };
+        let reason = tokio::time::timeout(Duration::from_secs(3), watch.run())
+            .await
+            .unwrap();
+        // Not a restart for the dead spare, which would wait out the join timeout.
+        assert_eq!(reason.kind, StopKind::Fail, "{reason}");
+        assert!(
+            reason.detail.contains("1 node(s) remain and 0 wait"),
             "{reason}"
         );
     }

@@ -6,6 +6,7 @@ use super::config::{Config, Shape};
 use super::keys::RoundKeys;
 use super::node_info::NodeInfo;
 use super::protocol::{Closed, Expect, Layout, StopKind, StopReason, Unreadable};
+use super::spares::SpareBeats;
 use super::typed_key::Key;
 use std::time::{Duration, Instant};
 use toporun_shared::colocation::NodeEnv;
@@ -227,11 +228,12 @@ pub async fn wait_for_next_round(
     round: u32,
     report: &mut (dyn FnMut(Duration) + Send),
 ) -> Result<NextRound, JoinError> {
-    // Counted as waiting while alive: in etcd the count forgets a spare that dies.
+    // Counted as waiting while alive: etcd's count forgets a spare that dies, and in a
+    // TCPStore its beat stops (spares.rs).
     let keys = cfg.round_keys(round);
     let waiting = keys.waiting();
     let ttl = cfg.keepalive_interval * cfg.keepalive_misses;
-    c.tally_alive(&waiting, ttl, true).await?;
+    let place = c.tally_alive(&waiting, ttl, None).await?;
     let mut next_beat = Instant::now() + cfg.keepalive_interval;
     let start = Instant::now();
     let mut last = Instant::now();
@@ -239,7 +241,7 @@ pub async fn wait_for_next_round(
     let stop = keys.stop();
     loop {
         if Instant::now() >= next_beat {
-            c.tally_alive(&waiting, ttl, false).await?;
+            c.tally_alive(&waiting, ttl, Some(place)).await?;
             next_beat = Instant::now() + cfg.keepalive_interval;
         }
         let now = current_round(c, cfg).await?;
@@ -293,6 +295,7 @@ async fn stop_reason(c: &mut Kv, key: &str) -> Result<Option<StopReason>, KvErro
 struct Watch {
     keys: RoundKeys,
     live: Liveness,
+    spare_beats: SpareBeats,
     next_beat: Instant,
     spares: u64,
     round: u32,
@@ -313,6 +316,7 @@ impl Watch {
         Watch {
             keys: cfg.round_keys(round),
             live: Liveness::new(nnodes, cfg, leases),
+            spare_beats: SpareBeats::new(cfg.keepalive_interval * cfg.keepalive_misses),
             next_beat: Instant::now(),
             spares: 0,
             round,
@@ -347,7 +351,7 @@ impl Watch {
             .filter(|(r, _)| *r != self.node_rank)
             .filter_map(|(r, v)| self.live.observe(r, v).map(|d| (r, d)))
             .collect();
-        let waiting = c.tally_count(&self.keys.waiting()).await?;
+        let waiting = self.spare_beats.alive(c, &self.keys.waiting()).await?;
         if !lost.is_empty() {
             return Ok(Some(self.lost(c, cfg, &lost, waiting).await?));
         }

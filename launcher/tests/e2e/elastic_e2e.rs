@@ -15,7 +15,7 @@ use support::*;
 const CONF: &str =
     "keep_alive_interval=1,keep_alive_max_attempt=2,last_call_timeout=1,join_timeout=60";
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Backend {
     C10d,
     Etcd,
@@ -455,23 +455,19 @@ fn etcd_spare_replaces_a_lost_node() {
     spare_replaces_a_lost_node(Backend::Etcd, &etcd.endpoints());
 }
 
-/// etcd: a spare that dies while it waits drops out of the waiting count (its lease
-/// expires), so when a running node is then lost the survivor knows no one will come
-/// and says so at once, instead of forming a round for the dead spare and waiting the
-/// join timeout (60 s) for it.
-#[test]
-#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
-fn etcd_forgets_a_spare_that_died_while_waiting() {
-    let etcd = EtcdCluster::start(3);
-    let (_job, mut a, mut b, mut spare) =
-        two_nodes_and_a_spare(Backend::Etcd, &etcd.endpoints(), 120);
+/// A spare that dies while it waits drops out of the waiting count (etcd: its lease
+/// expires; a TCPStore: its beat stops moving), so when a running node is then lost
+/// the survivor knows no one will come and says so at once, instead of forming a round
+/// for the dead spare and waiting the join timeout (60 s) for it.
+fn forgets_a_spare_that_died_while_waiting(backend: Backend, endpoint: &str) {
+    let (_job, mut a, mut b, mut spare) = two_nodes_and_a_spare(backend, endpoint, 120);
     // The running nodes see the spare (their note), then it dies.
     std::thread::sleep(Duration::from_secs(2));
     spare.kill();
-    // Its lease (keep-alive interval 1 s x 2 misses) runs out.
+    // Its keep-alive (interval 1 s x 2 misses) runs out.
     std::thread::sleep(Duration::from_secs(4));
     let killed = Instant::now();
-    let survivor = if kill_a_non_host(Backend::Etcd, &mut a, &mut b) {
+    let survivor = if kill_a_non_host(backend, &mut a, &mut b) {
         &mut b
     } else {
         &mut a
@@ -484,8 +480,23 @@ fn etcd_forgets_a_spare_that_died_while_waiting() {
         err.contains("1 node(s) remain and 0 wait, fewer than the minimum of 2"),
         "{err}"
     );
-    eprintln!("a dead spare forgotten: the survivor exited {took:.1?} after the loss");
+    eprintln!(
+        "a dead spare forgotten ({backend:?}): the survivor exited {took:.1?} after the loss"
+    );
     assert!(took < Duration::from_secs(20), "{took:?}");
+}
+
+#[test]
+#[ignore = "needs PyTorch: run scripts/dev/test.sh"]
+fn c10d_forgets_a_spare_that_died_while_waiting() {
+    forgets_a_spare_that_died_while_waiting(Backend::C10d, &c10d_endpoint());
+}
+
+#[test]
+#[ignore = "needs etcd and PyTorch: run scripts/dev/test.sh"]
+fn etcd_forgets_a_spare_that_died_while_waiting() {
+    let etcd = EtcdCluster::start(3);
+    forgets_a_spare_that_died_while_waiting(Backend::Etcd, &etcd.endpoints());
 }
 
 /// A node killed (toporun and its ranks) and started again 8 s later, as Kubernetes

@@ -227,18 +227,22 @@ pub enum Gate {
 }
 
 impl NetworkReport {
+    /// The nodes the gate would refuse: measured slow, not unreachable (a closed port
+    /// is not a slow link), and none where the TCP path measured is not the job's
+    /// data path (EFA or InfiniBand).
+    pub fn refusable(&self) -> Vec<u32> {
+        if self.rdma {
+            return Vec::new();
+        }
+        let slow = self.slow.iter().filter(|s| s.by != SlowBy::Unreachable);
+        slow.map(|s| s.node).collect()
+    }
+
     /// The gate's decision; `elastic_min` is `--nnodes`' minimum where the job may
     /// change size (c10d, etcd), None for a static job.
     pub fn gate(&self, elastic_min: Option<u32>) -> Gate {
-        // Measured slow, not unreachable: a closed port is not a slow link.
-        let slow: Vec<u32> = self
-            .slow
-            .iter()
-            .filter(|s| s.by != SlowBy::Unreachable)
-            .map(|s| s.node)
-            .collect();
-        // On EFA or InfiniBand the TCP path is not the job's data path.
-        if slow.is_empty() || self.rdma {
+        let slow = self.refusable();
+        if slow.is_empty() {
             return Gate::Pass;
         }
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);

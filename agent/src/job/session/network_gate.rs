@@ -56,6 +56,7 @@ impl MultiNode {
             nics: &p.facts.nics,
             hosts_rendezvous: self.state.hosted_here(),
             rdma: p.facts.rdma.iter().any(|d| d.uverbs_openable),
+            spare_beat: self.cfg.keepalive_interval,
         };
         let keys = self.cfg.round_keys(node.round);
         let torch = torch_side(p, node, warm);

@@ -70,16 +70,21 @@ pub trait Backend: Send {
     ) -> impl Future<Output = R<Vec<u8>>> + Send;
     /// Counts this node once under `key`; returns the count so far.
     fn tally(&mut self, key: &str) -> impl Future<Output = R<u64>> + Send;
-    /// Counts this node under `key` for as long as it lives (where `leases`); a
-    /// counter that cannot forget counts the first call only.
+    /// Counts this node under `key` for as long as it lives, a call every
+    /// keep-alive: the first (`place` None) joins the count and returns this node's
+    /// place in it, later calls pass the place back. Where `leases`, the lease keeps
+    /// it counted; a counter that cannot forget moves the place's beat instead.
     fn tally_alive(
         &mut self,
         key: &str,
         ttl: Duration,
-        first: bool,
-    ) -> impl Future<Output = R<()>> + Send;
-    /// How many nodes `tally` counted under `key`.
+        place: Option<u64>,
+    ) -> impl Future<Output = R<u64>> + Send;
+    /// How many nodes `tally` (or `tally_alive`, alive or not) counted under `key`.
     fn tally_count(&mut self, key: &str) -> impl Future<Output = R<u64>> + Send;
+    /// One reading per place `tally_alive` counted under `key`, which moves while
+    /// that node lives (-1: no beat yet); None where `leases` keep the count alive.
+    fn tally_beats(&mut self, key: &str) -> impl Future<Output = R<Option<Vec<i64>>>> + Send;
     /// Enters a c10d round: writes the node's description under `nodes` + ticket
     /// and returns the ticket (`join` is the join counter).
     fn enroll(

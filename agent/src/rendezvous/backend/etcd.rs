@@ -126,16 +126,20 @@ impl Backend for EtcdKv {
         self.tally_count(key).await
     }
 
-    async fn tally_alive(&mut self, key: &str, ttl: Duration, _first: bool) -> R<()> {
+    async fn tally_alive(&mut self, key: &str, ttl: Duration, _place: Option<u64>) -> R<u64> {
         self.renew_lease(ttl).await?;
         self.etcd
             .put(&format!("{key}/{}", self.uid), b"1", self.lease)
             .await?;
-        Ok(())
+        Ok(0)
     }
 
     async fn tally_count(&mut self, key: &str) -> R<u64> {
         count(key, self.etcd.count(&format!("{key}/")).await?)
+    }
+
+    async fn tally_beats(&mut self, _key: &str) -> R<Option<Vec<i64>>> {
+        Ok(None)
     }
 
     async fn enroll(&mut self, _join: &str, nodes: &str, body: &[u8]) -> R<String> {

@@ -67,11 +67,14 @@ impl Backend for Kv {
     async fn tally(&mut self, key: &str) -> R<u64> {
         each!(self, b => b.tally(key).await)
     }
-    async fn tally_alive(&mut self, key: &str, ttl: Duration, first: bool) -> R<()> {
-        each!(self, b => b.tally_alive(key, ttl, first).await)
+    async fn tally_alive(&mut self, key: &str, ttl: Duration, place: Option<u64>) -> R<u64> {
+        each!(self, b => b.tally_alive(key, ttl, place).await)
     }
     async fn tally_count(&mut self, key: &str) -> R<u64> {
         each!(self, b => b.tally_count(key).await)
+    }
+    async fn tally_beats(&mut self, key: &str) -> R<Option<Vec<i64>>> {
+        each!(self, b => b.tally_beats(key).await)
     }
     async fn enroll(&mut self, join: &str, nodes: &str, body: &[u8]) -> R<String> {
         each!(self, b => b.enroll(join, nodes, body).await)

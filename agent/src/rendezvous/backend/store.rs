@@ -8,6 +8,11 @@ use toporun_shared::torchrun::MAX_NODES;
 
 pub struct StoreKv(pub StoreClient);
 
+/// Where the places counted under `key` by `tally_alive` beat, one counter each.
+fn beats(key: &str) -> String {
+    format!("{key}/beat/")
+}
+
 impl Backend for StoreKv {
     fn tickets_are_join_order(&self) -> bool {
         true
@@ -57,15 +62,26 @@ impl Backend for StoreKv {
         count(key, self.0.add(key, 1).await?)
     }
 
-    async fn tally_alive(&mut self, key: &str, _ttl: Duration, first: bool) -> R<()> {
-        if first {
-            self.0.add(key, 1).await?;
-        }
-        Ok(())
+    async fn tally_alive(&mut self, key: &str, _ttl: Duration, place: Option<u64>) -> R<u64> {
+        let place = match place {
+            Some(p) => p,
+            None => count(key, self.0.add(key, 1).await?)?.saturating_sub(1),
+        };
+        self.0.add(&format!("{}{place}", beats(key)), 1).await?;
+        Ok(place)
     }
 
     async fn tally_count(&mut self, key: &str) -> R<u64> {
         count(key, self.0.add(key, 0).await?)
+    }
+
+    async fn tally_beats(&mut self, key: &str) -> R<Option<Vec<i64>>> {
+        let n = self.tally_count(key).await?;
+        let n = u32::try_from(n)
+            .ok()
+            .filter(|n| *n <= MAX_NODES)
+            .ok_or_else(|| KvError::Garbage(format!("{key} counts {n} nodes")))?;
+        Ok(Some(self.pulses(&beats(key), n).await?))
     }
 
     async fn enroll(&mut self, join: &str, nodes: &str, body: &[u8]) -> R<String> {
