@@ -372,17 +372,12 @@ fn interface_of(ip: Option<IpAddr>, nics: &[Nic]) -> (Option<String>, Option<f64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rendezvous::{RunKeys, StoreKv};
-    use crate::store::{StoreClient, StoreServer};
+    use crate::rendezvous::{test_client as client, RunKeys};
+    use crate::store::StoreServer;
     use toporun_shared::facts::NicAddress;
     use toporun_shared::network_check::report::Gate;
 
     const BEAT: Duration = Duration::from_millis(100);
-
-    async fn client(port: u16) -> Kv {
-        let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(2));
-        Kv::Store(StoreKv(c.await.unwrap()))
-    }
 
     /// Four nodes' records as they write them, node 2's paths at 20 Mbit/s.
     async fn node_2_slow(kv: &mut Kv, keys: &RoundKeys) {

@@ -32,10 +32,18 @@ pub use protocol::{Closed, Layout, StopKind, StopReason, Unreadable};
 pub use spares::alive_spares;
 pub use typed_key::Key;
 
+/// A rendezvous connection to a test's store on loopback.
+#[cfg(test)]
+pub(crate) async fn test_client(port: u16) -> Kv {
+    let c =
+        crate::store::StoreClient::connect("127.0.0.1", port, std::time::Duration::from_secs(2));
+    Kv::Store(StoreKv(c.await.unwrap()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{StoreClient, StoreServer};
+    use crate::store::StoreServer;
     use std::time::Duration;
     use toporun_shared::colocation;
 
@@ -54,12 +62,19 @@ mod tests {
         }
     }
 
-    async fn client(port: u16) -> Kv {
-        Kv::Store(StoreKv(
-            StoreClient::connect("127.0.0.1", port, Duration::from_secs(2))
-                .await
-                .unwrap(),
-        ))
+    use super::test_client as client;
+
+    /// Node rank 0's watch over a round of `nnodes`.
+    async fn watch(port: u16, cfg: &Config, nnodes: u32) -> StopWatch {
+        StopWatch {
+            client: client(port).await,
+            cfg: cfg.clone(),
+            round: 0,
+            node_rank: 0,
+            nnodes,
+            watches: true,
+            note: |_| {},
+        }
     }
 
     /// Runs round 0's coordinator on the store at `port`.
@@ -185,15 +200,7 @@ mod tests {
     async fn a_silent_node_triggers_a_stop_on_the_host() {
         let s = StoreServer::bind(0).unwrap();
         let cfg = cfg(Shape::Static { nnodes: 2 });
-        let watch = StopWatch {
-            client: client(s.port()).await,
-            cfg: cfg.clone(),
-            round: 0,
-            node_rank: 0,
-            nnodes: 2,
-            watches: true,
-            note: |_| {},
-        };
+        let watch = watch(s.port(), &cfg, 2).await;
         let reason = tokio::time::timeout(Duration::from_secs(3), watch.run())
             .await
             .unwrap();
@@ -223,15 +230,7 @@ mod tests {
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
-        let watch = StopWatch {
-            client: client(s.port()).await,
-            cfg: cfg.clone(),
-            round: 0,
-            node_rank: 0,
-            nnodes: 2,
-            watches: true,
-            note: |_| {},
-        };
+        let watch = watch(s.port(), &cfg, 2).await;
         let reason = tokio::time::timeout(Duration::from_secs(3), watch.run())
             .await
             .unwrap();

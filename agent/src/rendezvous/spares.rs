@@ -69,15 +69,10 @@ pub async fn alive_spares(c: &mut Kv, key: &str, window: Duration) -> Result<u64
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rendezvous::StoreKv;
-    use crate::store::{StoreClient, StoreServer};
+    use crate::rendezvous::test_client as client;
+    use crate::store::StoreServer;
 
     const BEAT: Duration = Duration::from_millis(100);
-
-    async fn client(port: u16) -> Kv {
-        let c = StoreClient::connect("127.0.0.1", port, Duration::from_secs(2));
-        Kv::Store(StoreKv(c.await.unwrap()))
-    }
 
     /// A spare that counts itself under `key`, then beats every BEAT until dropped.
     async fn spare(port: u16, key: &'static str) -> tokio::task::JoinHandle<()> {
