@@ -27,6 +27,7 @@ async fn node(port: u16, node_rank: u32, nnodes: u32) -> NetworkReport {
         nics: &[],
         hosts_rendezvous: node_rank == 0,
         spare_beat: Duration::from_secs(5),
+        gate: None,
         rdma: false,
     };
     run(&mut kv, &keys, &me, Err("no torch here".into()))

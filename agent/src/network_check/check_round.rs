@@ -36,15 +36,34 @@ pub struct CheckNode<'a> {
     pub hosts_rendezvous: bool,
     /// It has EFA or InfiniBand devices (NCCL's data path is not TCP).
     pub rdma: bool,
-    /// How often a waiting spare beats (the rendezvous keep-alive): a spare whose
-    /// beat did not move in twice that is dead, and no node is refused for it.
+    /// How often a waiting spare beats (the rendezvous keep-alive).
     pub spare_beat: Duration,
+    /// Where the round runs under `--network-check gate`, the rule it decides by.
+    pub gate: Option<GateRule>,
 }
 
+/// What `--network-check gate` decides by: `--nnodes`' minimum where the job may
+/// change size, None for a static job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GateRule {
+    pub elastic_min: Option<u32>,
+}
+
+/// Beyond two keep-alives: a spare's loop polls every 100 ms and makes a few
+/// requests of the store before it beats.
+const SPARE_SLACK: Duration = Duration::from_secs(1);
+
 impl CheckNode<'_> {
-    /// How long node rank 0 watches the spares' beats before the gate counts them.
+    /// How long node rank 0 may watch the spares' beats before the gate counts them
+    /// (a spare whose beat did not move in that time is dead); none outside gate.
     pub fn spare_window(&self) -> Duration {
-        self.spare_beat.saturating_mul(2)
+        match self.gate {
+            Some(_) => self
+                .spare_beat
+                .saturating_mul(2)
+                .saturating_add(SPARE_SLACK),
+            None => Duration::ZERO,
+        }
     }
 }
 

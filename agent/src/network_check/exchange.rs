@@ -5,7 +5,7 @@
 //! writes the report every node reads.
 
 use super::check_round::{counted, read_present, Waits, GATHER_WAIT};
-pub use super::check_round::{CheckError, CheckNode};
+pub use super::check_round::{CheckError, CheckNode, GateRule};
 use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
 use super::torch_path::TorchSide;
 use super::torch_round::{agree, through_torch, vote, TORCH_GATHER};
@@ -205,17 +205,34 @@ async fn judge(
     let records = gather(kv, keys, me.nnodes, wait).await?;
     let took = started.elapsed().as_millis() as u64;
     let mut judged = NetworkReport::judge(me.round, me.nnodes, &records, took);
-    // Spares of this round wait to join the next, and the gate counts them to go on
-    // without a slow node: only the living ones, so that nobody waits for a dead one.
-    let waiting = keys.waiting();
-    let spares = match judged.refusable().is_empty() {
-        true => kv.tally_count(&waiting).await,
-        false => alive_spares(kv, &waiting, me.spare_window()).await,
-    };
-    let spares = spares.unwrap_or(0);
-    judged.spares = u32::try_from(spares).unwrap_or(u32::MAX);
+    judged.spares = spares(kv, keys, me, &judged).await;
     kv.set(report.name(), &report.encode(&judged)).await?;
     Ok(judged)
+}
+
+/// The spares of this round, which wait to join the next. The gate counts them to go
+/// on without a slow node: where they change its decision, only the living ones, so
+/// that nobody waits for a dead one.
+async fn spares(kv: &mut Kv, keys: &RoundKeys, me: &CheckNode<'_>, judged: &NetworkReport) -> u32 {
+    let waiting = keys.waiting();
+    let counted = kv.tally_count(&waiting).await.unwrap_or(0);
+    let counted = u32::try_from(counted).unwrap_or(u32::MAX);
+    let Some(rule) = me.gate.filter(|_| counted > 0) else {
+        return counted;
+    };
+    let without = NetworkReport {
+        spares: 0,
+        ..judged.clone()
+    };
+    let with = NetworkReport {
+        spares: counted,
+        ..judged.clone()
+    };
+    if with.gate(rule.elastic_min) == without.gate(rule.elastic_min) {
+        return counted;
+    }
+    let alive = alive_spares(kv, &waiting, me.spare_window()).await;
+    alive.map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX))
 }
 
 /// The addresses of the nodes this node sends to (at most one a probe round), each
@@ -410,13 +427,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn the_gate_counts_the_spares_still_beating_not_one_that_died() {
-        let s = StoreServer::bind(0).unwrap();
-        let mut kv = client(s.port()).await;
-        let keys = RunKeys::new("spares", None).round(0);
-        node_2_slow(&mut kv, &keys).await;
-        let me = CheckNode {
+    /// Node rank 0 of four, under `gate` (None: report).
+    fn node_0(gate: Option<GateRule>) -> CheckNode<'static> {
+        CheckNode {
             round: 0,
             node_rank: 0,
             nnodes: 4,
@@ -427,7 +440,19 @@ mod tests {
             hosts_rendezvous: true,
             rdma: false,
             spare_beat: BEAT,
-        };
+            gate,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_gate_counts_the_spares_still_beating_not_one_that_died() {
+        let s = StoreServer::bind(0).unwrap();
+        let mut kv = client(s.port()).await;
+        let keys = RunKeys::new("spares", None).round(0);
+        node_2_slow(&mut kv, &keys).await;
+        let me = node_0(Some(GateRule {
+            elastic_min: Some(4),
+        }));
         // A spare that counted itself, then died (its pod evicted): the store's
         // counter still says one, and a gate that counted it would go on without
         // node 2 and wait out the join timeout for a node that never comes.
@@ -460,6 +485,12 @@ mod tests {
         beating.abort();
         assert_eq!(report.spares, 1);
         assert_eq!(report.gate(Some(4)), Gate::Without(vec![2]));
+        // Under report, where nobody is refused, the counter is said as it is, at once.
+        let t = Instant::now();
+        let reporting = node_0(None);
+        let report = judge(&mut kv, &keys, &reporting, (t, GATHER_WAIT)).await;
+        assert_eq!(report.unwrap().spares, 2);
+        assert!(t.elapsed() < me.spare_window(), "{:?}", t.elapsed());
     }
 
     #[test]

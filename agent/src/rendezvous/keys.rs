@@ -14,7 +14,9 @@
 //! - `closed`: [`Closed`](super::Closed), written once by the coordinator.
 //! - `stop`: [`StopReason`](super::StopReason), first writer wins.
 //! - `alive/<rank>`, `waiting`, `done`, `done_seen`, `refused_seen`, `stop_seen`:
-//!   liveness, spares, the exit barrier and stops seen.
+//!   liveness, spares, the exit barrier and stops seen. The backend keeps what it
+//!   needs under a counted key (etcd: one key per node; a TCPStore: `waiting/beat/
+//!   <place>`, each spare's beat).
 //! - `coordinator` (etcd: the node that closes the round), `master` (etcd: the
 //!   workers' store of the round), `nccl/<node>` (the NCCL digests), `stacks/<node>` and
 //!   `hang` (the job-wide hang decision), `fr/<node>` (flight-recorder dumps),

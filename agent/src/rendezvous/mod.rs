@@ -47,7 +47,7 @@ mod tests {
     use std::time::Duration;
     use toporun_shared::colocation;
 
-    fn cfg(shape: Shape) -> Config {
+    pub(super) fn cfg(shape: Shape) -> Config {
         Config {
             run_id: "t".into(),
             shape,
@@ -221,17 +221,18 @@ mod tests {
         // A spare counted itself and died: a TCPStore's counter still says one.
         let mut spare = client(s.port()).await;
         spare.tally_alive(&keys.waiting(), ttl, None).await.unwrap();
-        // Node 1 beats for a while, then dies too.
+        // Node 1 beats for a while (past the spares' silence limit, 1.2 s here), then
+        // dies too.
         let mut node1 = client(s.port()).await;
         let alive = keys.alive();
         tokio::spawn(async move {
-            for _ in 0..8 {
+            for _ in 0..16 {
                 node1.beat(&alive, 1, ttl).await.unwrap();
                 tokio::time::sleep(Duration::from_millis(100)).await;
             }
         });
         let watch = watch(s.port(), &cfg, 2).await;
-        let reason = tokio::time::timeout(Duration::from_secs(3), watch.run())
+        let reason = tokio::time::timeout(Duration::from_secs(5), watch.run())
             .await
             .unwrap();
         // Not a restart for the dead spare, which would wait out the join timeout.

@@ -6,7 +6,7 @@ use super::config::{Config, Shape};
 use super::keys::RoundKeys;
 use super::node_info::NodeInfo;
 use super::protocol::{Closed, Expect, Layout, StopKind, StopReason, Unreadable};
-use super::spares::SpareBeats;
+use super::spares::{silence_limit, SpareBeats};
 use super::typed_key::Key;
 use std::time::{Duration, Instant};
 use toporun_shared::colocation::NodeEnv;
@@ -316,7 +316,7 @@ impl Watch {
         Watch {
             keys: cfg.round_keys(round),
             live: Liveness::new(nnodes, cfg, leases),
-            spare_beats: SpareBeats::new(cfg.keepalive_interval * cfg.keepalive_misses),
+            spare_beats: SpareBeats::new(silence_limit(cfg)),
             next_beat: Instant::now(),
             spares: 0,
             round,

@@ -4,20 +4,35 @@
 //! counted as waiting would have the nodes restart for it, or go on without a
 //! refused node, and then wait out the join timeout for a node that never comes.
 
-use super::backend::{Backend, Kv, KvError};
+use super::backend::{Backend, Beat, Kv, KvError};
+use super::config::Config;
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+/// Beyond a keep-alive: a spare's loop polls every 100 ms and makes a few requests
+/// of the store before it beats.
+const SLACK: Duration = Duration::from_secs(1);
+
+/// How long a spare may go without a beat before the running nodes take it as dead:
+/// the keep-alive timeout, and never under two keep-alives (a short interval or a
+/// single allowed miss would lose a living spare between two of its beats).
+pub(super) fn silence_limit(cfg: &Config) -> Duration {
+    let timeout = cfg.keepalive_interval * cfg.keepalive_misses;
+    timeout.max(cfg.keepalive_interval * 2 + SLACK)
+}
+
 /// Watches the spares over repeated looks: one that has not beaten for `limit` is
-/// dead; one seen for the first time is alive until it has been silent that long.
+/// dead; one seen for the first time is alive until it has been silent that long
+/// (so a watch that starts late counts a long-dead spare for that long).
 pub(super) struct SpareBeats {
-    last: Vec<(i64, Instant)>,
+    last: BTreeMap<u64, (i64, Instant)>,
     limit: Duration,
 }
 
 impl SpareBeats {
     pub(super) fn new(limit: Duration) -> SpareBeats {
         SpareBeats {
-            last: Vec::new(),
+            last: BTreeMap::new(),
             limit,
         }
     }
@@ -30,12 +45,13 @@ impl SpareBeats {
         Ok(self.observe(&beats, Instant::now()))
     }
 
-    fn observe(&mut self, beats: &[i64], now: Instant) -> u64 {
-        if self.last.len() < beats.len() {
-            self.last.resize(beats.len(), (i64::MIN, now));
-        }
+    fn observe(&mut self, beats: &[Beat], now: Instant) -> u64 {
+        // Places no longer read (the newest are) are forgotten.
+        self.last
+            .retain(|place, _| beats.iter().any(|b| b.0 == *place));
         let mut alive = 0;
-        for (last, &beat) in self.last.iter_mut().zip(beats) {
+        for &(place, beat) in beats {
+            let last = self.last.entry(place).or_insert((beat, now));
             if beat != last.0 {
                 *last = (beat, now);
             }
@@ -57,13 +73,12 @@ pub async fn alive_spares(c: &mut Kv, key: &str, window: Duration) -> Result<u64
         return Ok(0);
     }
     tokio::time::sleep(window).await;
+    let before: BTreeMap<u64, i64> = before.into_iter().collect();
     let after = c.tally_beats(key).await?.unwrap_or_default();
     let moved = after
         .iter()
-        .enumerate()
-        .filter(|(i, beat)| before.get(*i) != Some(*beat))
-        .count();
-    Ok(u64::try_from(moved).unwrap_or(u64::MAX))
+        .filter(|(place, beat)| before.get(place) != Some(beat));
+    Ok(u64::try_from(moved.count()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -125,10 +140,25 @@ mod tests {
     #[test]
     fn a_place_that_appears_later_is_watched_from_then() {
         let t0 = Instant::now();
+        let at = |ms| t0 + Duration::from_millis(ms);
         let mut beats = SpareBeats::new(Duration::from_secs(1));
-        assert_eq!(beats.observe(&[1], t0), 1);
-        assert_eq!(beats.observe(&[1, 1], t0 + Duration::from_millis(1500)), 1);
-        assert_eq!(beats.observe(&[2, 1], t0 + Duration::from_millis(2000)), 2);
-        assert_eq!(beats.observe(&[2, 1], t0 + Duration::from_millis(3100)), 0);
+        assert_eq!(beats.observe(&[(0, 1)], t0), 1);
+        assert_eq!(beats.observe(&[(0, 1), (1, 1)], at(1500)), 1);
+        assert_eq!(beats.observe(&[(0, 2), (1, 1)], at(2000)), 2);
+        assert_eq!(beats.observe(&[(0, 2), (1, 1)], at(3100)), 0);
+        // Place 0 no longer read (only the newest are): forgotten, not counted.
+        assert_eq!(beats.observe(&[(1, 2)], at(3200)), 1);
+        assert_eq!(beats.last.len(), 1);
+    }
+
+    #[test]
+    fn a_short_keep_alive_still_leaves_room_for_a_beat() {
+        let mut cfg = crate::rendezvous::tests::cfg(crate::rendezvous::Shape::Static { nnodes: 2 });
+        cfg.keepalive_interval = Duration::from_millis(50);
+        cfg.keepalive_misses = 1;
+        assert_eq!(silence_limit(&cfg), Duration::from_millis(1100));
+        cfg.keepalive_interval = Duration::from_secs(5);
+        cfg.keepalive_misses = 3;
+        assert_eq!(silence_limit(&cfg), Duration::from_secs(15));
     }
 }

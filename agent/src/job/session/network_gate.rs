@@ -10,7 +10,7 @@ use crate::job::error::JobError;
 use crate::job::session::multi_node::MultiNode;
 use crate::job::session::rdzv_connect::until_signal;
 use crate::job::spec::{Job, NodePlace};
-use crate::network_check::exchange::{run, CheckNode};
+use crate::network_check::exchange::{run, CheckNode, GateRule};
 use crate::network_check::torch_path::{TorchProbe, TorchSide};
 use crate::rendezvous::{Backend, Shape};
 use crate::supervise::Events;
@@ -46,6 +46,10 @@ impl MultiNode {
             }
             return Ok(Checked::Go(None));
         }
+        let elastic_min = match self.cfg.shape {
+            Shape::Elastic { min, .. } => Some(min),
+            Shape::Static { .. } => None,
+        };
         let me = CheckNode {
             round: node.round,
             node_rank: node.node_rank,
@@ -57,6 +61,7 @@ impl MultiNode {
             hosts_rendezvous: self.state.hosted_here(),
             rdma: p.facts.rdma.iter().any(|d| d.uverbs_openable),
             spare_beat: self.cfg.keepalive_interval,
+            gate: (mode == CheckMode::Gate).then_some(GateRule { elastic_min }),
         };
         let keys = self.cfg.round_keys(node.round);
         let torch = torch_side(p, node, warm);
@@ -75,10 +80,6 @@ impl MultiNode {
         if mode == CheckMode::Report {
             return Ok(Checked::Go(Some(report)));
         }
-        let elastic_min = match self.cfg.shape {
-            Shape::Elastic { min, .. } => Some(min),
-            Shape::Static { .. } => None,
-        };
         let decision = report.gate(elastic_min);
         if let Gate::Without(slow) = &decision {
             if slow.contains(&node.node_rank) {

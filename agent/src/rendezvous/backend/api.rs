@@ -30,6 +30,9 @@ impl KvError {
 
 pub type R<T> = Result<T, KvError>;
 
+/// A place counted by `tally_alive`, and its beat counter's reading.
+pub type Beat = (u64, i64);
+
 /// The operations the protocol uses; each backend does them its own way where that
 /// matters (a TCPStore counts with ADD, etcd with one key per node).
 pub trait Backend: Send {
@@ -82,9 +85,10 @@ pub trait Backend: Send {
     ) -> impl Future<Output = R<u64>> + Send;
     /// How many nodes `tally` (or `tally_alive`, alive or not) counted under `key`.
     fn tally_count(&mut self, key: &str) -> impl Future<Output = R<u64>> + Send;
-    /// One reading per place `tally_alive` counted under `key`, which moves while
-    /// that node lives (-1: no beat yet); None where `leases` keep the count alive.
-    fn tally_beats(&mut self, key: &str) -> impl Future<Output = R<Option<Vec<i64>>>> + Send;
+    /// The places `tally_alive` counted under `key` (the newest, a bounded number),
+    /// each with a reading that moves while its node lives; None where `leases` keep
+    /// the count itself alive.
+    fn tally_beats(&mut self, key: &str) -> impl Future<Output = R<Option<Vec<Beat>>>> + Send;
     /// Enters a c10d round: writes the node's description under `nodes` + ticket
     /// and returns the ticket (`join` is the join counter).
     fn enroll(

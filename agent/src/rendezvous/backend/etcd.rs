@@ -2,7 +2,7 @@
 //! (no compare-and-swap race on a hot counter) and liveness is a lease, so a node
 //! that dies takes its keep-alive key with it.
 
-use super::api::{count, Backend, KvError, R};
+use super::api::{count, Backend, Beat, KvError, R};
 use super::etcd_client::{Etcd, EtcdError};
 use std::time::{Duration, Instant};
 use toporun_shared::untrusted::printable;
@@ -138,7 +138,7 @@ impl Backend for EtcdKv {
         count(key, self.etcd.count(&format!("{key}/")).await?)
     }
 
-    async fn tally_beats(&mut self, _key: &str) -> R<Option<Vec<i64>>> {
+    async fn tally_beats(&mut self, _key: &str) -> R<Option<Vec<Beat>>> {
         Ok(None)
     }
 

@@ -1,6 +1,6 @@
 //! One connection to the rendezvous state, whichever backend holds it.
 
-use super::api::{Backend, R};
+use super::api::{Backend, Beat, R};
 use super::etcd::EtcdKv;
 use super::store::StoreKv;
 use std::time::Duration;
@@ -73,7 +73,7 @@ impl Backend for Kv {
     async fn tally_count(&mut self, key: &str) -> R<u64> {
         each!(self, b => b.tally_count(key).await)
     }
-    async fn tally_beats(&mut self, key: &str) -> R<Option<Vec<i64>>> {
+    async fn tally_beats(&mut self, key: &str) -> R<Option<Vec<Beat>>> {
         each!(self, b => b.tally_beats(key).await)
     }
     async fn enroll(&mut self, join: &str, nodes: &str, body: &[u8]) -> R<String> {

@@ -8,7 +8,7 @@ mod etcd_wire;
 mod kv;
 mod store;
 
-pub use api::{Backend, KvError};
+pub use api::{Backend, Beat, KvError};
 pub use etcd::EtcdKv;
 pub use kv::Kv;
 pub use store::StoreKv;

@@ -1,7 +1,7 @@
 //! The rendezvous state in a TCPStore (toporun's or PyTorch's own), hosted by one
 //! node: counters are ADD, liveness is a counter that moves.
 
-use super::api::{count, Backend, KvError, R};
+use super::api::{count, Backend, Beat, KvError, R};
 use crate::store::StoreClient;
 use std::time::Duration;
 use toporun_shared::torchrun::MAX_NODES;
@@ -12,6 +12,10 @@ pub struct StoreKv(pub StoreClient);
 fn beats(key: &str) -> String {
     format!("{key}/beat/")
 }
+
+/// The newest places `tally_beats` reads; older ones are taken as gone (a spare that
+/// restarts again and again takes a new place each time).
+const BEATS_READ: u64 = 256;
 
 impl Backend for StoreKv {
     fn tickets_are_join_order(&self) -> bool {
@@ -75,13 +79,14 @@ impl Backend for StoreKv {
         count(key, self.0.add(key, 0).await?)
     }
 
-    async fn tally_beats(&mut self, key: &str) -> R<Option<Vec<i64>>> {
+    async fn tally_beats(&mut self, key: &str) -> R<Option<Vec<Beat>>> {
         let n = self.tally_count(key).await?;
-        let n = u32::try_from(n)
-            .ok()
-            .filter(|n| *n <= MAX_NODES)
-            .ok_or_else(|| KvError::Garbage(format!("{key} counts {n} nodes")))?;
-        Ok(Some(self.pulses(&beats(key), n).await?))
+        let mut out = Vec::new();
+        for place in n.saturating_sub(BEATS_READ)..n {
+            let beat = self.0.add(&format!("{}{place}", beats(key)), 0).await?;
+            out.push((place, beat));
+        }
+        Ok(Some(out))
     }
 
     async fn enroll(&mut self, join: &str, nodes: &str, body: &[u8]) -> R<String> {
