@@ -137,6 +137,19 @@ mod tests {
         assert_eq!(beats.alive(&mut c, "w").await.unwrap(), 0);
     }
 
+    #[tokio::test]
+    async fn a_spare_that_restarts_again_and_again_grows_no_look_without_bound() {
+        let s = StoreServer::bind(0).unwrap();
+        let mut c = client(s.port()).await;
+        for _ in 0..300 {
+            c.tally_alive("w", BEAT, None).await.unwrap();
+        }
+        let beats = c.tally_beats("w").await.unwrap().unwrap();
+        let places: Vec<u64> = beats.iter().map(|b| b.0).collect();
+        assert_eq!(places, (44..300).collect::<Vec<u64>>());
+        assert!(beats.iter().all(|b| b.1 == 1), "{beats:?}");
+    }
+
     #[test]
     fn a_place_that_appears_later_is_watched_from_then() {
         let t0 = Instant::now();
