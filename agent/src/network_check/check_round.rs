@@ -3,7 +3,7 @@
 //! written (`Waits`), and its waits on the rendezvous state (a count reached, the
 //! values that came).
 
-use crate::rendezvous::{Backend, Key, Kv, KvError, Unreadable};
+use crate::rendezvous::{beat_window, Backend, Key, Kv, KvError, Unreadable};
 use std::time::{Duration, Instant};
 use toporun_shared::facts::Nic;
 
@@ -49,19 +49,12 @@ pub struct GateRule {
     pub elastic_min: Option<u32>,
 }
 
-/// Beyond two keep-alives: a spare's loop polls every 100 ms and makes a few
-/// requests of the store before it beats.
-const SPARE_SLACK: Duration = Duration::from_secs(1);
-
 impl CheckNode<'_> {
     /// How long node rank 0 may watch the spares' beats before the gate counts them
     /// (a spare whose beat did not move in that time is dead); none outside gate.
     pub fn spare_window(&self) -> Duration {
         match self.gate {
-            Some(_) => self
-                .spare_beat
-                .saturating_mul(2)
-                .saturating_add(SPARE_SLACK),
+            Some(_) => beat_window(self.spare_beat),
             None => Duration::ZERO,
         }
     }

@@ -220,15 +220,8 @@ async fn spares(kv: &mut Kv, keys: &RoundKeys, me: &CheckNode<'_>, judged: &Netw
     let Some(rule) = me.gate.filter(|_| counted > 0) else {
         return counted;
     };
-    let without = NetworkReport {
-        spares: 0,
-        ..judged.clone()
-    };
-    let with = NetworkReport {
-        spares: counted,
-        ..judged.clone()
-    };
-    if with.gate(rule.elastic_min) == without.gate(rule.elastic_min) {
+    let min = rule.elastic_min;
+    if judged.gate_with(counted, min) == judged.gate_with(0, min) {
         return counted;
     }
     let alive = alive_spares(kv, &waiting, me.spare_window()).await;

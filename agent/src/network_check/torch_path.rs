@@ -230,9 +230,14 @@ impl TorchProbe {
         self.stdin = None;
         let exited = tokio::time::timeout(EXIT_WAIT, self.child.wait()).await;
         if exited.is_err() {
-            let _ = self.child.start_kill();
-            let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+            self.kill().await;
         }
+    }
+
+    /// Kills the probe and reaps it (at most a second).
+    async fn kill(&mut self) {
+        let _ = self.child.start_kill();
+        let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
     }
 
     async fn send_params(&mut self, params: &Params<'_>) -> Result<(), String> {
@@ -264,8 +269,7 @@ impl TorchProbe {
     /// `e`, with the end of what the probe wrote on stderr: it is stopped, and its
     /// stderr read to the end (at most a second each).
     async fn why(&mut self, e: String) -> String {
-        let _ = self.child.start_kill();
-        let _ = tokio::time::timeout(Duration::from_secs(1), self.child.wait()).await;
+        self.kill().await;
         if let Some(task) = self.stderr_task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(1), task).await;
         }

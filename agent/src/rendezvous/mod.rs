@@ -29,7 +29,7 @@ pub use node::{
 };
 pub use node_info::{NodeInfo, NodeMachine};
 pub use protocol::{Closed, Layout, StopKind, StopReason, Unreadable};
-pub use spares::alive_spares;
+pub use spares::{alive_spares, beat_window};
 pub use typed_key::Key;
 
 /// A rendezvous connection to a test's store on loopback.

@@ -13,12 +13,18 @@ use std::time::{Duration, Instant};
 /// of the store before it beats.
 const SLACK: Duration = Duration::from_secs(1);
 
+/// A time in which a living spare that beats every `keepalive` beats at least once:
+/// two keep-alives and a second.
+pub fn beat_window(keepalive: Duration) -> Duration {
+    keepalive.saturating_mul(2).saturating_add(SLACK)
+}
+
 /// How long a spare may go without a beat before the running nodes take it as dead:
-/// the keep-alive timeout, and never under two keep-alives (a short interval or a
+/// the keep-alive timeout, and never under `beat_window` (a short interval or a
 /// single allowed miss would lose a living spare between two of its beats).
 pub(super) fn silence_limit(cfg: &Config) -> Duration {
     let timeout = cfg.keepalive_interval * cfg.keepalive_misses;
-    timeout.max(cfg.keepalive_interval * 2 + SLACK)
+    timeout.max(beat_window(cfg.keepalive_interval))
 }
 
 /// Watches the spares over repeated looks: one that has not beaten for `limit` is

@@ -241,6 +241,11 @@ impl NetworkReport {
     /// The gate's decision; `elastic_min` is `--nnodes`' minimum where the job may
     /// change size (c10d, etcd), None for a static job.
     pub fn gate(&self, elastic_min: Option<u32>) -> Gate {
+        self.gate_with(self.spares, elastic_min)
+    }
+
+    /// The gate's decision were `spares` nodes waiting to join the next round.
+    pub fn gate_with(&self, spares: u32, elastic_min: Option<u32>) -> Gate {
         let slow = self.refusable();
         if slow.is_empty() {
             return Gate::Pass;
@@ -248,7 +253,7 @@ impl NetworkReport {
         let count = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
         let left = count(self.nodes.len())
             .saturating_sub(count(slow.len()))
-            .saturating_add(self.spares);
+            .saturating_add(spares);
         match (elastic_min, self.rendezvous_host) {
             (_, Some(h)) if slow.contains(&h) => Gate::Stop(format!("node {h} hosts the rendezvous store, and the job cannot go on without it")),
             (None, _) => Gate::Stop("a static job (--nnodes N, --rdzv-backend static) cannot go on with fewer nodes".into()),

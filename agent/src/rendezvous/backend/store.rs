@@ -8,9 +8,9 @@ use toporun_shared::torchrun::MAX_NODES;
 
 pub struct StoreKv(pub StoreClient);
 
-/// Where the places counted under `key` by `tally_alive` beat, one counter each.
-fn beats(key: &str) -> String {
-    format!("{key}/beat/")
+/// The beat counter of `place`, counted under `key` by `tally_alive`.
+fn beat(key: &str, place: u64) -> String {
+    format!("{key}/beat/{place}")
 }
 
 /// The newest places `tally_beats` reads; older ones are taken as gone (a spare that
@@ -71,7 +71,7 @@ impl Backend for StoreKv {
             Some(p) => p,
             None => count(key, self.0.add(key, 1).await?)?.saturating_sub(1),
         };
-        self.0.add(&format!("{}{place}", beats(key)), 1).await?;
+        self.0.add(&beat(key, place), 1).await?;
         Ok(place)
     }
 
@@ -83,8 +83,7 @@ impl Backend for StoreKv {
         let n = self.tally_count(key).await?;
         let mut out = Vec::new();
         for place in n.saturating_sub(BEATS_READ)..n {
-            let beat = self.0.add(&format!("{}{place}", beats(key)), 0).await?;
-            out.push((place, beat));
+            out.push((place, self.0.add(&beat(key, place), 0).await?));
         }
         Ok(Some(out))
     }
