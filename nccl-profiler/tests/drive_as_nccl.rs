@@ -3,7 +3,7 @@
 //! with GPU timestamps, parents NCCL starts that the plugin ignores), and the
 //! counters file then read as the agent reads it.
 
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void, CStr, CString};
 use std::path::Path;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Mutex;
@@ -54,7 +54,14 @@ impl Nccl<'_> {
     }
 
     /// A collective of `count` floats posted under a group event, as NCCL posts it.
-    fn post(&self, ctx: *mut c_void, func: &CString, count: usize, channels: u8) -> *mut c_void {
+    /// `func` is 'static as NCCL's names are: the plugin caches a name by its pointer.
+    fn post(
+        &self,
+        ctx: *mut c_void,
+        func: &'static CStr,
+        count: usize,
+        channels: u8,
+    ) -> *mut c_void {
         let group = self.start(ctx, &mut descr(EVENT_GROUP, std::ptr::null_mut(), empty()));
         assert!(group.is_null(), "groups are not followed");
         let coll = CollDescr {
@@ -160,11 +167,11 @@ fn with_file(f: impl FnOnce(&Path)) {
 fn an_operation_completes_with_its_last_channel() {
     with_file(|path| {
         let nccl = here();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let (ctx, mask) = nccl.init(0xfeed, 1, 2);
         assert_eq!(mask as u64, EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
         // 1 Mi floats (4 MiB) on 2 channels: 1000..5000 ns and 1200..6000 ns.
-        let op = nccl.post(ctx, &all_reduce, 1 << 20, 2);
+        let op = nccl.post(ctx, all_reduce, 1 << 20, 2);
         nccl.channel(ctx, op, 0, 1000, 5000);
         let c = read(path);
         let comm = &c.comms[0];
@@ -199,18 +206,15 @@ fn an_operation_completes_with_its_last_channel() {
 fn two_communicators_count_apart_and_a_posted_operation_stays_open() {
     with_file(|path| {
         let nccl = here();
-        let (all_gather, send) = (
-            CString::new("AllGather").unwrap(),
-            CString::new("Send").unwrap(),
-        );
+        let (all_gather, send) = (c"AllGather", c"Send");
         let (a, _) = nccl.init(1, 0, 4);
         let (b, _) = nccl.init(2, 0, 2);
         for i in 0..3 {
-            let op = nccl.post(a, &all_gather, 256, 1);
+            let op = nccl.post(a, all_gather, 256, 1);
             nccl.channel(a, op, 0, 10 * i, 10 * i + 5);
         }
         // The 4th all_gather is posted and its kernel never starts (a peer is late).
-        nccl.post(a, &all_gather, 256, 1);
+        nccl.post(a, all_gather, 256, 1);
         let p2p = P2pDescr {
             func: send.as_ptr(),
             buff: std::ptr::null_mut(),
@@ -257,9 +261,9 @@ fn posts_from_several_threads_on_one_communicator_are_all_counted() {
         std::thread::scope(|s| {
             for _ in 0..4 {
                 s.spawn(move || {
-                    let (nccl, f) = (here(), CString::new("AllReduce").unwrap());
+                    let (nccl, f) = (here(), c"AllReduce");
                     for _ in 0..20_000 {
-                        nccl.post(ctx_addr as *mut c_void, &f, 1024, 1);
+                        nccl.post(ctx_addr as *mut c_void, f, 1024, 1);
                     }
                 });
             }
@@ -273,9 +277,9 @@ fn posts_from_several_threads_on_one_communicator_are_all_counted() {
 fn an_abort_with_channels_in_flight_frees_them_and_the_slot_is_reused() {
     with_file(|path| {
         let nccl = here();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let (ctx, _) = nccl.init(5, 0, 2);
-        let op = nccl.post(ctx, &all_reduce, 1024, 2);
+        let op = nccl.post(ctx, all_reduce, 1024, 2);
         let _running = nccl.channel_start(ctx, op, 0, 50);
         // ncclCommAbort: the proxy is torn down, then finalize; no stop ever comes.
         nccl.finalize(ctx);
@@ -326,23 +330,20 @@ fn a_finalized_slot_is_reused_only_when_none_is_free() {
 fn the_fastest_big_operation_of_the_epoch_is_kept() {
     with_file(|path| {
         let nccl = here();
-        let (all_reduce, all_gather) = (
-            CString::new("AllReduce").unwrap(),
-            CString::new("AllGather").unwrap(),
-        );
+        let (all_reduce, all_gather) = (c"AllReduce", c"AllGather");
         let (ctx, _) = nccl.init(21, 0, 2);
         let mib = 1 << 20; // floats: 4 MiB
-        let slow = nccl.post(ctx, &all_reduce, mib, 1);
+        let slow = nccl.post(ctx, all_reduce, mib, 1);
         nccl.channel(ctx, slow, 0, 1_000, 1_000 + 400_000); // 4 MiB in 400 us
-        let fast = nccl.post(ctx, &all_gather, mib, 1);
+        let fast = nccl.post(ctx, all_gather, mib, 1);
         nccl.channel(ctx, fast, 0, 2_000_000, 2_000_000 + 20_000); // in 20 us
-        let small = nccl.post(ctx, &all_reduce, 8, 1);
+        let small = nccl.post(ctx, all_reduce, 8, 1);
         nccl.channel(ctx, small, 0, 3_000_000, 3_000_001);
         let f = read(path).comms[0].fastest.unwrap();
         assert_eq!(f.func, NcclFunc::AllGather);
         assert!((f.gbps - 209.7).abs() < 0.1, "{f:?}");
         // The next epoch (10 s on the GPU timer) keeps the last one's beside its own.
-        let next = nccl.post(ctx, &all_reduce, mib, 1);
+        let next = nccl.post(ctx, all_reduce, mib, 1);
         nccl.channel(ctx, next, 0, 10_000_000_000, 10_000_400_000);
         let f = read(path).comms[0].fastest.unwrap();
         assert_eq!(
@@ -362,9 +363,9 @@ fn the_fastest_big_operation_of_the_epoch_is_kept() {
 fn operations_with_unsaid_or_extra_channels_complete_once() {
     with_file(|path| {
         let nccl = here();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let (ctx, _) = nccl.init(9, 0, 2);
-        let op = nccl.post(ctx, &all_reduce, 1 << 20, 0);
+        let op = nccl.post(ctx, all_reduce, 1 << 20, 0);
         assert_eq!(read(path).comms[0].timed_upto, 0, "not done when posted");
         let (a, b) = (
             nccl.channel_start(ctx, op, 0, 10),
@@ -378,7 +379,7 @@ fn operations_with_unsaid_or_extra_channels_complete_once() {
             (c.comms[0].timed_upto, c.comms[0].done, c.comms[0].busy_ns),
             (1, 1, 20)
         );
-        let op = nccl.post(ctx, &all_reduce, 64, 1);
+        let op = nccl.post(ctx, all_reduce, 64, 1);
         nccl.channel(ctx, op, 0, 40, 45);
         nccl.channel(ctx, op, 1, 41, 46);
         let c = read(path);
@@ -395,17 +396,17 @@ fn operations_with_unsaid_or_extra_channels_complete_once() {
 fn operations_past_the_ring_are_not_left_open() {
     with_file(|path| {
         let nccl = here();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let (ctx, _) = nccl.init(9, 0, 2);
         // An operation whose channels never report (a kernel without profiler
         // hooks) is done once a later one completes.
-        nccl.post(ctx, &all_reduce, 64, 1);
-        let op = nccl.post(ctx, &all_reduce, 64, 1);
+        nccl.post(ctx, all_reduce, 64, 1);
+        let op = nccl.post(ctx, all_reduce, 64, 1);
         nccl.channel(ctx, op, 0, 1, 2);
         let c = read(path);
         assert_eq!((c.comms[0].posted, c.comms[0].timed_upto), (2, 2));
         // A channel id past NCCL's 64 is counted as dropped, not followed.
-        let op = nccl.post(ctx, &all_reduce, 64, 1);
+        let op = nccl.post(ctx, all_reduce, 64, 1);
         assert!(nccl.channel_start(ctx, op, 200, 5).is_null());
         assert_eq!(read(path).dropped, 1);
         nccl.finalize(ctx);
@@ -422,14 +423,14 @@ fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
     with_file(|path| {
         std::env::set_var(SAMPLING_VAR, "2/40");
         let nccl = here();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let mask = || NCCL_MASK.load(Ordering::Relaxed) as u64;
         let (ctx, first) = nccl.init(0xb0b, 0, 2);
         assert_eq!(first as u64, EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
         let timed: Vec<_> = (0..2)
             .map(|i| {
                 std::thread::sleep(std::time::Duration::from_millis(100 * i));
-                nccl.post(ctx, &all_reduce, 8, 1)
+                nccl.post(ctx, all_reduce, 8, 1)
             })
             .collect();
         assert!(timed.iter().all(|op| !op.is_null()));
@@ -438,9 +439,9 @@ fn kernel_channels_are_timed_in_bursts_and_every_operation_is_counted() {
             nccl.channel(ctx, op, 0, 100 * i as u64 + 1, 100 * i as u64 + 41);
         }
         // Enqueued before the bit went on again: not timed; the next two are.
-        assert!(nccl.post(ctx, &all_reduce, 8, 1).is_null(), "not timed");
+        assert!(nccl.post(ctx, all_reduce, 8, 1).is_null(), "not timed");
         assert_eq!(mask(), EVENT_COLL | EVENT_P2P | EVENT_KERNEL_CH);
-        let op = nccl.post(ctx, &all_reduce, 8, 1);
+        let op = nccl.post(ctx, all_reduce, 8, 1);
         assert!(!op.is_null());
         nccl.channel(ctx, op, 0, 1000, 1050);
         let r = read(path);
@@ -471,8 +472,8 @@ fn without_toporun_s_variable_nothing_is_asked() {
     assert!(ctx.is_null());
     assert_eq!(mask, 0);
     // NCCL may still call with the null context: nothing followed, nothing breaks.
-    let all_reduce = CString::new("AllReduce").unwrap();
-    assert!(here().post(ctx, &all_reduce, 8, 1).is_null());
+    let all_reduce = c"AllReduce";
+    assert!(here().post(ctx, all_reduce, 8, 1).is_null());
     here().finalize(ctx);
 }
 
@@ -500,7 +501,7 @@ fn the_built_library_stays_loaded_once_it_counted() {
     assert!(lib.exists(), "{} not built", lib.display());
     assert!(!loaded(&lib), "loaded before the test");
     with_file(|path| {
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         for round in 1..=2u64 {
             let library = unsafe { libloading::Library::new(&lib) }.unwrap();
             let table: libloading::Symbol<*const ProfilerV5> =
@@ -510,7 +511,7 @@ fn the_built_library_stays_loaded_once_it_counted() {
             };
             let (ctx, mask) = nccl.init(100 + round, 0, 2);
             assert_ne!(mask, 0);
-            let op = nccl.post(ctx, &all_reduce, 8, 2);
+            let op = nccl.post(ctx, all_reduce, 8, 2);
             nccl.channel(ctx, op, 0, 0, 10);
             let late = nccl.channel_start(ctx, op, 1, 5);
             nccl.finalize(ctx);
@@ -553,10 +554,10 @@ fn finalize_racing_posts_and_late_events_harms_no_one() {
             std::thread::scope(|s| {
                 let stop = &stop;
                 s.spawn(move || {
-                    let (nccl, f) = (here(), CString::new("AllReduce").unwrap());
+                    let (nccl, f) = (here(), c"AllReduce");
                     let ctx = old_addr as *mut c_void;
                     while !stop.load(Ordering::Relaxed) {
-                        let op = nccl.post(ctx, &f, 1 << 20, 2);
+                        let op = nccl.post(ctx, f, 1 << 20, 2);
                         let a = nccl.channel_start(ctx, op, 0, 1);
                         let b = nccl.channel_start(ctx, op, 1, 2);
                         nccl.channel_stop(a, 3);
@@ -587,14 +588,14 @@ fn finalize_racing_posts_and_late_events_harms_no_one() {
 fn a_host_far_ahead_of_the_gpu_drops_operations_rather_than_mixing_them() {
     with_file(|path| {
         let nccl = here();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let (ctx, _) = nccl.init(11, 0, 2);
-        let first = nccl.post(ctx, &all_reduce, 64, 1);
+        let first = nccl.post(ctx, all_reduce, 64, 1);
         for _ in 1..256 {
-            assert!(!nccl.post(ctx, &all_reduce, 64, 1).is_null());
+            assert!(!nccl.post(ctx, all_reduce, 64, 1).is_null());
         }
         assert!(
-            nccl.post(ctx, &all_reduce, 64, 1).is_null(),
+            nccl.post(ctx, all_reduce, 64, 1).is_null(),
             "record 0 still follows op 0"
         );
         nccl.channel(ctx, first, 0, 10, 20);
@@ -624,11 +625,11 @@ fn another_live_process_s_file_is_left_alone() {
             bytes[w * 8..w * 8 + 8].copy_from_slice(&v.to_le_bytes());
         }
         std::fs::write(path, &bytes).unwrap();
-        let all_reduce = CString::new("AllReduce").unwrap();
+        let all_reduce = c"AllReduce";
         let (ctx, mask) = here().init(13, 0, 2);
         assert!(!ctx.is_null(), "counted");
         assert_ne!(mask, 0);
-        here().post(ctx, &all_reduce, 64, 1);
+        here().post(ctx, all_reduce, 64, 1);
         assert_eq!(
             std::fs::read(path).unwrap(),
             bytes,
@@ -653,16 +654,13 @@ fn an_untimed_send_is_said_after_the_ring_has_moved_on() {
     with_file(|path| {
         std::env::set_var(SAMPLING_VAR, "off");
         let nccl = here();
-        let (send, all_reduce) = (
-            CString::new("Send").unwrap(),
-            CString::new("AllReduce").unwrap(),
-        );
+        let (send, all_reduce) = (c"Send", c"AllReduce");
         let (stage, _) = nccl.init(0x51a9e, 0, 2);
         let (dp, _) = nccl.init(0xd9, 0, 2);
-        assert!(nccl.post(stage, &send, 1 << 20, 1).is_null(), "not timed");
+        assert!(nccl.post(stage, send, 1 << 20, 1).is_null(), "not timed");
         for _ in 0..9 {
-            nccl.post(stage, &all_reduce, 64, 1);
-            nccl.post(dp, &all_reduce, 64, 1);
+            nccl.post(stage, all_reduce, 64, 1);
+            nccl.post(dp, all_reduce, 64, 1);
         }
         let r = read(path);
         let of = |hash: u64| r.comms.iter().find(|c| c.hash == hash).unwrap().clone();
