@@ -7,7 +7,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use toporun_shared::nccl_counters::{NcclWatch, NodeReading, RankCounters};
-use toporun_shared::stacks::{counters_alone, CountersAlone};
+use toporun_shared::stacks::{counters_alone, CountersAlone, Places};
 
 const SET: &str = "first-cause-pass3-h200x4";
 
@@ -43,8 +43,14 @@ fn counters_say(run: &str, held: u32) -> CountersAlone {
     };
     let (mut w, t0) = (NcclWatch::default(), Instant::now());
     let timeout = Duration::from_secs(15);
-    counters_alone(&mut w, at(0), timeout, t0);
-    counters_alone(&mut w, at(16), timeout, t0 + Duration::from_secs(16))
+    counters_alone(&mut w, at(0), &Places::new(), timeout, t0);
+    counters_alone(
+        &mut w,
+        at(16),
+        &Places::new(),
+        timeout,
+        t0 + Duration::from_secs(16),
+    )
 }
 
 /// 4 ranks, --hang-timeout 15 --on-hang stop: rank 0 alone evaluating for 35 s and

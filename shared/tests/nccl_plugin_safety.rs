@@ -44,12 +44,16 @@ fn the_c_program_s_stuck_rank_is_named_from_the_counters_alone() {
         Duration::from_secs(15),
     );
     assert!(matches!(
-        counters_alone(&mut watch, reading.clone(), timeout, t0),
+        counters_alone(&mut watch, reading.clone(), &Places::new(), timeout, t0),
         CountersAlone::Moving
     ));
-    let CountersAlone::Hang(hang) =
-        counters_alone(&mut watch, reading, timeout, t0 + Duration::from_secs(15))
-    else {
+    let CountersAlone::Hang(hang) = counters_alone(
+        &mut watch,
+        reading,
+        &Places::new(),
+        timeout,
+        t0 + Duration::from_secs(15),
+    ) else {
         panic!("a hang");
     };
     assert_eq!(hang.odd, vec![1]);

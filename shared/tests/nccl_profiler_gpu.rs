@@ -85,11 +85,7 @@ fn stalled(dir: &str, ranks: u32, secs: u64) -> NcclState {
     let reading = NodeReading {
         live: (0..ranks).collect(),
         counters: node(dir, ranks),
-        cpu: BTreeMap::new(),
-        written: BTreeMap::new(),
-        on_gpu: Default::default(),
-        whole_job: false,
-        unreadable: Default::default(),
+        ..Default::default()
     };
     let mut w = NcclWatch::default();
     let t0 = Instant::now();

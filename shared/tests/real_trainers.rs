@@ -12,7 +12,7 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 use toporun_shared::nccl_counters::{NcclWatch, NodeReading, RankCounters};
-use toporun_shared::stacks::{counters_alone, CountersAlone};
+use toporun_shared::stacks::{counters_alone, CountersAlone, Places};
 
 const SET: &str = "real-trainers-h200x4";
 
@@ -38,10 +38,16 @@ fn a_skipped_collective_on_a_side_group_is_a_hang_that_names_the_rank_that_skipp
     let (mut w, t0) = (NcclWatch::default(), Instant::now());
     let timeout = Duration::from_secs(15);
     assert!(matches!(
-        counters_alone(&mut w, at(0), timeout, t0),
+        counters_alone(&mut w, at(0), &Places::new(), timeout, t0),
         CountersAlone::Moving
     ));
-    let said = counters_alone(&mut w, at(16), timeout, t0 + Duration::from_secs(16));
+    let said = counters_alone(
+        &mut w,
+        at(16),
+        &Places::new(),
+        timeout,
+        t0 + Duration::from_secs(16),
+    );
     let CountersAlone::Hang(h) = said else {
         panic!("not a hang: {said:?}")
     };

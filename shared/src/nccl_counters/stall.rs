@@ -35,6 +35,10 @@ pub struct NodeReading {
     /// layout): the counters cannot judge these ranks, so they judge nothing.
     #[serde(default)]
     pub unreadable: BTreeSet<u32>,
+    /// Ranks whose GPU ran kernels within the last few seconds (NVML, at the straggler
+    /// tracker's samples): a busy rank behind whose GPU runs has work that moves.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub gpu_active: BTreeSet<u32>,
 }
 
 impl NodeReading {
@@ -100,6 +104,7 @@ impl NodeReading {
             all.written.extend(&n.written);
             all.on_gpu.extend(&n.on_gpu);
             all.unreadable.extend(&n.unreadable);
+            all.gpu_active.extend(&n.gpu_active);
         }
         all.live.sort_unstable();
         all.whole_job = true;

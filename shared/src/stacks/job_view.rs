@@ -44,6 +44,10 @@ pub struct NodeStacks {
     /// deciding node).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub said: BTreeMap<u32, LastSaid>,
+    /// None of its ranks' stacks can be read (a C, C++ or JAX program): its ranks
+    /// are there only for their places, and the counters alone judge.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_stacks: bool,
 }
 
 impl NodeStacks {
@@ -58,10 +62,10 @@ impl NodeStacks {
             lines: BTreeMap::new(),
             said: BTreeMap::new(),
             nccl: None,
+            no_stacks: false,
         }
     }
 
-    /// With its ranks' NCCL counters.
     /// With what its shown ranks last said, each cut to 300 characters.
     pub fn with_said(mut self, said: &BTreeMap<u32, LastSaid>) -> Self {
         self.said = said
@@ -72,6 +76,7 @@ impl NodeStacks {
         self
     }
 
+    /// With its ranks' NCCL counters.
     pub fn with_nccl(mut self, nccl: Option<NodeReading>) -> Self {
         self.nccl = nccl;
         self

@@ -13,7 +13,9 @@ pub mod job_view;
 mod merge;
 mod model;
 mod nccl_hang;
-pub use nccl_hang::{busy_moves, counters_alone, nccl_verdict, CountersAlone, NcclVerdict};
+pub use nccl_hang::{
+    busy_moves, busy_moving, counters_alone, nccl_verdict, CountersAlone, NcclVerdict,
+};
 pub mod progress;
 pub mod rank_window;
 pub mod standing;

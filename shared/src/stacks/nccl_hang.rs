@@ -123,9 +123,9 @@ pub enum NcclVerdict {
     /// Ranks have waited the timeout: the hang to say (once).
     Hang(Hang),
     /// Ranks have waited the timeout, and every rank that never posted the operation
-    /// ran its CPU through the wait (`busy`): a step only it runs (an evaluation, a
-    /// checkpoint) or a loop that does not end. Where its GPU runs kernels too, its
-    /// work moves and no hang is said ([`busy_moves`]); otherwise this is the hang.
+    /// ran its CPU through the wait (`busy`) while its GPU ran kernels
+    /// ([`busy_moves`]): a step only it runs (an evaluation, a checkpoint), whose work
+    /// moves. Not a hang: said once, nothing stopped. Busy with an idle GPU is `Hang`.
     Busy { hang: Hang, busy: Vec<u32> },
 }
 
@@ -134,6 +134,14 @@ pub enum NcclVerdict {
 /// stuck, leaves its GPU idle once its queue drains; an evaluation keeps it busy.
 pub fn busy_moves(busy: &[u32], gpu_active: &std::collections::BTreeSet<u32>) -> bool {
     !busy.is_empty() && busy.iter().all(|r| gpu_active.contains(r))
+}
+
+/// What is said, once, of a busy rank whose work moves ([`NcclVerdict::Busy`]).
+pub fn busy_moving(hang: &Hang) -> String {
+    format!(
+        "{}; its GPU runs kernels: its work moves, and toporun stops nothing for it",
+        hang.headline
+    )
 }
 
 /// NCCL's verdict on `reading` against `stacks` and what the ranks left (`ctx`); the
@@ -152,6 +160,7 @@ pub fn nccl_verdict(
     // reports done (a kernel without profiler hooks) while the ranks compute and sit
     // at `.item()` now and then.
     let stands = ctx.standings(stacks);
+    let gpu_active = std::mem::take(&mut reading.gpu_active);
     reading.on_gpu = stands
         .iter()
         .filter(|s| matches!(s.1, Standing::GpuWait { .. }))
@@ -180,8 +189,8 @@ pub fn nccl_verdict(
     }
     let hang = Hang::nccl(stacks, places, &stall, timeout, ctx);
     match all_busy(&stall) {
-        Some(busy) => NcclVerdict::Busy { hang, busy },
-        None => NcclVerdict::Hang(hang),
+        Some(busy) if busy_moves(&busy, &gpu_active) => NcclVerdict::Busy { hang, busy },
+        _ => NcclVerdict::Hang(hang),
     }
 }
 
@@ -235,10 +244,12 @@ pub enum CountersAlone {
     Hang(Hang),
 }
 
-/// The counters' verdict on `reading` with no stacks to weigh it against.
+/// The counters' verdict on `reading` with no stacks to weigh it against; `places`
+/// names each rank's node where the reading is several nodes' merged (empty on one).
 pub fn counters_alone(
     watch: &mut NcclWatch,
     reading: NodeReading,
+    places: &Places,
     timeout: Duration,
     now: Instant,
 ) -> CountersAlone {
@@ -253,7 +264,7 @@ pub fn counters_alone(
     if Duration::from_secs_f64(stall.stalled_secs) < timeout {
         return CountersAlone::Waiting;
     }
-    let mut hang = Hang::nccl(&[], &Places::new(), &stall, timeout, &Context::default());
+    let mut hang = Hang::nccl(&[], places, &stall, timeout, &Context::default());
     if let Some(t) = hang.trigger.as_mut() {
         t.push_str("; the ranks' stacks cannot be read (not Python): the counters alone decide");
     }
@@ -402,10 +413,16 @@ mod tests {
         let (mut w, t0) = (NcclWatch::default(), Instant::now());
         let timeout = Duration::from_secs(15);
         assert!(matches!(
-            counters_alone(&mut w, at(0), timeout, t0),
+            counters_alone(&mut w, at(0), &Places::new(), timeout, t0),
             CountersAlone::Moving
         ));
-        counters_alone(&mut w, at(cpu_ms), timeout, t0 + Duration::from_secs(secs))
+        counters_alone(
+            &mut w,
+            at(cpu_ms),
+            &Places::new(),
+            timeout,
+            t0 + Duration::from_secs(secs),
+        )
     }
 
     /// Without stacks the counters alone name the rank that never posted: stuck
@@ -432,6 +449,49 @@ mod tests {
             line.contains("rank 1 is busy (CPU 98% of the 20s)"),
             "{line}"
         );
+    }
+
+    /// The same two ranks in Python: rank 0 at `synchronize`, rank 1 in `evaluate`,
+    /// its CPU busy the whole 20 s, its GPU running kernels lately or not.
+    fn python_program(gpu: bool) -> NcclVerdict {
+        use crate::nccl_counters::{decode, words::Words};
+        let rank = |r: u32, posted: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x7, r, 2)
+                .ops(0, NcclFunc::AllReduce, 16 << 20, posted, 19, 1000);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |ms: u64| NodeReading {
+            live: vec![0, 1],
+            counters: [(0, rank(0, 20)), (1, rank(1, 19))].into(),
+            cpu: [(0, Duration::ZERO), (1, Duration::from_millis(ms))].into(),
+            gpu_active: if gpu { [1].into() } else { Default::default() },
+            ..Default::default()
+        };
+        let stacks = [
+            stack(0, &[("synchronize", "torch/cuda/__init__.py", 1)]),
+            stack(1, &[("evaluate", "/w/train.py", 90)]),
+        ];
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        let (ctx, places, timeout) = (Context::default(), Places::new(), Duration::from_secs(15));
+        nccl_verdict(&mut w, at(0), &stacks, &places, &ctx, timeout, t0);
+        let later = t0 + Duration::from_secs(20);
+        nccl_verdict(&mut w, at(19_900), &stacks, &places, &ctx, timeout, later)
+    }
+
+    /// A busy rank behind whose GPU ran kernels has work that moves (an evaluation
+    /// only it runs): `Busy`, no hang. Its GPU idle (a loop in Python): the hang.
+    #[test]
+    fn a_busy_rank_is_no_hang_only_while_its_gpu_runs() {
+        let NcclVerdict::Busy { hang, busy } = python_program(true) else {
+            panic!("busy with its GPU running: not a hang")
+        };
+        assert_eq!(busy, vec![1]);
+        assert!(busy_moving(&hang).contains("its work moves"));
+        let NcclVerdict::Hang(hang) = python_program(false) else {
+            panic!("busy with its GPU idle: the hang")
+        };
+        assert_eq!(hang.odd, vec![1]);
     }
 
     #[test]
@@ -660,10 +720,14 @@ mod tests {
         };
         let (mut w, t0) = (NcclWatch::default(), Instant::now());
         let timeout = Duration::from_secs(15);
-        counters_alone(&mut w, node.clone(), timeout, t0);
-        let CountersAlone::Hang(h) =
-            counters_alone(&mut w, node, timeout, t0 + Duration::from_secs(16))
-        else {
+        counters_alone(&mut w, node.clone(), &Places::new(), timeout, t0);
+        let CountersAlone::Hang(h) = counters_alone(
+            &mut w,
+            node,
+            &Places::new(),
+            timeout,
+            t0 + Duration::from_secs(16),
+        ) else {
             panic!("no hang")
         };
         assert_eq!(h.odd, vec![1]);

@@ -9,8 +9,9 @@
 //! merged, by the rule one node uses (`nccl_verdict`), and the others read its
 //! notices at every sample (a rank spinning in Python never stands still).
 
+use crate::job::hang::node_sample::NodeSample;
 use crate::job::hang::watch::LEFT_STALL;
-use crate::job::hang::watch::{HangReport, NodeSample, Sink};
+use crate::job::hang::watch::{HangReport, Sink};
 use crate::job::session::meeting::Meeting;
 use crate::job::spec::HangWatch;
 use crate::store::{StoreClient, StoreError};
@@ -21,7 +22,9 @@ use toporun_shared::stacks::hang_report::{Hang, HangNotice as Notice};
 use toporun_shared::stacks::job_view::{context, flatten, job_hung, NodeStacks};
 use toporun_shared::stacks::standing::Standing;
 use toporun_shared::stacks::teardown::teardown_cause;
-use toporun_shared::stacks::{nccl_verdict, NcclVerdict};
+use toporun_shared::stacks::{
+    busy_moving, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places,
+};
 
 struct State {
     /// The current hang is said (by either rule: one flag, so one hang is said once).
@@ -29,6 +32,8 @@ struct State {
     seq: u32,
     /// The job's NCCL counters as the deciding node follows them.
     nccl: NcclWatch,
+    /// A busy rank whose work moves was said (once a stall).
+    busy_said: bool,
 }
 
 /// What the NCCL counters made of a node's step.
@@ -48,6 +53,9 @@ enum NcclStep {
     Quiet,
     /// The job hangs: this notice to write and say.
     Say(Notice),
+    /// No hang: a rank behind is busy on work that moves (or, without stacks, busy
+    /// on work toporun cannot see); this line to say, once a stall.
+    Busy(String),
 }
 
 /// Starts exchanging this node's samples; a hang decided goes to `sink`.
@@ -67,6 +75,7 @@ pub fn start(
             reported: false,
             seq: 0,
             nccl: NcclWatch::default(),
+            busy_said: false,
         };
         while samples.changed().await.is_ok() {
             let s = samples.borrow_and_update().clone();
@@ -78,6 +87,15 @@ pub fn start(
             }
         }
     })
+}
+
+/// A busy rank's line, said once a stall (and not after a hang was said).
+fn busy_once(state: &mut State, line: String) -> NcclStep {
+    if state.busy_said || state.reported {
+        return NcclStep::Quiet;
+    }
+    state.busy_said = true;
+    NcclStep::Busy(line)
 }
 
 /// An odd rank in its teardown: what it said before, on whichever node it runs.
@@ -154,6 +172,10 @@ impl Meeting {
             .with_context(&s.context)
             .with_said(&s.said)
             .with_nccl(s.nccl.clone());
+        let mine = NodeStacks {
+            no_stacks: s.no_stacks,
+            ..mine
+        };
         // Its own encoding: frames cut until it fits the store's bound.
         let key = self.keys.stacks(self.node_rank);
         c.set(key.name(), &mine.encode()).await?;
@@ -202,6 +224,10 @@ impl Meeting {
             match self.nccl_decide(&nodes, timeout, state) {
                 NcclStep::StackRule => return Ok(NcclStepped::StackRule(nodes)),
                 NcclStep::Quiet => return Ok(NcclStepped::Decided),
+                NcclStep::Busy(line) => {
+                    crate::console::say!("toporun: no hang said: {line}");
+                    return Ok(NcclStepped::Decided);
+                }
                 NcclStep::Say(n) => {
                     self.write(c, &self.keys.hang(), &n).await?;
                     n
@@ -227,6 +253,9 @@ impl Meeting {
         if !all || nodes.iter().any(|n| n.nccl.is_none()) {
             return NcclStep::StackRule;
         }
+        if nodes.iter().all(|n| n.no_stacks) {
+            return self.counters_decide(nodes, timeout, state);
+        }
         let reading = NodeReading::merge(nodes.iter().filter_map(|n| n.nccl.as_ref()));
         let (stacks, places) = flatten(nodes);
         let ctx = context(nodes);
@@ -243,22 +272,49 @@ impl Meeting {
             NcclVerdict::StackRule => NcclStep::StackRule,
             NcclVerdict::Moving => {
                 // Operations move: a later hang, by either rule, is said anew.
-                state.reported = false;
+                (state.reported, state.busy_said) = (false, false);
                 NcclStep::Quiet
             }
             NcclVerdict::Waiting => NcclStep::Quiet,
-            NcclVerdict::Hang(_) | NcclVerdict::Busy { .. } if state.reported => NcclStep::Quiet,
-            // Across nodes a busy rank's GPU is not known here: the hang stands.
-            NcclVerdict::Hang(mut hang) | NcclVerdict::Busy { mut hang, .. } => {
+            NcclVerdict::Busy { hang, .. } => busy_once(state, busy_moving(&hang)),
+            NcclVerdict::Hang(_) if state.reported => NcclStep::Quiet,
+            NcclVerdict::Hang(mut hang) => {
                 with_teardown_cause(&mut hang, nodes);
-                NcclStep::Say(Notice {
-                    seq: state.seq + 1,
-                    decider: self.node_rank,
-                    text: hang.text(&places),
-                    hang,
-                })
+                self.notice(hang, &places, state)
             }
         }
+    }
+
+    /// Every node's ranks without stacks (a C, C++ or JAX job): the counters merged
+    /// decide alone, as on one node.
+    fn counters_decide(
+        &self,
+        nodes: &[NodeStacks],
+        timeout: Duration,
+        state: &mut State,
+    ) -> NcclStep {
+        let reading = NodeReading::merge(nodes.iter().filter_map(|n| n.nccl.as_ref()));
+        let (_, places) = flatten(nodes);
+        let now = std::time::Instant::now();
+        match counters_alone(&mut state.nccl, reading, &places, timeout, now) {
+            CountersAlone::Quiet | CountersAlone::Moving => {
+                (state.reported, state.busy_said) = (false, false);
+                NcclStep::Quiet
+            }
+            CountersAlone::Waiting => NcclStep::Quiet,
+            CountersAlone::Busy(line) => busy_once(state, line),
+            CountersAlone::Hang(_) if state.reported => NcclStep::Quiet,
+            CountersAlone::Hang(hang) => self.notice(hang, &places, state),
+        }
+    }
+
+    fn notice(&self, hang: Hang, places: &Places, state: &State) -> NcclStep {
+        NcclStep::Say(Notice {
+            seq: state.seq + 1,
+            decider: self.node_rank,
+            text: hang.text(places),
+            hang,
+        })
     }
 
     /// Reads every node's record (unless this step read them already); a notice when
@@ -339,6 +395,7 @@ mod tests {
             reported: false,
             seq: 0,
             nccl: NcclWatch::default(),
+            busy_said: false,
         }
     }
 
@@ -372,7 +429,30 @@ mod tests {
             .with_nccl(Some(reading.for_exchange()))
     }
 
+    /// The same node with rank `rank`'s CPU time at `cpu_s` and its GPU running
+    /// kernels lately or not.
+    fn busy(mut n: NodeStacks, rank: u32, cpu_s: u64, gpu: bool) -> NodeStacks {
+        let r = n.nccl.as_mut().unwrap();
+        r.cpu.insert(rank, Duration::from_secs(cpu_s));
+        if gpu {
+            r.gpu_active.insert(rank);
+        }
+        n
+    }
+
+    /// The same node as a C, C++ or JAX program's: no stack reads, the failed read
+    /// says where the rank runs (through JSON, as the store carries it).
+    fn without_stacks(mut n: NodeStacks) -> NodeStacks {
+        for r in &mut n.ranks {
+            r.threads.clear();
+            r.error = Some("no Python interpreter found in the process".into());
+        }
+        n.no_stacks = true;
+        serde_json::from_slice(&n.encode()).unwrap()
+    }
+
     const SYNC: (&str, &str) = ("/venv/lib/torch/cuda/streams.py", "synchronize");
+    const EVAL: (&str, &str) = ("/app/train.py", "evaluate");
     const SPIN: (&str, &str) = ("/app/train.py", "parse_record");
 
     /// Rank 0 (node 0) waits on its GPU in operation 11 while rank 1 (node 1) spins in
@@ -475,6 +555,91 @@ mod tests {
             !n.hang.headline.contains("teardown rank 1 raised"),
             "{}",
             n.hang.headline
+        );
+    }
+
+    /// Rank 1 (node 1) evaluates alone, its CPU and its GPU busy, while rank 0 (node
+    /// 0) waits in the next all_reduce: the deciding node says once that its work
+    /// moves and stops nothing; with its GPU idle (a loop in Python) the hang stands.
+    #[test]
+    fn a_busy_rank_on_another_node_whose_gpu_runs_is_said_once_never_a_hang() {
+        let m = deciding(2);
+        let mut s = state();
+        let at = |cpu_s, gpu| {
+            vec![
+                node(0, SYNC, 11, 10),
+                busy(node(1, EVAL, 10, 10), 1, cpu_s, gpu),
+            ]
+        };
+        let t = Duration::ZERO;
+        assert!(matches!(
+            m.nccl_decide(&at(0, true), t, &mut s),
+            NcclStep::Quiet
+        ));
+        let NcclStep::Busy(line) = m.nccl_decide(&at(30, true), t, &mut s) else {
+            panic!("a busy rank whose GPU runs was not said as such");
+        };
+        assert!(line.contains("rank 1"), "{line}");
+        assert!(
+            line.contains("its work moves, and toporun stops nothing"),
+            "{line}"
+        );
+        assert!(matches!(
+            m.nccl_decide(&at(60, true), t, &mut s),
+            NcclStep::Quiet
+        ));
+        assert!(!s.reported, "a busy rank's work is no hang");
+        // Its GPU idle now: a loop of its own, the hang.
+        let mut s = state();
+        m.nccl_decide(&at(0, false), t, &mut s);
+        let NcclStep::Say(n) = m.nccl_decide(&at(30, false), t, &mut s) else {
+            panic!("a busy rank with an idle GPU was not said hung");
+        };
+        assert!(n.text.contains("rank 1 never posted"), "{}", n.text);
+    }
+
+    /// A C++ program on two nodes: no stack reads anywhere. Rank 1 (node 1) sits in a
+    /// read, its CPU idle, never posting operation 11: the counters alone name it and
+    /// its node; busy instead, it is said once and nothing is stopped; operations
+    /// moving again say nothing.
+    #[test]
+    fn without_stacks_on_any_node_the_counters_alone_decide_across_nodes() {
+        let m = deciding(2);
+        let t = Duration::ZERO;
+        let at = |cpu_s| {
+            vec![
+                without_stacks(node(0, SYNC, 11, 10)),
+                without_stacks(busy(node(1, SPIN, 10, 10), 1, cpu_s, false)),
+            ]
+        };
+        let mut s = state();
+        assert!(matches!(m.nccl_decide(&at(0), t, &mut s), NcclStep::Quiet));
+        let NcclStep::Say(n) = m.nccl_decide(&at(0), t, &mut s) else {
+            panic!("no hang decided from the counters alone");
+        };
+        assert!(
+            n.text.contains("rank 1 never posted all_reduce"),
+            "{}",
+            n.text
+        );
+        assert!(n.text.contains("trainer-1"), "{}", n.text);
+        assert!(n.text.contains("the counters alone decide"), "{}", n.text);
+        let mut s = state();
+        m.nccl_decide(&at(0), t, &mut s);
+        assert!(matches!(
+            m.nccl_decide(&at(30), t, &mut s),
+            NcclStep::Busy(_)
+        ));
+        assert!(matches!(m.nccl_decide(&at(60), t, &mut s), NcclStep::Quiet));
+        assert!(!s.reported);
+        let moved = vec![
+            without_stacks(node(0, SYNC, 12, 11)),
+            without_stacks(node(1, SPIN, 12, 11)),
+        ];
+        assert!(matches!(m.nccl_decide(&moved, t, &mut s), NcclStep::Quiet));
+        assert!(
+            !s.busy_said,
+            "operations moved: a later busy rank is said anew"
         );
     }
 }

@@ -1,9 +1,10 @@
 //! A job that stands still: each rank's stack sampled while it runs (`watch`), the
-//! decision across nodes (`exchange`), what a hang leads to (`response`), and every
+//! decision across nodes (`exchange`) on each node's samples (`node_sample`), what a hang leads to (`response`), and every
 //! rank's stack on demand (`stacks_socket`, `toporun stacks`), with where the ranks'
 //! DataLoader workers stand (`workers_text`).
 
 pub(super) mod exchange;
+pub(super) mod node_sample;
 pub(super) mod response;
 pub mod stacks_socket;
 pub(super) mod watch;

@@ -5,7 +5,8 @@
 
 use crate::job::failure::causes::LeftRanks;
 use crate::job::hang::exchange;
-use crate::job::hang::watch::{self, Decide, HangReport, LiveRanks, NodeSample, Sink};
+use crate::job::hang::node_sample::NodeSample;
+use crate::job::hang::watch::{self, Decide, HangReport, LiveRanks, Sink};
 use crate::job::run_dir::write_json;
 use crate::job::session::Session;
 use crate::job::spec::{HangWatch, Job, NodePlace};

@@ -6,6 +6,7 @@
 //! On its own thread: py-spy's reads are blocking.
 
 use crate::job::failure::causes::LeftRanks;
+use crate::job::hang::node_sample::NodeSample;
 use crate::job::hang::workers_text::workers_text;
 use crate::job::spec::HangWatch;
 use crate::job::straggler::tracker::Tracker;
@@ -24,7 +25,7 @@ use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
 use toporun_shared::stacks::teardown::{teardown_cause, LastSaid};
 use toporun_shared::stacks::{
-    busy_moves, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
+    busy_moving, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
 };
 use toporun_shared::untrusted::without_escapes;
 
@@ -69,24 +70,6 @@ impl Sink {
         (self.counted)(&r);
         let _ = self.tx.send(r);
     }
-}
-
-/// This node's ranks at one sample: how long all have stood still, and where.
-#[derive(Debug, Clone, Default)]
-pub struct NodeSample {
-    pub stalled: Duration,
-    pub stacks: Vec<RankStack>,
-    /// The ranks that left and each rank's innermost line (read once stalled, or at
-    /// every sample with NCCL's counters).
-    pub context: Context,
-    /// The ranks' NCCL counters, where they load toporun's profiler plugin: the node
-    /// hosting the store decides from every node's.
-    pub nccl: Option<NodeReading>,
-    /// No operation was posted or completed here since the last sample: where the
-    /// ranks stand is worth sending (a rank spinning in Python never stands still).
-    pub nccl_still: bool,
-    /// What each rank last said on stderr (with the context): a teardown's cause.
-    pub said: BTreeMap<u32, LastSaid>,
 }
 
 /// Who decides that the job hangs.
@@ -303,7 +286,8 @@ impl Judge {
         self.nccl.as_ref()?;
         let ctx = self.context(stacks);
         let (files, watch) = self.nccl.as_mut()?;
-        let reading = files.node(&self.root, live);
+        let mut reading = files.node(&self.root, live);
+        reading.gpu_active = gpu_active.clone();
         let timeout = self.watch.timeout;
         match nccl_verdict(watch, reading, stacks, &Places::new(), &ctx, timeout, now) {
             NcclVerdict::StackRule => None,
@@ -313,17 +297,14 @@ impl Judge {
                 Some(false)
             }
             NcclVerdict::Waiting => Some(self.reported),
-            NcclVerdict::Busy { hang, busy } if busy_moves(&busy, gpu_active) => {
+            NcclVerdict::Busy { hang, .. } => {
                 if !self.busy_said && !self.reported {
-                    crate::console::say!(
-                        "toporun: no hang said: {}; its GPU runs kernels: its work moves, and toporun stops nothing for it",
-                        hang.headline
-                    );
+                    crate::console::say!("toporun: no hang said: {}", busy_moving(&hang));
                 }
                 self.busy_said = true;
                 Some(self.reported)
             }
-            NcclVerdict::Hang(hang) | NcclVerdict::Busy { hang, .. } => {
+            NcclVerdict::Hang(hang) => {
                 if !self.reported {
                     self.say(hang, live, true);
                 }
@@ -332,17 +313,20 @@ impl Judge {
         }
     }
 
-    /// Where no stack can be read, on one node with NCCL's counters: the counters
-    /// alone decide (false: no counters to judge by).
-    fn counters_alone(&mut self, live: &[RankPid]) -> bool {
-        if matches!(self.decide, Decide::Publish(_)) {
-            return false; // several nodes: the store's host judges with stacks
-        }
+    /// Where no stack can be read, with NCCL's counters: the counters alone decide,
+    /// here on one node, at the store's host on several (false: no counters to
+    /// judge by).
+    fn counters_alone(&mut self, live: &[RankPid], stacks: &[RankStack]) -> bool {
         let Some((files, watch)) = self.nccl.as_mut() else {
             return false;
         };
         let reading = files.node(&self.root, live);
-        match counters_alone(watch, reading, self.watch.timeout, Instant::now()) {
+        if let Decide::Publish(tx) = &self.decide {
+            let _ = tx.send(NodeSample::counters_alone(reading.for_exchange(), stacks));
+            return true;
+        }
+        let places = Places::new();
+        match counters_alone(watch, reading, &places, self.watch.timeout, Instant::now()) {
             CountersAlone::Quiet | CountersAlone::Moving => {
                 self.reported = false;
                 self.busy_said = false;
@@ -398,7 +382,7 @@ impl Judge {
             .filter(|_| stacks.iter().all(|s| s.error.is_some()))
         {
             self.unreadable += 1;
-            let alone = self.counters_alone(live);
+            let alone = self.counters_alone(live, stacks);
             if self.unreadable == UNREADABLE_SAID {
                 if alone {
                     crate::console::say!(
@@ -433,10 +417,10 @@ impl Judge {
                 .progress
                 .hung(&ids, Duration::ZERO, now)
                 .unwrap_or_default();
-            let nccl = self
-                .nccl
-                .as_ref()
-                .map(|(files, _)| files.node(&self.root, live).for_exchange());
+            let nccl = self.nccl.as_ref().map(|(files, _)| NodeReading {
+                gpu_active: gpu_active.clone(),
+                ..files.node(&self.root, live).for_exchange()
+            });
             let marks = nccl.as_ref().map(NodeReading::marks);
             let nccl_still = marks.is_some_and(|m| m == self.handed_marks);
             self.handed_marks = marks.unwrap_or_default();
@@ -455,6 +439,7 @@ impl Judge {
                     nccl,
                     nccl_still,
                     said,
+                    no_stacks: false,
                 });
             }
             return;

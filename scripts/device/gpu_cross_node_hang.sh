@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Hangs judged across nodes, on a machine of one GPU: two toporun nodes on loopback,
+# one rank each, both on GPU 0, NCCL_HOSTID per node with P2P and SHM off, so that
+# NCCL takes them for two hosts and talks over sockets. Stages (STAGES), each written
+# to OUT/summary.txt as it goes, each node's counters at the attempt's end kept
+# (NAME/nccl-counters0, 1, gzipped):
+#   cjob-healthy  scripts/device/nccl_c_job.cu (NCCL alone, --no-python), SECS s,
+#                 --hang-timeout 15: no stack reads on any node, nothing to say
+#   cjob-stuck    the same, rank 1 stuck in a read before step 200, --hang-timeout 15
+#                 --on-hang stop: named from the counters alone, the job stopped
+#   eval          scripts/device/gpu_profiler_hang_rank.py CASE=eval: rank 1 evaluates
+#                 alone for 35 s (Python and GPU work) while rank 0 waits in an
+#                 all_reduce, --hang-timeout 15 --on-hang stop: no hang, exit 0; both
+#                 nodes' counters copied at 26 s and 34 s (at26/, at34/)
+# With OLD=path/to/an/older/toporun each stage runs with it too (the build before).
+# Both ranks share one GPU: its utilization is the two ranks' together, so a rank
+# spinning in Python beside a waiting rank's NCCL kernel reads as busy here; on real
+# nodes each rank's GPU is its own (the spin case is left to machines of 2+ GPUs).
+# Usage (device): scripts/device/gpu_cross_node_hang.sh TOPORUN OUT
+set -uo pipefail
+T=$(readlink -f "$1") RESULTS=$(readlink -f "$2")
+SECS=${SECS:-60} STAGES=${STAGES:-cjob-healthy cjob-stuck eval}
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+export CUDA_VISIBLE_DEVICES=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo
+mkdir -p "$RESULTS"
+S=$RESULTS/summary.txt
+lines() { grep -E "hold:|toporun: (root cause|hang|no hang|straggler|warning|links|exit code|stopped|error|the ranks)|Segmentation|SIGSEGV|core dumped" "$1" | cut -c1-1500; }
+
+two_nodes() {  # NAME TOPORUN LIMIT ARGS...: node 0 and node 1 of one job, each timed
+  local name=$1 t=$2 limit=$3 d=$RESULTS/$1 p=$((29700 + RANDOM % 200)) n0; shift 3; mkdir -p "$d"
+  local args=(--nnodes=2 --master-addr=127.0.0.1 --master-port=$p --nproc-per-node=1)
+  NCCL_HOSTID=node0 python3 scripts/device/timed_run.py "$limit" "$d/stdout0" "$d/stderr0" "$t" --node-rank=0 "${args[@]}" --log-dir "$d/run0" "$@" > "$d/exit0" &
+  n0=$!
+  local one; one=$(NCCL_HOSTID=node1 python3 scripts/device/timed_run.py "$limit" "$d/stdout1" "$d/stderr1" "$t" --node-rank=1 "${args[@]}" --log-dir "$d/run1" "$@")
+  wait $n0
+  echo "== $name: node 0 $(cat "$d/exit0"); node 1 $one" | tee -a "$S"
+  for n in 0 1; do
+    echo "  node $n:" | tee -a "$S"; lines "$d/stderr$n" | tee -a "$S"
+    cp "$d"/run$n/*/attempt_0/hang*.json "$d/" 2>/dev/null
+    cp -r "$d"/run$n/*/attempt_0/nccl-counters "$d/nccl-counters$n" 2>/dev/null && gzip -f "$d/nccl-counters$n"/rank_*
+    rm -rf "$d/run$n"
+  done
+}
+
+cjob_bin() {
+  local nccl bin=/tmp/nccl_c_job
+  [ -x $bin ] && { echo $bin; return; }
+  nccl=$(python3 -c "import nvidia.nccl, os; print(list(nvidia.nccl.__path__)[0])")
+  nvcc -O2 -o $bin scripts/device/nccl_c_job.cu -I"$nccl/include" -L"$nccl/lib" -l:libnccl.so.2 -Xlinker -rpath="$nccl/lib" > "$RESULTS/nvcc.txt" 2>&1
+  echo $bin
+}
+
+stage() {  # NAME TOPORUN TAG
+  local bin ids=/tmp/nccl_c_job_ids; mkdir -p $ids
+  case $1 in
+    cjob-healthy) bin=$(cjob_bin); ID_FILE=$ids/h-$RANDOM CASE=healthy RUN_S=$SECS two_nodes "$1$3" "$2" $((SECS + 60)) --no-python --hang-timeout 15 "$bin" ;;
+    cjob-stuck) bin=$(cjob_bin); ID_FILE=$ids/s-$RANDOM CASE=stuck HOLD_RANK=1 HOLD_STEP=200 two_nodes "$1$3" "$2" 75 --no-python --hang-timeout 15 --on-hang stop "$bin" ;;
+    eval)
+      nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader -lms 500 > "$RESULTS/gpu-util-eval$3.csv" 2>/dev/null &
+      local smi=$! at
+      # Both nodes' counters as the plugin wrote them (on /dev/shm) twice in the stall
+      # (the evaluation starts at about 20 s and ends at about 55 s).
+      for at in 26 34; do
+        (sleep $at; mkdir -p "$RESULTS/eval$3/at$at"
+         for f in /dev/shm/toporun-*/attempt_0/rank_*; do gzip -c "$f" > "$RESULTS/eval$3/at$at/$(basename "$f").gz"; done) &
+      done
+      CASE=eval HOLD_RANK=1 EVAL_S=35 two_nodes "$1$3" "$2" 100 --hang-timeout 15 --on-hang stop scripts/device/gpu_profiler_hang_rank.py
+      kill $smi 2>/dev/null ;;
+  esac
+}
+
+nvidia-smi -L | tee -a "$S"
+for s in $STAGES; do
+  stage "$s" "$T" ""
+  [ -n "${OLD:-}" ] && stage "$s" "$(readlink -f "$OLD")" "-old"
+done
