@@ -12,6 +12,12 @@
 #                 alone for 35 s (Python and GPU work) while rank 0 waits in an
 #                 all_reduce, --hang-timeout 15 --on-hang stop: no hang, exit 0; both
 #                 nodes' counters copied at 26 s and 34 s (at26/, at34/)
+#   lightning-F, hf-F  scripts/device/gpu_trainer_{lightning,hf}.py with FAULT=F (raise,
+#                 stop, skip, ...: scripts/device/trainer_common.py) on rank 1 at step
+#                 30, --hang-timeout 15 --on-hang stop, then under torchrun (killed at
+#                 TORCHRUN_LIMIT, 55 s) for the same fault
+#   pipeline      scripts/device/gpu_trainer_pipeline.py, 2 stages, SECS s, healthy
+#                 under the defaults: nothing to say
 # With OLD=path/to/an/older/toporun each stage runs with it too (the build before).
 # Both ranks share one GPU: its utilization is the two ranks' together, so a rank
 # spinning in Python beside a waiting rank's NCCL kernel reads as busy here; on real
@@ -25,14 +31,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export CUDA_VISIBLE_DEVICES=0 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo
 mkdir -p "$RESULTS"
 S=$RESULTS/summary.txt
-lines() { grep -E "hold:|toporun: (root cause|hang|no hang|straggler|warning|links|exit code|stopped|error|the ranks)|Segmentation|SIGSEGV|core dumped" "$1" | cut -c1-1500; }
+lines() { grep -E "hold:|fault:|toporun: (root cause|hang|no hang|straggler|warning|links|exit code|stopped|error|the ranks|rank [0-9]+ (is|was|exited|failed))|Root Cause|exitcode|traceback :|SignalException|Segmentation|SIGSEGV|core dumped" "$1" | cut -c1-1500 | head -30; }
 
-two_nodes() {  # NAME TOPORUN LIMIT ARGS...: node 0 and node 1 of one job, each timed
+two_nodes() {  # NAME LAUNCHER LIMIT ARGS...: node 0 and node 1 of one job, each timed
   local name=$1 t=$2 limit=$3 d=$RESULTS/$1 p=$((29700 + RANDOM % 200)) n0; shift 3; mkdir -p "$d"
   local args=(--nnodes=2 --master-addr=127.0.0.1 --master-port=$p --nproc-per-node=1)
-  NCCL_HOSTID=node0 python3 scripts/device/timed_run.py "$limit" "$d/stdout0" "$d/stderr0" "$t" --node-rank=0 "${args[@]}" --log-dir "$d/run0" "$@" > "$d/exit0" &
+  local logs0=(--log-dir "$d/run0") logs1=(--log-dir "$d/run1")
+  [ "$t" = torchrun ] && logs0=() logs1=()
+  NCCL_HOSTID=node0 python3 scripts/device/timed_run.py "$limit" "$d/stdout0" "$d/stderr0" "$t" --node-rank=0 "${args[@]}" "${logs0[@]}" "$@" > "$d/exit0" &
   n0=$!
-  local one; one=$(NCCL_HOSTID=node1 python3 scripts/device/timed_run.py "$limit" "$d/stdout1" "$d/stderr1" "$t" --node-rank=1 "${args[@]}" --log-dir "$d/run1" "$@")
+  local one; one=$(NCCL_HOSTID=node1 python3 scripts/device/timed_run.py "$limit" "$d/stdout1" "$d/stderr1" "$t" --node-rank=1 "${args[@]}" "${logs1[@]}" "$@")
   wait $n0
   echo "== $name: node 0 $(cat "$d/exit0"); node 1 $one" | tee -a "$S"
   for n in 0 1; do
@@ -67,10 +75,24 @@ stage() {  # NAME TOPORUN TAG
       done
       CASE=eval HOLD_RANK=1 EVAL_S=35 two_nodes "$1$3" "$2" 100 --hang-timeout 15 --on-hang stop scripts/device/gpu_profiler_hang_rank.py
       kill $smi 2>/dev/null ;;
+    lightning-*|hf-*)  # a real trainer's fault on rank 1 at step 30, toporun then torchrun
+      local tr=${1%%-*} f=${1#*-}; [ "$tr" = lightning ] || tr=hf
+      FAULT=$f two_nodes "$1$3" "$2" 75 --hang-timeout 15 --on-hang stop "scripts/device/gpu_trainer_$tr.py"
+      [ -z "$3" ] && FAULT=$f two_nodes "$1-torchrun" torchrun "${TORCHRUN_LIMIT:-55}" "scripts/device/gpu_trainer_$tr.py" ;;
+    pipeline)  # healthy, under the defaults: stages 0 and 1 send and receive across nodes
+      SECS=$SECS two_nodes "pipeline$3" "$2" $((SECS + 40)) scripts/device/gpu_trainer_pipeline.py ;;
   esac
 }
 
+install() {  # the trainers' wheels carried in .whl where the machine lacks them
+  python3 -c "import transformers, pytorch_lightning, accelerate" 2>/dev/null \
+    || python3 -m pip install --no-index --find-links .whl transformers accelerate pytorch-lightning > "$RESULTS/install.txt" 2>&1
+  echo "== trainers: $(python3 -c "import transformers, pytorch_lightning, torch; print('transformers', transformers.__version__, 'lightning', pytorch_lightning.__version__, 'torch', torch.__version__)" 2>&1 | tail -1)" | tee -a "$S"
+}
+
 nvidia-smi -L | tee -a "$S"
+case " $STAGES " in *" lightning-"*|*" hf-"*|*" pipeline "*) install ;; esac
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 for s in $STAGES; do
   stage "$s" "$T" ""
   [ -n "${OLD:-}" ] && stage "$s" "$(readlink -f "$OLD")" "-old"

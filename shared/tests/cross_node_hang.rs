@@ -1,8 +1,9 @@
 //! What one H200 (torch 2.11, NCCL 2.28.9) gave for hangs judged across nodes, kept
 //! under tests/fixtures/device/cross-node-hang-h200x1
 //! (`scripts/device/gpu_cross_node_hang.sh`): two toporun nodes of one rank each on
-//! loopback, NCCL over sockets between them. The readings are the two nodes' counters
-//! files merged, as the deciding node merges the nodes' records.
+//! loopback, NCCL over sockets between them; and the real trainers run the same way,
+//! under tests/fixtures/device/cross-node-trainers-h200x1. The readings are the two
+//! nodes' counters files merged, as the deciding node merges the nodes' records.
 
 mod common;
 
@@ -189,6 +190,83 @@ fn a_stuck_rank_of_a_c_program_on_another_node_is_named_from_the_counters_alone(
     assert!(
         hang.headline
             .contains("rank 1 (node 1 on vm, local rank 0) is stuck (CPU 0%"),
+        "{}",
+        hang.headline
+    );
+}
+
+const TRAINERS: &str = "cross-node-trainers-h200x1";
+
+/// A node of tests/fixtures/device/cross-node-trainers-h200x1: rank `rank`'s counters
+/// as the attempt's end left them.
+fn trainer_node(run: &str, rank: u32) -> NodeReading {
+    let file = format!("{run}/nccl-counters{rank}/rank_{rank}.gz");
+    NodeReading {
+        live: vec![rank],
+        counters: [(rank, common::counters_file(TRAINERS, &file))].into(),
+        cpu: [(rank, Duration::ZERO)].into(),
+        ..Default::default()
+    }
+}
+
+/// `pipeline`: torch's pipelining on two nodes, stage 0 sending activations to stage 1
+/// and gradients back. Real NCCL set the plugin's point-to-point bit on the stages'
+/// communicator on both ranks, so the hang and GPU-time rules leave it out.
+#[test]
+fn a_pipeline_s_stages_are_known_to_carry_point_to_point_on_both_nodes() {
+    for rank in [0, 1] {
+        let n = trainer_node("pipeline", rank);
+        let c = &n.counters[&rank];
+        assert!(
+            c.comms.iter().any(|c| c.posted_p2p && c.carries_p2p()),
+            "rank {rank}: {c:?}"
+        );
+    }
+}
+
+/// `hf-skip`: Transformers' Trainer on two nodes, rank 0 in an all_reduce on a side
+/// group that rank 1 never posts, rank 1 in the default group's next all_reduce. The
+/// counters merged (read twice, 16 s apart, nothing moving) name rank 0 as waiting in
+/// the side group's operation that rank 1 never posted: the collectives called in
+/// different orders, as the run said at its first report.
+#[test]
+fn a_collective_skipped_on_a_side_group_across_nodes_is_named_from_the_counters() {
+    let at = || job([trainer_node("hf-skip", 0), trainer_node("hf-skip", 1)]);
+    let stacks = [
+        stack(
+            0,
+            "all_reduce",
+            "/torch/distributed/distributed_c10d.py",
+            2950,
+        ),
+        stack(
+            1,
+            "all_reduce",
+            "/torch/distributed/distributed_c10d.py",
+            2950,
+        ),
+    ];
+    let (mut w, t0, ctx) = (NcclWatch::default(), Instant::now(), Context::default());
+    nccl_verdict(&mut w, at(), &stacks, &places(), &ctx, TIMEOUT, t0);
+    let later = t0 + Duration::from_secs(16);
+    let NcclVerdict::Hang(hang) =
+        nccl_verdict(&mut w, at(), &stacks, &places(), &ctx, TIMEOUT, later)
+    else {
+        panic!("the skip was not said")
+    };
+    assert!(
+        hang.headline
+            .starts_with("rank 0 never posted all_reduce (4 B, operation 418"),
+        "{}",
+        hang.headline
+    );
+    assert!(
+        hang.headline.contains("which rank 1 never posted"),
+        "{}",
+        hang.headline
+    );
+    assert!(
+        hang.headline.contains("in different orders"),
         "{}",
         hang.headline
     );
