@@ -126,7 +126,7 @@ impl CountersFiles {
             on_gpu: Default::default(),
             whole_job: false,
             unreadable,
-            gpu_active: Default::default(),
+            gpu_busy: Default::default(),
         }
     }
 }

@@ -20,17 +20,13 @@ const TIMEOUT: Duration = Duration::from_secs(15);
 
 /// Node `rank` holding global rank `rank`, its counters file at `path` in the set,
 /// its main thread's CPU time at `cpu`.
-fn node(rank: u32, path: &str, cpu: Duration, gpu_active: bool) -> NodeReading {
+fn node(rank: u32, path: &str, cpu: Duration, gpu_busy: bool) -> NodeReading {
     let file = format!("{path}/rank_{rank}.gz");
     NodeReading {
         live: vec![rank],
         counters: [(rank, common::counters_file(SET, &file))].into(),
         cpu: [(rank, cpu)].into(),
-        gpu_active: if gpu_active {
-            [rank].into()
-        } else {
-            Default::default()
-        },
+        gpu_busy: [(rank, gpu_busy)].into(),
         ..Default::default()
     }
 }
@@ -136,7 +132,7 @@ fn a_rank_evaluating_alone_on_another_node_is_busy_not_hung() {
             later,
         )
     };
-    let NcclVerdict::Busy { hang, busy } = verdict(true) else {
+    let NcclVerdict::Busy { hang, busy, .. } = verdict(true) else {
         panic!("an evaluation whose GPU runs was said hung")
     };
     assert_eq!(busy, vec![1]);

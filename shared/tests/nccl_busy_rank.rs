@@ -5,12 +5,12 @@
 //! at every sample), the spinning rank's is idle. Fed to the windows as toporun's
 //! tracker reads NVML, the first is work that moves, the second the hang.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use toporun_shared::stacks::activity::Activity;
-use toporun_shared::stacks::busy_moves;
 use toporun_shared::stacks::rank_window::{GpuNow, RankWindow, Reading};
+use toporun_shared::stacks::{busy_gpu, BusyGpu};
 
 const SET: &str = "nccl-busy-rank-h200x2";
 
@@ -104,13 +104,12 @@ fn an_evaluation_s_gpu_runs_and_a_spinning_rank_s_idles() {
     let during = utilization("hang2-spin", 1);
     assert!(during.iter().filter(|s| s.0 > hold + 1.0).all(|s| s.1 == 0));
     // What the hang watch then decides for each busy rank.
-    let active =
-        |r: u32, moved: bool| -> BTreeSet<u32> { moved.then_some(r).into_iter().collect() };
-    assert!(busy_moves(&[0], &active(0, true)));
-    assert!(!busy_moves(&[1], &active(1, false)));
-    assert!(
-        !busy_moves(&[], &active(0, true)),
-        "nobody busy: nothing moves"
+    let seen = |r: u32, ran: bool| -> BTreeMap<u32, bool> { [(r, ran)].into() };
+    assert_eq!(busy_gpu(&[0], &seen(0, true)), Some(BusyGpu::Runs));
+    assert_eq!(
+        busy_gpu(&[1], &seen(1, false)),
+        None,
+        "the spin is the hang"
     );
 }
 

@@ -35,10 +35,11 @@ pub struct NodeReading {
     /// layout): the counters cannot judge these ranks, so they judge nothing.
     #[serde(default)]
     pub unreadable: BTreeSet<u32>,
-    /// Ranks whose GPU ran kernels within the last few seconds (NVML, at the straggler
-    /// tracker's samples): a busy rank behind whose GPU runs has work that moves.
-    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
-    pub gpu_active: BTreeSet<u32>,
+    /// Whether each rank's GPU ran kernels within the last few seconds, where NVML's
+    /// samples say (the straggler tracker's; a rank absent: not known): a busy rank
+    /// behind whose GPU runs has work that moves.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub gpu_busy: BTreeMap<u32, bool>,
 }
 
 impl NodeReading {
@@ -104,7 +105,7 @@ impl NodeReading {
             all.written.extend(&n.written);
             all.on_gpu.extend(&n.on_gpu);
             all.unreadable.extend(&n.unreadable);
-            all.gpu_active.extend(&n.gpu_active);
+            all.gpu_busy.extend(&n.gpu_busy);
         }
         all.live.sort_unstable();
         all.whole_job = true;

@@ -123,25 +123,47 @@ pub enum NcclVerdict {
     /// Ranks have waited the timeout: the hang to say (once).
     Hang(Hang),
     /// Ranks have waited the timeout, and every rank that never posted the operation
-    /// ran its CPU through the wait (`busy`) while its GPU ran kernels
-    /// ([`busy_moves`]): a step only it runs (an evaluation, a checkpoint), whose work
-    /// moves. Not a hang: said once, nothing stopped. Busy with an idle GPU is `Hang`.
-    Busy { hang: Hang, busy: Vec<u32> },
+    /// ran its CPU through the wait (`busy`) while its GPU ran kernels, or where its
+    /// GPU is not read ([`busy_gpu`]): a step only it runs (an evaluation, a
+    /// checkpoint), whose work moves, or cannot be told from a loop. Not a hang: said
+    /// once, nothing stopped. Busy with an idle GPU is `Hang`.
+    Busy {
+        hang: Hang,
+        busy: Vec<u32>,
+        gpu: BusyGpu,
+    },
 }
 
-/// Whether the busy ranks' work moves: each one's GPU ran kernels lately (`gpu_active`:
-/// the ranks whose GPU was busy within a few seconds). A rank spinning in Python, or
-/// stuck, leaves its GPU idle once its queue drains; an evaluation keeps it busy.
-pub fn busy_moves(busy: &[u32], gpu_active: &std::collections::BTreeSet<u32>) -> bool {
-    !busy.is_empty() && busy.iter().all(|r| gpu_active.contains(r))
+/// What the busy ranks' GPUs say of their work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BusyGpu {
+    /// Each one's GPU ran kernels lately: its work moves.
+    Runs,
+    /// Some one's GPU is not read (no NVML samples: `--stragglers off`, or no NVML in
+    /// the container): an evaluation and a loop in Python read the same.
+    Unknown,
 }
 
-/// What is said, once, of a busy rank whose work moves ([`NcclVerdict::Busy`]).
-pub fn busy_moving(hang: &Hang) -> String {
-    format!(
-        "{}; its GPU runs kernels: its work moves, and toporun stops nothing for it",
-        hang.headline
-    )
+/// The busy ranks' GPUs (`gpu_busy`: whether each rank's GPU ran kernels within a few
+/// seconds, where known); None where one is idle: a rank spinning in Python, or
+/// stuck, leaves its GPU idle once its queue drains, an evaluation keeps it busy.
+pub fn busy_gpu(busy: &[u32], gpu_busy: &std::collections::BTreeMap<u32, bool>) -> Option<BusyGpu> {
+    if busy.is_empty() || busy.iter().any(|r| gpu_busy.get(r) == Some(&false)) {
+        return None;
+    }
+    match busy.iter().all(|r| gpu_busy.contains_key(r)) {
+        true => Some(BusyGpu::Runs),
+        false => Some(BusyGpu::Unknown),
+    }
+}
+
+/// What is said, once, of a busy rank that is no hang ([`NcclVerdict::Busy`]).
+pub fn busy_moving(hang: &Hang, gpu: BusyGpu) -> String {
+    let why = match gpu {
+        BusyGpu::Runs => "its GPU runs kernels: its work moves",
+        BusyGpu::Unknown => "its GPU's activity is not read here (NVML's samples come with the straggler watch: `--stragglers on`, NVML in the container): an evaluation cannot be told from a loop",
+    };
+    format!("{}; {why}, and toporun stops nothing for it", hang.headline)
 }
 
 /// NCCL's verdict on `reading` against `stacks` and what the ranks left (`ctx`); the
@@ -160,7 +182,7 @@ pub fn nccl_verdict(
     // reports done (a kernel without profiler hooks) while the ranks compute and sit
     // at `.item()` now and then.
     let stands = ctx.standings(stacks);
-    let gpu_active = std::mem::take(&mut reading.gpu_active);
+    let gpu_busy = std::mem::take(&mut reading.gpu_busy);
     reading.on_gpu = stands
         .iter()
         .filter(|s| matches!(s.1, Standing::GpuWait { .. }))
@@ -189,8 +211,11 @@ pub fn nccl_verdict(
     }
     let hang = Hang::nccl(stacks, places, &stall, timeout, ctx);
     match all_busy(&stall) {
-        Some(busy) if busy_moves(&busy, &gpu_active) => NcclVerdict::Busy { hang, busy },
-        _ => NcclVerdict::Hang(hang),
+        Some(busy) => match busy_gpu(&busy, &gpu_busy) {
+            Some(gpu) => NcclVerdict::Busy { hang, busy, gpu },
+            None => NcclVerdict::Hang(hang),
+        },
+        None => NcclVerdict::Hang(hang),
     }
 }
 
@@ -452,8 +477,9 @@ mod tests {
     }
 
     /// The same two ranks in Python: rank 0 at `synchronize`, rank 1 in `evaluate`,
-    /// its CPU busy the whole 20 s, its GPU running kernels lately or not.
-    fn python_program(gpu: bool) -> NcclVerdict {
+    /// its CPU busy the whole 20 s, its GPU running kernels lately or not (None: not
+    /// read).
+    fn python_program(gpu: Option<bool>) -> NcclVerdict {
         use crate::nccl_counters::{decode, words::Words};
         let rank = |r: u32, posted: u64| {
             let mut w = Words::default();
@@ -465,7 +491,7 @@ mod tests {
             live: vec![0, 1],
             counters: [(0, rank(0, 20)), (1, rank(1, 19))].into(),
             cpu: [(0, Duration::ZERO), (1, Duration::from_millis(ms))].into(),
-            gpu_active: if gpu { [1].into() } else { Default::default() },
+            gpu_busy: gpu.map(|g| (1, g)).into_iter().collect(),
             ..Default::default()
         };
         let stacks = [
@@ -480,18 +506,43 @@ mod tests {
     }
 
     /// A busy rank behind whose GPU ran kernels has work that moves (an evaluation
-    /// only it runs): `Busy`, no hang. Its GPU idle (a loop in Python): the hang.
+    /// only it runs): `Busy`, no hang. Its GPU idle (a loop in Python): the hang. Its
+    /// GPU not read: an evaluation and a loop read the same, so no hang is said.
     #[test]
-    fn a_busy_rank_is_no_hang_only_while_its_gpu_runs() {
-        let NcclVerdict::Busy { hang, busy } = python_program(true) else {
+    fn a_busy_rank_is_no_hang_while_its_gpu_runs_or_is_not_read() {
+        let NcclVerdict::Busy { hang, busy, gpu } = python_program(Some(true)) else {
             panic!("busy with its GPU running: not a hang")
         };
-        assert_eq!(busy, vec![1]);
-        assert!(busy_moving(&hang).contains("its work moves"));
-        let NcclVerdict::Hang(hang) = python_program(false) else {
+        assert_eq!((busy, gpu), (vec![1], BusyGpu::Runs));
+        assert!(busy_moving(&hang, gpu).contains("its work moves"));
+        let NcclVerdict::Hang(hang) = python_program(Some(false)) else {
             panic!("busy with its GPU idle: the hang")
         };
         assert_eq!(hang.odd, vec![1]);
+        let NcclVerdict::Busy { hang, gpu, .. } = python_program(None) else {
+            panic!("busy with its GPU not read: no hang said")
+        };
+        assert_eq!(gpu, BusyGpu::Unknown);
+        let line = busy_moving(&hang, gpu);
+        assert!(
+            line.contains("its GPU's activity is not read here"),
+            "{line}"
+        );
+    }
+
+    #[test]
+    fn the_busy_ranks_gpus_decide_together() {
+        let known = |v: &[(u32, bool)]| v.iter().copied().collect();
+        assert_eq!(
+            busy_gpu(&[1, 2], &known(&[(1, true), (2, true)])),
+            Some(BusyGpu::Runs)
+        );
+        assert_eq!(
+            busy_gpu(&[1, 2], &known(&[(1, true)])),
+            Some(BusyGpu::Unknown)
+        );
+        assert_eq!(busy_gpu(&[1, 2], &known(&[(1, true), (2, false)])), None);
+        assert_eq!(busy_gpu(&[], &known(&[(1, true)])), None, "nobody busy");
     }
 
     #[test]

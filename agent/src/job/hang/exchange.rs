@@ -276,7 +276,7 @@ impl Meeting {
                 NcclStep::Quiet
             }
             NcclVerdict::Waiting => NcclStep::Quiet,
-            NcclVerdict::Busy { hang, .. } => busy_once(state, busy_moving(&hang)),
+            NcclVerdict::Busy { hang, gpu, .. } => busy_once(state, busy_moving(&hang, gpu)),
             NcclVerdict::Hang(_) if state.reported => NcclStep::Quiet,
             NcclVerdict::Hang(mut hang) => {
                 with_teardown_cause(&mut hang, nodes);
@@ -434,9 +434,7 @@ mod tests {
     fn busy(mut n: NodeStacks, rank: u32, cpu_s: u64, gpu: bool) -> NodeStacks {
         let r = n.nccl.as_mut().unwrap();
         r.cpu.insert(rank, Duration::from_secs(cpu_s));
-        if gpu {
-            r.gpu_active.insert(rank);
-        }
+        r.gpu_busy.insert(rank, gpu);
         n
     }
 
@@ -596,6 +594,21 @@ mod tests {
             panic!("a busy rank with an idle GPU was not said hung");
         };
         assert!(n.text.contains("rank 1 never posted"), "{}", n.text);
+        // Its node reads no GPU (--stragglers off, no NVML): said once, not stopped.
+        let mut s = state();
+        let unread = |cpu_s| {
+            let mut n1 = busy(node(1, EVAL, 10, 10), 1, cpu_s, false);
+            n1.nccl.as_mut().unwrap().gpu_busy.clear();
+            vec![node(0, SYNC, 11, 10), n1]
+        };
+        m.nccl_decide(&unread(0), t, &mut s);
+        let NcclStep::Busy(line) = m.nccl_decide(&unread(30), t, &mut s) else {
+            panic!("a busy rank whose GPU is not read was said hung");
+        };
+        assert!(
+            line.contains("its GPU's activity is not read here"),
+            "{line}"
+        );
     }
 
     /// A C++ program on two nodes: no stack reads anywhere. Rank 1 (node 1) sits in a

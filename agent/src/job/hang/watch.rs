@@ -13,7 +13,7 @@ use crate::job::straggler::tracker::Tracker;
 use crate::nccl_counters::CountersFiles;
 use crate::paths::Root;
 use crate::stacks::{written, RankPid, Sampler, SourceLines};
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -281,13 +281,13 @@ impl Judge {
         live: &[RankPid],
         stacks: &[RankStack],
         now: Instant,
-        gpu_active: &BTreeSet<u32>,
+        gpu_busy: &BTreeMap<u32, bool>,
     ) -> Option<bool> {
         self.nccl.as_ref()?;
         let ctx = self.context(stacks);
         let (files, watch) = self.nccl.as_mut()?;
         let mut reading = files.node(&self.root, live);
-        reading.gpu_active = gpu_active.clone();
+        reading.gpu_busy = gpu_busy.clone();
         let timeout = self.watch.timeout;
         match nccl_verdict(watch, reading, stacks, &Places::new(), &ctx, timeout, now) {
             NcclVerdict::StackRule => None,
@@ -297,9 +297,9 @@ impl Judge {
                 Some(false)
             }
             NcclVerdict::Waiting => Some(self.reported),
-            NcclVerdict::Busy { hang, .. } => {
+            NcclVerdict::Busy { hang, gpu, .. } => {
                 if !self.busy_said && !self.reported {
-                    crate::console::say!("toporun: no hang said: {}", busy_moving(&hang));
+                    crate::console::say!("toporun: no hang said: {}", busy_moving(&hang, gpu));
                 }
                 self.busy_said = true;
                 Some(self.reported)
@@ -371,8 +371,8 @@ impl Judge {
             .collect()
     }
 
-    /// `gpu_active`: the ranks whose GPU ran kernels in the last few seconds.
-    fn judge(&mut self, live: &[RankPid], stacks: &[RankStack], gpu_active: &BTreeSet<u32>) {
+    /// `gpu_busy`: whether each rank's GPU ran kernels in the last few seconds, where known.
+    fn judge(&mut self, live: &[RankPid], stacks: &[RankStack], gpu_busy: &BTreeMap<u32, bool>) {
         // Without stacks a compute loop would look hung: watch nothing then. A read
         // fails now and then (a thread exiting under the reader): said only when it
         // keeps failing.
@@ -418,7 +418,7 @@ impl Judge {
                 .hung(&ids, Duration::ZERO, now)
                 .unwrap_or_default();
             let nccl = self.nccl.as_ref().map(|(files, _)| NodeReading {
-                gpu_active: gpu_active.clone(),
+                gpu_busy: gpu_busy.clone(),
                 ..files.node(&self.root, live).for_exchange()
             });
             let marks = nccl.as_ref().map(NodeReading::marks);
@@ -444,7 +444,7 @@ impl Judge {
             }
             return;
         }
-        if let Some(decided) = self.nccl_decides(live, stacks, now, gpu_active) {
+        if let Some(decided) = self.nccl_decides(live, stacks, now, gpu_busy) {
             if !decided {
                 self.reported = false;
             }
@@ -539,15 +539,15 @@ pub fn start(
                 }
             }
             note_ports(&root, &held, &live);
-            let gpu_active = tracker
+            let gpu_busy = tracker
                 .as_ref()
-                .map(|t| t.gpu_active(GPU_ACTIVE_WITHIN))
+                .map(|t| t.gpu_busy(GPU_ACTIVE_WITHIN))
                 .unwrap_or_default();
             if !judges.load(Ordering::Relaxed) {
                 continue;
             }
             let hang_said = judge.as_mut().is_some_and(|j| {
-                j.judge(&live, &stacks, &gpu_active);
+                j.judge(&live, &stacks, &gpu_busy);
                 j.reported
             });
             // A hang said here stands until a rank moves again: the rank it names

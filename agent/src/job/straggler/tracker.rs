@@ -222,14 +222,14 @@ impl Tracker {
         self.judge(at, rows);
     }
 
-    /// The ranks whose GPU ran kernels within `within` (NVML's utilization, at the
-    /// samples taken): a rank that alone computes while the others wait is moving.
-    pub fn gpu_active(&self, within: Duration) -> std::collections::BTreeSet<u32> {
+    /// Whether each rank's GPU ran kernels within `within` (NVML's utilization, at the
+    /// samples taken; a rank without samples is left out): a rank that alone computes
+    /// while the others wait is moving.
+    pub fn gpu_busy(&self, within: Duration) -> std::collections::BTreeMap<u32, bool> {
         let from = self.start.elapsed().saturating_sub(within);
         self.windows
             .iter()
-            .filter(|(_, w)| w.gpu_busy_since(from) == Some(true))
-            .map(|(r, _)| *r)
+            .filter_map(|(r, w)| Some((*r, w.gpu_busy_since(from)?)))
             .collect()
     }
 
