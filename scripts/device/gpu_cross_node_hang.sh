@@ -12,6 +12,8 @@
 #                 alone for 35 s (Python and GPU work) while rank 0 waits in an
 #                 all_reduce, --hang-timeout 15 --on-hang stop: no hang, exit 0; both
 #                 nodes' counters copied at 26 s and 34 s (at26/, at34/)
+#   eval-nostragglers  the same under --stragglers off (no NVML samples of the GPUs):
+#                 said once as not read, nothing stopped, exit 0
 #   lightning-F, hf-F  scripts/device/gpu_trainer_{lightning,hf}.py with FAULT=F (raise,
 #                 stop, skip, ...: scripts/device/trainer_common.py) on rank 1 at step
 #                 30, --hang-timeout 15 --on-hang stop, then under torchrun (killed at
@@ -64,6 +66,8 @@ stage() {  # NAME TOPORUN TAG
   case $1 in
     cjob-healthy) bin=$(cjob_bin); ID_FILE=$ids/h-$RANDOM CASE=healthy RUN_S=$SECS two_nodes "$1$3" "$2" $((SECS + 60)) --no-python --hang-timeout 15 "$bin" ;;
     cjob-stuck) bin=$(cjob_bin); ID_FILE=$ids/s-$RANDOM CASE=stuck HOLD_RANK=1 HOLD_STEP=200 two_nodes "$1$3" "$2" 75 --no-python --hang-timeout 15 --on-hang stop "$bin" ;;
+    eval-nostragglers)  # the same without the straggler watch: no GPU samples
+      CASE=eval HOLD_RANK=1 EVAL_S=35 two_nodes "$1$3" "$2" 100 --hang-timeout 15 --on-hang stop --stragglers off scripts/device/gpu_profiler_hang_rank.py ;;
     eval)
       nvidia-smi --query-gpu=timestamp,index,utilization.gpu --format=csv,noheader -lms 500 > "$RESULTS/gpu-util-eval$3.csv" 2>/dev/null &
       local smi=$! at
