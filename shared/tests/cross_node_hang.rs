@@ -74,6 +74,12 @@ fn stack(rank: u32, function: &str, file: &str, line: i32) -> RankStack {
     }
 }
 
+/// Rank `rank`'s main thread in torch's all_reduce.
+fn in_all_reduce(rank: u32) -> RankStack {
+    let c10d = "/torch/distributed/distributed_c10d.py";
+    stack(rank, "all_reduce", c10d, 2950)
+}
+
 /// `eval`: rank 1 evaluates alone for 35 s (Python and GPU work) while rank 0 waits
 /// in an all_reduce. Both nodes' counters were copied at 26 s and 34 s of the run,
 /// inside the stall; the test puts 16 s between its two readings (the stall lasted
@@ -85,12 +91,7 @@ fn stack(rank: u32, function: &str, file: &str, line: i32) -> RankStack {
 #[test]
 fn a_rank_evaluating_alone_on_another_node_is_busy_not_hung() {
     let stacks = [
-        stack(
-            0,
-            "all_reduce",
-            "/torch/distributed/distributed_c10d.py",
-            2950,
-        ),
+        in_all_reduce(0),
         stack(
             1,
             "evaluate",
@@ -228,20 +229,7 @@ fn a_pipeline_s_stages_are_known_to_carry_point_to_point_on_both_nodes() {
 #[test]
 fn a_collective_skipped_on_a_side_group_across_nodes_is_named_from_the_counters() {
     let at = || job([trainer_node("hf-skip", 0), trainer_node("hf-skip", 1)]);
-    let stacks = [
-        stack(
-            0,
-            "all_reduce",
-            "/torch/distributed/distributed_c10d.py",
-            2950,
-        ),
-        stack(
-            1,
-            "all_reduce",
-            "/torch/distributed/distributed_c10d.py",
-            2950,
-        ),
-    ];
+    let stacks = [in_all_reduce(0), in_all_reduce(1)];
     let (mut w, t0, ctx) = (NcclWatch::default(), Instant::now(), Context::default());
     nccl_verdict(&mut w, at(), &stacks, &places(), &ctx, TIMEOUT, t0);
     let later = t0 + Duration::from_secs(16);

@@ -419,9 +419,10 @@ mod tests {
         }
     }
 
-    /// Two ranks of a C program on NCCL: rank 0 posted all_reduce 20 and waits, rank
-    /// 1 never posted it; read twice `secs` apart, rank 1's CPU having run `cpu_ms`.
-    fn c_program(secs: u64, cpu_ms: u64) -> CountersAlone {
+    /// Two ranks on NCCL: rank 0 posted all_reduce 20 and waits, rank 1 never posted
+    /// it, its CPU having run `cpu_ms` and its GPU run kernels lately or not (None:
+    /// not read).
+    fn two_ranks(cpu_ms: u64, gpu: Option<bool>) -> NodeReading {
         use crate::nccl_counters::{decode, words::Words};
         let rank = |r: u32, posted: u64| {
             let mut w = Words::default();
@@ -429,12 +430,18 @@ mod tests {
                 .ops(0, NcclFunc::AllReduce, 16 << 20, posted, 19, 1000);
             decode(&w.bytes()).unwrap()
         };
-        let at = |ms: u64| NodeReading {
+        NodeReading {
             live: vec![0, 1],
             counters: [(0, rank(0, 20)), (1, rank(1, 19))].into(),
-            cpu: [(0, Duration::ZERO), (1, Duration::from_millis(ms))].into(),
+            cpu: [(0, Duration::ZERO), (1, Duration::from_millis(cpu_ms))].into(),
+            gpu_busy: gpu.map(|g| (1, g)).into_iter().collect(),
             ..Default::default()
-        };
+        }
+    }
+
+    /// Those two ranks as a C program's, read twice `secs` apart.
+    fn c_program(secs: u64, cpu_ms: u64) -> CountersAlone {
+        let at = |ms: u64| two_ranks(ms, None);
         let (mut w, t0) = (NcclWatch::default(), Instant::now());
         let timeout = Duration::from_secs(15);
         assert!(matches!(
@@ -477,23 +484,9 @@ mod tests {
     }
 
     /// The same two ranks in Python: rank 0 at `synchronize`, rank 1 in `evaluate`,
-    /// its CPU busy the whole 20 s, its GPU running kernels lately or not (None: not
-    /// read).
+    /// its CPU busy the whole 20 s, its GPU as `gpu` says.
     fn python_program(gpu: Option<bool>) -> NcclVerdict {
-        use crate::nccl_counters::{decode, words::Words};
-        let rank = |r: u32, posted: u64| {
-            let mut w = Words::default();
-            w.comm(0, 0x7, r, 2)
-                .ops(0, NcclFunc::AllReduce, 16 << 20, posted, 19, 1000);
-            decode(&w.bytes()).unwrap()
-        };
-        let at = |ms: u64| NodeReading {
-            live: vec![0, 1],
-            counters: [(0, rank(0, 20)), (1, rank(1, 19))].into(),
-            cpu: [(0, Duration::ZERO), (1, Duration::from_millis(ms))].into(),
-            gpu_busy: gpu.map(|g| (1, g)).into_iter().collect(),
-            ..Default::default()
-        };
+        let at = |ms: u64| two_ranks(ms, gpu);
         let stacks = [
             stack(0, &[("synchronize", "torch/cuda/__init__.py", 1)]),
             stack(1, &[("evaluate", "/w/train.py", 90)]),
