@@ -139,10 +139,16 @@ pub enum NcclVerdict {
 pub enum BusyGpu {
     /// Each one's GPU ran kernels lately: its work moves.
     Runs,
-    /// Some one's GPU is not read (no NVML samples: `--stragglers off`, or no NVML in
-    /// the container): an evaluation and a loop in Python read the same.
+    /// Some one's GPU is not read (no NVML utilization: `--stragglers off`, no NVML
+    /// in the container, a MIG instance): an evaluation and a loop in Python read the
+    /// same, so the hang waits for twice the timeout ([`UNKNOWN_GPU_TIMEOUTS`]).
     Unknown,
 }
+
+/// A busy rank whose GPU is not read is the hang once the stall reaches this many
+/// timeouts: a loop that does not end is stopped in the end, an evaluation a little
+/// longer than the timeout is not.
+pub const UNKNOWN_GPU_TIMEOUTS: u32 = 2;
 
 /// The busy ranks' GPUs (`gpu_busy`: whether each rank's GPU ran kernels within a few
 /// seconds, where known); None where one is idle: a rank spinning in Python, or
@@ -160,10 +166,10 @@ pub fn busy_gpu(busy: &[u32], gpu_busy: &std::collections::BTreeMap<u32, bool>) 
 /// What is said, once, of a busy rank that is no hang ([`NcclVerdict::Busy`]).
 pub fn busy_moving(hang: &Hang, gpu: BusyGpu) -> String {
     let why = match gpu {
-        BusyGpu::Runs => "its GPU runs kernels: its work moves",
-        BusyGpu::Unknown => "its GPU's activity is not read here (NVML's samples come with the straggler watch: `--stragglers on`, NVML in the container): an evaluation cannot be told from a loop",
+        BusyGpu::Runs => "its GPU runs kernels: its work moves, and toporun stops nothing for it",
+        BusyGpu::Unknown => "its GPU's activity is not read (no NVML utilization: `--stragglers off`, no NVML in the container, or a MIG instance), so an evaluation cannot be told from a loop: toporun says the hang only if this lasts twice --hang-timeout",
     };
-    format!("{}; {why}, and toporun stops nothing for it", hang.headline)
+    format!("{}; {why}", hang.headline)
 }
 
 /// NCCL's verdict on `reading` against `stacks` and what the ranks left (`ctx`); the
@@ -203,7 +209,7 @@ pub fn nccl_verdict(
         watch.hold_off(stall.comm);
         return NcclVerdict::StackRule;
     }
-    if Duration::from_secs_f64(stall.stalled_secs) < timeout {
+    if stalled_for(&stall) < timeout {
         if !ctx.left.is_empty() && ctx.left_while_others_wait(stacks) {
             return NcclVerdict::StackRule;
         }
@@ -212,11 +218,18 @@ pub fn nccl_verdict(
     let hang = Hang::nccl(stacks, places, &stall, timeout, ctx);
     match all_busy(&stall) {
         Some(busy) => match busy_gpu(&busy, &gpu_busy) {
+            Some(BusyGpu::Unknown) if stalled_for(&stall) >= timeout * UNKNOWN_GPU_TIMEOUTS => {
+                NcclVerdict::Hang(hang)
+            }
             Some(gpu) => NcclVerdict::Busy { hang, busy, gpu },
             None => NcclVerdict::Hang(hang),
         },
         None => NcclVerdict::Hang(hang),
     }
+}
+
+fn stalled_for(stall: &NcclStall) -> Duration {
+    Duration::from_secs_f64(stall.stalled_secs)
 }
 
 /// Which operation the ranks wait in is not known: sampled, every rank posted it
@@ -286,7 +299,7 @@ pub fn counters_alone(
     if unknown_wait(&stall) {
         return CountersAlone::Quiet;
     }
-    if Duration::from_secs_f64(stall.stalled_secs) < timeout {
+    if stalled_for(&stall) < timeout {
         return CountersAlone::Waiting;
     }
     let mut hang = Hang::nccl(&[], places, &stall, timeout, &Context::default());
@@ -294,7 +307,8 @@ pub fn counters_alone(
         t.push_str("; the ranks' stacks cannot be read (not Python): the counters alone decide");
     }
     if all_busy(&stall).is_some() {
-        return CountersAlone::Busy(hang.headline);
+        let why = "without its stack toporun cannot tell a step only it runs from a loop, and stops nothing for it";
+        return CountersAlone::Busy(format!("{}; {why}", hang.headline));
     }
     CountersAlone::Hang(hang)
 }
@@ -517,10 +531,41 @@ mod tests {
         };
         assert_eq!(gpu, BusyGpu::Unknown);
         let line = busy_moving(&hang, gpu);
+        assert!(line.contains("its GPU's activity is not read"), "{line}");
         assert!(
-            line.contains("its GPU's activity is not read here"),
+            line.contains("only if this lasts twice --hang-timeout"),
             "{line}"
         );
+    }
+
+    /// A busy rank whose GPU is not read, still behind at twice the timeout: a loop
+    /// that does not end is stopped in the end.
+    #[test]
+    fn a_busy_rank_whose_gpu_is_not_read_is_the_hang_at_twice_the_timeout() {
+        let stacks = [
+            stack(0, &[("synchronize", "torch/cuda/__init__.py", 1)]),
+            stack(1, &[("evaluate", "/w/train.py", 90)]),
+        ];
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        let (ctx, places, timeout) = (Context::default(), Places::new(), Duration::from_secs(15));
+        let mut verdict = |cpu_ms: u64, secs: u64| {
+            let now = t0 + Duration::from_secs(secs);
+            nccl_verdict(
+                &mut w,
+                two_ranks(cpu_ms, None),
+                &stacks,
+                &places,
+                &ctx,
+                timeout,
+                now,
+            )
+        };
+        verdict(0, 0);
+        assert!(matches!(verdict(20_000, 20), NcclVerdict::Busy { .. }));
+        let NcclVerdict::Hang(hang) = verdict(30_000, 30) else {
+            panic!("busy at twice the timeout, its GPU not read: the hang")
+        };
+        assert_eq!(hang.odd, vec![1]);
     }
 
     #[test]

@@ -213,9 +213,12 @@ pub type RankTails = Vec<(u32, crate::supervise::Tail)>;
 /// gone wait forever (measured: tests/fixtures/device/nccl-failures-h100x2).
 pub const LEFT_STALL: Duration = Duration::from_secs(5);
 
-/// How recently a busy rank's GPU must have run kernels for its work to count as
-/// moving (NVML's utilization is over its last sample period, a sixth of a second to
-/// a second): a rank spinning in Python leaves its GPU idle within this.
+/// Without --hang-timeout, how recently a busy rank's GPU must have run kernels for
+/// its work to count as moving. With it, the timeout itself: a busy rank is the hang
+/// only once its GPU, too, stayed idle that long (as far as the straggler window keeps
+/// readings), so an evaluation that ends with seconds of CPU work (metrics, logging)
+/// is not stopped there, while a rank spinning in Python, whose GPU drains within a
+/// second, is said about a second later than its stall alone would be.
 const GPU_ACTIVE_WITHIN: Duration = Duration::from_secs(5);
 
 /// Unreadable samples in a row before detection is said to be paused.
@@ -316,13 +319,22 @@ impl Judge {
     /// Where no stack can be read, with NCCL's counters: the counters alone decide,
     /// here on one node, at the store's host on several (false: no counters to
     /// judge by).
-    fn counters_alone(&mut self, live: &[RankPid], stacks: &[RankStack]) -> bool {
+    fn counters_alone(
+        &mut self,
+        live: &[RankPid],
+        stacks: &[RankStack],
+        gpu_busy: &BTreeMap<u32, bool>,
+    ) -> bool {
         let Some((files, watch)) = self.nccl.as_mut() else {
             return false;
         };
         let reading = files.node(&self.root, live);
         if let Decide::Publish(tx) = &self.decide {
-            let _ = tx.send(NodeSample::counters_alone(reading.for_exchange(), stacks));
+            let reading = NodeReading {
+                gpu_busy: gpu_busy.clone(),
+                ..reading.for_exchange()
+            };
+            let _ = tx.send(NodeSample::counters_alone(reading, stacks));
             return true;
         }
         let places = Places::new();
@@ -373,16 +385,17 @@ impl Judge {
 
     /// `gpu_busy`: whether each rank's GPU ran kernels in the last few seconds, where known.
     fn judge(&mut self, live: &[RankPid], stacks: &[RankStack], gpu_busy: &BTreeMap<u32, bool>) {
-        // Without stacks a compute loop would look hung: watch nothing then. A read
-        // fails now and then (a thread exiting under the reader): said only when it
-        // keeps failing.
+        // Without stacks a compute loop would look hung: watch nothing then, or the
+        // counters alone. A read fails now and then (a thread exiting under the
+        // reader): only a failure that keeps on counts, and is said.
         if let Some(e) = stacks
             .iter()
             .find_map(|s| s.error.as_ref())
             .filter(|_| stacks.iter().all(|s| s.error.is_some()))
         {
             self.unreadable += 1;
-            let alone = self.counters_alone(live, stacks);
+            let alone =
+                self.unreadable >= UNREADABLE_SAID && self.counters_alone(live, stacks, gpu_busy);
             if self.unreadable == UNREADABLE_SAID {
                 if alone {
                     crate::console::say!(
@@ -492,6 +505,7 @@ pub fn start(
     let judging = Arc::new(AtomicBool::new(true));
     let judges = judging.clone();
     let every = watch.map_or(DEFAULT_INTERVAL, |w| interval(w.timeout));
+    let gpu_within = watch.map_or(GPU_ACTIVE_WITHIN, |w| w.timeout);
     let every = tracker.as_ref().map_or(every, |t| every.min(t.interval()));
     let mut judge = watch.map(|watch| Judge {
         watch,
@@ -541,7 +555,7 @@ pub fn start(
             note_ports(&root, &held, &live);
             let gpu_busy = tracker
                 .as_ref()
-                .map(|t| t.gpu_busy(GPU_ACTIVE_WITHIN))
+                .map(|t| t.gpu_busy(gpu_within))
                 .unwrap_or_default();
             if !judges.load(Ordering::Relaxed) {
                 continue;
