@@ -393,11 +393,13 @@ impl AttemptStop {
         AttemptStop::Hang(r)
     }
 
-    /// The same where another node decided the hang and the store said it.
+    /// The same for any stop the store said (another node's hang, a rank failed on
+    /// another node, a node lost, a preemption): the ranks here stop for that cause,
+    /// and those blocked in NCCL waiting for a peer gone would read as a new hang
+    /// while they wait out the shutdown (Lightning on two nodes: a hang said 15 s
+    /// after node 1's rank exited, while node 0 stopped its rank).
     fn rendezvous(watcher: &Watcher, r: StopReason) -> AttemptStop {
-        if r.kind == StopKind::Hang {
-            watcher.stop_judging();
-        }
+        watcher.stop_judging();
         AttemptStop::Rendezvous(r)
     }
 }
@@ -470,17 +472,24 @@ mod tests {
 
     /// A hang decided on another node arrives as the store's stop: this node stops
     /// judging (a rank slow to die would read as a new hang) and SIGKILLs 5 s after
-    /// SIGTERM, as for its own hang; any other stop keeps both as they were.
+    /// SIGTERM, as for its own hang. Any other stop also ends the judging (the ranks
+    /// stop for that cause) and keeps the whole shutdown deadline.
     #[test]
-    fn a_hang_decided_elsewhere_stops_judging_and_kills_after_five_seconds() {
+    fn a_stop_from_the_store_ends_judging_and_only_a_hang_kills_after_five_seconds() {
         let w = Watcher::idle();
         let stop = AttemptStop::rendezvous(&w, StopReason::new(StopKind::Hang, "rank 3 hangs"));
         assert!(!w.judging());
         assert_eq!(stop.deadline(), Some(HANG_STOP_DEADLINE));
-        for kind in [StopKind::Fail, StopKind::Restart, StopKind::Membership] {
+        let others = [
+            StopKind::Fail,
+            StopKind::Restart,
+            StopKind::Membership,
+            StopKind::Preempt,
+        ];
+        for kind in others {
             let w = Watcher::idle();
             let stop = AttemptStop::rendezvous(&w, StopReason::new(kind, "a rank failed"));
-            assert!(w.judging(), "{kind:?}");
+            assert!(!w.judging(), "{kind:?}");
             assert_eq!(stop.deadline(), None, "{kind:?}");
         }
     }
