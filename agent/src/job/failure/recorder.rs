@@ -6,7 +6,7 @@ use crate::job::session::meeting::Meeting;
 use crate::job::spec::Job;
 use crate::job::straggler::gpu_dumps::DumpPlaces;
 use crate::status::JobStatus;
-use crate::store::StoreError;
+use crate::store::{StoreClient, StoreError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_shared::flight_recorder::{
@@ -146,9 +146,13 @@ pub async fn say_flight_recorder(
     status: &JobStatus,
 ) -> Option<String> {
     let (local, _) = crate::flight_recorder::read(&[dir?.display().to_string()]);
-    // No dumps here: none elsewhere either, as a rule (one backend, one code path),
-    // and nothing to wait for on a store that may be gone with a lost node.
+    // No dumps here (a rank that exited leaves none, while its peers, blocked in
+    // NCCL, dumped): said to the deciding node, which would otherwise wait
+    // GATHER_WAIT for them; briefly, as the store may be gone with a lost node.
     if local.is_empty() {
+        if let Some(m) = meeting {
+            let _ = tokio::time::timeout(NONE_SAID_WAIT, send(&m, &local)).await;
+        }
         return None;
     }
     let dumps = match meeting {
@@ -177,13 +181,22 @@ pub async fn say_flight_recorder(
     headline
 }
 
-/// Sends this node's dumps; on the deciding node, every node's that came within
-/// [`GATHER_WAIT`].
-async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, StoreError> {
+/// How long a node without dumps tries to say so.
+const NONE_SAID_WAIT: Duration = Duration::from_secs(1);
+
+/// Writes this node's dumps (their recent entries) for the deciding node.
+async fn send(m: &Meeting, local: &[Dump]) -> Result<StoreClient, StoreError> {
     let mut c = m.connect().await?;
     let sent: Vec<Dump> = local.iter().map(|d| d.recent(ENTRIES_SENT)).collect();
     m.write(&mut c, &m.keys.flight_recorder(m.node_rank), &sent)
         .await?;
+    Ok(c)
+}
+
+/// Sends this node's dumps; on the deciding node, every node's that came within
+/// [`GATHER_WAIT`].
+async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, StoreError> {
+    let mut c = send(m, local).await?;
     if !m.decides {
         return Ok(None);
     }
@@ -196,4 +209,46 @@ async fn job_dumps(m: &Meeting, local: &[Dump]) -> Result<Option<Vec<Dump>>, Sto
     all.sort_by_key(|d| d.rank);
     all.dedup_by_key(|d| d.rank);
     Ok(Some(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rendezvous::RunKeys;
+    use crate::store::StoreServer;
+
+    fn meeting(port: u16, node_rank: u32) -> Meeting {
+        Meeting {
+            host: "127.0.0.1".into(),
+            port,
+            keys: RunKeys::new("t", None).round(0),
+            node_rank,
+            nnodes: 2,
+            decides: node_rank == 0,
+        }
+    }
+
+    /// Node 1's rank exited and left no dump, node 0's dumped: node 1 says it has
+    /// none, so node 0 gathers at once instead of waiting GATHER_WAIT for it.
+    #[tokio::test]
+    async fn a_node_without_dumps_says_so_and_the_deciding_node_does_not_wait() {
+        let s = StoreServer::bind(0).unwrap();
+        let empty = tempfile::tempdir().unwrap();
+        let status = JobStatus::default();
+        let said = say_flight_recorder(
+            Some(empty.path()),
+            Some(meeting(s.port(), 1)),
+            empty.path(),
+            &status,
+        );
+        assert_eq!(said.await, None);
+        let start = std::time::Instant::now();
+        let all = job_dumps(&meeting(s.port(), 0), &[]).await.unwrap();
+        assert_eq!(all.map(|d| d.len()), Some(0));
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
+        );
+    }
 }
