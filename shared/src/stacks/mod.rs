@@ -14,7 +14,7 @@ mod merge;
 mod model;
 mod nccl_hang;
 pub use nccl_hang::{
-    busy_gpu, busy_moving, counters_alone, nccl_verdict, BusyGpu, CountersAlone, NcclVerdict,
+    busy_gpu, busy_line, counters_alone, nccl_verdict, BusyGpu, CountersAlone, NcclVerdict,
 };
 pub mod progress;
 pub mod rank_window;

@@ -164,7 +164,7 @@ pub fn busy_gpu(busy: &[u32], gpu_busy: &std::collections::BTreeMap<u32, bool>) 
 }
 
 /// What is said, once, of a busy rank that is no hang ([`NcclVerdict::Busy`]).
-pub fn busy_moving(hang: &Hang, gpu: BusyGpu) -> String {
+pub fn busy_line(hang: &Hang, gpu: BusyGpu) -> String {
     let why = match gpu {
         BusyGpu::Runs => "its GPU runs kernels: its work moves, and toporun stops nothing for it",
         BusyGpu::Unknown => "its GPU's activity is not read (no NVML utilization: `--stragglers off`, no NVML in the container, or a MIG instance), so an evaluation cannot be told from a loop: toporun says the hang only if this lasts twice --hang-timeout",
@@ -521,7 +521,7 @@ mod tests {
             panic!("busy with its GPU running: not a hang")
         };
         assert_eq!((busy, gpu), (vec![1], BusyGpu::Runs));
-        assert!(busy_moving(&hang, gpu).contains("its work moves"));
+        assert!(busy_line(&hang, gpu).contains("its work moves"));
         let NcclVerdict::Hang(hang) = python_program(Some(false)) else {
             panic!("busy with its GPU idle: the hang")
         };
@@ -530,7 +530,7 @@ mod tests {
             panic!("busy with its GPU not read: no hang said")
         };
         assert_eq!(gpu, BusyGpu::Unknown);
-        let line = busy_moving(&hang, gpu);
+        let line = busy_line(&hang, gpu);
         assert!(line.contains("its GPU's activity is not read"), "{line}");
         assert!(
             line.contains("only if this lasts twice --hang-timeout"),

@@ -23,7 +23,7 @@ use toporun_shared::stacks::job_view::{context, flatten, job_hung, NodeStacks};
 use toporun_shared::stacks::standing::Standing;
 use toporun_shared::stacks::teardown::teardown_cause;
 use toporun_shared::stacks::{
-    busy_moving, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places,
+    busy_line, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places,
 };
 
 struct State {
@@ -278,7 +278,7 @@ impl Meeting {
                 NcclStep::Quiet
             }
             NcclVerdict::Waiting => NcclStep::Quiet,
-            NcclVerdict::Busy { hang, gpu, .. } => busy_once(state, busy_moving(&hang, gpu)),
+            NcclVerdict::Busy { hang, gpu, .. } => busy_once(state, busy_line(&hang, gpu)),
             NcclVerdict::Hang(_) if state.reported => NcclStep::Quiet,
             NcclVerdict::Hang(mut hang) => {
                 with_teardown_cause(&mut hang, nodes);

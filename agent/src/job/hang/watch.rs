@@ -25,7 +25,7 @@ use toporun_shared::stacks::hang_report::{Context, Gone, Hang};
 use toporun_shared::stacks::progress::{Progress, Sample};
 use toporun_shared::stacks::teardown::{teardown_cause, LastSaid};
 use toporun_shared::stacks::{
-    busy_moving, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
+    busy_line, counters_alone, nccl_verdict, CountersAlone, NcclVerdict, Places, RankStack,
 };
 use toporun_shared::untrusted::without_escapes;
 
@@ -302,7 +302,7 @@ impl Judge {
             NcclVerdict::Waiting => Some(self.reported),
             NcclVerdict::Busy { hang, gpu, .. } => {
                 if !self.busy_said && !self.reported {
-                    crate::console::say!("toporun: no hang said: {}", busy_moving(&hang, gpu));
+                    crate::console::say!("toporun: no hang said: {}", busy_line(&hang, gpu));
                 }
                 self.busy_said = true;
                 Some(self.reported)
