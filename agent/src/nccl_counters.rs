@@ -109,8 +109,14 @@ impl CountersFiles {
     }
 
     /// The node's ranks now: their counters, their main threads' CPU time and the
-    /// bytes they wrote.
-    pub fn node(&self, root: &Root, live: &[RankPid]) -> NodeReading {
+    /// bytes they wrote, with whether each one's GPU ran kernels lately (`gpu_busy`,
+    /// where NVML's samples say).
+    pub fn node(
+        &self,
+        root: &Root,
+        live: &[RankPid],
+        gpu_busy: &BTreeMap<u32, bool>,
+    ) -> NodeReading {
         let (counters, unreadable) = self.read(live);
         NodeReading {
             live: live.iter().map(|r| r.rank).collect(),
@@ -126,7 +132,7 @@ impl CountersFiles {
             on_gpu: Default::default(),
             whole_job: false,
             unreadable,
-            gpu_busy: Default::default(),
+            gpu_busy: gpu_busy.clone(),
         }
     }
 }

@@ -35,9 +35,9 @@ pub struct NodeReading {
     /// layout): the counters cannot judge these ranks, so they judge nothing.
     #[serde(default)]
     pub unreadable: BTreeSet<u32>,
-    /// Whether each rank's GPU ran kernels within the last few seconds, where NVML's
-    /// samples say (the straggler tracker's; a rank absent: not known): a busy rank
-    /// behind whose GPU runs has work that moves.
+    /// Whether each rank's GPU ran kernels within the hang watch's window (its
+    /// --hang-timeout), where NVML's samples say (the straggler tracker's; a rank
+    /// absent: not known): a busy rank behind whose GPU runs has work that moves.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub gpu_busy: BTreeMap<u32, bool>,
 }

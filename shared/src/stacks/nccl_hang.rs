@@ -150,8 +150,8 @@ pub enum BusyGpu {
 /// longer than the timeout is not.
 pub const UNKNOWN_GPU_TIMEOUTS: u32 = 2;
 
-/// The busy ranks' GPUs (`gpu_busy`: whether each rank's GPU ran kernels within a few
-/// seconds, where known); None where one is idle: a rank spinning in Python, or
+/// The busy ranks' GPUs (`gpu_busy`: whether each rank's GPU ran kernels within the
+/// hang watch's window, where known); None where one is idle: a rank spinning in Python, or
 /// stuck, leaves its GPU idle once its queue drains, an evaluation keeps it busy.
 pub fn busy_gpu(busy: &[u32], gpu_busy: &std::collections::BTreeMap<u32, bool>) -> Option<BusyGpu> {
     if busy.is_empty() || busy.iter().any(|r| gpu_busy.get(r) == Some(&false)) {

@@ -89,6 +89,13 @@ pub fn start(
     })
 }
 
+impl State {
+    /// Operations moved: a later hang or busy rank is said anew.
+    fn moved(&mut self) {
+        (self.reported, self.busy_said) = (false, false);
+    }
+}
+
 /// A busy rank's line, said once a stall (and not after a hang was said).
 fn busy_once(state: &mut State, line: String) -> NcclStep {
     if state.busy_said || state.reported {
@@ -274,7 +281,7 @@ impl Meeting {
             NcclVerdict::StackRule => NcclStep::StackRule,
             NcclVerdict::Moving => {
                 // Operations move: a later hang, by either rule, is said anew.
-                (state.reported, state.busy_said) = (false, false);
+                state.moved();
                 NcclStep::Quiet
             }
             NcclVerdict::Waiting => NcclStep::Quiet,
@@ -300,7 +307,7 @@ impl Meeting {
         let now = std::time::Instant::now();
         match counters_alone(&mut state.nccl, reading, &places, timeout, now) {
             CountersAlone::Quiet | CountersAlone::Moving => {
-                (state.reported, state.busy_said) = (false, false);
+                state.moved();
                 NcclStep::Quiet
             }
             CountersAlone::Waiting => NcclStep::Quiet,

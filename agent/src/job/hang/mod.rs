@@ -1,7 +1,7 @@
 //! A job that stands still: each rank's stack sampled while it runs (`watch`), the
-//! decision across nodes (`exchange`) on each node's samples (`node_sample`), what a hang leads to (`response`), and every
-//! rank's stack on demand (`stacks_socket`, `toporun stacks`), with where the ranks'
-//! DataLoader workers stand (`workers_text`).
+//! decision across nodes (`exchange`) on each node's samples (`node_sample`), what a
+//! hang leads to (`response`), and every rank's stack on demand (`stacks_socket`,
+//! `toporun stacks`), with where the ranks' DataLoader workers stand (`workers_text`).
 
 pub(super) mod exchange;
 pub(super) mod node_sample;

@@ -289,8 +289,7 @@ impl Judge {
         self.nccl.as_ref()?;
         let ctx = self.context(stacks);
         let (files, watch) = self.nccl.as_mut()?;
-        let mut reading = files.node(&self.root, live);
-        reading.gpu_busy = gpu_busy.clone();
+        let reading = files.node(&self.root, live, gpu_busy);
         let timeout = self.watch.timeout;
         match nccl_verdict(watch, reading, stacks, &Places::new(), &ctx, timeout, now) {
             NcclVerdict::StackRule => None,
@@ -328,13 +327,9 @@ impl Judge {
         let Some((files, watch)) = self.nccl.as_mut() else {
             return false;
         };
-        let reading = files.node(&self.root, live);
+        let reading = files.node(&self.root, live, gpu_busy);
         if let Decide::Publish(tx) = &self.decide {
-            let reading = NodeReading {
-                gpu_busy: gpu_busy.clone(),
-                ..reading.for_exchange()
-            };
-            let _ = tx.send(NodeSample::counters_alone(reading, stacks));
+            let _ = tx.send(NodeSample::counters_alone(reading.for_exchange(), stacks));
             return true;
         }
         let places = Places::new();
@@ -383,7 +378,7 @@ impl Judge {
             .collect()
     }
 
-    /// `gpu_busy`: whether each rank's GPU ran kernels in the last few seconds, where known.
+    /// `gpu_busy`: whether each rank's GPU ran kernels within the timeout, where known.
     fn judge(&mut self, live: &[RankPid], stacks: &[RankStack], gpu_busy: &BTreeMap<u32, bool>) {
         // Without stacks a compute loop would look hung: watch nothing then, or the
         // counters alone. A read fails now and then (a thread exiting under the
@@ -430,10 +425,10 @@ impl Judge {
                 .progress
                 .hung(&ids, Duration::ZERO, now)
                 .unwrap_or_default();
-            let nccl = self.nccl.as_ref().map(|(files, _)| NodeReading {
-                gpu_busy: gpu_busy.clone(),
-                ..files.node(&self.root, live).for_exchange()
-            });
+            let nccl = self
+                .nccl
+                .as_ref()
+                .map(|(files, _)| files.node(&self.root, live, gpu_busy).for_exchange());
             let marks = nccl.as_ref().map(NodeReading::marks);
             let nccl_still = marks.is_some_and(|m| m == self.handed_marks);
             self.handed_marks = marks.unwrap_or_default();
