@@ -11,11 +11,17 @@ use toporun_shared::copy_rounds::copy_rounds;
 use toporun_shared::cpulist;
 use toporun_shared::facts::{same_bus, GpuFacts, HostCopy, LinkBandwidth, PairCopy};
 
-/// Bytes per copy: large enough that a copy's fixed cost is noise on NVLink.
+/// Bytes per copy between GPUs: large enough that a copy's fixed cost is noise on NVLink.
 pub const BUFFER_BYTES: usize = 64 << 20;
+/// Bytes per copy with pinned host memory: 0.3 ms a copy at PCIe Gen5's 55 GB/s, so
+/// the copies queued back to back hide their fixed cost; pinning costs by the page
+/// (64 MiB took 25-38 ms a GPU), and this buffer is all that is pinned.
+pub const HOST_BUFFER_BYTES: usize = 16 << 20;
 /// Copies per link run untimed for about this long, then twice timed for about
 /// TARGET_SECONDS (at least one copy, at most MAX_REPS).
 const WARM_SECONDS: f64 = 0.005;
+/// The way back over a link just warmed by the way there needs no warming.
+const WARMED_SECONDS: f64 = 0.0;
 const TARGET_SECONDS: f64 = 0.010;
 const MAX_REPS: usize = 20;
 /// A hung or crawling link must not hold a launch: stop measuring after this.
@@ -47,6 +53,7 @@ pub fn measure(gpus: &GpuFacts) -> LinkBandwidth {
     }
     let mut m = LinkBandwidth {
         buffer_bytes: BUFFER_BYTES as u64,
+        host_buffer_bytes: HOST_BUFFER_BYTES as u64,
         ..Default::default()
     };
     if let Err(e) = run(gpus, t0, &mut m) {
@@ -170,8 +177,8 @@ fn setup(ordinal: i32, index: u32, cpus: &[u32]) -> Result<Gpu, MeasureError> {
         let src = result::malloc_sync(BUFFER_BYTES).map_err(on("cuMemAlloc"))?;
         let dst = result::malloc_sync(BUFFER_BYTES).map_err(on("cuMemAlloc"))?;
         result::memset_d8_sync(src, 1, BUFFER_BYTES).map_err(on("cuMemsetD8"))?;
-        let host = result::malloc_host(BUFFER_BYTES, 0).map_err(on("cuMemHostAlloc"))?;
-        std::ptr::write_bytes(host as *mut u8, 1, BUFFER_BYTES);
+        // Its contents do not matter to a copy's speed: left as the kernel zeroed it.
+        let host = result::malloc_host(HOST_BUFFER_BYTES, 0).map_err(on("cuMemHostAlloc"))?;
         let stream = result::stream::create(result::stream::StreamKind::NonBlocking)
             .map_err(on("cuStreamCreate"))?;
         let start = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT)
@@ -246,7 +253,7 @@ fn measure_all(
                 )
             })
             .collect();
-        let gbps = time(&copies)?;
+        let gbps = time(&copies, BUFFER_BYTES, WARM_SECONDS)?;
         for (((a, b), gbps), peer_access) in pairs.iter().zip(gbps).zip(peer_access) {
             m.pairs.push(PairCopy {
                 src: a.index,
@@ -261,23 +268,23 @@ fn measure_all(
         if over() {
             return Err(MeasureError::OverBudget);
         }
-        // SAFETY: pinned host buffer and device buffers of BUFFER_BYTES each.
+        // SAFETY: the pinned host buffer holds HOST_BUFFER_BYTES, the device ones more.
         let h2d: LinkCopy = (
             g,
             Box::new(|s| unsafe {
-                sys::cuMemcpyHtoDAsync_v2(g.dst, g.host, BUFFER_BYTES, s).result()
+                sys::cuMemcpyHtoDAsync_v2(g.dst, g.host, HOST_BUFFER_BYTES, s).result()
             }),
         );
         let d2h: LinkCopy = (
             g,
             Box::new(|s| unsafe {
-                sys::cuMemcpyDtoHAsync_v2(g.host, g.src, BUFFER_BYTES, s).result()
+                sys::cuMemcpyDtoHAsync_v2(g.host, g.src, HOST_BUFFER_BYTES, s).result()
             }),
         );
         m.host.push(HostCopy {
             gpu: g.index,
-            h2d_gbps: time(&[h2d])?[0],
-            d2h_gbps: time(&[d2h])?[0],
+            h2d_gbps: time(&[h2d], HOST_BUFFER_BYTES, WARM_SECONDS)?[0],
+            d2h_gbps: time(&[d2h], HOST_BUFFER_BYTES, WARMED_SECONDS)?[0],
             cpus: g.cpus.clone(),
         });
     }
@@ -311,12 +318,12 @@ type LinkCopy<'a> = (
     Box<dyn Fn(sys::CUstream) -> Result<(), result::DriverError> + 'a>,
 );
 
-/// GB/s of each copy, all running at once (one per GPU's stream). An idle GPU's PCIe
-/// link runs at a low generation and retrains under load, and first use maps peer
-/// memory: copies run untimed for WARM_SECONDS first. Then two timed runs of about
-/// TARGET_SECONDS; the faster counts (a link does not run faster than it can, only
-/// slower when disturbed).
-fn time(copies: &[LinkCopy]) -> Result<Vec<f64>, MeasureError> {
+/// GB/s of each copy of `bytes`, all running at once (one per GPU's stream). An idle
+/// GPU's PCIe link runs at a low generation and retrains under load, and first use
+/// maps peer memory: copies run untimed for `warm_seconds` first (one at least). Then
+/// two timed runs of about TARGET_SECONDS; the faster counts (a link does not run
+/// faster than it can, only slower when disturbed).
+fn time(copies: &[LinkCopy], bytes: usize, warm_seconds: f64) -> Result<Vec<f64>, MeasureError> {
     let err = |e| cuda(&format!("GPU{} copy", copies[0].0.index), e);
     let mut warm = 0.0;
     let mut one = f64::MAX;
@@ -327,7 +334,7 @@ fn time(copies: &[LinkCopy]) -> Result<Vec<f64>, MeasureError> {
             .fold(0.0, f64::max);
         one = one.min(slowest);
         warm += slowest;
-        if warm >= WARM_SECONDS {
+        if warm >= warm_seconds {
             break;
         }
     }
@@ -339,7 +346,7 @@ fn time(copies: &[LinkCopy]) -> Result<Vec<f64>, MeasureError> {
     Ok(first
         .iter()
         .zip(second)
-        .map(|(a, b)| (BUFFER_BYTES * reps) as f64 / a.min(b) / 1e9)
+        .map(|(a, b)| (bytes * reps) as f64 / a.min(b) / 1e9)
         .collect())
 }
 

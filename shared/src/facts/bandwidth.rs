@@ -10,8 +10,11 @@ pub struct LinkBandwidth {
     pub error: Option<String>,
     /// The CUDA driver's version as it reports it (12080 = 12.8).
     pub cuda_driver: Option<u32>,
-    /// Bytes per copy.
+    /// Bytes per copy between GPUs.
     pub buffer_bytes: u64,
+    /// Bytes per copy between a GPU and pinned host memory (0: `buffer_bytes`, as
+    /// measurements before this field).
+    pub host_buffer_bytes: u64,
     /// Driver load, contexts on every GPU and buffers, in seconds.
     pub init_seconds: f64,
     /// Of which the driver's load and cuInit.

@@ -42,8 +42,13 @@ fn gpu(facts: &HostFacts, i: u32) -> Option<&Gpu> {
 }
 
 fn timing(m: &LinkBandwidth) -> String {
+    let host = match m.host_buffer_bytes {
+        0 => String::new(),
+        b if b == m.buffer_bytes => String::new(),
+        b => format!(" ({} MiB with host memory)", b >> 20),
+    };
     format!(
-        "{:.2} s with CUDA initialisation ({:.2} s), {} MiB copies",
+        "{:.2} s with CUDA initialisation ({:.2} s), {} MiB copies{host}",
         m.seconds,
         m.init_seconds,
         m.buffer_bytes >> 20
@@ -284,6 +289,19 @@ mod tests {
         assert_eq!(x.severity, Severity::Ok, "{x:?}");
         assert!(x.facts["reference"].contains("NV18 (Hopper)"));
         assert_eq!(by_id(&f, "gpu.host_bandwidth").severity, Severity::Ok);
+    }
+
+    #[test]
+    fn the_host_copies_size_is_said_where_it_differs() {
+        let mut f = measured(375.0, true);
+        let said = |f: &HostFacts| by_id(f, "gpu.bandwidth").summary;
+        assert!(said(&f).ends_with("64 MiB copies)"), "{}", said(&f));
+        f.bandwidth.as_mut().unwrap().host_buffer_bytes = 16 << 20;
+        assert!(
+            said(&f).ends_with("64 MiB copies (16 MiB with host memory))"),
+            "{}",
+            said(&f)
+        );
     }
 
     #[test]
