@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Hangs judged across nodes, on a machine of one GPU: two toporun nodes on loopback,
-# one rank each, both on GPU 0, NCCL_HOSTID per node with P2P and SHM off, so that
+# Hangs judged across nodes, on a machine of one GPU: two toporun nodes (NODES) on
+# loopback, one rank each, all on GPU 0, NCCL_HOSTID per node with P2P and SHM off, so that
 # NCCL takes them for two hosts and talks over sockets. Stages (STAGES), each written
 # to OUT/summary.txt as it goes, each node's counters at the attempt's end kept
 # (NAME/nccl-counters0, 1, gzipped):
@@ -20,6 +20,11 @@
 #                 TORCHRUN_LIMIT, 55 s) for the same fault
 #   pipeline      scripts/device/gpu_trainer_pipeline.py, 2 stages, SECS s, healthy
 #                 under the defaults: nothing to say
+#   hsdp-healthy  scripts/device/gpu_trainer_fsdp2.py with MESH=2x2 on 4 nodes (each
+#                 rank in a shard and a replicate communicator), SECS s, defaults:
+#                 nothing to say
+#   hsdp-slow     the same with rank 3 sleeping SLOW_MS (150) before each step: the
+#                 straggler named is rank 3, from its wait in one communicator
 # With OLD=path/to/an/older/toporun each stage runs with it too (the build before).
 # Both ranks share one GPU: its utilization is the two ranks' together, so a rank
 # spinning in Python beside a waiting rank's NCCL kernel reads as busy here; on real
@@ -35,21 +40,31 @@ mkdir -p "$RESULTS"
 S=$RESULTS/summary.txt
 lines() { grep -E "hold:|fault:|toporun: (root cause|hang|no hang|straggler|warning|links|exit code|stopped|error|the ranks|rank [0-9]+ (is|was|exited|failed))|Root Cause|exitcode|traceback :|SignalException|Segmentation|SIGSEGV|core dumped" "$1" | cut -c1-1500 | head -30; }
 
-two_nodes() {  # NAME LAUNCHER LIMIT ARGS...: node 0 and node 1 of one job, each timed
-  local name=$1 t=$2 limit=$3 d=$RESULTS/$1 p=$((29700 + RANDOM % 200)) n0; shift 3; mkdir -p "$d"
-  local args=(--nnodes=2 --master-addr=127.0.0.1 --master-port=$p --nproc-per-node=1)
-  local logs0=(--log-dir "$d/run0") logs1=(--log-dir "$d/run1")
-  [ "$t" = torchrun ] && logs0=() logs1=()
-  NCCL_HOSTID=node0 python3 scripts/device/timed_run.py "$limit" "$d/stdout0" "$d/stderr0" "$t" --node-rank=0 "${args[@]}" "${logs0[@]}" "$@" > "$d/exit0" &
-  n0=$!
-  local one; one=$(NCCL_HOSTID=node1 python3 scripts/device/timed_run.py "$limit" "$d/stdout1" "$d/stderr1" "$t" --node-rank=1 "${args[@]}" "${logs1[@]}" "$@")
-  wait $n0
-  echo "== $name: node 0 $(cat "$d/exit0"); node 1 $one" | tee -a "$S"
-  for n in 0 1; do
-    echo "  node $n:" | tee -a "$S"; lines "$d/stderr$n" | tee -a "$S"
-    cp "$d"/run$n/*/attempt_0/hang*.json "$d/" 2>/dev/null
-    cp -r "$d"/run$n/*/attempt_0/nccl-counters "$d/nccl-counters$n" 2>/dev/null && gzip -f "$d/nccl-counters$n"/rank_*
-    rm -rf "$d/run$n"
+two_nodes() {  # NAME LAUNCHER LIMIT ARGS...: NODES (2) nodes of one job, each timed
+  local name=$1 t=$2 limit=$3 d=$RESULTS/$1 p=$((29700 + RANDOM % 200)) n=${NODES:-2} k; shift 3; mkdir -p "$d"
+  local args=(--nnodes=$n --master-addr=127.0.0.1 --master-port=$p --nproc-per-node=1) pids=()
+  for k in $(seq 0 $((n - 1))); do
+    local logs=(--log-dir "$d/run$k"); [ "$t" = torchrun ] && logs=()
+    NCCL_HOSTID=node$k python3 scripts/device/timed_run.py "$limit" "$d/stdout$k" "$d/stderr$k" "$t" --node-rank=$k "${args[@]}" "${logs[@]}" "$@" > "$d/exit$k" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+  echo "== $name: $(for k in $(seq 0 $((n - 1))); do printf 'node %s %s; ' $k "$(cat "$d/exit$k")"; done)" | tee -a "$S"
+  for k in $(seq 0 $((n - 1))); do
+    echo "  node $k:" | tee -a "$S"; lines "$d/stderr$k" | tee -a "$S"
+    cp "$d"/run$k/*/attempt_0/hang*.json "$d/" 2>/dev/null
+    cp -r "$d"/run$k/*/attempt_0/nccl-counters "$d/nccl-counters$k" 2>/dev/null && gzip -f "$d/nccl-counters$k"/rank_*
+    rm -rf "$d/run$k"
+  done
+}
+
+snapshots() {  # DIR SECONDS...: every node's counters as the plugin wrote them, at each time
+  local d=$1 at; shift
+  for at in "$@"; do
+    (sleep "$at"; mkdir -p "$d/at$at"
+     for f in /dev/shm/toporun-*/attempt_0/rank_*; do
+       gzip -c "$f" > "$d/at$at/$(basename "$f").gz"
+     done) &
   done
 }
 
@@ -83,6 +98,11 @@ stage() {  # NAME TOPORUN TAG
       local tr=${1%%-*} f=${1#*-}; [ "$tr" = lightning ] || tr=hf
       FAULT=$f two_nodes "$1$3" "$2" 75 --hang-timeout 15 --on-hang stop "scripts/device/gpu_trainer_$tr.py"
       [ -z "$3" ] && FAULT=$f two_nodes "$1-torchrun" torchrun "${TORCHRUN_LIMIT:-55}" "scripts/device/gpu_trainer_$tr.py" ;;
+    hsdp-*)  # FSDP2 over a 2x2 mesh on 4 nodes (a shard and a replicate communicator a
+      # rank, and the job's), under the defaults; -slow: rank 3 sleeps before each step
+      local slow=0; [ "$1" = hsdp-slow ] && slow=${SLOW_MS:-150}
+      snapshots "$RESULTS/$1$3" 50 80
+      NODES=4 MESH=2x2 SECS=$SECS N_LAYER=4 DIM=512 BATCH=4 SEQ=256 SLOW_RANK=3 SLOW_MS=$slow two_nodes "$1$3" "$2" $((SECS + 60)) scripts/device/gpu_trainer_fsdp2.py ;;
     pipeline)  # healthy, under the defaults: stages 0 and 1 send and receive across nodes
       SECS=$SECS two_nodes "pipeline$3" "$2" $((SECS + 40)) scripts/device/gpu_trainer_pipeline.py ;;
   esac

@@ -10,6 +10,9 @@ all ranks agree on, iteration times, and the faults real jobs meet, one per run:
   FAULT=skip      all ranks but FAULT_RANK all_reduce on a side group it never joins
   FAULT=noinit    rank FAULT_RANK never reaches init_process_group (blocked in a read)
 
+and a straggler: SLOW_MS > 0 makes rank SLOW_RANK (1) sleep that long before each step
+(a rank whose input pipeline is slow), so that the others wait for it in every step.
+
 The trainers are inputs: Lightning, Transformers, torch's FSDP2 and pipelining, as
 their users run them; nothing here is toporun's."""
 import os
@@ -24,6 +27,7 @@ import torch.distributed as dist
 env = os.environ.get
 FAULT, FAULT_RANK, FAULT_STEP = env("FAULT", ""), int(env("FAULT_RANK", "1")), int(env("FAULT_STEP", "30"))
 SECS = float(env("SECS", "125"))
+SLOW_RANK, SLOW_MS = int(env("SLOW_RANK", "1")), float(env("SLOW_MS", "0"))
 RANK, LOCAL_RANK = int(env("RANK", "0")), int(env("LOCAL_RANK", "0"))
 GPU = torch.cuda.is_available()
 
@@ -132,6 +136,8 @@ def train(name, opt, step_fn):
     clock, faults, step = Clock(), Faults(), 0
     while not clock.up(step):
         clock.begin()
+        if SLOW_MS and RANK == SLOW_RANK:
+            time.sleep(SLOW_MS / 1000)
         step_fn()
         opt.step()
         opt.zero_grad(set_to_none=True)

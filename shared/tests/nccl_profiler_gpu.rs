@@ -9,12 +9,12 @@ mod common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use toporun_shared::flight_recorder::LinkModel;
+use toporun_shared::flight_recorder::{GpuTime, LinkModel};
 use toporun_shared::nccl_counters::{
     window, KernelSampling, NcclFunc, NcclState, NcclWatch, NodeReading, RankCounters, WaitedOp,
 };
 use toporun_shared::stacks::hang_report::{Context, Hang};
-use toporun_shared::stacks::rank_window::{GpuWait, WindowSummary};
+use toporun_shared::stacks::rank_window::{CommWait, GpuWait, WindowSummary};
 use toporun_shared::stacks::straggler::{self, RankRow};
 use toporun_shared::stacks::{
     nccl_verdict, Frame, NcclVerdict, Place, Places, RankStack, ThreadStack,
@@ -204,9 +204,10 @@ fn a_mismatch_has_nobody_behind() {
     );
 }
 
-/// Each rank's share of a 20 s window inside collectives, from its counters at 30 s
-/// and 50 s into the run.
-fn shares(dir: &str, ranks: u32) -> Vec<f64> {
+/// Each rank's GPU time over a 20 s window inside collectives (on the communicator
+/// its node judges it by, and on each of its communicators), from its counters at
+/// 30 s and 50 s into the run.
+fn times(dir: &str, ranks: u32) -> Vec<GpuTime> {
     let readings: Vec<_> = (0..ranks)
         .map(|r| {
             let at = |s| counters(&format!("{dir}/at{s}"), r);
@@ -219,12 +220,12 @@ fn shares(dir: &str, ranks: u32) -> Vec<f64> {
     let judged = window::judged_comms(&windows);
     windows
         .iter()
-        .map(|&(r, a, b)| {
-            window::gpu_time(r, a, b, Duration::from_secs(20), judged[&r])
-                .unwrap()
-                .share()
-        })
+        .map(|&(r, a, b)| window::gpu_time(r, a, b, Duration::from_secs(20), judged[&r]).unwrap())
         .collect()
+}
+
+fn shares(times: &[GpuTime]) -> Vec<f64> {
+    times.iter().map(GpuTime::share).collect()
 }
 
 /// Rank 1 on 3x the matmuls: its GPU spends far less of the window in collectives
@@ -239,7 +240,8 @@ fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
     for (set, ranks) in runs {
         let sampling = counters(&format!("{set}:straggler{ranks}-slow/at30"), 0).sampling;
         assert_eq!(sampling, sampling_of(set), "{set}");
-        let slow = shares(&format!("{set}:straggler{ranks}-slow"), ranks);
+        let slow_times = times(&format!("{set}:straggler{ranks}-slow"), ranks);
+        let slow = shares(&slow_times);
         let others = slow
             .iter()
             .enumerate()
@@ -247,18 +249,22 @@ fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
             .map(|(_, s)| *s);
         let least_other = others.fold(f64::MAX, f64::min);
         assert!(slow[1] < least_other / 2.0, "{set} {ranks} ranks: {slow:?}");
-        // toporun's straggler rule on those shares names rank 1, and nobody balanced.
-        let named: Vec<u32> = straggler::find(&rows(&slow), &[])
-            .iter()
-            .map(|s| s.rank)
-            .collect();
-        assert_eq!(named, [1], "{set} {ranks} ranks: {slow:?}");
-        let even = shares(&format!("{set}:straggler{ranks}-balanced"), ranks);
-        let named = straggler::find(&rows(&even), &[]);
-        assert!(
-            named.is_empty(),
-            "{set} {ranks} ranks balanced: {even:?} {named:?}"
-        );
+        // toporun's straggler rule on those shares names rank 1, and nobody balanced:
+        // on the job's figures (dumps) and communicator by communicator (counters).
+        for by_comm in [false, true] {
+            let named: Vec<u32> = straggler::find(&rows(&slow_times, by_comm), &[])
+                .iter()
+                .map(|s| s.rank)
+                .collect();
+            assert_eq!(named, [1], "{set} {ranks} ranks: {slow:?}");
+            let even = times(&format!("{set}:straggler{ranks}-balanced"), ranks);
+            let named = straggler::find(&rows(&even, by_comm), &[]);
+            assert!(
+                named.is_empty(),
+                "{set} {ranks} ranks balanced: {:?} {named:?}",
+                shares(&even)
+            );
+        }
         // As the runs themselves said.
         let said = |case: &str| stderr(set, &format!("straggler{ranks}-{case}"));
         assert!(
@@ -269,18 +275,20 @@ fn the_straggler_waits_least_and_a_balanced_job_names_nobody() {
             !said("balanced").contains("toporun: straggler:"),
             "{set} {ranks}"
         );
-        eprintln!("{set} {ranks} ranks: slow {slow:?} balanced {even:?}");
+        eprintln!("{set} {ranks} ranks: slow {slow:?}");
     }
 }
 
-/// The ranks of a window whose GPUs spent `shares` of it in collectives. The
-/// captures read the counters twice, so the window's one share stands for each of
-/// its thirds (the rule asks two of them); the stacks' wait is the same for all.
-fn rows(shares: &[f64]) -> Vec<RankRow> {
-    shares
+/// The ranks of a window whose GPUs spent `times` of it in collectives, with each
+/// communicator's share where `by_comm` (as NCCL's counters give them). The captures
+/// read the counters twice, so the window's one share stands for each of its thirds
+/// (the rule asks two of them); the stacks' wait is the same for all.
+fn rows(times: &[GpuTime], by_comm: bool) -> Vec<RankRow> {
+    times
         .iter()
         .enumerate()
-        .map(|(r, share)| RankRow {
+        .map(|(r, t)| (r, t.share(), comm_waits(t, by_comm)))
+        .map(|(r, share, comms)| RankRow {
             rank: r as u32,
             local_rank: r as u32,
             node_rank: 0,
@@ -305,13 +313,28 @@ fn rows(shares: &[f64]) -> Vec<RankRow> {
                 nvlink_errors: None,
                 clocks: None,
                 gpu_wait: Some(GpuWait {
-                    share: *share,
-                    thirds: [Some(*share); 3],
+                    share,
+                    thirds: [Some(share); 3],
                     dumps: 1,
                     covered_s: 20.0,
                     busbw: Vec::new(),
+                    comms,
                 }),
             }),
+        })
+        .collect()
+}
+
+fn comm_waits(t: &GpuTime, by_comm: bool) -> Vec<CommWait> {
+    let comms = t.comms.iter().filter(|_| by_comm);
+    comms
+        .map(|c| {
+            let share = c.busy_ns as f64 / t.span_ns as f64;
+            CommWait {
+                comm: c.comm,
+                share,
+                thirds: [Some(share); 3],
+            }
         })
         .collect()
 }

@@ -307,6 +307,7 @@ mod tests {
                     count: 400,
                     mean_bytes: 4 << 20,
                 }],
+                comms: Vec::new(),
             }),
         };
         s.update(|x| x.top.ranks = vec![row(0, 600_000_000), row(1, 150_000_000)]);

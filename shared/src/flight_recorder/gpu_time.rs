@@ -27,6 +27,20 @@ pub struct GpuTime {
     /// Bus bandwidth per collective kind over the span, for collectives of at least
     /// [`MIN_BUSBW_BYTES`] (smaller ones time their latency, not the links).
     pub busbw: Vec<KindBusbw>,
+    /// Its GPU time on each communicator whose operations were timed in the span
+    /// (NCCL's counters; none from dumps): overlapping groups are compared one at a
+    /// time, the ranks that share each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comms: Vec<CommTime>,
+}
+
+/// A rank's GPU time on one communicator over a span.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommTime {
+    /// NCCL's communicator hash: the same on every member.
+    pub comm: u64,
+    /// At most the span.
+    pub busy_ns: u64,
 }
 
 impl GpuTime {
@@ -126,6 +140,7 @@ fn rank_time(d: &Dump, group: &str, lo: u64, hi: u64) -> Option<GpuTime> {
         busy_ns: busy.min(span_ns),
         timed: within.len() as u32,
         busbw: busbw(&within, &d.group_sizes),
+        comms: Vec::new(),
     })
 }
 

@@ -12,7 +12,7 @@ mod matching;
 mod rank_vars;
 
 pub use dump::{parse, rank_of, Bytes, Dump, DumpError, Entry};
-pub use gpu_time::{gpu_times, GpuTime, KindBusbw, MIN_BUSBW_BYTES};
+pub use gpu_time::{gpu_times, CommTime, GpuTime, KindBusbw, MIN_BUSBW_BYTES};
 pub use link_speed::{link_speeds, slow_links_line, LinkModel, LinkSpeed, SLOW_LINKS};
 pub use matching::{analyze, headline, render_text, Issue, Missing, Report};
 pub use rank_vars::{

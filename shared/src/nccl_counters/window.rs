@@ -6,7 +6,7 @@
 use super::decode::{CommCounters, RankCounters};
 use super::func::NcclFunc;
 use super::sampling::KernelSampling;
-use crate::flight_recorder::{GpuTime, KindBusbw, LinkModel, LinkSpeed};
+use crate::flight_recorder::{CommTime, GpuTime, KindBusbw, LinkModel, LinkSpeed};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -77,6 +77,10 @@ fn comm_busy(
     }
 }
 
+/// A communicator with less GPU time than this share of the busiest one's (over the
+/// ranks judged) is taken only for a rank in no other.
+const LIGHT_SHARE: f64 = 0.1;
+
 /// A communicator's members among the ranks judged, its size in the job, and its
 /// GPU time over those ranks.
 type Members = (Vec<u32>, u32, u64);
@@ -104,10 +108,18 @@ pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u
         }
     }
     let mut order: Vec<(u64, Members)> = by.into_iter().collect();
-    // The widest here, then the widest in the job (HSDP's node-local groups against
-    // the job-wide one), then the busiest.
+    // A group that carries next to none of the GPU's collective time (HSDP's
+    // job-wide group, there for a loss or a barrier) says nothing of who waits: it
+    // comes after the others. Then the widest here, the widest in the job (HSDP's
+    // node-local groups against the job-wide one), the busiest.
+    let busiest = order.iter().map(|(_, m)| m.2).max().unwrap_or(0);
+    let light = |busy: u64| (busy as f64) < LIGHT_SHARE * busiest as f64;
     order.sort_by_key(|(hash, (members, nranks, busy))| {
-        (std::cmp::Reverse((members.len(), *nranks, *busy)), *hash)
+        (
+            light(*busy),
+            std::cmp::Reverse((members.len(), *nranks, *busy)),
+            *hash,
+        )
     });
     let mut judged = BTreeMap::new();
     for (hash, (members, ..)) in order {
@@ -144,12 +156,23 @@ pub fn gpu_time(
             mean_bytes: bytes / n,
         })
         .collect();
+    let comms = pairs(before, after)
+        .filter(|(_, a)| a.live && !a.carries_p2p())
+        .filter_map(|(b, a)| {
+            let (busy, _) = comm_busy(b, a, after.sampling)?;
+            Some(CommTime {
+                comm: a.hash,
+                busy_ns: busy.min(span_ns),
+            })
+        })
+        .collect();
     Some(GpuTime {
         rank,
         span_ns,
         busy_ns: busy.min(span_ns),
         timed: timed.min(u64::from(u32::MAX)) as u32,
         busbw,
+        comms,
     })
 }
 
@@ -379,6 +402,31 @@ mod tests {
         assert_eq!((judged[&0], judged[&1], judged[&2]), (0x1, 0x1, 0x1));
         assert!(gpu_time(1, &zero, &short, Duration::from_secs(1), judged[&1]).is_none());
         assert!(gpu_time(0, &zero, &full, Duration::from_secs(1), judged[&0]).is_some());
+    }
+
+    /// HSDP: the job's group (0x1, widest) carries only a stop check, next to none of
+    /// the GPU time; each rank is judged on its busy group, and a rank in no other
+    /// keeps the light one.
+    #[test]
+    fn a_group_with_next_to_none_of_the_gpu_time_is_judged_last() {
+        let zero = decode(&Words::default().bytes()).unwrap();
+        let rank = |busy: Option<u64>| {
+            let mut w = Words::default();
+            w.comm(0, 0x1, 0, 4)
+                .ops(0, NcclFunc::AllReduce, 4, 10, 10, 5_000);
+            if let Some(hash) = busy {
+                w.comm(1, hash, 0, 2)
+                    .ops(1, NcclFunc::AllGather, 4 << 20, 100, 100, 50_000);
+            }
+            decode(&w.bytes()).unwrap()
+        };
+        let (a, b, alone) = (rank(Some(0x2)), rank(Some(0x3)), rank(None));
+        let ranks = [(0, &zero, &a), (1, &zero, &b), (2, &zero, &alone)];
+        let judged = judged_comms(&ranks);
+        assert_eq!((judged[&0], judged[&1], judged[&2]), (0x2, 0x3, 0x1));
+        let t = gpu_time(0, &zero, &a, Duration::from_secs(1), judged[&0]).unwrap();
+        let comms: Vec<u64> = t.comms.iter().map(|c| c.comm).collect();
+        assert_eq!(comms, [0x1, 0x2], "each communicator with a figure");
     }
 
     /// Two pipeline stages on 2x H200 (issue 61): the last stage computes the loss, so

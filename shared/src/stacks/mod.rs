@@ -3,11 +3,13 @@
 //! progress (`progress`), the report of a hang (`hang_report`; from NCCL's counters:
 //! `nccl_hang`) and the view across
 //! nodes (`job_view`); what a rank was doing at a sample (`activity`), its recent
-//! samples (`rank_window`) and the rank the others wait for (`straggler`); where a rank
+//! samples (`rank_window`) and the rank the others wait for (`straggler`; under overlapping
+//! NCCL groups, communicator by communicator: `comm_waits`); where a rank
 //! stands in a hang, waiting for its peers or elsewhere (`standing`); what a rank in its
 //! teardown said before (`teardown`).
 
 pub mod activity;
+pub mod comm_waits;
 pub mod hang_report;
 pub mod job_view;
 mod merge;

@@ -121,6 +121,18 @@ pub struct GpuWait {
     pub covered_s: f64,
     /// Each collective kind's bus bandwidth over the dumps.
     pub busbw: Vec<KindBusbw>,
+    /// The share on each communicator its GPU time was read from (NCCL's counters).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub comms: Vec<CommWait>,
+}
+
+/// A rank's GPU time on one communicator over a window.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommWait {
+    /// NCCL's communicator hash: the same on every member.
+    pub comm: u64,
+    pub share: f64,
+    pub thirds: [Option<f64>; 3],
 }
 
 /// Fewest samples a share is computed from.
@@ -191,11 +203,49 @@ impl RankWindow {
 
     /// The GPU wait over the window ending at `end`, from the dumps in it.
     fn gpu_wait(&self, end: Duration) -> Option<GpuWait> {
+        let (share, thirds) = self.shares(end, |t| Some(t.busy_ns))?;
+        let mut hashes: Vec<u64> = self
+            .gpu
+            .iter()
+            .flat_map(|g| g.time.comms.iter().map(|c| c.comm))
+            .collect();
+        hashes.sort_unstable();
+        hashes.dedup();
+        let comms = hashes
+            .into_iter()
+            .filter_map(|comm| {
+                let on = |t: &GpuTime| Some(t.comms.iter().find(|c| c.comm == comm)?.busy_ns);
+                let (share, thirds) = self.shares(end, on)?;
+                Some(CommWait {
+                    comm,
+                    share,
+                    thirds,
+                })
+            })
+            .collect();
+        Some(GpuWait {
+            share,
+            thirds,
+            dumps: self.gpu.len() as u32,
+            covered_s: self.gpu.iter().map(|g| g.time.span_ns).sum::<u64>() as f64 / 1e9,
+            busbw: merged_busbw(self.gpu.iter().map(|g| &g.time)),
+            comms,
+        })
+    }
+
+    /// The share of the spans that `busy` gives time for (None: not that reading's),
+    /// over the whole window ending at `end` and in each third of it.
+    fn shares(
+        &self,
+        end: Duration,
+        busy: impl Fn(&GpuTime) -> Option<u64>,
+    ) -> Option<(f64, [Option<f64>; 3])> {
         let share = |g: &mut dyn Iterator<Item = &GpuReading>| {
-            let (busy, span) = g.fold((0u64, 0u64), |(b, s), x| {
-                (b + x.time.busy_ns, s + x.time.span_ns)
+            let (b, s) = g.fold((0u64, 0u64), |(b, s), x| match busy(&x.time) {
+                Some(ns) => (b + ns, s + x.time.span_ns),
+                None => (b, s),
             });
-            (span > 0).then(|| busy as f64 / span as f64)
+            (s > 0).then(|| b as f64 / s as f64)
         };
         let all = share(&mut self.gpu.iter())?;
         let third = self.span / 3;
@@ -212,13 +262,7 @@ impl RankWindow {
                     .filter(|g| g.at > from && (g.at <= to || last)),
             )
         });
-        Some(GpuWait {
-            share: all,
-            thirds,
-            dumps: self.gpu.len() as u32,
-            covered_s: self.gpu.iter().map(|g| g.time.span_ns).sum::<u64>() as f64 / 1e9,
-            busbw: merged_busbw(self.gpu.iter().map(|g| &g.time)),
-        })
+        Some((all, thirds))
     }
 
     pub fn push(&mut self, r: Reading) {
@@ -409,6 +453,7 @@ mod tests {
                 busy_ns: busy_ms * 1_000_000,
                 timed: 100,
                 busbw: Vec::new(),
+                comms: Vec::new(),
             },
         };
         // First third: none; second: 60% over 1 s; last: 10% over 3 s.
@@ -423,6 +468,42 @@ mod tests {
         // A dump older than the window leaves it.
         w.push_gpu(gpu(50, 1000, 500));
         assert_eq!(w.gpu.len(), 2);
+    }
+
+    /// Each communicator's share is over the readings that timed it: one missing
+    /// from a reading (too few of its operations timed then) is not read as idle.
+    #[test]
+    fn each_communicators_share_is_over_the_readings_that_timed_it() {
+        use crate::flight_recorder::CommTime;
+        let mut w = RankWindow::new(Duration::from_secs(30));
+        for s in 0..=30 {
+            w.push(reading(s * 1000, Activity::Compute, "f (a.py:1)", s * 900));
+        }
+        let gpu = |s: u64, span_ms: u64, comms: &[(u64, u64)]| GpuReading {
+            at: Duration::from_secs(s),
+            time: GpuTime {
+                rank: 0,
+                span_ns: span_ms * 1_000_000,
+                busy_ns: comms.iter().map(|c| c.1).max().unwrap_or(0) * 1_000_000,
+                timed: 100,
+                busbw: Vec::new(),
+                comms: comms
+                    .iter()
+                    .map(|&(comm, ms)| CommTime {
+                        comm,
+                        busy_ns: ms * 1_000_000,
+                    })
+                    .collect(),
+            },
+        };
+        w.push_gpu(gpu(15, 1000, &[(7, 600), (9, 100)]));
+        w.push_gpu(gpu(25, 3000, &[(7, 300)]));
+        let g = w.summary().unwrap().gpu_wait.unwrap();
+        let on = |comm| g.comms.iter().find(|c| c.comm == comm).unwrap();
+        assert!((on(7).share - 0.225).abs() < 1e-9, "{g:?}");
+        assert!((on(9).share - 0.1).abs() < 1e-9, "{g:?}");
+        assert_eq!(on(9).thirds[2], None);
+        assert!((on(7).thirds[2].unwrap() - 0.1).abs() < 1e-9, "{g:?}");
     }
 
     fn reading(ms: u64, activity: Activity, place: &str, cpu_ms: u64) -> Reading {

@@ -17,6 +17,7 @@
 //! nothing.
 
 use super::activity::Activity;
+use super::comm_waits::{CommFar, CommShares};
 use super::rank_window::{ClockLimit, GpuNow, GpuWait, WindowSummary};
 use crate::flight_recorder::{GpuTime, KindBusbw};
 use serde::{Deserialize, Serialize};
@@ -119,6 +120,10 @@ pub enum Basis {
     GpuWaitShare {
         /// Seconds of training the dumps covered, in all.
         covered_s: f64,
+        /// Compared in one communicator it shares with `others` ranks (overlapping
+        /// groups: `comm_waits`), not across the job.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        in_group: bool,
     },
     /// Its GPU runs far slower than the others', held down by a limit: with NCCL the
     /// CPU does not wait in the collective, so the wait shares cannot tell.
@@ -131,10 +136,10 @@ pub enum Basis {
 
 /// Values sorted once, so that each rank's "median of the others" costs a binary
 /// search, not a sort (the store's host judges every rank of the job each sample).
-struct Sorted(Vec<f64>);
+pub(super) struct Sorted(Vec<f64>);
 
 impl Sorted {
-    fn of(values: impl Iterator<Item = f64>) -> Sorted {
+    pub(super) fn of(values: impl Iterator<Item = f64>) -> Sorted {
         let mut v: Vec<f64> = values.collect();
         v.sort_by(f64::total_cmp);
         Sorted(v)
@@ -142,7 +147,7 @@ impl Sorted {
 
     /// The median of the values without one occurrence of `own` (all of them when
     /// `own` is none or not among them).
-    fn median_without(&self, own: Option<f64>) -> Option<f64> {
+    pub(super) fn median_without(&self, own: Option<f64>) -> Option<f64> {
         let v = &self.0;
         let skip = own.and_then(|x| {
             let i = v.partition_point(|y| y.total_cmp(&x).is_lt());
@@ -181,23 +186,27 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
             .filter_map(|(_, w)| Some(w.clocks.as_ref()?.sm_mhz_mean)),
     );
     let gpu = GpuShares::of(&full);
+    let comms = CommShares::of(&full);
     full.iter()
         .filter_map(|(row, w)| {
             let held = held.contains(&row.rank);
-            let (basis, wait, m) = match w.gpu_wait.as_ref().filter(|_| gpu.judges()) {
-                // Under NCCL the stacks cannot tell who waits: the GPUs can.
-                Some(g) => match gpu.far(g, held) {
-                    Some(m) => (
-                        Basis::GpuWaitShare {
-                            covered_s: g.covered_s,
-                        },
-                        g.share,
-                        m,
-                    ),
+            let (basis, wait, m, others) = match w.gpu_wait.as_ref().filter(|_| gpu.judges()) {
+                // Under NCCL the stacks cannot tell who waits: the GPUs can, compared
+                // where the ranks meet when their communicators are known.
+                Some(g) => match gpu_far(&gpu, &comms, (row.rank, full.len()), w, held) {
+                    Some(f) => {
+                        let (covered_s, in_group) = (g.covered_s, comms.judges());
+                        let basis = Basis::GpuWaitShare {
+                            covered_s,
+                            in_group,
+                        };
+                        (basis, f.share, f.median, f.others)
+                    }
                     None => {
                         let own = w.clocks.as_ref().map(|c| c.sm_mhz_mean);
                         let m = gpu.all.median_without(Some(g.share))?;
-                        (slow_gpu(w, clocks.median_without(own)?, held)?, g.share, m)
+                        let basis = slow_gpu(w, clocks.median_without(own)?, held)?;
+                        (basis, g.share, m, full.len() as u32 - 1)
                     }
                 },
                 None => {
@@ -214,7 +223,7 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
                         let own = w.clocks.as_ref().map(|c| c.sm_mhz_mean);
                         slow_gpu(w, clocks.median_without(own)?, held)?
                     };
-                    (basis, w.wait, m)
+                    (basis, w.wait, m, full.len() as u32 - 1)
                 }
             };
             Some(Straggler {
@@ -225,7 +234,7 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
                 gpu_uuid: row.gpu_uuid.clone(),
                 wait,
                 median: m,
-                others: full.len() as u32 - 1,
+                others,
                 spends: w.spends,
                 place: w.place.clone(),
                 evidence: evidence(row, w),
@@ -233,6 +242,28 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
             })
         })
         .collect()
+}
+
+/// Where the rank's GPU waits far less than the others': in a communicator it shares
+/// with them where the rows say which (NCCL's counters), else against the job's.
+/// `(rank, rows)`: the rank, and how many ranks have a whole window.
+fn gpu_far(
+    gpu: &GpuShares,
+    comms: &CommShares,
+    (rank, rows): (u32, usize),
+    w: &WindowSummary,
+    held: bool,
+) -> Option<CommFar> {
+    if comms.judges() {
+        return comms.far(rank, w, held);
+    }
+    let g = w.gpu_wait.as_ref()?;
+    let median = gpu.far(g, held)?;
+    Some(CommFar {
+        share: g.share,
+        median,
+        others: rows as u32 - 1,
+    })
 }
 
 /// The GPU shares of the ranks whose collectives were timed, whole window and thirds.
@@ -274,7 +305,7 @@ impl GpuShares {
     }
 }
 
-fn far_in_waits(wait: f64, median: f64, held: bool) -> bool {
+pub(super) fn far_in_waits(wait: f64, median: f64, held: bool) -> bool {
     let (ratio, gap) = if held {
         (HOLD_RATIO, HOLD_GAP)
     } else {
@@ -370,10 +401,15 @@ impl Straggler {
                 self.wait * 100.0,
                 self.median * 100.0,
             ),
-            Basis::GpuWaitShare { .. } => format!(
-                "toporun: straggler: {who}: its GPU spends {:.0}% of the time in collectives against {:.0}% for the other {others} over {secs}s: they wait for its kernels",
+            Basis::GpuWaitShare { in_group, .. } => format!(
+                "toporun: straggler: {who}: its GPU spends {:.0}% of the time in collectives against {:.0}% for the other {others}{} over {secs}s: they wait for its kernels",
                 self.wait * 100.0,
                 self.median * 100.0,
+                if *in_group {
+                    " of a communicator they share (and no more than its peers in any other)"
+                } else {
+                    ""
+                },
             ),
             Basis::GpuClock { mhz, median_mhz, limits } => {
                 let why: Vec<String> = limits.iter().map(|l| format!("{l:?}")).collect();
@@ -574,6 +610,7 @@ mod tests {
             dumps: 12,
             covered_s: 14.5,
             busbw: Vec::new(),
+            comms: Vec::new(),
         });
         x
     }

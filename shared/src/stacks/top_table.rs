@@ -171,6 +171,7 @@ mod tests {
                 count: 600,
                 mean_bytes: 4 << 20,
             }],
+            comms: Vec::new(),
         });
         let t = TopTable {
             window_s: 60,
