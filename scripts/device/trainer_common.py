@@ -9,6 +9,9 @@ all ranks agree on, iteration times, and the faults real jobs meet, one per run:
   FAULT=dlworker  ... SIGKILLs one of its DataLoader workers
   FAULT=skip      all ranks but FAULT_RANK all_reduce on a side group it never joins
   FAULT=noinit    rank FAULT_RANK never reaches init_process_group (blocked in a read)
+  FAULT=teardown  ... queues an all_reduce on the side group (the others never join it)
+                  and raises: with an operation still on its GPU, the framework's
+                  cleanup (Lightning's, on any exception) tears the group down
 
 and a straggler: SLOW_MS > 0 makes rank SLOW_RANK (1) sleep that long before each step
 (a rank whose input pipeline is slow), so that the others wait for it in every step.
@@ -63,7 +66,7 @@ class Faults:
     lazily would itself be a collective the skipping rank joins)."""
 
     def __init__(self):
-        self.side = dist.new_group() if FAULT == "skip" else None
+        self.side = dist.new_group() if FAULT in ("skip", "teardown") else None
         if self.side is not None:
             dist.all_reduce(torch.ones(1, device=device()), group=self.side)
 
@@ -84,6 +87,9 @@ class Faults:
             os.kill(os.getpid(), signal.SIGSTOP)
         elif FAULT == "raise":
             raise RuntimeError(f"loss became NaN at step {step} (injected)")
+        elif FAULT == "teardown":
+            dist.all_reduce(torch.ones(1, device=device()), group=self.side)
+            raise RuntimeError(f"loss became NaN at step {step} (injected, an all_reduce in flight)")
         elif FAULT == "exit":
             sys.exit(f"rank {RANK}: giving up at step {step}: the shard's checksum does not match")
         elif FAULT == "dlworker":

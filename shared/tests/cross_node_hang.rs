@@ -7,9 +7,11 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use toporun_shared::nccl_counters::{NcclWatch, NodeReading};
-use toporun_shared::stacks::hang_report::Context;
+use toporun_shared::stacks::hang_report::{Context, Hang};
+use toporun_shared::stacks::teardown::{teardown_cause, LastSaid};
 use toporun_shared::stacks::{
     counters_alone, nccl_verdict, CountersAlone, Frame, NcclVerdict, Place, Places, RankStack,
     ThreadStack,
@@ -253,5 +255,33 @@ fn a_collective_skipped_on_a_side_group_across_nodes_is_named_from_the_counters(
         hang.headline.contains("in different orders"),
         "{}",
         hang.headline
+    );
+}
+
+/// `lightning-teardown`: rank 1 queued an all_reduce on a side group rank 0 never
+/// joins, then raised; Lightning caught the exception and tore down, and its
+/// teardown (moving the optimizers' state to the CPU) waits for that all_reduce on
+/// the GPU, with the exception not printed yet: its last lines are Lightning's start
+/// (`rank1-output.txt`), which say nothing of it. The hang as the deciding node built
+/// it (`hang.json`) gets the clause that says so.
+#[test]
+fn a_rank_in_lightning_s_teardown_after_an_exception_is_said_so() {
+    let read = |f: &str| {
+        let path = common::device_fixture(TRAINERS, &format!("lightning-teardown/{f}"));
+        std::fs::read_to_string(path).unwrap()
+    };
+    let hang: Hang = serde_json::from_str(&read("hang.json")).unwrap();
+    assert!(
+        hang.headline.contains("in different orders"),
+        "{}",
+        hang.headline
+    );
+    let words = LastSaid::of(&read("rank1-output.txt")).unwrap();
+    assert!(matches!(&words, LastSaid::Words(w) if w.contains("CUDA_VISIBLE_DEVICES")));
+    let said: BTreeMap<u32, LastSaid> = [(1, words)].into();
+    let clause = teardown_cause(&hang, &said).expect("the teardown said");
+    assert!(
+        clause.starts_with("; rank 1 is in Lightning's teardown after an exception it caught (Trainer._teardown from _call_and_handle_interrupt): Lightning prints the exception only once the teardown returns, and the teardown, moving the optimizers' state to the CPU, waits for what is still queued on its GPU"),
+        "{clause}"
     );
 }

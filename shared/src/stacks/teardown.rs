@@ -5,12 +5,15 @@
 //! is the cause.
 
 use super::hang_report::Hang;
+use super::Frame;
 use crate::root_cause::last_words::last_words;
 use crate::root_cause::python_error::{ends_in_exception, last_exception};
 use std::collections::BTreeMap;
 
-/// The frame that says a rank tears its process group down.
-const TEARDOWN: &str = "destroy_process_group";
+/// The frames that say a rank tears down: torch's `destroy_process_group`, and
+/// Lightning's teardown, which first moves the optimizers' state to the CPU (waiting
+/// for what is still queued on the GPU) and prints what it caught only once done.
+const TEARDOWN_CALLS: &[&str] = &["destroy_process_group", "Trainer._teardown"];
 
 /// What a rank said last on stderr, read from its output's tail.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -43,36 +46,66 @@ impl LastSaid {
 }
 
 /// The clause to add to `hang`'s headline for its first odd rank that stands in its
-/// teardown and said something before: None where none does.
+/// teardown: what it said before, or, in Lightning's teardown after an exception it
+/// caught, that the exception is not printed yet. None where no odd rank tears down
+/// or nothing says why (a rank whose loop simply ended tears down too).
 pub fn teardown_cause(hang: &Hang, said: &BTreeMap<u32, LastSaid>) -> Option<String> {
-    let in_teardown = |rank: u32| {
-        hang.groups
+    let frames = |rank: u32| {
+        let g = hang.groups.iter().find(|g| g.ranks.contains(&rank))?;
+        let tears = g
+            .frames
             .iter()
-            .any(|g| g.ranks.contains(&rank) && g.frames.iter().any(|f| f.function == TEARDOWN))
+            .any(|f| TEARDOWN_CALLS.contains(&f.function.as_str()));
+        tears.then_some(g.frames.as_slice())
     };
-    let (rank, last) = hang
-        .odd
-        .iter()
-        .filter(|r| in_teardown(**r))
-        .find_map(|r| Some((*r, said.get(r)?)))?;
-    Some(match last {
-        LastSaid::Raised(e) => format!(
+    let (rank, frames) = hang.odd.iter().find_map(|r| Some((*r, frames(*r)?)))?;
+    let lightning = caught_by_lightning(frames);
+    Some(match said.get(&rank) {
+        Some(LastSaid::Raised(e)) => format!(
             "; before its teardown rank {rank} raised {e}: that is the cause, its teardown only waits for the others"
         ),
-        LastSaid::Words(w) => format!(
+        // What it said last is from before the exception Lightning holds back.
+        _ if lightning => {
+            let gpu = frames.iter().any(|f| f.function == "_optimizers_to_device");
+            format!(
+                "; rank {rank} is in Lightning's teardown after an exception it caught (Trainer._teardown from _call_and_handle_interrupt): Lightning prints the exception only once the teardown returns{}",
+                if gpu {
+                    ", and the teardown, moving the optimizers' state to the CPU, waits for what is still queued on its GPU"
+                } else {
+                    ""
+                }
+            )
+        }
+        Some(LastSaid::Words(w)) => format!(
             "; its last words on stderr before its teardown: \"{w}\" (its teardown only waits for the others)"
         ),
+        None => return None,
+    })
+}
+
+/// Lightning's `_call_and_handle_interrupt` calls `Trainer._teardown` straight from
+/// its `except` branch; at a normal end `Trainer._run` does.
+fn caught_by_lightning(frames: &[Frame]) -> bool {
+    frames.windows(2).any(|w| {
+        w[0].function == "Trainer._teardown" && w[1].function == "_call_and_handle_interrupt"
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stacks::{Frame, Group};
+    use crate::stacks::Group;
+
+    const TEARDOWN: &str = "destroy_process_group";
 
     fn hang(odd: Vec<u32>, function: &str) -> Hang {
-        let frame = |function: &str| Frame {
-            function: function.into(),
+        hang_in(odd, &[function, "_destroy_dist_connection"])
+    }
+
+    /// Rank 1 standing in `functions`, innermost first.
+    fn hang_in(odd: Vec<u32>, functions: &[&str]) -> Hang {
+        let frame = |function: &&str| Frame {
+            function: function.to_string(),
             file: "distributed/distributed_c10d.py".into(),
             line: 2319,
         };
@@ -81,7 +114,7 @@ mod tests {
             timeout_secs: 15.0,
             groups: vec![Group {
                 ranks: vec![1],
-                frames: vec![frame(function), frame("_destroy_dist_connection")],
+                frames: functions.iter().map(frame).collect(),
                 error: None,
             }],
             odd,
@@ -117,8 +150,39 @@ mod tests {
         // Not in its teardown, or not the odd one: its output says nothing of the hang.
         assert_eq!(teardown_cause(&hang(vec![1], "read_shard"), &said), None);
         assert_eq!(teardown_cause(&hang(vec![0], TEARDOWN), &said), None);
+        // Tearing down with nothing said: a loop that ended says nothing of the hang.
         assert_eq!(
             teardown_cause(&hang(vec![1], TEARDOWN), &BTreeMap::new()),
+            None
+        );
+    }
+
+    /// Lightning tears down from `_call_and_handle_interrupt`'s except branch after an
+    /// exception it holds back; at a normal end from `Trainer._run`. Only the first
+    /// says why, whatever it printed before (its start's lines).
+    #[test]
+    fn lightning_s_teardown_after_an_exception_is_told_from_its_normal_end() {
+        let caught = [
+            "Strategy.teardown",
+            "Trainer._teardown",
+            "_call_and_handle_interrupt",
+        ];
+        let ended = ["Strategy.teardown", "Trainer._teardown", "Trainer._run"];
+        let banner = LastSaid::of("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]\n").unwrap();
+        let said: BTreeMap<u32, LastSaid> = [(1, banner)].into();
+        let c = teardown_cause(&hang_in(vec![1], &caught), &said).unwrap();
+        assert!(
+            c.contains("Lightning's teardown after an exception it caught"),
+            "{c}"
+        );
+        assert!(!c.contains("optimizers"), "{c}");
+        let c = teardown_cause(&hang_in(vec![1], &ended), &said).unwrap();
+        assert!(
+            c.contains("last words") && c.contains("CUDA_VISIBLE_DEVICES"),
+            "{c}"
+        );
+        assert_eq!(
+            teardown_cause(&hang_in(vec![1], &ended), &BTreeMap::new()),
             None
         );
     }
