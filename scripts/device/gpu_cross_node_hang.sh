@@ -18,8 +18,11 @@
 #                 stop, skip, ...: scripts/device/trainer_common.py) on rank 1 at step
 #                 30, --hang-timeout 15 --on-hang stop, then under torchrun (killed at
 #                 TORCHRUN_LIMIT, 55 s) for the same fault
+#                 (TORCHRUN_LIMIT=0: toporun only)
 #   pipeline      scripts/device/gpu_trainer_pipeline.py, 2 stages, SECS s, healthy
 #                 under the defaults: nothing to say
+#   healthy-T     scripts/device/gpu_trainer_T.py (fsdp2, lightning, hf, ...) healthy
+#                 under the defaults for SECS s: nothing to say
 #   hsdp-healthy  scripts/device/gpu_trainer_fsdp2.py with MESH=2x2 on 4 nodes (each
 #                 rank in a shard and a replicate communicator), SECS s, defaults:
 #                 nothing to say
@@ -97,7 +100,9 @@ stage() {  # NAME TOPORUN TAG
     lightning-*|hf-*)  # a real trainer's fault on rank 1 at step 30, toporun then torchrun
       local tr=${1%%-*} f=${1#*-}; [ "$tr" = lightning ] || tr=hf
       FAULT=$f two_nodes "$1$3" "$2" 75 --hang-timeout 15 --on-hang stop "scripts/device/gpu_trainer_$tr.py"
-      [ -z "$3" ] && FAULT=$f two_nodes "$1-torchrun" torchrun "${TORCHRUN_LIMIT:-55}" "scripts/device/gpu_trainer_$tr.py" ;;
+      [ -z "$3" ] && [ "${TORCHRUN_LIMIT:-55}" != 0 ] && FAULT=$f two_nodes "$1-torchrun" torchrun "${TORCHRUN_LIMIT:-55}" "scripts/device/gpu_trainer_$tr.py" ;;
+    healthy-*)  # a real trainer healthy under the defaults for SECS s: nothing to say
+      SECS=$SECS two_nodes "$1$3" "$2" $((SECS + 60)) "scripts/device/gpu_trainer_${1#healthy-}.py" ;;
     hsdp-*)  # FSDP2 over a 2x2 mesh on 4 nodes (a shard and a replicate communicator a
       # rank, and the job's), under the defaults; -slow: rank 3 sleeps before each step
       local slow=0; [ "$1" = hsdp-slow ] && slow=${SLOW_MS:-150}
@@ -115,7 +120,7 @@ install() {  # the trainers' wheels carried in .whl where the machine lacks them
 }
 
 nvidia-smi -L | tee -a "$S"
-case " $STAGES " in *" lightning-"*|*" hf-"*|*" pipeline "*) install ;; esac
+case " $STAGES " in *" lightning-"*|*" hf-"*|*" healthy-"*|*" pipeline "*) install ;; esac
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 for s in $STAGES; do
   stage "$s" "$T" ""

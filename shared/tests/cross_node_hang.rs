@@ -281,7 +281,7 @@ fn a_rank_in_lightning_s_teardown_after_an_exception_is_said_so() {
     let said: BTreeMap<u32, LastSaid> = [(1, words)].into();
     let clause = teardown_cause(&hang, &said).expect("the teardown said");
     assert!(
-        clause.starts_with("; rank 1 is in Lightning's teardown after an exception it caught (Trainer._teardown from _call_and_handle_interrupt): Lightning prints the exception only once the teardown returns, and the teardown, moving the optimizers' state to the CPU, waits for what is still queued on its GPU"),
+        clause.starts_with("; rank 1 is in Lightning's teardown after it caught an exception or an interrupt (Trainer._teardown from _call_and_handle_interrupt): it reports what it caught only once the teardown returns, and the teardown, moving the optimizers' state to the CPU, waits for what is still queued on its GPU"),
         "{clause}"
     );
 }

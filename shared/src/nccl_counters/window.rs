@@ -77,13 +77,32 @@ fn comm_busy(
     }
 }
 
-/// A communicator with less GPU time than this share of the busiest one's (over the
-/// ranks judged) is taken only for a rank in no other.
+/// A communicator with less GPU time a member than this share of the busiest one's
+/// (each over its members with a figure) is taken only for a rank in no other; one
+/// without a figure (too few of its operations timed), by its operations posted.
 const LIGHT_SHARE: f64 = 0.1;
 
-/// A communicator's members among the ranks judged, its size in the job, and its
-/// GPU time over those ranks.
-type Members = (Vec<u32>, u32, u64);
+/// A communicator over the ranks judged.
+#[derive(Default)]
+struct Members {
+    ranks: Vec<u32>,
+    /// Its size in the job.
+    nranks: u32,
+    /// GPU time over the members with a figure, and how many have one.
+    busy: u64,
+    timed: u32,
+    posted: u64,
+}
+
+impl Members {
+    fn busy_each(&self) -> Option<f64> {
+        (self.timed > 0).then(|| self.busy as f64 / f64::from(self.timed))
+    }
+
+    fn posted_each(&self) -> f64 {
+        self.posted as f64 / self.ranks.len().max(1) as f64
+    }
+}
 
 /// Which communicator each rank's GPU time is read from, so that ranks are compared
 /// on the same one: summed over communicators, groups that overlap on the GPU (FSDP's
@@ -102,9 +121,13 @@ pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u
     for (rank, before, after) in ranks {
         for (b, a) in pairs(before, after).filter(|(_, a)| a.live && !a.carries_p2p()) {
             let e = by.entry(a.hash).or_default();
-            e.0.push(*rank);
-            e.1 = e.1.max(a.nranks);
-            e.2 += comm_busy(b, a, after.sampling).map_or(0, |(busy, _)| busy);
+            e.ranks.push(*rank);
+            e.nranks = e.nranks.max(a.nranks);
+            e.posted += a.posted.saturating_sub(b.map_or(0, |b| b.posted));
+            if let Some((busy, _)) = comm_busy(b, a, after.sampling) {
+                e.busy += busy;
+                e.timed += 1;
+            }
         }
     }
     let mut order: Vec<(u64, Members)> = by.into_iter().collect();
@@ -112,18 +135,29 @@ pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u
     // job-wide group, there for a loss or a barrier) says nothing of who waits: it
     // comes after the others. Then the widest here, the widest in the job (HSDP's
     // node-local groups against the job-wide one), the busiest.
-    let busiest = order.iter().map(|(_, m)| m.2).max().unwrap_or(0);
-    let light = |busy: u64| (busy as f64) < LIGHT_SHARE * busiest as f64;
-    order.sort_by_key(|(hash, (members, nranks, busy))| {
+    let most = |f: &dyn Fn(&Members) -> Option<f64>| {
+        order.iter().filter_map(|(_, m)| f(m)).fold(0.0, f64::max)
+    };
+    let (busiest, most_posted) = (most(&Members::busy_each), most(&|m| Some(m.posted_each())));
+    let light = |m: &Members| match m.busy_each() {
+        Some(b) => b < LIGHT_SHARE * busiest,
+        None => m.posted_each() < LIGHT_SHARE * most_posted,
+    };
+    // Between groups as wide, one without a figure comes first: it may be the busy
+    // one, and its ranks are better without a figure than read from the other.
+    order.sort_by_key(|(hash, m)| {
+        let wide = std::cmp::Reverse((m.ranks.len(), m.nranks));
         (
-            light(*busy),
-            std::cmp::Reverse((members.len(), *nranks, *busy)),
+            light(m),
+            wide,
+            m.timed > 0,
+            std::cmp::Reverse(m.busy),
             *hash,
         )
     });
     let mut judged = BTreeMap::new();
-    for (hash, (members, ..)) in order {
-        for r in members {
+    for (hash, m) in order {
+        for r in m.ranks {
             judged.entry(r).or_insert(hash);
         }
     }
@@ -402,6 +436,11 @@ mod tests {
         assert_eq!((judged[&0], judged[&1], judged[&2]), (0x1, 0x1, 0x1));
         assert!(gpu_time(1, &zero, &short, Duration::from_secs(1), judged[&1]).is_none());
         assert!(gpu_time(0, &zero, &full, Duration::from_secs(1), judged[&0]).is_some());
+        // Every rank short of them: the group is not light for want of a figure (it
+        // posts as much as ever), and nobody is read from the lighter one.
+        let ranks = [(0, &zero, &short), (1, &zero, &short)];
+        let judged = judged_comms(&ranks);
+        assert_eq!((judged[&0], judged[&1]), (0x1, 0x1));
     }
 
     /// HSDP: the job's group (0x1, widest) carries only a stop check, next to none of

@@ -10,7 +10,7 @@
 //! the rule is the job-wide one.
 
 use super::rank_window::{CommWait, WindowSummary};
-use super::straggler::{far_in_waits, RankRow, Sorted, HOLD_GAP, MIN_MEDIAN};
+use super::wait_rule::{far_in_waits, Sorted, HOLD_GAP, MIN_MEDIAN};
 use std::collections::BTreeMap;
 
 /// Where a rank waits far less than the others.
@@ -20,21 +20,51 @@ pub struct CommFar {
     /// The others' median share in that communicator, and how many they are.
     pub median: f64,
     pub others: u32,
+    /// Its communicators compared with others' (1: a data-parallel job's one group).
+    pub groups: u32,
 }
 
-/// Each communicator's members' figures over the window.
-pub struct CommShares(BTreeMap<u64, Vec<(u32, CommWait)>>);
+/// One communicator's members' shares over the window and in each third, sorted once
+/// (the store's host judges every rank of the job at each sample).
+struct Members {
+    count: u32,
+    all: Sorted,
+    thirds: [Sorted; 3],
+}
+
+/// Each communicator's members' figures over the window, where every timed rank's row
+/// says its communicators (NCCL's counters on every node): else none, and the
+/// job-wide rule decides.
+pub struct CommShares(BTreeMap<u64, Members>);
 
 impl CommShares {
-    pub fn of(full: &[(&RankRow, &WindowSummary)]) -> CommShares {
-        let mut by: BTreeMap<u64, Vec<(u32, CommWait)>> = BTreeMap::new();
-        for (row, w) in full {
-            for c in w.gpu_wait.iter().flat_map(|g| &g.comms) {
-                by.entry(c.comm).or_default().push((row.rank, c.clone()));
-            }
+    pub fn of(windows: &[&WindowSummary]) -> CommShares {
+        let timed = || windows.iter().filter_map(|w| w.gpu_wait.as_ref());
+        if timed().any(|g| g.comms.is_empty()) {
+            return CommShares(BTreeMap::new());
         }
-        by.retain(|_, members| members.len() >= 2);
-        CommShares(by)
+        let mut by: BTreeMap<u64, Vec<&CommWait>> = BTreeMap::new();
+        for c in timed().flat_map(|g| &g.comms) {
+            by.entry(c.comm).or_default().push(c);
+        }
+        let members = by
+            .into_iter()
+            .filter(|(_, m)| m.len() >= 2)
+            .map(|(comm, m)| {
+                let third = |t: usize| Sorted::of(m.iter().filter_map(|c| c.thirds[t]));
+                let all = Sorted::of(m.iter().map(|c| c.share));
+                let count = m.len() as u32;
+                (
+                    comm,
+                    Members {
+                        count,
+                        all,
+                        thirds: [0, 1, 2].map(third),
+                    },
+                )
+            })
+            .collect();
+        CommShares(members)
     }
 
     /// Some communicator has two ranks or more with figures: the rule applies.
@@ -42,46 +72,58 @@ impl CommShares {
         !self.0.is_empty()
     }
 
-    /// Where `rank` waits far less than the others, if it waits clearly more than
-    /// them in none of its communicators (there it waits for someone).
-    pub fn far(&self, rank: u32, w: &WindowSummary, held: bool) -> Option<CommFar> {
-        let mut best: Option<CommFar> = None;
-        for own in w.gpu_wait.iter().flat_map(|g| &g.comms) {
-            let Some(members) = self.0.get(&own.comm) else {
+    /// Where the rank of `w` waits far less than the others, if it waits clearly more
+    /// than them (there it waits for someone) in none of its communicators, and none
+    /// where it waits much has nobody to compare it with.
+    pub fn far(&self, w: &WindowSummary, held: bool) -> Option<CommFar> {
+        let g = w.gpu_wait.as_ref()?;
+        let (mut best, mut groups) = (None::<CommFar>, 0);
+        for own in &g.comms {
+            let Some(m) = self.0.get(&own.comm) else {
+                if own.share >= MIN_MEDIAN {
+                    return None;
+                }
                 continue;
             };
-            let others = || members.iter().filter(|(r, _)| *r != rank).map(|(_, c)| c);
-            let Some(m) = Sorted::of(others().map(|c| c.share)).median_without(None) else {
-                continue;
-            };
-            if m >= MIN_MEDIAN && own.share > m + HOLD_GAP {
+            groups += 1;
+            let median = m.all.median_without(Some(own.share))?;
+            if own.share >= MIN_MEDIAN && own.share - median >= HOLD_GAP {
                 return None;
             }
-            let thirds_far = || {
-                let far: Vec<bool> = (0..3)
-                    .filter_map(|t| {
-                        let mine = own.thirds[t]?;
-                        let tm = Sorted::of(others().filter_map(|c| c.thirds[t]))
-                            .median_without(None)?;
-                        Some(far_in_waits(mine, tm, true))
-                    })
-                    .collect();
-                far.len() >= 2 && far.iter().all(|x| *x)
+            if !far_in_waits(own.share, median, held) || !(held || thirds_far(m, own, g.thirds)) {
+                continue;
+            }
+            let here = CommFar {
+                share: own.share,
+                median,
+                others: m.count - 1,
+                groups: 0,
             };
-            if far_in_waits(own.share, m, held) && (held || thirds_far()) {
-                let gap = |f: &CommFar| f.median - f.share;
-                let here = CommFar {
-                    share: own.share,
-                    median: m,
-                    others: members.len() as u32 - 1,
-                };
-                if best.as_ref().is_none_or(|b| gap(&here) > gap(b)) {
-                    best = Some(here);
-                }
+            if best
+                .as_ref()
+                .is_none_or(|b| median - own.share > b.median - b.share)
+            {
+                best = Some(here);
             }
         }
-        best
+        best.map(|b| CommFar { groups, ..b })
     }
+}
+
+/// Far below the others by the hold rule in every third where the rank's GPU was
+/// timed at all, at least two: a group used in one burst (an evaluation's, a
+/// checkpoint's) has no figure in the other thirds, and says nothing of them.
+fn thirds_far(m: &Members, own: &CommWait, timed: [Option<f64>; 3]) -> bool {
+    let far: Vec<bool> = (0..3)
+        .filter(|&t| timed[t].is_some())
+        .map(|t| {
+            own.thirds[t].is_some_and(|mine| {
+                let tm = m.thirds[t].median_without(Some(mine));
+                tm.is_some_and(|tm| far_in_waits(mine, tm, true))
+            })
+        })
+        .collect();
+    far.len() >= 2 && far.iter().all(|x| *x)
 }
 
 #[cfg(test)]
@@ -158,7 +200,7 @@ mod tests {
         assert_eq!(found.iter().map(|s| s.rank).collect::<Vec<_>>(), [3]);
         let text = found[0].text(std::time::Duration::from_secs(60));
         assert!(
-            text.contains("its GPU spends 24% of the time in collectives against 83% for the other 1 of a communicator they share (and no more than its peers in any other) over 60s"),
+            text.contains("its GPU spends 24% of the time in collectives against 83% for the other 1 of a group they share (and not clearly more than its peers in any other of its groups) over 60s"),
             "{text}"
         );
         // Healthy: the pairs wait within the rule's bounds of each other.
@@ -183,5 +225,67 @@ mod tests {
             row(3, &[(11, 0.36), (21, 0.24)]),
         ];
         assert_eq!(named(&rows), [2, 3]);
+    }
+
+    /// The same mesh where transfers are fast (NVLink, InfiniBand): the slow rank's
+    /// own share is a few percent in both its groups, so its shard peer's 85% there
+    /// is set against 5%. That peer waits far less than rank 0 in their replicate
+    /// group, but it waits for rank 3 in their shard group: only rank 3 is named.
+    #[test]
+    fn the_slow_rank_s_group_mate_is_not_named_where_transfers_are_fast() {
+        let rows = [
+            row(0, &[(10, 0.30), (20, 0.85)]),
+            row(1, &[(10, 0.31), (21, 0.84)]),
+            row(2, &[(11, 0.85), (20, 0.06)]),
+            row(3, &[(11, 0.05), (21, 0.04)]),
+        ];
+        assert_eq!(named(&rows), [3]);
+    }
+
+    /// A data-parallel job (one group): the job-wide rule and its words; a row
+    /// without figures per communicator (a node timing from dumps) puts the whole
+    /// job on the job-wide rule, so that rank is judged too.
+    #[test]
+    fn one_group_or_a_row_without_groups_is_the_job_wide_rule() {
+        let rows = [
+            row(0, &[(10, 0.62)]),
+            row(1, &[(10, 0.08)]),
+            row(2, &[(10, 0.60)]),
+        ];
+        let found = find(&rows, &[]);
+        assert_eq!(found.iter().map(|s| s.rank).collect::<Vec<_>>(), [1]);
+        let text = found[0].text(std::time::Duration::from_secs(60));
+        assert!(!text.contains("group they share"), "{text}");
+        let mut mixed = rows.clone();
+        let g = mixed[1].window.as_mut().unwrap().gpu_wait.as_mut().unwrap();
+        g.comms.clear();
+        assert_eq!(named(&mixed), [1]);
+    }
+
+    /// Rank 2 waits far less than rank 0 in their group, but waits much in another
+    /// whose other members have no figure yet (their window is not whole): nothing
+    /// says it is not waiting for them, and it is not named.
+    #[test]
+    fn a_rank_waiting_much_where_nobody_compares_is_not_named() {
+        let rows = [row(0, &[(20, 0.85)]), row(2, &[(11, 0.80), (20, 0.10)])];
+        assert!(named(&rows).is_empty());
+    }
+
+    /// A group used in one burst (an evaluation's, 30 s of a 60 s window): its
+    /// figure comes from the last two thirds alone, where rank 1 waited least; the
+    /// rank's GPU was timed in every third, so the burst does not name it.
+    #[test]
+    fn a_group_used_in_one_burst_names_nobody() {
+        let mut rows = vec![
+            row(0, &[(10, 0.30), (30, 0.80)]),
+            row(1, &[(10, 0.31), (30, 0.05)]),
+            row(2, &[(10, 0.29), (30, 0.75)]),
+        ];
+        for r in &mut rows {
+            let g = r.window.as_mut().unwrap().gpu_wait.as_mut().unwrap();
+            let burst = g.comms.iter_mut().find(|c| c.comm == 30).unwrap();
+            burst.thirds = [None, Some(burst.share), Some(burst.share)];
+        }
+        assert!(named(&rows).is_empty());
     }
 }

@@ -4,7 +4,8 @@
 //! `nccl_hang`) and the view across
 //! nodes (`job_view`); what a rank was doing at a sample (`activity`), its recent
 //! samples (`rank_window`) and the rank the others wait for (`straggler`; under overlapping
-//! NCCL groups, communicator by communicator: `comm_waits`); where a rank
+//! NCCL groups, communicator by communicator: `comm_waits`; the measure both use:
+//! `wait_rule`); where a rank
 //! stands in a hang, waiting for its peers or elsewhere (`standing`); what a rank in its
 //! teardown said before (`teardown`).
 
@@ -24,6 +25,7 @@ pub mod standing;
 pub mod straggler;
 pub mod teardown;
 pub mod top_table;
+pub mod wait_rule;
 
 pub use merge::{merge, rank_label, ranks_text, render_placed, render_text, Group, Place, Places};
 pub use model::{Frame, RankStack, ThreadStack};

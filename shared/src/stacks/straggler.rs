@@ -19,21 +19,12 @@
 use super::activity::Activity;
 use super::comm_waits::{CommFar, CommShares};
 use super::rank_window::{ClockLimit, GpuNow, GpuWait, WindowSummary};
+use super::wait_rule::{far_in_waits, Sorted};
+pub use super::wait_rule::{HOLD_GAP, HOLD_RATIO, MAX_RATIO, MIN_GAP, MIN_MEDIAN};
 use crate::flight_recorder::{GpuTime, KindBusbw};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-/// The others must wait at least this share of their time.
-pub const MIN_MEDIAN: f64 = 0.20;
-/// A straggler waits at most this fraction of the others' median...
-pub const MAX_RATIO: f64 = 0.5;
-/// ...and at least this much less, in share points.
-pub const MIN_GAP: f64 = 0.20;
-/// A rank already named stays named while it waits at most this fraction of the
-/// median...
-pub const HOLD_RATIO: f64 = 0.75;
-/// ...and at least this much less.
-pub const HOLD_GAP: f64 = 0.10;
 /// A GPU straggler's mean SM clock is at most this fraction of the others' median...
 pub const MAX_CLOCK_RATIO: f64 = 0.85;
 /// ...with a slowing limit (thermal, power, hardware slowdown) in at least this share
@@ -134,41 +125,6 @@ pub enum Basis {
     },
 }
 
-/// Values sorted once, so that each rank's "median of the others" costs a binary
-/// search, not a sort (the store's host judges every rank of the job each sample).
-pub(super) struct Sorted(Vec<f64>);
-
-impl Sorted {
-    pub(super) fn of(values: impl Iterator<Item = f64>) -> Sorted {
-        let mut v: Vec<f64> = values.collect();
-        v.sort_by(f64::total_cmp);
-        Sorted(v)
-    }
-
-    /// The median of the values without one occurrence of `own` (all of them when
-    /// `own` is none or not among them).
-    pub(super) fn median_without(&self, own: Option<f64>) -> Option<f64> {
-        let v = &self.0;
-        let skip = own.and_then(|x| {
-            let i = v.partition_point(|y| y.total_cmp(&x).is_lt());
-            (i < v.len() && v[i] == x).then_some(i)
-        });
-        let m = v.len() - usize::from(skip.is_some());
-        if m == 0 {
-            return None;
-        }
-        let at = |k: usize| match skip {
-            Some(i) if k >= i => v[k + 1],
-            _ => v[k],
-        };
-        Some(if m % 2 == 1 {
-            at(m / 2)
-        } else {
-            (at(m / 2 - 1) + at(m / 2)) / 2.0
-        })
-    }
-}
-
 /// The ranks whose whole-window wait share is far below the others' median, and
 /// below theirs by the hold rule in each third of the window too (a few seconds of
 /// extra work leave a third untouched); or whose GPU runs far slower than the
@@ -186,16 +142,16 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
             .filter_map(|(_, w)| Some(w.clocks.as_ref()?.sm_mhz_mean)),
     );
     let gpu = GpuShares::of(&full);
-    let comms = CommShares::of(&full);
+    let comms = CommShares::of(&full.iter().map(|(_, w)| *w).collect::<Vec<_>>());
     full.iter()
         .filter_map(|(row, w)| {
             let held = held.contains(&row.rank);
             let (basis, wait, m, others) = match w.gpu_wait.as_ref().filter(|_| gpu.judges()) {
                 // Under NCCL the stacks cannot tell who waits: the GPUs can, compared
                 // where the ranks meet when their communicators are known.
-                Some(g) => match gpu_far(&gpu, &comms, (row.rank, full.len()), w, held) {
+                Some(g) => match gpu_far(&gpu, &comms, full.len(), w, held) {
                     Some(f) => {
-                        let (covered_s, in_group) = (g.covered_s, comms.judges());
+                        let (covered_s, in_group) = (g.covered_s, f.groups >= 2);
                         let basis = Basis::GpuWaitShare {
                             covered_s,
                             in_group,
@@ -246,16 +202,16 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
 
 /// Where the rank's GPU waits far less than the others': in a communicator it shares
 /// with them where the rows say which (NCCL's counters), else against the job's.
-/// `(rank, rows)`: the rank, and how many ranks have a whole window.
+/// `rows`: how many ranks have a whole window.
 fn gpu_far(
     gpu: &GpuShares,
     comms: &CommShares,
-    (rank, rows): (u32, usize),
+    rows: usize,
     w: &WindowSummary,
     held: bool,
 ) -> Option<CommFar> {
     if comms.judges() {
-        return comms.far(rank, w, held);
+        return comms.far(w, held);
     }
     let g = w.gpu_wait.as_ref()?;
     let median = gpu.far(g, held)?;
@@ -263,6 +219,7 @@ fn gpu_far(
         share: g.share,
         median,
         others: rows as u32 - 1,
+        groups: 1,
     })
 }
 
@@ -283,7 +240,7 @@ impl GpuShares {
 
     /// Two ranks or more were timed.
     fn judges(&self) -> bool {
-        self.all.0.len() >= 2
+        self.all.len() >= 2
     }
 
     /// The others' median where `g` is far below it by the same rule as the CPU's
@@ -303,15 +260,6 @@ impl GpuShares {
             .collect();
         (held || (thirds.len() >= 2 && thirds.iter().all(|x| *x))).then_some(m)
     }
-}
-
-pub(super) fn far_in_waits(wait: f64, median: f64, held: bool) -> bool {
-    let (ratio, gap) = if held {
-        (HOLD_RATIO, HOLD_GAP)
-    } else {
-        (MAX_RATIO, MIN_GAP)
-    };
-    median >= MIN_MEDIAN && wait <= median * ratio && median - wait >= gap
 }
 
 /// The GPU rule: its mean SM clock far below the others' median while a slowing
@@ -406,7 +354,7 @@ impl Straggler {
                 self.wait * 100.0,
                 self.median * 100.0,
                 if *in_group {
-                    " of a communicator they share (and no more than its peers in any other)"
+                    " of a group they share (and not clearly more than its peers in any other of its groups)"
                 } else {
                     ""
                 },

@@ -5,15 +5,13 @@
 //! is the cause.
 
 use super::hang_report::Hang;
-use super::Frame;
+use super::model::Frame;
 use crate::root_cause::last_words::last_words;
 use crate::root_cause::python_error::{ends_in_exception, last_exception};
 use std::collections::BTreeMap;
 
-/// The frames that say a rank tears down: torch's `destroy_process_group`, and
-/// Lightning's teardown, which first moves the optimizers' state to the CPU (waiting
-/// for what is still queued on the GPU) and prints what it caught only once done.
-const TEARDOWN_CALLS: &[&str] = &["destroy_process_group", "Trainer._teardown"];
+/// The frame that says a rank tears its process group down.
+const TEARDOWN: &str = "destroy_process_group";
 
 /// What a rank said last on stderr, read from its output's tail.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,49 +43,55 @@ impl LastSaid {
     }
 }
 
-/// The clause to add to `hang`'s headline for its first odd rank that stands in its
-/// teardown: what it said before, or, in Lightning's teardown after an exception it
-/// caught, that the exception is not printed yet. None where no odd rank tears down
-/// or nothing says why (a rank whose loop simply ended tears down too).
+/// The clause to add to `hang`'s headline for the first odd rank that gives one: in
+/// `destroy_process_group`, what it said before; in Lightning's teardown after it
+/// caught an exception, that what it caught is not reported yet (what it said before
+/// is older). None where no odd rank does (a rank whose loop simply ended tears down
+/// too).
 pub fn teardown_cause(hang: &Hang, said: &BTreeMap<u32, LastSaid>) -> Option<String> {
-    let frames = |rank: u32| {
+    hang.odd.iter().find_map(|&rank| {
         let g = hang.groups.iter().find(|g| g.ranks.contains(&rank))?;
-        let tears = g
-            .frames
-            .iter()
-            .any(|f| TEARDOWN_CALLS.contains(&f.function.as_str()));
-        tears.then_some(g.frames.as_slice())
-    };
-    let (rank, frames) = hang.odd.iter().find_map(|r| Some((*r, frames(*r)?)))?;
-    let lightning = caught_by_lightning(frames);
-    Some(match said.get(&rank) {
-        Some(LastSaid::Raised(e)) => format!(
-            "; before its teardown rank {rank} raised {e}: that is the cause, its teardown only waits for the others"
-        ),
-        // What it said last is from before the exception Lightning holds back.
-        _ if lightning => {
-            let gpu = frames.iter().any(|f| f.function == "_optimizers_to_device");
-            format!(
-                "; rank {rank} is in Lightning's teardown after an exception it caught (Trainer._teardown from _call_and_handle_interrupt): Lightning prints the exception only once the teardown returns{}",
-                if gpu {
-                    ", and the teardown, moving the optimizers' state to the CPU, waits for what is still queued on its GPU"
-                } else {
-                    ""
-                }
-            )
+        if caught_by_lightning(&g.frames) {
+            return Some(lightning_clause(rank, &g.frames));
         }
-        Some(LastSaid::Words(w)) => format!(
-            "; its last words on stderr before its teardown: \"{w}\" (its teardown only waits for the others)"
-        ),
-        None => return None,
+        if !g.frames.iter().any(|f| f.function == TEARDOWN) {
+            return None;
+        }
+        Some(match said.get(&rank)? {
+            LastSaid::Raised(e) => format!(
+                "; before its teardown rank {rank} raised {e}: that is the cause, its teardown only waits for the others"
+            ),
+            LastSaid::Words(w) => format!(
+                "; its last words on stderr before its teardown: \"{w}\" (its teardown only waits for the others)"
+            ),
+        })
     })
 }
 
+fn lightning_clause(rank: u32, frames: &[Frame]) -> String {
+    let gpu = frames
+        .iter()
+        .any(|f| f.function.ends_with("_optimizers_to_device"));
+    format!(
+        "; rank {rank} is in Lightning's teardown after it caught an exception or an interrupt (Trainer._teardown from _call_and_handle_interrupt): it reports what it caught only once the teardown returns{}",
+        if gpu {
+            ", and the teardown, moving the optimizers' state to the CPU, waits for what is still queued on its GPU"
+        } else {
+            ""
+        }
+    )
+}
+
 /// Lightning's `_call_and_handle_interrupt` calls `Trainer._teardown` straight from
-/// its `except` branch; at a normal end `Trainer._run` does.
+/// its `except` branch; at a normal end `Trainer._run` does. Python before 3.11
+/// names the method without its class: the file says whose it is.
 fn caught_by_lightning(frames: &[Frame]) -> bool {
+    let is = |f: &Frame, name: &str, file: &str| {
+        f.function.rsplit('.').next() == Some(name) && f.file.ends_with(file)
+    };
     frames.windows(2).any(|w| {
-        w[0].function == "Trainer._teardown" && w[1].function == "_call_and_handle_interrupt"
+        is(&w[0], "_teardown", "trainer/trainer.py")
+            && is(&w[1], "_call_and_handle_interrupt", "trainer/call.py")
     })
 }
 
@@ -96,17 +100,22 @@ mod tests {
     use super::*;
     use crate::stacks::Group;
 
-    const TEARDOWN: &str = "destroy_process_group";
-
     fn hang(odd: Vec<u32>, function: &str) -> Hang {
         hang_in(odd, &[function, "_destroy_dist_connection"])
     }
 
-    /// Rank 1 standing in `functions`, innermost first.
+    /// Rank 1 standing in `functions`, innermost first, each in the file its
+    /// library keeps it in.
     fn hang_in(odd: Vec<u32>, functions: &[&str]) -> Hang {
         let frame = |function: &&str| Frame {
             function: function.to_string(),
-            file: "distributed/distributed_c10d.py".into(),
+            file: match function.rsplit('.').next() {
+                Some("_teardown" | "_run") => "trainer/trainer.py",
+                Some("_call_and_handle_interrupt") => "trainer/call.py",
+                Some("teardown") => "strategies/strategy.py",
+                _ => "distributed/distributed_c10d.py",
+            }
+            .into(),
             line: 2319,
         };
         Hang {
@@ -158,8 +167,9 @@ mod tests {
     }
 
     /// Lightning tears down from `_call_and_handle_interrupt`'s except branch after an
-    /// exception it holds back; at a normal end from `Trainer._run`. Only the first
-    /// says why, whatever it printed before (its start's lines).
+    /// exception or an interrupt it holds back; at a normal end from `Trainer._run`.
+    /// Only the first says why, whatever it printed before (its start's lines), and
+    /// with Python before 3.11's unqualified names too.
     #[test]
     fn lightning_s_teardown_after_an_exception_is_told_from_its_normal_end() {
         let caught = [
@@ -167,23 +177,41 @@ mod tests {
             "Trainer._teardown",
             "_call_and_handle_interrupt",
         ];
+        let unqualified = ["teardown", "_teardown", "_call_and_handle_interrupt"];
         let ended = ["Strategy.teardown", "Trainer._teardown", "Trainer._run"];
         let banner = LastSaid::of("LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: [0]\n").unwrap();
         let said: BTreeMap<u32, LastSaid> = [(1, banner)].into();
-        let c = teardown_cause(&hang_in(vec![1], &caught), &said).unwrap();
-        assert!(
-            c.contains("Lightning's teardown after an exception it caught"),
-            "{c}"
+        for frames in [&caught, &unqualified] {
+            let c = teardown_cause(&hang_in(vec![1], frames), &said).unwrap();
+            assert!(c.contains("Lightning's teardown after it caught"), "{c}");
+            assert!(
+                !c.contains("optimizers") && !c.contains("CUDA_VISIBLE"),
+                "{c}"
+            );
+        }
+        assert_eq!(teardown_cause(&hang_in(vec![1], &ended), &said), None);
+    }
+
+    /// The first odd rank that gives a clause, not the first odd rank: rank 0 stands
+    /// in its own code, rank 1 in its teardown after raising.
+    #[test]
+    fn the_clause_is_the_first_odd_rank_s_that_gives_one() {
+        let mut h = hang(vec![0, 1], TEARDOWN);
+        h.groups.insert(
+            0,
+            Group {
+                ranks: vec![0],
+                frames: vec![Frame {
+                    function: "read_shard".into(),
+                    file: "train.py".into(),
+                    line: 9,
+                }],
+                error: None,
+            },
         );
-        assert!(!c.contains("optimizers"), "{c}");
-        let c = teardown_cause(&hang_in(vec![1], &ended), &said).unwrap();
-        assert!(
-            c.contains("last words") && c.contains("CUDA_VISIBLE_DEVICES"),
-            "{c}"
-        );
-        assert_eq!(
-            teardown_cause(&hang_in(vec![1], &ended), &BTreeMap::new()),
-            None
-        );
+        let tail = "Traceback (most recent call last):\n  File \"/w/train.py\", line 82, in step\n    raise RuntimeError(\"bad batch\")\nRuntimeError: bad batch\n";
+        let said: BTreeMap<u32, LastSaid> = [(1, LastSaid::of(tail).unwrap())].into();
+        let c = teardown_cause(&h, &said).unwrap();
+        assert!(c.contains("rank 1 raised RuntimeError: bad batch"), "{c}");
     }
 }
