@@ -39,6 +39,7 @@ fn rows(stage: &str) -> Vec<RankRow> {
                         comm: c.comm,
                         share,
                         thirds: [Some(share); 3],
+                        p2p: c.p2p,
                     }
                 })
                 .collect();

@@ -334,6 +334,7 @@ fn comm_waits(t: &GpuTime, by_comm: bool) -> Vec<CommWait> {
                 comm: c.comm,
                 share,
                 thirds: [Some(share); 3],
+                p2p: c.p2p,
             }
         })
         .collect()

@@ -41,6 +41,10 @@ pub struct CommTime {
     pub comm: u64,
     /// At most the span.
     pub busy_ns: u64,
+    /// It carries send/recv (pipeline stages): two ranks in one such communicator sit
+    /// in different stages, whose waits differ by design.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub p2p: bool,
 }
 
 impl GpuTime {

@@ -143,17 +143,14 @@ pub fn judged_comms(ranks: &[(u32, &RankCounters, &RankCounters)]) -> BTreeMap<u
         Some(b) => b < LIGHT_SHARE * busiest,
         None => m.posted_each() < LIGHT_SHARE * most_posted,
     };
-    // Between groups as wide, one without a figure comes first: it may be the busy
-    // one, and its ranks are better without a figure than read from the other.
+    // Between groups as wide, the one posting more comes first, then the busier: a
+    // busy group short of timed operations in this window keeps its ranks (better
+    // without a figure than read from a lighter group), and a metrics group beside a
+    // data-parallel one, timed or not, does not take them.
     order.sort_by_key(|(hash, m)| {
-        let wide = std::cmp::Reverse((m.ranks.len(), m.nranks));
-        (
-            light(m),
-            wide,
-            m.timed > 0,
-            std::cmp::Reverse(m.busy),
-            *hash,
-        )
+        let wide = (m.ranks.len(), m.nranks);
+        let posts = m.posted_each() as u64;
+        (light(m), std::cmp::Reverse((wide, posts, m.busy)), *hash)
     });
     let mut judged = BTreeMap::new();
     for (hash, m) in order {
@@ -190,13 +187,16 @@ pub fn gpu_time(
             mean_bytes: bytes / n,
         })
         .collect();
+    // Send/recv communicators too, marked: they say which ranks sit in other stages.
     let comms = pairs(before, after)
-        .filter(|(_, a)| a.live && !a.carries_p2p())
+        .filter(|(_, a)| a.live)
         .filter_map(|(b, a)| {
-            let (busy, _) = comm_busy(b, a, after.sampling)?;
+            let p2p = a.carries_p2p();
+            let busy = comm_busy(b, a, after.sampling).map(|(busy, _)| busy);
             Some(CommTime {
                 comm: a.hash,
-                busy_ns: busy.min(span_ns),
+                busy_ns: busy.or(p2p.then_some(0))?.min(span_ns),
+                p2p,
             })
         })
         .collect();
@@ -440,6 +440,21 @@ mod tests {
         // posts as much as ever), and nobody is read from the lighter one.
         let ranks = [(0, &zero, &short), (1, &zero, &short)];
         let judged = judged_comms(&ranks);
+        assert_eq!((judged[&0], judged[&1]), (0x1, 0x1));
+        // A metrics group beside it, as wide, posting a fifth as much and short of
+        // timed operations: the data-parallel group keeps its ranks.
+        let metrics = || {
+            let mut w = Words::default();
+            w.comm(0, 0x1, 0, 4)
+                .ops(0, NcclFunc::AllReduce, 4 << 20, 16, 16, 500_000)
+                .untimed(0, NcclFunc::AllReduce, 4 << 20, 100)
+                .comm(1, 0x2, 0, 4)
+                .ops(1, NcclFunc::AllReduce, 4, 3, 3, 1000)
+                .untimed(1, NcclFunc::AllReduce, 4, 20);
+            decode(&w.bytes()).unwrap()
+        };
+        let (a, b) = (metrics(), metrics());
+        let judged = judged_comms(&[(0, &zero, &a), (1, &zero, &b)]);
         assert_eq!((judged[&0], judged[&1]), (0x1, 0x1));
     }
 

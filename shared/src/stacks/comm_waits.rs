@@ -9,7 +9,7 @@
 //! rank 3 alone waited less everywhere. A data-parallel job has one such group, and
 //! the rule is the job-wide one.
 
-use super::rank_window::{CommWait, WindowSummary};
+use super::rank_window::{CommWait, GpuWait, WindowSummary};
 use super::wait_rule::{far_in_waits, Sorted, HOLD_GAP, MIN_MEDIAN};
 use std::collections::BTreeMap;
 
@@ -26,67 +26,109 @@ pub struct CommFar {
 
 /// One communicator's members' shares over the window and in each third, sorted once
 /// (the store's host judges every rank of the job at each sample).
-struct Members {
+pub struct Members {
     count: u32,
     all: Sorted,
     thirds: [Sorted; 3],
 }
 
-/// Each communicator's members' figures over the window, where every timed rank's row
-/// says its communicators (NCCL's counters on every node): else none, and the
-/// job-wide rule decides.
-pub struct CommShares(BTreeMap<u64, Members>);
+impl Members {
+    fn of(m: &[CommWait]) -> Members {
+        let third = |t: usize| Sorted::of(m.iter().filter_map(|c| c.thirds[t]));
+        Members {
+            count: m.len() as u32,
+            all: Sorted::of(m.iter().map(|c| c.share)),
+            thirds: [0, 1, 2].map(third),
+        }
+    }
+}
+
+/// Two members of a group share a send/recv communicator: they sit in different
+/// pipeline stages (a tied embedding's group, the gradient norm's across stages),
+/// where the first stage finishes its backward last by design.
+fn across_stages(members: &[&GpuWait]) -> bool {
+    let mut seen = std::collections::BTreeSet::new();
+    members
+        .iter()
+        .flat_map(|g| g.comms.iter().filter(|c| c.p2p))
+        .any(|c| !seen.insert(c.comm))
+}
+
+/// How the ranks' GPU shares are compared.
+pub enum CommShares {
+    /// No row says its communicators (flight-recorder dumps): across the job.
+    JobWide,
+    /// Each communicator's members' figures, where every timed row says its
+    /// communicators (NCCL's counters on every node).
+    PerComm(BTreeMap<u64, Members>),
+    /// Some rows say their communicators, others not, and groups overlap: shares read
+    /// on different groups do not compare. Or no group is left to compare in (the
+    /// ranks of each sit in different pipeline stages).
+    Nobody,
+}
 
 impl CommShares {
     pub fn of(windows: &[&WindowSummary]) -> CommShares {
-        let timed = || windows.iter().filter_map(|w| w.gpu_wait.as_ref());
-        if timed().any(|g| g.comms.is_empty()) {
-            return CommShares(BTreeMap::new());
+        let timed: Vec<_> = windows.iter().filter_map(|w| w.gpu_wait.as_ref()).collect();
+        let groups = |g: &&GpuWait| g.comms.iter().filter(|c| !c.p2p).count();
+        if timed.iter().all(|g| g.comms.is_empty()) {
+            return CommShares::JobWide;
         }
-        let mut by: BTreeMap<u64, Vec<&CommWait>> = BTreeMap::new();
-        for c in timed().flat_map(|g| &g.comms) {
-            by.entry(c.comm).or_default().push(c);
+        if timed.iter().any(|g| g.comms.is_empty()) {
+            let overlap = timed.iter().any(|g| groups(g) >= 2);
+            return if overlap {
+                CommShares::Nobody
+            } else {
+                CommShares::JobWide
+            };
         }
-        let members = by
+        let mut by: BTreeMap<u64, Vec<&GpuWait>> = BTreeMap::new();
+        for g in &timed {
+            for c in g.comms.iter().filter(|c| !c.p2p) {
+                by.entry(c.comm).or_default().push(g);
+            }
+        }
+        let members: BTreeMap<u64, Members> = by
             .into_iter()
-            .filter(|(_, m)| m.len() >= 2)
+            .filter(|(_, m)| m.len() >= 2 && !across_stages(m))
             .map(|(comm, m)| {
-                let third = |t: usize| Sorted::of(m.iter().filter_map(|c| c.thirds[t]));
-                let all = Sorted::of(m.iter().map(|c| c.share));
-                let count = m.len() as u32;
-                (
-                    comm,
-                    Members {
-                        count,
-                        all,
-                        thirds: [0, 1, 2].map(third),
-                    },
-                )
+                let own = |g: &&GpuWait| g.comms.iter().find(|c| c.comm == comm).cloned();
+                let m: Vec<CommWait> = m.iter().filter_map(own).collect();
+                (comm, Members::of(&m))
             })
             .collect();
-        CommShares(members)
+        if members.is_empty() {
+            return CommShares::Nobody;
+        }
+        CommShares::PerComm(members)
     }
 
-    /// Some communicator has two ranks or more with figures: the rule applies.
-    pub fn judges(&self) -> bool {
-        !self.0.is_empty()
+    /// Whether the shares are compared across the job (no row says its groups).
+    pub fn job_wide(&self) -> bool {
+        matches!(self, CommShares::JobWide)
     }
 
     /// Where the rank of `w` waits far less than the others, if it waits clearly more
     /// than them (there it waits for someone) in none of its communicators, and none
-    /// where it waits much has nobody to compare it with.
+    /// where it waits much has nobody to compare it with; never where shares do not
+    /// compare ([`CommShares::of`]).
     pub fn far(&self, w: &WindowSummary, held: bool) -> Option<CommFar> {
+        let CommShares::PerComm(by) = self else {
+            return None;
+        };
         let g = w.gpu_wait.as_ref()?;
         let (mut best, mut groups) = (None::<CommFar>, 0);
-        for own in &g.comms {
-            let Some(m) = self.0.get(&own.comm) else {
+        for own in g.comms.iter().filter(|c| !c.p2p) {
+            let Some(m) = by.get(&own.comm) else {
                 if own.share >= MIN_MEDIAN {
                     return None;
                 }
                 continue;
             };
             groups += 1;
-            let median = m.all.median_without(Some(own.share))?;
+            let Some(median) = m.all.median_without(Some(own.share)) else {
+                continue;
+            };
             if own.share >= MIN_MEDIAN && own.share - median >= HOLD_GAP {
                 return None;
             }
@@ -140,6 +182,7 @@ mod tests {
                 comm,
                 share,
                 thirds: [Some(share); 3],
+                p2p: false,
             })
             .collect();
         let share = comms.iter().map(|c| c.share).fold(0.0, f64::max);
@@ -286,6 +329,58 @@ mod tests {
             let burst = g.comms.iter_mut().find(|c| c.comm == 30).unwrap();
             burst.thirds = [None, Some(burst.share), Some(burst.share)];
         }
+        assert!(named(&rows).is_empty());
+    }
+
+    /// Rank `rank`'s row with `p2p` send/recv communicators beside its groups.
+    fn staged(rank: u32, comms: &[(u64, f64)], p2p: &[u64]) -> RankRow {
+        let mut r = row(rank, comms);
+        let g = r.window.as_mut().unwrap().gpu_wait.as_mut().unwrap();
+        g.comms.extend(p2p.iter().map(|&comm| CommWait {
+            comm,
+            share: 0.1,
+            thirds: [Some(0.1); 3],
+            p2p: true,
+        }));
+        r
+    }
+
+    /// Two pipeline stages (ranks 0-1, then 2-3) of two data-parallel replicas: the
+    /// replicas' groups 10 and 11, send/recv 50 and 51 between the stages, and a tied
+    /// embedding's all_reduce (60, 61) between the first and the last stage, where
+    /// the last waits for the first's backward by design. Healthy: nobody named.
+    #[test]
+    fn groups_across_pipeline_stages_are_not_compared() {
+        let rows = [
+            staged(0, &[(10, 0.30), (60, 0.01)], &[50]),
+            staged(1, &[(10, 0.31), (61, 0.01)], &[51]),
+            staged(2, &[(11, 0.30), (60, 0.29)], &[50]),
+            staged(3, &[(11, 0.29), (61, 0.30)], &[51]),
+        ];
+        assert!(named(&rows).is_empty(), "{:?}", find(&rows, &[]));
+        // The same groups without send/recv between them: ranks 0 and 1 would be the
+        // ones the others wait for.
+        let flat = [
+            row(0, &[(10, 0.30), (60, 0.01)]),
+            row(1, &[(10, 0.31), (61, 0.01)]),
+            row(2, &[(11, 0.30), (60, 0.29)]),
+            row(3, &[(11, 0.29), (61, 0.30)]),
+        ];
+        assert_eq!(named(&flat), [0, 1]);
+    }
+
+    /// Overlapping groups with one row that does not say its groups (a node timing
+    /// from dumps, which sum every group): shares read on different groups do not
+    /// compare, and nobody is named by them.
+    #[test]
+    fn overlapping_groups_with_a_row_without_groups_name_nobody() {
+        let mut rows = vec![
+            row(0, &[(10, 0.60), (20, 0.62)]),
+            row(1, &[(10, 0.08), (21, 0.07)]),
+            row(2, &[(11, 0.61), (20, 0.60)]),
+        ];
+        let g = rows[1].window.as_mut().unwrap().gpu_wait.as_mut().unwrap();
+        g.comms.clear();
         assert!(named(&rows).is_empty());
     }
 }

@@ -133,6 +133,9 @@ pub struct CommWait {
     pub comm: u64,
     pub share: f64,
     pub thirds: [Option<f64>; 3],
+    /// It carries send/recv (`CommTime::p2p`): not compared, it says the stages.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub p2p: bool,
 }
 
 /// Fewest samples a share is computed from.
@@ -214,12 +217,14 @@ impl RankWindow {
         let comms = hashes
             .into_iter()
             .filter_map(|comm| {
-                let on = |t: &GpuTime| Some(t.comms.iter().find(|c| c.comm == comm)?.busy_ns);
-                let (share, thirds) = self.shares(end, on)?;
+                let of = |t: &GpuTime| t.comms.iter().find(|c| c.comm == comm).copied();
+                let p2p = self.gpu.iter().any(|g| of(&g.time).is_some_and(|c| c.p2p));
+                let (share, thirds) = self.shares(end, |t| Some(of(t)?.busy_ns))?;
                 Some(CommWait {
                     comm,
                     share,
                     thirds,
+                    p2p,
                 })
             })
             .collect();
@@ -492,6 +497,7 @@ mod tests {
                     .map(|&(comm, ms)| CommTime {
                         comm,
                         busy_ns: ms * 1_000_000,
+                        p2p: false,
                     })
                     .collect(),
             },

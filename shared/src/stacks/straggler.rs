@@ -151,7 +151,9 @@ pub fn find(rows: &[RankRow], held: &[u32]) -> Vec<Straggler> {
                 // where the ranks meet when their communicators are known.
                 Some(g) => match gpu_far(&gpu, &comms, full.len(), w, held) {
                     Some(f) => {
-                        let (covered_s, in_group) = (g.covered_s, f.groups >= 2);
+                        // Said where it was compared in a group, not across the job.
+                        let subset = (f.others as usize + 1) < gpu.all.len();
+                        let (covered_s, in_group) = (g.covered_s, f.groups >= 2 || subset);
                         let basis = Basis::GpuWaitShare {
                             covered_s,
                             in_group,
@@ -210,7 +212,7 @@ fn gpu_far(
     w: &WindowSummary,
     held: bool,
 ) -> Option<CommFar> {
-    if comms.judges() {
+    if !comms.job_wide() {
         return comms.far(w, held);
     }
     let g = w.gpu_wait.as_ref()?;

@@ -51,19 +51,20 @@ impl LastSaid {
 pub fn teardown_cause(hang: &Hang, said: &BTreeMap<u32, LastSaid>) -> Option<String> {
     hang.odd.iter().find_map(|&rank| {
         let g = hang.groups.iter().find(|g| g.ranks.contains(&rank))?;
-        if caught_by_lightning(&g.frames) {
-            return Some(lightning_clause(rank, &g.frames));
-        }
-        if !g.frames.iter().any(|f| f.function == TEARDOWN) {
+        let lightning = caught_by_lightning(&g.frames);
+        if !lightning && !g.frames.iter().any(|f| f.function == TEARDOWN) {
             return None;
         }
-        Some(match said.get(&rank)? {
-            LastSaid::Raised(e) => format!(
+        Some(match said.get(&rank) {
+            // A traceback that ends its output (a callback printed it): the cause.
+            Some(LastSaid::Raised(e)) => format!(
                 "; before its teardown rank {rank} raised {e}: that is the cause, its teardown only waits for the others"
             ),
-            LastSaid::Words(w) => format!(
+            _ if lightning => lightning_clause(rank, &g.frames),
+            Some(LastSaid::Words(w)) => format!(
                 "; its last words on stderr before its teardown: \"{w}\" (its teardown only waits for the others)"
             ),
+            None => return None,
         })
     })
 }
@@ -82,16 +83,23 @@ fn lightning_clause(rank: u32, frames: &[Frame]) -> String {
     )
 }
 
-/// Lightning's `_call_and_handle_interrupt` calls `Trainer._teardown` straight from
-/// its `except` branch; at a normal end `Trainer._run` does. Python before 3.11
-/// names the method without its class: the file says whose it is.
+/// Lightning's `_call_and_handle_interrupt` (in `trainer/call.py`; a `Trainer`
+/// method in Lightning 1.x) calls `Trainer._teardown` straight from its `except`
+/// branch; at a normal end `Trainer._run` does. Python before 3.11 names a method
+/// without its class: the file says whose it is.
 fn caught_by_lightning(frames: &[Frame]) -> bool {
-    let is = |f: &Frame, name: &str, file: &str| {
-        f.function.rsplit('.').next() == Some(name) && f.file.ends_with(file)
+    let in_file = |f: &Frame, file: &str| f.file == file || f.file.ends_with(&format!("/{file}"));
+    let is = |f: &Frame, name: &str, files: &[&str]| {
+        f.function.rsplit('.').next() == Some(name) && files.iter().any(|x| in_file(f, x))
     };
+    let trainer = "trainer/trainer.py";
     frames.windows(2).any(|w| {
-        is(&w[0], "_teardown", "trainer/trainer.py")
-            && is(&w[1], "_call_and_handle_interrupt", "trainer/call.py")
+        is(&w[0], "_teardown", &[trainer])
+            && is(
+                &w[1],
+                "_call_and_handle_interrupt",
+                &["trainer/call.py", trainer],
+            )
     })
 }
 
@@ -190,25 +198,22 @@ mod tests {
             );
         }
         assert_eq!(teardown_cause(&hang_in(vec![1], &ended), &said), None);
+        // The same names in a user's own files are not Lightning's.
+        let mut own = hang_in(vec![1], &unqualified);
+        for f in &mut own.groups[0].frames {
+            f.file = format!("/job/my_{}", f.file);
+        }
+        assert_eq!(teardown_cause(&own, &BTreeMap::new()), None);
     }
 
-    /// The first odd rank that gives a clause, not the first odd rank: rank 0 stands
-    /// in its own code, rank 1 in its teardown after raising.
+    /// The first odd rank that gives a clause, not the first odd rank: rank 0 tears
+    /// down too but said nothing, rank 1 raised before its teardown.
     #[test]
     fn the_clause_is_the_first_odd_rank_s_that_gives_one() {
         let mut h = hang(vec![0, 1], TEARDOWN);
-        h.groups.insert(
-            0,
-            Group {
-                ranks: vec![0],
-                frames: vec![Frame {
-                    function: "read_shard".into(),
-                    file: "train.py".into(),
-                    line: 9,
-                }],
-                error: None,
-            },
-        );
+        let mut zero = h.groups[0].clone();
+        zero.ranks = vec![0];
+        h.groups.insert(0, zero);
         let tail = "Traceback (most recent call last):\n  File \"/w/train.py\", line 82, in step\n    raise RuntimeError(\"bad batch\")\nRuntimeError: bad batch\n";
         let said: BTreeMap<u32, LastSaid> = [(1, LastSaid::of(tail).unwrap())].into();
         let c = teardown_cause(&h, &said).unwrap();
