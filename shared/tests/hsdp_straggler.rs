@@ -30,19 +30,7 @@ fn rows(stage: &str) -> Vec<RankRow> {
             let (b, a) = (reading(stage, 50, rank), reading(stage, 80, rank));
             let judged = judged_comms(&[(rank, &b, &a)]);
             let t = gpu_time(rank, &b, &a, SPAN, judged[&rank]).expect("a figure");
-            let comms = t
-                .comms
-                .iter()
-                .map(|c| {
-                    let share = c.busy_ns as f64 / t.span_ns as f64;
-                    CommWait {
-                        comm: c.comm,
-                        share,
-                        thirds: [Some(share); 3],
-                        p2p: c.p2p,
-                    }
-                })
-                .collect();
+            let comms = common::comm_waits(&t);
             row(rank, t.share(), comms)
         })
         .collect()

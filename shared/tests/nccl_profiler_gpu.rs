@@ -326,18 +326,11 @@ fn rows(times: &[GpuTime], by_comm: bool) -> Vec<RankRow> {
 }
 
 fn comm_waits(t: &GpuTime, by_comm: bool) -> Vec<CommWait> {
-    let comms = t.comms.iter().filter(|_| by_comm);
-    comms
-        .map(|c| {
-            let share = c.busy_ns as f64 / t.span_ns as f64;
-            CommWait {
-                comm: c.comm,
-                share,
-                thirds: [Some(share); 3],
-                p2p: c.p2p,
-            }
-        })
-        .collect()
+    if by_comm {
+        common::comm_waits(t)
+    } else {
+        Vec::new()
+    }
 }
 
 /// A run's stderr, as toporun printed it.

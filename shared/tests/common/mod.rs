@@ -4,7 +4,9 @@
 use flate2::read::GzDecoder;
 use std::io::Read;
 use std::path::PathBuf;
+use toporun_shared::flight_recorder::GpuTime;
 use toporun_shared::nccl_counters::{decode, RankCounters};
+use toporun_shared::stacks::rank_window::CommWait;
 
 /// `path` in the device fixture set `set` (tests/fixtures/device/SET).
 pub fn device_fixture(set: &str, path: &str) -> PathBuf {
@@ -20,4 +22,22 @@ pub fn counters_file(set: &str, path: &str) -> RankCounters {
     let mut bytes = Vec::new();
     GzDecoder::new(f).read_to_end(&mut bytes).unwrap();
     decode(&bytes).unwrap()
+}
+
+/// A window read from two captures as a rank's per-communicator waits: the one
+/// reading's share stands for each third. Not every test binary reads windows.
+#[allow(dead_code)]
+pub fn comm_waits(t: &GpuTime) -> Vec<CommWait> {
+    t.comms
+        .iter()
+        .map(|c| {
+            let share = c.busy_ns as f64 / t.span_ns as f64;
+            CommWait {
+                comm: c.comm,
+                share,
+                thirds: [Some(share); 3],
+                p2p: c.p2p,
+            }
+        })
+        .collect()
 }
