@@ -6,7 +6,7 @@
 
 use super::check_round::{counted, read_present, Waits, GATHER_WAIT};
 pub use super::check_round::{CheckError, CheckNode, GateRule};
-use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW};
+use super::probe::{receive, send, Probe, CONNECT_WAIT, WINDOW, WINDOWS};
 use super::torch_path::TorchSide;
 use super::torch_round::{agree, through_torch, vote, TORCH_GATHER};
 use crate::rendezvous::{alive_spares, Backend, Key, Kv, RoundKeys};
@@ -120,7 +120,7 @@ async fn over_tcp(
     (listener, mine): (&TcpListener, &Listener),
 ) -> Result<(Vec<PathFigure>, Option<SocketAddr>, Duration), CheckError> {
     let schedule = rounds(me.nnodes);
-    let mut patience = CONNECT_WAIT + WINDOW + GATHER_WAIT / 2;
+    let mut patience = CONNECT_WAIT + WINDOW * WINDOWS + GATHER_WAIT / 2;
     let targets = targets(kv, keys, &schedule, me.node_rank).await?;
     let mut received = Vec::new();
     let mut local = None;

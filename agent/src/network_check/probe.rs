@@ -2,7 +2,10 @@
 //! receiver's listener, says which path and round it is, echoes a few small messages
 //! (the receiver times the round trips), then streams until the receiver, having
 //! counted what arrived over the window, closes. The receiver's count is the figure:
-//! what crossed the link, not what the sender's buffers took.
+//! what crossed the link, not what the sender's buffers took. A window in which the
+//! stream stopped for a while (a sender or receiver not scheduled on a busy host, a
+//! retransmit timeout) is counted again once: a shaped or degraded link delivers a
+//! steady trickle, and one pause must not make a healthy path look slow.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -13,6 +16,11 @@ use toporun_shared::network_check::verdict::PathFigure;
 
 /// How long the receiver counts the stream.
 pub const WINDOW: Duration = Duration::from_millis(500);
+/// No bytes for this long inside a window is a pause, not a rate: 20 Mbit/s brings
+/// a packet every 0.6 ms.
+const PAUSE: Duration = Duration::from_millis(150);
+/// Windows counted at most: the first, and one more where the first paused.
+pub const WINDOWS: u32 = 2;
 /// How long a receiver waits for its sender to connect and a sender to connect.
 pub const CONNECT_WAIT: Duration = Duration::from_secs(3);
 /// Small messages timed; the quickest is the round trip.
@@ -49,7 +57,7 @@ const HEADER_WAIT: Duration = Duration::from_millis(300);
 /// Sends on `path` to the receiver, at the first of its addresses `to` that answers as
 /// that receiver, until it closes or the probe's time is up.
 pub async fn send(to: &[SocketAddr], p: Probe) {
-    let deadline = Instant::now() + CONNECT_WAIT + WINDOW + Duration::from_secs(2);
+    let deadline = Instant::now() + CONNECT_WAIT + WINDOW * WINDOWS + Duration::from_secs(2);
     let _ = tokio::time::timeout_at(deadline.into(), stream(to, p)).await;
 }
 
@@ -107,7 +115,7 @@ pub async fn receive(listener: &TcpListener, p: Probe) -> (PathFigure, Option<So
     else {
         return (none, None);
     };
-    let measured = tokio::time::timeout(WINDOW * 3, measure(&mut s)).await;
+    let measured = tokio::time::timeout(WINDOW * (WINDOWS + 2), measure(&mut s)).await;
     match measured {
         Ok(Ok((gbit, rtt_us))) => (PathFigure { path, gbit, rtt_us }, Some(local)),
         _ => (none, Some(local)),
@@ -131,7 +139,8 @@ async fn accept(listener: &TcpListener, p: Probe) -> (TcpStream, SocketAddr) {
     }
 }
 
-/// The stream's rate over the window (Gbit/s) and the quickest round trip (us).
+/// The stream's rate (Gbit/s) over the window, or over a second window where the
+/// first paused, and the quickest round trip (us).
 async fn measure(s: &mut TcpStream) -> std::io::Result<(f64, f64)> {
     s.set_nodelay(true)?;
     let mut rtt = f64::INFINITY;
@@ -146,17 +155,54 @@ async fn measure(s: &mut TcpStream) -> std::io::Result<(f64, f64)> {
     let mut buf = vec![0u8; CHUNK];
     // Counted from the end of the first read: the time to the first byte is not
     // the link's rate.
-    let n = s.read(&mut buf).await?;
+    if s.read(&mut buf).await? == 0 {
+        return Ok((0.0, rtt));
+    }
+    let mut counted = window(s, &mut buf).await;
+    for _ in 1..WINDOWS {
+        if !counted.paused || counted.ended {
+            break;
+        }
+        counted = window(s, &mut buf).await;
+    }
+    Ok((counted.gbit, rtt))
+}
+
+/// One window's count.
+#[derive(Debug, Clone, Copy)]
+struct Counted {
+    gbit: f64,
+    /// No bytes came for [`PAUSE`] or longer.
+    paused: bool,
+    /// The sender closed or broke off.
+    ended: bool,
+}
+
+/// Counts what arrives over one window.
+async fn window(s: &mut TcpStream, buf: &mut [u8]) -> Counted {
     let start = Instant::now();
-    let mut bytes = 0u64;
-    while n > 0 && start.elapsed() < WINDOW {
-        match tokio::time::timeout(WINDOW.saturating_sub(start.elapsed()), s.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
-            Ok(Ok(m)) => bytes += m as u64,
+    let (mut bytes, mut last, mut paused, mut ended) = (0u64, start, false, false);
+    while start.elapsed() < WINDOW {
+        let left = WINDOW.saturating_sub(start.elapsed());
+        match tokio::time::timeout(left, s.read(buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => {
+                ended = true;
+                break;
+            }
+            Err(_) => break,
+            Ok(Ok(m)) => {
+                bytes += m as u64;
+                paused |= last.elapsed() >= PAUSE;
+                last = Instant::now();
+            }
         }
     }
     let secs = start.elapsed().as_secs_f64().max(1e-6);
-    Ok((bytes as f64 * 8.0 / secs / 1e9, rtt))
+    Counted {
+        gbit: bytes as f64 * 8.0 / secs / 1e9,
+        paused: paused || (!ended && last.elapsed() >= PAUSE),
+        ended,
+    }
 }
 
 #[cfg(test)]
@@ -196,6 +242,60 @@ mod tests {
         assert!(f.rtt_us > 0.0 && f.rtt_us < 100_000.0, "{f:?}");
         assert_eq!(local.unwrap().ip(), at.ip());
         let _ = tokio::join!(sender, stale, forged);
+    }
+
+    /// A sender at a steady `mbit`, silent for `pause` once it has sent for 100 ms.
+    async fn paced(at: SocketAddr, p: Probe, mbit: u64, pause: Option<Duration>) {
+        let mut s = answered(at, p).await.unwrap();
+        let mut ping = [0u8; 8];
+        for _ in 1..PINGS {
+            s.read_exact(&mut ping).await.unwrap();
+            s.write_all(&ping).await.unwrap();
+        }
+        let tick = Duration::from_millis(5);
+        let chunk = vec![0u8; (mbit * 1_000_000 / 8 / 200) as usize];
+        let start = Instant::now();
+        let mut pause = pause;
+        loop {
+            if start.elapsed() > Duration::from_millis(100) {
+                if let Some(p) = pause.take() {
+                    tokio::time::sleep(p).await;
+                }
+            }
+            if s.write_all(&chunk).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(tick).await;
+        }
+    }
+
+    async fn paced_figure(mbit: u64, pause: Option<Duration>) -> (f64, Duration) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let at = l.local_addr().unwrap();
+        let p = Probe {
+            k: 0,
+            path: Path { from: 1, to: 0 },
+            nonce: 3,
+        };
+        let sender = tokio::spawn(paced(at, p, mbit, pause));
+        let t = Instant::now();
+        let (f, _) = receive(&l, p).await;
+        let took = t.elapsed();
+        let _ = sender.await;
+        (f.gbit * 1000.0, took)
+    }
+
+    /// A steady trickle (a shaped link) is its rate, counted once; a stream that
+    /// stopped for 350 ms of its window (a sender not scheduled) is counted again,
+    /// not called a third of its rate.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_trickle_is_its_rate_and_a_pause_is_counted_again() {
+        let (mbit, took) = paced_figure(40, None).await;
+        assert!((20.0..60.0).contains(&mbit), "{mbit} Mbit/s");
+        assert!(took < WINDOW * 2, "one window: {took:?}");
+        let (mbit, took) = paced_figure(40, Some(Duration::from_millis(350))).await;
+        assert!((28.0..60.0).contains(&mbit), "{mbit} Mbit/s");
+        assert!(took >= WINDOW * 2, "two windows: {took:?}");
     }
 
     #[tokio::test]
