@@ -6,14 +6,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 use toporun_agent::store::{StoreClient, StoreError};
 
-fn python() -> String {
-    std::env::var("TOPORUN_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/toporun-venv/bin/python",
-            std::env::var("HOME").unwrap_or_else(|_| "/root".into())
-        )
-    })
-}
+mod common;
+use common::python;
 
 const SERVER: &str = r#"
 import sys, time, torch.distributed as dist

@@ -7,14 +7,8 @@
 use std::net::TcpListener;
 use std::process::{Command, Output};
 
-fn python() -> String {
-    std::env::var("TOPORUN_PYTHON").unwrap_or_else(|_| {
-        format!(
-            "{}/.cache/toporun-venv/bin/python",
-            std::env::var("HOME").unwrap_or_else(|_| "/root".into())
-        )
-    })
-}
+mod common;
+use common::python;
 
 /// Rank 1 receives with the probe's own `receive`; rank 0 answers its flags as the
 /// probe's `send` does, sleeping PAUSE before its first chunk.
