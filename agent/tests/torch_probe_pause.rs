@@ -1,7 +1,7 @@
 //! The network check's torch probe (agent/src/network_check/torch_probe.py) under
 //! real gloo, two processes on loopback (real PyTorch from the cached virtualenv,
-//! scripts/dev/setup_venv.sh): a sender whose process pauses 100 ms before the first
-//! chunk (a busy host's scheduling) must not end the path on that chunk at a tenth of
+//! scripts/dev/setup_venv.sh), both sides the probe's own: a sender whose process
+//! pauses 100 ms before the first chunk (a busy host's scheduling) must not end the path on that chunk at a tenth of
 //! the link's rate.
 
 use std::net::TcpListener;
@@ -10,8 +10,8 @@ use std::process::{Command, Output};
 mod common;
 use common::python;
 
-/// Rank 1 receives with the probe's own `receive`; rank 0 answers its flags as the
-/// probe's `send` does, sleeping PAUSE before its first chunk.
+/// Rank 1 receives with the probe's own `receive`, rank 0 sends with its own `send`,
+/// its process sleeping PAUSE before the first chunk (any send larger than the flag).
 const PAIR: &str = r#"
 import importlib.util, sys, time
 from datetime import timedelta
@@ -26,18 +26,15 @@ link = probe.Link(torch, dist, torch.device("cpu"))
 if rank == 1:
     probe.receive(link, 0, {"from": 0, "to": 1})
 else:
-    for _ in range(probe.PINGS):
-        link.recv(link.flag, 1)
-        link.send(link.flag, 1)
-    buf = link.buffer()
-    while True:
-        link.recv(link.flag, 1)
-        kib = int(link.flag.item())
-        if kib <= 0:
-            break
-        time.sleep(pause)
-        pause = 0.0
-        link.send(buf[: kib * 1024], 1)
+    send = link.send
+    def paused_once(t, peer):
+        global pause
+        if t.numel() > 1:
+            time.sleep(pause)
+            pause = 0.0
+        send(t, peer)
+    link.send = paused_once
+    probe.send(link, 1)
 dist.destroy_process_group()
 "#;
 

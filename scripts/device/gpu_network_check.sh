@@ -11,6 +11,7 @@
 # through NCCL again, and the job runs.
 # Each node's log and network-check.json land under OUTDIR/<run>/.
 # Usage: bash scripts/device/gpu_network_check.sh path/to/toporun OUTDIR PYROUTE2_WHEEL_DIR [MBIT [REPEAT]]
+# (PYROUTE2_WHEEL_DIR: .whl, made by scripts/dev/trainer_wheels.sh)
 # (REPEAT: unshaped runs, for the check's time and its spread)
 set -u
 T=$(readlink -f "$1"); OUT=$(readlink -f "$2"); WHL=$(ls "$3"/pyroute2-*.whl | head -1)

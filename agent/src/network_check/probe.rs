@@ -75,6 +75,16 @@ async fn answered(to: SocketAddr, p: Probe) -> std::io::Result<TcpStream> {
     Ok(s)
 }
 
+/// The sender's side of the round trips after the first (which [`answered`] echoed).
+async fn echo_pings(s: &mut TcpStream) -> std::io::Result<()> {
+    let mut ping = [0u8; 8];
+    for _ in 1..PINGS {
+        s.read_exact(&mut ping).await?;
+        s.write_all(&ping).await?;
+    }
+    Ok(())
+}
+
 async fn stream(to: &[SocketAddr], p: Probe) -> std::io::Result<()> {
     let until = Instant::now() + CONNECT_WAIT;
     let mut found = None;
@@ -92,11 +102,7 @@ async fn stream(to: &[SocketAddr], p: Probe) -> std::io::Result<()> {
     let Some(mut s) = found else {
         return Err(std::io::ErrorKind::TimedOut.into());
     };
-    let mut ping = [0u8; 8];
-    for _ in 1..PINGS {
-        s.read_exact(&mut ping).await?;
-        s.write_all(&ping).await?;
-    }
+    echo_pings(&mut s).await?;
     let chunk = vec![0x5au8; CHUNK];
     loop {
         // Ends when the receiver closes (reset or broken pipe).
@@ -264,11 +270,7 @@ mod tests {
     /// A sender at a steady `mbit`, silent for `pause` once it has sent for 100 ms.
     async fn paced(at: SocketAddr, p: Probe, mbit: u64, pause: Option<Duration>) {
         let mut s = answered(at, p).await.unwrap();
-        let mut ping = [0u8; 8];
-        for _ in 1..PINGS {
-            s.read_exact(&mut ping).await.unwrap();
-            s.write_all(&ping).await.unwrap();
-        }
+        echo_pings(&mut s).await.unwrap();
         // A chunk every 5 ms, late ticks caught up: the rate holds on a busy host.
         let mut tick = tokio::time::interval(Duration::from_millis(5));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
