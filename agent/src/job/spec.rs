@@ -319,19 +319,22 @@ impl Job {
 
     /// What the job asks of the ranks' flight recorder.
     pub fn recorder_switches(&self) -> RecorderSwitches {
+        let torch = self.ranks_torch();
         RecorderSwitches {
             on: self.watch.flight_recorder,
             gpu_timed: self.watch.gpu_timing
                 && self.watch.straggler_window.is_some()
                 && self.gpu_of(0).is_some()
-                && self.profiler_plugin().is_none(),
-            torch: self
-                .facts
-                .platform
-                .torch_version
-                .as_deref()
-                .and_then(toporun_shared::version::Version::parse),
+                && self.profiler_plugin().is_none()
+                && toporun_shared::flight_recorder::pipe_opens(&self.inherited_env, torch),
+            torch,
         }
+    }
+
+    /// The ranks' torch, where probed.
+    pub fn ranks_torch(&self) -> Option<toporun_shared::version::Version> {
+        let v = self.facts.platform.torch_version.as_deref();
+        v.and_then(toporun_shared::version::Version::parse)
     }
 
     /// What NCCL will see set: the inherited environment, then NCCL's config files for

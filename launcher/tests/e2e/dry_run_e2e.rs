@@ -551,9 +551,9 @@ fn installed_with_plugin() -> (tempfile::TempDir, std::path::PathBuf) {
 }
 
 /// `--gpu-timing`, where the NCCL profiler is off: on by default (no steady step-time
-/// cost at a 61 ms step, 2x H200): every rank gets the timing, both pipe names and
-/// the buffer under the name the pipe needs, and the user's own values are kept and
-/// said; off, none of them.
+/// cost at a 61 ms step, 2x H200): every rank gets the timing and both pipe names,
+/// never the deprecated buffer name (an unknown torch is taken for a current one),
+/// and the user's own values are kept and said; off, none of them.
 #[test]
 fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
     let host = host("h200x4");
@@ -574,7 +574,7 @@ fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
         "TORCH_NCCL_ENABLE_TIMING=1",
         "TORCH_NCCL_DEBUG_INFO_PIPE_FILE=<run dir>/attempt_0/fr-pipe/rank_",
         "TORCH_FR_DEBUG_INFO_PIPE_FILE=<run dir>/attempt_0/fr-pipe/rank_",
-        "TORCH_NCCL_TRACE_BUFFER_SIZE=2000",
+        "TORCH_FR_BUFFER_SIZE=2000",
     ] {
         assert_eq!(
             out.matches(&format!("  {var}\n")).count(),
@@ -586,13 +586,10 @@ fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
         ("TORCH_NCCL_ENABLE_TIMING", "0"),
         ("TORCH_FR_BUFFER_SIZE", "4000"),
     ];
+    assert!(!out.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"), "{out}");
     let (_, out, _) = dry_with(&on, &mine);
     assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING=1"), "{out}");
-    assert_eq!(
-        out.matches("  TORCH_NCCL_TRACE_BUFFER_SIZE=4000\n").count(),
-        2,
-        "{out}"
-    );
+    assert!(!out.contains("TORCH_NCCL_TRACE_BUFFER_SIZE"), "{out}");
     assert!(
         out.contains("yours kept: TORCH_NCCL_ENABLE_TIMING=0"),
         "{out}"
@@ -600,6 +597,36 @@ fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
     let off = ["--facts", &host, "--stragglers=off"];
     let (_, out, _) = dry(&off);
     assert!(out.contains("GPU timing: off (--stragglers off)"), "{out}");
+}
+
+/// torch 2.8-2.10 open the dump pipe only with TORCH_NCCL_TRACE_BUFFER_SIZE set,
+/// and warn on every rank whenever it is: toporun leaves the GPU timing off there and
+/// says why, unless the user set the old name themselves.
+#[test]
+fn gpu_timing_is_off_on_a_torch_whose_pipe_costs_a_warning() {
+    let mut facts: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(host("h200x4")).unwrap()).unwrap();
+    facts["platform"]["torch_version"] = serde_json::json!("2.9.1+cu128");
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), facts.to_string()).unwrap();
+    let path = f.path().display().to_string();
+    let on = [
+        "--facts",
+        &path,
+        "--nproc-per-node=2",
+        "--nccl-profiler=off",
+    ];
+    let (code, out, _) = dry(&on);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("GPU timing: off (torch 2.9.1: its dump pipe opens only with TORCH_NCCL_TRACE_BUFFER_SIZE set"), "{out}");
+    assert!(!out.contains("TORCH_NCCL_TRACE_BUFFER_SIZE="), "{out}");
+    assert!(!out.contains("TORCH_NCCL_ENABLE_TIMING=1"), "{out}");
+    let (_, out, _) = dry_with(&on, &[("TORCH_NCCL_TRACE_BUFFER_SIZE", "500")]);
+    assert!(out.contains("GPU timing: on, a dump every 5s"), "{out}");
+    assert!(
+        out.contains("yours kept: TORCH_NCCL_TRACE_BUFFER_SIZE=500"),
+        "{out}"
+    );
 }
 
 #[test]

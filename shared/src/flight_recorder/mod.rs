@@ -16,7 +16,7 @@ pub use gpu_time::{gpu_times, CommTime, GpuTime, KindBusbw, MIN_BUSBW_BYTES};
 pub use link_speed::{link_speeds, slow_links_line, LinkModel, LinkSpeed, SLOW_LINKS};
 pub use matching::{analyze, headline, render_text, Issue, Missing, Report};
 pub use rank_vars::{
-    dump_dir, monitor_polls, pipe_prefix, recorder_vars, timing_vars, toporun_dumps,
+    dump_dir, monitor_polls, pipe_opens, pipe_prefix, recorder_vars, timing_vars, toporun_dumps,
     user_dump_prefix, RecorderSwitches, UserEnv, DUMP_ON_TIMEOUT_VAR, DUMP_PREFIX_VAR,
     OLD_DUMP_PREFIX_VAR, PIPE_BUFFER_VAR, PIPE_VARS, RECORDER_DEFAULTS, TIMING_VAR,
 };

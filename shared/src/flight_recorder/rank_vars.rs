@@ -69,11 +69,23 @@ fn buffer_var(torch: Option<Version>) -> &'static str {
     }
 }
 
-/// Whether the dump pipe needs the buffer size under its old name: torch 2.8 to 2.10
-/// (and before; unknown, as the earlier releases it may be). On 2.8-2.10 that costs
-/// each rank torch's deprecation warning, the price of the pipe there.
+/// Whether toporun gives the dump pipe the buffer size under its old name: only
+/// before torch 2.8, which knows no other. On 2.8-2.10 the old name makes every rank
+/// print torch's deprecation warning, so toporun leaves it to the user there (and
+/// an unknown torch is taken for a current one).
 fn pipe_needs_old_name(torch: Option<Version>) -> bool {
-    torch.is_none_or(|v| v < PIPE_DEFAULT_ON)
+    torch.is_some_and(|v| v < FR_NAMES)
+}
+
+/// Whether the ranks' dump pipe opens with what toporun and the user set: on torch
+/// 2.8-2.10 only where the user set the old buffer name (nonzero) themselves.
+pub fn pipe_opens(user: &UserEnv, torch: Option<Version>) -> bool {
+    match torch {
+        Some(v) if v >= FR_NAMES && v < PIPE_DEFAULT_ON => user
+            .get(PIPE_BUFFER_VAR)
+            .is_some_and(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0)),
+        _ => true,
+    }
 }
 
 /// The user chose the dump prefix, under either name.
@@ -132,9 +144,10 @@ pub fn pipe_prefix(user: &UserEnv, attempt_dir: &Path) -> PathBuf {
 /// What makes the ranks time their collectives and dump on a write to their pipe,
 /// each unless the user set it: the timing, the pipe (both names: torch to 2.11 reads
 /// TORCH_NCCL_DEBUG_INFO_PIPE_FILE; TORCH_FR_DEBUG_INFO_PIPE_FILE is the new name's
-/// pattern, read by none yet and harmless), and, for a `torch` whose pipe needs it,
-/// the buffer size under its old name (2.11 opens the pipe at its default, and the
-/// old name would only make every rank print torch's deprecation warning).
+/// pattern, read by none yet and harmless), and, before torch 2.8, the buffer size
+/// under the old name, the only one it reads (2.11 opens the pipe at its default;
+/// on 2.8-2.10 the old name would make every rank print a deprecation warning:
+/// [`pipe_opens`]).
 pub fn timing_vars(user: &UserEnv, attempt_dir: &Path, torch: Option<Version>) -> UserEnv {
     let mut env = BTreeMap::new();
     if !user.contains_key(TIMING_VAR) {
@@ -186,10 +199,10 @@ mod tests {
         torch: None,
     };
 
-    /// Each torch gets names it reads without a deprecation warning, and a dump pipe
-    /// that opens: 2.11 the new names only (its pipe opens at its default), 2.8-2.10
-    /// the old buffer name beside the new (their pipe needs it: the warning is the
-    /// pipe's price there), 2.7 the old names only.
+    /// Each torch gets names it reads without a deprecation warning: 2.11 the new
+    /// names only (its pipe opens at its default), 2.8-2.10 and an unknown torch the
+    /// new ones too (their pipe stays shut unless the user names the old buffer
+    /// variable: no rank warns for toporun), 2.7 the old names only.
     #[test]
     fn the_names_follow_the_ranks_torch() {
         let at = |v: &str| {
@@ -204,10 +217,10 @@ mod tests {
         assert!(!new.contains_key(PIPE_BUFFER_VAR), "{new:?}");
         assert!(new.contains_key(DUMP_PREFIX_VAR) && new.contains_key(PIPE_VARS[0]));
         let mid = at("2.9.1");
-        assert_eq!(
-            (&mid["TORCH_FR_BUFFER_SIZE"][..], &mid[PIPE_BUFFER_VAR][..]),
-            ("2000", "2000")
-        );
+        assert_eq!(mid["TORCH_FR_BUFFER_SIZE"], "2000");
+        assert!(!mid.contains_key(PIPE_BUFFER_VAR), "{mid:?}");
+        let unknown = recorder_vars(&user(&[]), TIMED, Path::new("/a"));
+        assert!(!unknown.contains_key(PIPE_BUFFER_VAR), "{unknown:?}");
         let old = at("2.7.1");
         assert_eq!(old[PIPE_BUFFER_VAR], "2000");
         assert!(!old.contains_key("TORCH_FR_BUFFER_SIZE"), "{old:?}");
@@ -252,11 +265,28 @@ mod tests {
         );
     }
 
+    /// The pipe opens on every torch but 2.8-2.10, where only the user's own old
+    /// buffer name (nonzero) opens it.
+    #[test]
+    fn the_pipe_opens_by_torch_and_the_users_old_name() {
+        let v = |s| Version::parse(s);
+        let none = user(&[]);
+        assert!(pipe_opens(&none, v("2.11.0")) && pipe_opens(&none, v("2.7.1")));
+        assert!(pipe_opens(&none, None));
+        assert!(!pipe_opens(&none, v("2.8.0")) && !pipe_opens(&none, v("2.10.1")));
+        assert!(pipe_opens(&user(&[(PIPE_BUFFER_VAR, "500")]), v("2.9.0")));
+        assert!(!pipe_opens(&user(&[(PIPE_BUFFER_VAR, "0")]), v("2.9.0")));
+    }
+
     #[test]
     fn timing_sets_both_pipe_names_and_the_buffer_the_pipe_needs() {
+        let old = RecorderSwitches {
+            torch: Version::parse("2.7.1"),
+            ..TIMED
+        };
         let env = recorder_vars(
             &user(&[("TORCH_FR_BUFFER_SIZE", "64")]),
-            TIMED,
+            old,
             Path::new("/a"),
         );
         assert_eq!(env[TIMING_VAR], "1");

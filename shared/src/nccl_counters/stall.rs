@@ -118,9 +118,16 @@ impl NodeReading {
 pub enum NcclState {
     /// No rank waits in an NCCL operation.
     Idle,
+    /// Some rank's counters file did not decode: this reading says nothing (the file
+    /// is reported once where it is read).
+    Unreadable,
     /// Ranks wait and operations were posted or completed (or a rank behind wrote)
     /// since the last reading: the clock starts again.
     Moving,
+    /// Another communicator moves, and those that stand wait only where the counters
+    /// cannot tell a hang from work (the last posted operation, or a point-to-point
+    /// one): the stacks decide whether the ranks wait there.
+    Undecided,
     Stalled(NcclStall),
 }
 
@@ -228,11 +235,11 @@ impl NcclWatch {
     /// (timed open, or a member that never posted it); with nothing moving, the one
     /// whose wait says most ([`awaited`]'s order).
     pub fn observe(&mut self, node: &NodeReading, now: Instant) -> NcclState {
-        let waits = if node.unreadable.is_empty() {
-            awaited(node)
-        } else {
-            Vec::new()
-        };
+        if !node.unreadable.is_empty() {
+            self.comms.clear();
+            return NcclState::Unreadable;
+        }
+        let waits = awaited(node);
         if waits.is_empty() {
             self.comms.clear();
             return NcclState::Idle;
@@ -256,18 +263,22 @@ impl NcclWatch {
         // its send) says nothing of a hang: its clock starts again, so that it never
         // stands for time the others were moving.
         let p2p = p2p_comms(node);
-        let (counted, held): (Vec<NcclStall>, Vec<NcclStall>) = stalls
+        let (mut counted, held): (Vec<NcclStall>, Vec<NcclStall>) = stalls
             .into_iter()
             .partition(|s| !moved || (s.which != WaitedOp::LastPosted && !p2p.contains(&s.comm)));
         restarted.extend(held.iter().map(|s| s.comm));
         self.restart(node, &restarted, now);
-        counted
-            .into_iter()
-            .next()
-            .map_or(NcclState::Moving, |mut s| {
+        // Of the last posted ones, one whose members posted different operations
+        // says where they wait; the others do not.
+        counted.sort_by_key(|s| (s.which, s.mismatch.is_none()));
+        match counted.into_iter().next() {
+            Some(mut s) => {
                 s.others_moving = moved;
                 NcclState::Stalled(s)
-            })
+            }
+            None if held.is_empty() => NcclState::Moving,
+            None => NcclState::Undecided,
+        }
     }
 
     /// The clocks of `comms` start at this reading (one snapshot for all of them).
@@ -672,12 +683,14 @@ mod tests {
         };
         let (mut w, t0) = (NcclWatch::default(), Instant::now());
         let secs = |s: u64| t0 + Duration::from_secs(s);
+        // The first reading starts every clock; then the side group is left to the
+        // stacks while the gradients' group moves.
+        let beside = |s: u64| match s {
+            0 => NcclState::Moving,
+            _ => NcclState::Undecided,
+        };
         for s in 0..100 {
-            assert_eq!(
-                w.observe(&at(10 + s), secs(s)),
-                NcclState::Moving,
-                "at {s}s"
-            );
+            assert_eq!(w.observe(&at(10 + s), secs(s)), beside(s), "at {s}s");
         }
         // Every communicator stands from 100 s on.
         w.observe(&at(200), secs(100));
@@ -704,11 +717,7 @@ mod tests {
         };
         let mut w = NcclWatch::default();
         for s in 0..100 {
-            assert_eq!(
-                w.observe(&at(10 + s), secs(s)),
-                NcclState::Moving,
-                "p2p at {s}s"
-            );
+            assert_eq!(w.observe(&at(10 + s), secs(s)), beside(s), "p2p at {s}s");
         }
     }
 
@@ -764,7 +773,7 @@ mod tests {
         still(&node, 30);
         node.unreadable.insert(2);
         let mut w = NcclWatch::default();
-        assert_eq!(w.observe(&node, Instant::now()), NcclState::Idle);
+        assert_eq!(w.observe(&node, Instant::now()), NcclState::Unreadable);
     }
 
     /// A communicator of 3 ranks over 2 nodes that rank 2 never created: one node's
@@ -1023,6 +1032,46 @@ mod tests {
             panic!("the side group's 45 all_gathers hid the hang: {later:?}")
         };
         assert_eq!((s.comm, s.behind[0].rank, s.stalled_secs), (7, 1, 9.0));
+    }
+
+    /// The gradients' group (0x5) stands where the ranks' last all_reduces differ
+    /// in size (one skipped one) while a metrics group (0x3) keeps posting: the
+    /// counters cannot tell that from a stale side group, so they leave it to the
+    /// stacks (`Undecided`, not `Moving`, which would silence both rules); once the
+    /// metrics group stops too, the counters name the mismatch themselves.
+    #[test]
+    fn a_mismatched_group_beside_a_moving_one_is_left_to_the_stacks() {
+        let rank = |r: u32, last: u64, side: u64| {
+            let mut w = Words::default();
+            w.comm(0, 0x5, r, 2)
+                .ops(0, NcclFunc::AllReduce, 16 << 20, 40, 40, 1000)
+                .untimed(0, NcclFunc::AllReduce, last, 1)
+                .comm(1, 0x3, r, 2)
+                .ops(1, NcclFunc::AllReduce, 4, side, side, 1000)
+                .untimed(1, NcclFunc::AllReduce, 4, 2);
+            decode(&w.bytes()).unwrap()
+        };
+        let at = |side: u64| NodeReading {
+            counters: [(0, rank(0, 16 << 20, side)), (1, rank(1, 8 << 20, side))].into(),
+            on_gpu: [0, 1].into(),
+            ..Default::default()
+        };
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        let secs = |s: u64| t0 + Duration::from_secs(s);
+        assert_eq!(w.observe(&at(1), secs(0)), NcclState::Moving);
+        for s in 1..30 {
+            assert_eq!(
+                w.observe(&at(1 + s), secs(s)),
+                NcclState::Undecided,
+                "at {s}s"
+            );
+        }
+        w.observe(&at(30), secs(30));
+        let NcclState::Stalled(s) = w.observe(&at(30), secs(50)) else {
+            panic!("both groups stand: the mismatch is the counters' to say")
+        };
+        assert_eq!((s.comm, s.which), (0x5, WaitedOp::LastPosted));
+        assert!(s.mismatch.is_some(), "{s:?}");
     }
 
     /// A rank behind that writes (a checkpoint only it saves) is progress.

@@ -16,7 +16,9 @@ pub fn device_fixture(set: &str, path: &str) -> PathBuf {
         .join(path)
 }
 
-/// The counters file at `path` in `set`, gunzipped and decoded.
+/// The counters file at `path` in `set`, gunzipped and decoded. Not every test
+/// binary reads counters.
+#[allow(dead_code)]
 pub fn counters_file(set: &str, path: &str) -> RankCounters {
     let f = std::fs::File::open(device_fixture(set, path)).unwrap();
     let mut bytes = Vec::new();

@@ -10,8 +10,8 @@ use crate::store::{StoreClient, StoreError};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use toporun_shared::flight_recorder::{
-    pipe_prefix, timing_vars, toporun_dumps, user_dump_prefix, Dump, RecorderSwitches, UserEnv,
-    PIPE_BUFFER_VAR, PIPE_VARS, TIMING_VAR,
+    pipe_opens, pipe_prefix, timing_vars, toporun_dumps, user_dump_prefix, Dump, RecorderSwitches,
+    UserEnv, PIPE_BUFFER_VAR, PIPE_VARS, TIMING_VAR,
 };
 
 /// The dry run's line on the GPU timing: what the ranks get, the user's values it
@@ -39,7 +39,11 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
             "your flight-recorder prefix {prefix}: toporun leaves the recorder to you"
         ));
     }
-    let set = timing_vars(&p.inherited_env, attempt_dir, p.recorder_switches().torch);
+    let torch = p.ranks_torch();
+    if !pipe_opens(&p.inherited_env, torch) {
+        return off(&format!("torch {}: its dump pipe opens only with {PIPE_BUFFER_VAR} set, which makes every rank print torch's deprecation warning, so toporun leaves it unset; set it yourself to time the GPU from the flight recorder", torch.map_or("?".into(), |v| v.to_string())));
+    }
+    let set = timing_vars(&p.inherited_env, attempt_dir, torch);
     let kept: Vec<String> = [TIMING_VAR, PIPE_BUFFER_VAR, PIPE_VARS[0], PIPE_VARS[1]]
         .iter()
         .filter_map(|k| Some(format!("{k}={}", user(k)?)))

@@ -165,8 +165,8 @@ pub fn watchdog_ends_ranks(user: Option<&str>) -> bool {
 /// stack traces can take seconds.
 const DUMP_WAIT: Duration = Duration::from_secs(60);
 
-/// How long a hang stop waits for the dumps where NCCL's counters already named the
-/// ranks behind: the dumps can only confirm it, and a rank spinning in Python (it
+/// How long a hang stop waits for the dumps where NCCL's counters or the stacks
+/// already named the ranks to blame: the dumps can only confirm it, and a rank spinning in Python (it
 /// holds the GIL) took 15.5-16.3 s to write its own (2x H200). The ranks' dumps took
 /// 6.6-7.6 s where they came at all quickly; the job then ends within
 /// --hang-timeout + 10 s of the hold.
@@ -180,6 +180,17 @@ const DECIDED_DUMP_WAIT: Duration = Duration::from_secs(7);
 /// and the stop, the job ends within the watchdog's timeout + 15 s.
 const WATCHDOG_DUMP_WAIT: Duration = Duration::from_secs(11);
 
+/// How long a hang stop waits for the dumps: short where the report already names
+/// the ranks to blame (by the counters, or by the stacks: a rank that left, stopped,
+/// or stands apart), the whole of torch's own wait where only the dumps can tell
+/// which collective differs.
+fn dump_wait(r: &HangReport) -> Duration {
+    match r.by_counters || !r.hang.odd.is_empty() {
+        true => DECIDED_DUMP_WAIT,
+        false => DUMP_WAIT,
+    }
+}
+
 impl AfterHang {
     /// Records each hang in the attempt directory (hang.json); once NCCL's watchdog has
     /// fired, or under `--on-hang stop`, asks the ranks for their flight-recorder
@@ -192,12 +203,7 @@ impl AfterHang {
                 return r;
             }
             if self.watch.is_some_and(|w| w.stop) {
-                let wait = if r.by_counters {
-                    DECIDED_DUMP_WAIT
-                } else {
-                    DUMP_WAIT
-                };
-                self.ask_for_dumps(&r, wait).await;
+                self.ask_for_dumps(&r, dump_wait(&r)).await;
                 return r;
             }
         }
@@ -284,5 +290,28 @@ mod tests {
         assert!(watchdog_ends_ranks(Some("3")));
         assert!(!watchdog_ends_ranks(Some("0")));
         assert!(!watchdog_ends_ranks(Some(" 2")));
+    }
+
+    /// A stop waits the whole 60 s only where the dumps are what tells the cause:
+    /// a rank the stacks or the counters named already (a spinning rank among them,
+    /// slow to dump) ends the job within --hang-timeout + 10 s.
+    #[test]
+    fn only_an_undecided_hang_waits_the_whole_dump_timeout() {
+        let report = |odd: Vec<u32>, by_counters| HangReport {
+            hang: toporun_shared::stacks::hang_report::Hang {
+                stalled_secs: 20.0,
+                timeout_secs: 15.0,
+                groups: Vec::new(),
+                odd,
+                headline: String::new(),
+                trigger: None,
+            },
+            text: String::new(),
+            watchdog: None,
+            by_counters,
+        };
+        assert_eq!(dump_wait(&report(vec![1], false)), DECIDED_DUMP_WAIT);
+        assert_eq!(dump_wait(&report(Vec::new(), true)), DECIDED_DUMP_WAIT);
+        assert_eq!(dump_wait(&report(Vec::new(), false)), DUMP_WAIT);
     }
 }
