@@ -28,6 +28,8 @@
 #                 nothing to say
 #   hsdp-slow     the same with rank 3 sleeping SLOW_MS (150) before each step: the
 #                 straggler named is rank 3, from its wait in one communicator
+#   hsdp-slowgpu  the same with rank 3's GPU running SLOW_GPU_MS (150) more work a step
+#                 (matmuls queued before it; its host does not wait): rank 3 named
 # With OLD=path/to/an/older/toporun each stage runs with it too (the build before).
 # Both ranks share one GPU: its utilization is the two ranks' together, so a rank
 # spinning in Python beside a waiting rank's NCCL kernel reads as busy here; on real
@@ -104,10 +106,12 @@ stage() {  # NAME TOPORUN TAG
     healthy-*)  # a real trainer healthy under the defaults for SECS s: nothing to say
       SECS=$SECS two_nodes "$1$3" "$2" $((SECS + 60)) "scripts/device/gpu_trainer_${1#healthy-}.py" ;;
     hsdp-*)  # FSDP2 over a 2x2 mesh on 4 nodes (a shard and a replicate communicator a
-      # rank, and the job's), under the defaults; -slow: rank 3 sleeps before each step
-      local slow=0; [ "$1" = hsdp-slow ] && slow=${SLOW_MS:-150}
+      # rank, and the job's), under the defaults; -slow: rank 3 sleeps before each
+      # step, -slowgpu: its GPU runs more work a step
+      local slow=0 slowgpu=0; [ "$1" = hsdp-slow ] && slow=${SLOW_MS:-150}
+      [ "$1" = hsdp-slowgpu ] && slowgpu=${SLOW_GPU_MS:-150}
       snapshots "$RESULTS/$1$3" 50 80
-      NODES=4 MESH=2x2 SECS=$SECS N_LAYER=4 DIM=512 BATCH=4 SEQ=256 SLOW_RANK=3 SLOW_MS=$slow two_nodes "$1$3" "$2" $((SECS + 60)) scripts/device/gpu_trainer_fsdp2.py ;;
+      NODES=4 MESH=2x2 SECS=$SECS N_LAYER=4 DIM=512 BATCH=4 SEQ=256 SLOW_RANK=3 SLOW_MS=$slow SLOW_GPU_MS=$slowgpu two_nodes "$1$3" "$2" $((SECS + 60)) scripts/device/gpu_trainer_fsdp2.py ;;
     pipeline)  # healthy, under the defaults: stages 0 and 1 send and receive across nodes
       SECS=$SECS two_nodes "pipeline$3" "$2" $((SECS + 40)) scripts/device/gpu_trainer_pipeline.py ;;
   esac

@@ -14,7 +14,9 @@ all ranks agree on, iteration times, and the faults real jobs meet, one per run:
                   cleanup (Lightning's, on any exception) tears the group down
 
 and a straggler: SLOW_MS > 0 makes rank SLOW_RANK (1) sleep that long before each step
-(a rank whose input pipeline is slow), so that the others wait for it in every step.
+(a rank whose input pipeline is slow), so that the others wait for it in every step;
+SLOW_GPU_MS > 0 makes rank SLOW_RANK's GPU run about that much more work before each
+step (matmuls queued ahead of it: a GPU slower than its peers, its host not held).
 
 The trainers are inputs: Lightning, Transformers, torch's FSDP2 and pipelining, as
 their users run them; nothing here is toporun's."""
@@ -31,6 +33,7 @@ env = os.environ.get
 FAULT, FAULT_RANK, FAULT_STEP = env("FAULT", ""), int(env("FAULT_RANK", "1")), int(env("FAULT_STEP", "30"))
 SECS = float(env("SECS", "125"))
 SLOW_RANK, SLOW_MS = int(env("SLOW_RANK", "1")), float(env("SLOW_MS", "0"))
+SLOW_GPU_MS = float(env("SLOW_GPU_MS", "0"))
 RANK, LOCAL_RANK = int(env("RANK", "0")), int(env("LOCAL_RANK", "0"))
 GPU = torch.cuda.is_available()
 
@@ -136,14 +139,39 @@ class Clock:
             print(f"iter: median {statistics.median(kept):.1f} ms over {len(kept)} (rank {RANK}, {name})", flush=True)
 
 
+class GpuBurden:
+    """SLOW_GPU_MS of extra GPU work a step on rank SLOW_RANK: bf16 matmuls, as many as
+    took that long when timed at start, queued on the step's stream without waiting."""
+
+    def __init__(self):
+        self.n = 0
+        if not (SLOW_GPU_MS and GPU and RANK == SLOW_RANK):
+            return
+        self.a = torch.randn(8192, 8192, device=device(), dtype=torch.bfloat16)
+        self.out = torch.empty_like(self.a)
+        self.run(5)
+        torch.cuda.synchronize()
+        t = time.monotonic()
+        self.run(20)
+        torch.cuda.synchronize()
+        each = (time.monotonic() - t) / 20
+        self.n = max(1, round(SLOW_GPU_MS / 1000 / each))
+        print(f"slow gpu: rank {RANK} adds {self.n} matmuls of {each * 1000:.2f} ms a step", flush=True)
+
+    def run(self, n=None):
+        for _ in range(self.n if n is None else n):
+            torch.mm(self.a, self.a, out=self.out)
+
+
 def train(name, opt, step_fn):
     """A plain loop until the stop every rank agrees on: `step_fn()` runs a step's
     forward and backward, then the optimizer, a sync, the clock and the fault."""
-    clock, faults, step = Clock(), Faults(), 0
+    clock, faults, burden, step = Clock(), Faults(), GpuBurden(), 0
     while not clock.up(step):
         clock.begin()
         if SLOW_MS and RANK == SLOW_RANK:
             time.sleep(SLOW_MS / 1000)
+        burden.run()
         step_fn()
         opt.step()
         opt.zero_grad(set_to_none=True)
