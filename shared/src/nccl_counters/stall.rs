@@ -122,12 +122,13 @@ pub enum NcclState {
     /// is reported once where it is read).
     Unreadable,
     /// Ranks wait and operations were posted or completed (or a rank behind wrote)
-    /// since the last reading: the clock starts again.
+    /// since the last reading: the clock starts again. Also where a communicator
+    /// stands beside one that moves, waiting only where the counters cannot tell a
+    /// hang from work (its last posted operation, or a point-to-point one): a side
+    /// group left stale reads the same, and the stack rule would take a loop sampled
+    /// at `.item()` for a stand, so neither rule judges then (NCCL's watchdog still
+    /// ends a collective that never completes).
     Moving,
-    /// Another communicator moves, and those that stand wait only where the counters
-    /// cannot tell a hang from work (the last posted operation, or a point-to-point
-    /// one): the stacks decide whether the ranks wait there.
-    Undecided,
     Stalled(NcclStall),
 }
 
@@ -263,21 +264,17 @@ impl NcclWatch {
         // its send) says nothing of a hang: its clock starts again, so that it never
         // stands for time the others were moving.
         let p2p = p2p_comms(node);
-        let (mut counted, held): (Vec<NcclStall>, Vec<NcclStall>) = stalls
+        let (counted, held): (Vec<NcclStall>, Vec<NcclStall>) = stalls
             .into_iter()
             .partition(|s| !moved || (s.which != WaitedOp::LastPosted && !p2p.contains(&s.comm)));
         restarted.extend(held.iter().map(|s| s.comm));
         self.restart(node, &restarted, now);
-        // Of the last posted ones, one whose members posted different operations
-        // says where they wait; the others do not.
-        counted.sort_by_key(|s| (s.which, s.mismatch.is_none()));
         match counted.into_iter().next() {
             Some(mut s) => {
                 s.others_moving = moved;
                 NcclState::Stalled(s)
             }
-            None if held.is_empty() => NcclState::Moving,
-            None => NcclState::Undecided,
+            None => NcclState::Moving,
         }
     }
 
@@ -683,14 +680,12 @@ mod tests {
         };
         let (mut w, t0) = (NcclWatch::default(), Instant::now());
         let secs = |s: u64| t0 + Duration::from_secs(s);
-        // The first reading starts every clock; then the side group is left to the
-        // stacks while the gradients' group moves.
-        let beside = |s: u64| match s {
-            0 => NcclState::Moving,
-            _ => NcclState::Undecided,
-        };
         for s in 0..100 {
-            assert_eq!(w.observe(&at(10 + s), secs(s)), beside(s), "at {s}s");
+            assert_eq!(
+                w.observe(&at(10 + s), secs(s)),
+                NcclState::Moving,
+                "at {s}s"
+            );
         }
         // Every communicator stands from 100 s on.
         w.observe(&at(200), secs(100));
@@ -717,7 +712,11 @@ mod tests {
         };
         let mut w = NcclWatch::default();
         for s in 0..100 {
-            assert_eq!(w.observe(&at(10 + s), secs(s)), beside(s), "p2p at {s}s");
+            assert_eq!(
+                w.observe(&at(10 + s), secs(s)),
+                NcclState::Moving,
+                "p2p at {s}s"
+            );
         }
     }
 
@@ -1032,46 +1031,6 @@ mod tests {
             panic!("the side group's 45 all_gathers hid the hang: {later:?}")
         };
         assert_eq!((s.comm, s.behind[0].rank, s.stalled_secs), (7, 1, 9.0));
-    }
-
-    /// The gradients' group (0x5) stands where the ranks' last all_reduces differ
-    /// in size (one skipped one) while a metrics group (0x3) keeps posting: the
-    /// counters cannot tell that from a stale side group, so they leave it to the
-    /// stacks (`Undecided`, not `Moving`, which would silence both rules); once the
-    /// metrics group stops too, the counters name the mismatch themselves.
-    #[test]
-    fn a_mismatched_group_beside_a_moving_one_is_left_to_the_stacks() {
-        let rank = |r: u32, last: u64, side: u64| {
-            let mut w = Words::default();
-            w.comm(0, 0x5, r, 2)
-                .ops(0, NcclFunc::AllReduce, 16 << 20, 40, 40, 1000)
-                .untimed(0, NcclFunc::AllReduce, last, 1)
-                .comm(1, 0x3, r, 2)
-                .ops(1, NcclFunc::AllReduce, 4, side, side, 1000)
-                .untimed(1, NcclFunc::AllReduce, 4, 2);
-            decode(&w.bytes()).unwrap()
-        };
-        let at = |side: u64| NodeReading {
-            counters: [(0, rank(0, 16 << 20, side)), (1, rank(1, 8 << 20, side))].into(),
-            on_gpu: [0, 1].into(),
-            ..Default::default()
-        };
-        let (mut w, t0) = (NcclWatch::default(), Instant::now());
-        let secs = |s: u64| t0 + Duration::from_secs(s);
-        assert_eq!(w.observe(&at(1), secs(0)), NcclState::Moving);
-        for s in 1..30 {
-            assert_eq!(
-                w.observe(&at(1 + s), secs(s)),
-                NcclState::Undecided,
-                "at {s}s"
-            );
-        }
-        w.observe(&at(30), secs(30));
-        let NcclState::Stalled(s) = w.observe(&at(30), secs(50)) else {
-            panic!("both groups stand: the mismatch is the counters' to say")
-        };
-        assert_eq!((s.comm, s.which), (0x5, WaitedOp::LastPosted));
-        assert!(s.mismatch.is_some(), "{s:?}");
     }
 
     /// A rank behind that writes (a checkpoint only it saves) is progress.

@@ -195,9 +195,7 @@ pub fn nccl_verdict(
         .map(|s| s.0)
         .collect();
     let stall = match watch.observe(&reading, now) {
-        NcclState::Idle | NcclState::Unreadable | NcclState::Undecided => {
-            return NcclVerdict::StackRule
-        }
+        NcclState::Idle | NcclState::Unreadable => return NcclVerdict::StackRule,
         NcclState::Moving => return NcclVerdict::Moving,
         NcclState::Stalled(s) => s,
     };
@@ -294,11 +292,7 @@ pub fn counters_alone(
     now: Instant,
 ) -> CountersAlone {
     let stall = match watch.observe(&reading, now) {
-        // Without stacks, a group standing where the counters cannot tell (while
-        // another moves) goes unsaid: a stale side group reads the same.
-        NcclState::Idle | NcclState::Unreadable | NcclState::Undecided => {
-            return CountersAlone::Quiet
-        }
+        NcclState::Idle | NcclState::Unreadable => return CountersAlone::Quiet,
         NcclState::Moving => return CountersAlone::Moving,
         NcclState::Stalled(s) => s,
     };
@@ -783,54 +777,6 @@ mod tests {
             h.headline.contains("the counters cannot tell"),
             "{}",
             h.headline
-        );
-    }
-
-    /// The gradients' group stands at all_reduces of other sizes (a rank skipped one)
-    /// while a metrics group, posted from a thread of its own, keeps moving: the
-    /// counters cannot tell that from a stale side group, so they leave it to the stack
-    /// rule at every reading (a `Moving` here silenced both rules), and the stack rule,
-    /// whose main threads stand at `synchronize`, says the hang at the timeout.
-    #[test]
-    fn a_stuck_group_beside_a_moving_one_is_the_stack_rule_s_to_say() {
-        use crate::nccl_counters::{decode, words::Words};
-        use crate::stacks::progress::{Progress, Sample};
-        let rank = |r: u32, last: u64, side: u64| {
-            let mut w = Words::default();
-            w.comm(0, 0x5, r, 2)
-                .ops(0, NcclFunc::AllReduce, 16 << 20, 40, 40, 1000)
-                .untimed(0, NcclFunc::AllReduce, last, 1)
-                .comm(1, 0x3, r, 2)
-                .ops(1, NcclFunc::AllReduce, 4, side, side, 1000)
-                .untimed(1, NcclFunc::AllReduce, 4, 2);
-            decode(&w.bytes()).unwrap()
-        };
-        let at = |side: u64| NodeReading {
-            live: vec![0, 1],
-            counters: [(0, rank(0, 16 << 20, side)), (1, rank(1, 8 << 20, side))].into(),
-            ..Default::default()
-        };
-        let stacks = [0, 1].map(|r| stack(r, &[("synchronize", "torch/cuda/__init__.py", 1)]));
-        let (mut w, mut progress, t0) = (NcclWatch::default(), Progress::new(), Instant::now());
-        let (ctx, places, timeout) = (Context::default(), Places::new(), Duration::from_secs(15));
-        let mut hung = None;
-        for s in 0..20 {
-            let now = t0 + Duration::from_secs(s);
-            let v = nccl_verdict(&mut w, at(10 + s), &stacks, &places, &ctx, timeout, now);
-            match (s, v) {
-                (0, NcclVerdict::Moving) => {}
-                (_, NcclVerdict::StackRule) => {}
-                (_, other) => panic!("at {s}s the counters decided: {other:?}"),
-            }
-            stacks
-                .iter()
-                .for_each(|st| progress.observe(st.rank, Sample::of(st, 0), now));
-            hung = hung.or(progress.hung(&[0, 1], timeout, now).map(|_| s));
-        }
-        assert_eq!(
-            hung,
-            Some(15),
-            "the stack rule says the hang at the timeout"
         );
     }
 
