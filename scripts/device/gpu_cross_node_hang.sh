@@ -30,6 +30,9 @@
 #                 straggler named is rank 3, from its wait in one communicator
 #   hsdp-slowgpu  the same with rank 3's GPU running SLOW_GPU_MS (150) more work a step
 #                 (matmuls queued before it; its host does not wait): rank 3 named
+#   failure-C     scripts/device/gpu_nccl_failure_rank.py CASE=C (sidebusy, sysexit,
+#                 skipgrad, ...) on rank 1 at step 12, --hang-timeout 15 --on-hang stop
+#                 and EXTRA_ARGS (e.g. --nccl-profiler off: the stacks decide)
 # With OLD=path/to/an/older/toporun each stage runs with it too (the build before).
 # Both ranks share one GPU: its utilization is the two ranks' together, so a rank
 # spinning in Python beside a waiting rank's NCCL kernel reads as busy here; on real
@@ -112,6 +115,9 @@ stage() {  # NAME TOPORUN TAG
       [ "$1" = hsdp-slowgpu ] && slowgpu=${SLOW_GPU_MS:-150}
       snapshots "$RESULTS/$1$3" 50 80
       NODES=4 MESH=2x2 SECS=$SECS N_LAYER=4 DIM=512 BATCH=4 SEQ=256 SLOW_RANK=3 SLOW_MS=$slow SLOW_GPU_MS=$slowgpu two_nodes "$1$3" "$2" $((SECS + 60)) scripts/device/gpu_trainer_fsdp2.py ;;
+    failure-*)  # a failure of the NCCL corpus across the two nodes
+      # shellcheck disable=SC2086
+      CASE=${1#failure-} two_nodes "$1$3" "$2" 90 --hang-timeout 15 --on-hang stop ${EXTRA_ARGS:-} scripts/device/gpu_nccl_failure_rank.py ;;
     pipeline)  # healthy, under the defaults: stages 0 and 1 send and receive across nodes
       SECS=$SECS two_nodes "pipeline$3" "$2" $((SECS + 40)) scripts/device/gpu_trainer_pipeline.py ;;
   esac

@@ -128,3 +128,26 @@ fn the_job_wide_group_is_not_the_one_judged_and_shares_across_groups_do_not_comp
     }
     assert!(find(&alone, &[]).is_empty(), "{:?}", find(&alone, &[]));
 }
+
+/// A rank whose GPU, not its Python, is slow: rank 3 queues 106 (43) bf16 matmuls
+/// before each step, about 150 ms (60 ms) of GPU work alone, several times that on
+/// a GPU the four nodes share (909 ms, 519 ms a step, against 257 healthy). Its host
+/// does not wait for them, so its Python stands at the step's `.item()` like its
+/// peers': only the GPU time tells. Named from the group it shares, both times.
+#[test]
+fn a_rank_whose_gpu_is_slow_is_named_from_its_gpu_time() {
+    for run in ["slowgpu/r150/", "slowgpu/r60/"] {
+        let slow = find(&rows(&format!("{run}hsdp-slowgpu")), &[]);
+        assert_eq!(
+            slow.iter().map(|s| s.rank).collect::<Vec<_>>(),
+            [3],
+            "{run}: {slow:?}"
+        );
+        let s = &slow[0];
+        assert!(
+            matches!(s.basis, Basis::GpuWaitShare { .. }),
+            "{run}: {s:?}"
+        );
+        assert!(s.wait < 0.3 && s.median > 0.6, "{run}: {s:?}");
+    }
+}
