@@ -192,6 +192,10 @@ mod tests {
         let (read, unreadable) = files.read(&[rank(0, 10), rank(1, 11), rank(2, 12)]);
         assert_eq!(read.keys().copied().collect::<Vec<_>>(), [0]);
         assert_eq!(unreadable.into_iter().collect::<Vec<_>>(), [1]);
+        // Said once: the second look finds it said already.
+        let (_, again) = files.read(&[rank(1, 11)]);
+        assert_eq!(again.into_iter().collect::<Vec<_>>(), [1]);
+        assert_eq!(files.said.lock().unwrap().len(), 1, "said once");
         // Rank 0's own process (pid 10) counts beside a child's file.
         let mut own = Words::default();
         own.comm(0, 0xb, 0, 2)

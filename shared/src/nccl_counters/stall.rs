@@ -773,6 +773,22 @@ mod tests {
         node.unreadable.insert(2);
         let mut w = NcclWatch::default();
         assert_eq!(w.observe(&node, Instant::now()), NcclState::Unreadable);
+        // A member whose file does not read is not a member that never posted: rank 1
+        // of communicator 7 unreadable leaves rank 0 waiting alone, and no one is
+        // named behind or missing, at any reading.
+        let mut node = reading(&[(0, 11, 10)], &[]);
+        node.unreadable.insert(1);
+        let (mut w, t0) = (NcclWatch::default(), Instant::now());
+        for s in [0, 30, 60] {
+            let state = w.observe(&node, t0 + Duration::from_secs(s));
+            assert_eq!(state, NcclState::Unreadable, "at {s}s");
+        }
+        node.unreadable.clear();
+        assert_eq!(
+            still(&node, 30).waiting,
+            vec![0],
+            "read again: judged again"
+        );
     }
 
     /// A communicator of 3 ranks over 2 nodes that rank 2 never created: one node's

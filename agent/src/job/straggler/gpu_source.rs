@@ -173,4 +173,27 @@ mod tests {
         assert!(times[0].span_ns >= 50_000_000, "{times:?}");
         assert_eq!(times[1].busbw[0].count, 10);
     }
+
+    /// A file that does not read (a plugin of another toporun) is said as such where
+    /// it is read, never as NCCL not loading the plugin: past the minute, with only
+    /// unreadable files, "no rank has written NCCL counters" stays unsaid.
+    #[test]
+    fn an_unreadable_file_is_not_a_plugin_that_did_not_load() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = CounterWindows::new(CountersFiles::new(dir.path().into()), Duration::ZERO);
+        let f = counters_file(dir.path(), 0);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(&f, b"short").unwrap();
+        c.first = Some(Instant::now() - NONE_SAID_AFTER * 2);
+        let (times, _) = c.tick(&[live(0)], None);
+        assert!(times.is_empty());
+        assert!(
+            !c.said_none,
+            "an unreadable file was called a plugin that did not load"
+        );
+        std::fs::remove_file(&f).unwrap();
+        c.due = None;
+        c.tick(&[live(0)], None);
+        assert!(c.said_none, "no file at all, a minute in: said");
+    }
 }
