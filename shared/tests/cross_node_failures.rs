@@ -22,14 +22,7 @@ fn said(run: &str, node: u32) -> Vec<String> {
         .collect()
 }
 
-/// Seconds into the run of the first line of `lines` containing `what`.
-fn at(lines: &[String], what: &str) -> f64 {
-    let line = lines
-        .iter()
-        .find(|l| l.contains(what))
-        .unwrap_or_else(|| panic!("no line with {what:?}: {lines:#?}"));
-    line[1..line.find(']').unwrap()].trim().parse().unwrap()
-}
+use common::stamp_of as at;
 
 /// `failure-skipgrad`: rank 1 skipped one gradient all_reduce (16 MiB); each step also
 /// reduces the loss (4 B), so its later operations are the others' shifted by one.

@@ -12,14 +12,7 @@ fn lines(set: &str, path: &str) -> Vec<String> {
     text.lines().map(str::to_owned).collect()
 }
 
-/// Seconds into the run of the first line containing `what` (`[  36.32] ...`).
-fn at(lines: &[String], what: &str) -> f64 {
-    let line = lines
-        .iter()
-        .find(|l| l.contains(what))
-        .unwrap_or_else(|| panic!("no line with {what:?}"));
-    line[1..line.find(']').unwrap()].trim().parse().unwrap()
-}
+use common::stamp_of as at;
 
 /// 2x H200, rank 1 spinning in Python (it holds the GIL, slow to dump) from the
 /// hold, `--hang-timeout 20 --on-hang stop`: named by the counters, its dump waited

@@ -14,7 +14,7 @@ use std::time::Duration;
 use toporun_shared::nccl_counters::window::{gpu_time, judged_comms};
 use toporun_shared::nccl_counters::RankCounters;
 use toporun_shared::stacks::rank_window::{CommWait, GpuWait, WindowSummary};
-use toporun_shared::stacks::straggler::{find, Basis, RankRow};
+use toporun_shared::stacks::straggler::{find, Basis, RankRow, Straggler};
 
 const SET: &str = "hsdp-straggler-h200x1";
 const SPAN: Duration = Duration::from_secs(30);
@@ -78,22 +78,32 @@ fn row(rank: u32, share: f64, comms: Vec<CommWait>) -> RankRow {
 /// The captures: where each run's stages are.
 const RUNS: [&str; 2] = ["", "third/"];
 
+/// The straggler `stage`'s rows name: rank 3 alone, by its GPU time, waiting under
+/// 30% of the window where its peer in a group they share waits over 60%.
+fn rank_3_named(stage: &str) -> Straggler {
+    let mut slow = find(&rows(stage), &[]);
+    assert_eq!(
+        slow.iter().map(|s| s.rank).collect::<Vec<_>>(),
+        [3],
+        "{stage}: {slow:?}"
+    );
+    let s = slow.remove(0);
+    assert!(
+        matches!(s.basis, Basis::GpuWaitShare { .. }),
+        "{stage}: {s:?}"
+    );
+    assert!(s.wait < 0.3 && s.median > 0.6, "{stage}: {s:?}");
+    s
+}
+
 /// The slow rank is named from the groups it shares, the healthy run names nobody.
 #[test]
 fn the_slow_rank_under_hsdp_is_named_where_the_groups_meet() {
     for run in RUNS {
-        let slow = find(&rows(&format!("{run}hsdp-slow")), &[]);
-        assert_eq!(
-            slow.iter().map(|s| s.rank).collect::<Vec<_>>(),
-            [3],
-            "{run}: {slow:?}"
-        );
-        let s = &slow[0];
-        assert!(matches!(s.basis, Basis::GpuWaitShare { .. }), "{s:?}");
+        let s = rank_3_named(&format!("{run}hsdp-slow"));
         // Its replicate group: rank 1 waits there most of the window, rank 3 a
         // quarter.
         assert_eq!(s.others, 1);
-        assert!(s.wait < 0.3 && s.median > 0.6, "{run}: {s:?}");
         let healthy = find(&rows(&format!("{run}hsdp-healthy")), &[]);
         assert!(healthy.is_empty(), "{run}: {healthy:?}");
     }
@@ -137,17 +147,6 @@ fn the_job_wide_group_is_not_the_one_judged_and_shares_across_groups_do_not_comp
 #[test]
 fn a_rank_whose_gpu_is_slow_is_named_from_its_gpu_time() {
     for run in ["slowgpu/r150/", "slowgpu/r60/"] {
-        let slow = find(&rows(&format!("{run}hsdp-slowgpu")), &[]);
-        assert_eq!(
-            slow.iter().map(|s| s.rank).collect::<Vec<_>>(),
-            [3],
-            "{run}: {slow:?}"
-        );
-        let s = &slow[0];
-        assert!(
-            matches!(s.basis, Basis::GpuWaitShare { .. }),
-            "{run}: {s:?}"
-        );
-        assert!(s.wait < 0.3 && s.median > 0.6, "{run}: {s:?}");
+        rank_3_named(&format!("{run}hsdp-slowgpu"));
     }
 }

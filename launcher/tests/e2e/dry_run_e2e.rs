@@ -314,9 +314,16 @@ fn the_flight_recorder_and_the_file_timer_are_in_every_ranks_environment() {
 /// own plugin is kept and said; a job without GPUs gets nothing.
 /// `host`'s facts with its /dev/shm all but full (1 MiB free), in a file of their own.
 fn host_with_full_shm(host: &str) -> tempfile::NamedTempFile {
+    host_edited(host, |facts| {
+        facts["container"]["shm"]["free_bytes"] = serde_json::json!(1u64 << 20)
+    })
+}
+
+/// `host`'s facts as `edit` leaves them, in a file of their own.
+fn host_edited(host: &str, edit: impl FnOnce(&mut serde_json::Value)) -> tempfile::NamedTempFile {
     let mut facts: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(host).unwrap()).unwrap();
-    facts["container"]["shm"]["free_bytes"] = serde_json::json!(1u64 << 20);
+    edit(&mut facts);
     let f = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(f.path(), facts.to_string()).unwrap();
     f
@@ -604,11 +611,9 @@ fn gpu_timing_is_on_by_default_and_keeps_the_users_values() {
 /// says why, unless the user set the old name themselves.
 #[test]
 fn gpu_timing_is_off_on_a_torch_whose_pipe_costs_a_warning() {
-    let mut facts: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(host("h200x4")).unwrap()).unwrap();
-    facts["platform"]["torch_version"] = serde_json::json!("2.9.1+cu128");
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), facts.to_string()).unwrap();
+    let f = host_edited(&host("h200x4"), |facts| {
+        facts["platform"]["torch_version"] = serde_json::json!("2.9.1+cu128")
+    });
     let path = f.path().display().to_string();
     let on = [
         "--facts",

@@ -16,6 +16,17 @@ pub fn device_fixture(set: &str, path: &str) -> PathBuf {
         .join(path)
 }
 
+/// Seconds into the run of the first stamped line (`[  36.32] ...`) of `lines` that
+/// contains `what`. Not every test binary reads stamped output.
+#[allow(dead_code)]
+pub fn stamp_of(lines: &[String], what: &str) -> f64 {
+    let line = lines
+        .iter()
+        .find(|l| l.contains(what))
+        .unwrap_or_else(|| panic!("no line with {what:?}: {lines:#?}"));
+    line[1..line.find(']').unwrap()].trim().parse().unwrap()
+}
+
 /// The counters file at `path` in `set`, gunzipped and decoded. Not every test
 /// binary reads counters.
 #[allow(dead_code)]
