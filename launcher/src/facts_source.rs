@@ -34,7 +34,7 @@ pub fn load(facts_file: Option<&String>, smi_topo_file: Option<&String>) -> Resu
                 .map_err(|e| CannotRun(format!("cannot read facts file {path}: {e}")))?;
             HostFacts::from_json(&text).map_err(|e| CannotRun(format!("{path}: {e}")))?
         }
-        None => probe_host(&Root::live(), &NvmlProbe, std::env::vars()),
+        None => probe_host(&Root::live(), &NvmlProbe, crate::text_env::variables()),
     };
     if let Some(path) = smi_topo_file {
         apply_smi_topo(&mut facts, Path::new(path))?;

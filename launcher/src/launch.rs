@@ -225,7 +225,7 @@ pub fn run(m: &ArgMatches) -> ExitStatus {
                 if let Ok(dest) = std::env::var("TORCHELASTIC_ERROR_FILE") {
                     let _ = supervise::record_error(Path::new(&dest), &format!("{e:#}"));
                 }
-                let env: BTreeMap<String, String> = std::env::vars().collect();
+                let env = crate::text_env::variable_map();
                 termination_message(termination_log(m, &env), &format!("toporun: error: {e:#}"));
                 crate::exit::report(&e)
             }
@@ -347,7 +347,7 @@ fn prepare(
         .resolve(cuda_gpus.len(), facts.container.cpu_count)?;
     toporun_shared::torchrun::NprocSpec::world_size(opts.nnodes_max, nproc)?;
     let plan = nccl_plan(m, &facts, &parent_env, &opts, nproc);
-    let invoked = std::env::args().next().unwrap_or_default();
+    let invoked = crate::text_env::invoked_as();
     let interpreter =
         toporun_shared::torchrun::interpreter::choose(&parent_env, &invoked, &|p| p.is_file());
     let python = interpreter.path.clone();
@@ -468,7 +468,10 @@ fn entrypoint_findings(p: &Job, dry_run: bool) -> Vec<toporun_shared::finding::F
 }
 
 async fn launch(m: &ArgMatches) -> Result<ExitStatus> {
-    let parent_env: BTreeMap<String, String> = std::env::vars().collect();
+    let parent_env = crate::text_env::variable_map();
+    for name in crate::text_env::not_text() {
+        crate::console::say!("toporun: warning: the value of {name} is not UTF-8: toporun takes it for unset (and may set its own); the ranks get it as it is unless toporun sets one");
+    }
     let opts = options(m, &parent_env)?;
     // Handlers before probing, so a SIGTERM during probing or rendezvous is never lost.
     let signals: Vec<Signal> = opts

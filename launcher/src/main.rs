@@ -17,6 +17,7 @@ mod output;
 mod profiler_plugin;
 mod route;
 mod subcommands;
+mod text_env;
 mod toporun_options;
 
 use std::process::ExitCode;
@@ -39,7 +40,13 @@ fn main() -> ExitCode {
             default_hook(info);
         }
     }));
-    let argv: Vec<String> = std::env::args().collect();
+    let argv = match text_env::arguments() {
+        Ok(a) => a,
+        Err(e) => {
+            console::say!("toporun: error: {e}");
+            return ExitCode::from(exit::ExitStatus::Clap(2));
+        }
+    };
     let code = match route::route(&argv) {
         Ok(route::Invocation::Launch(m)) => launch::run(&m),
         Ok(route::Invocation::Subcommand(c)) => commands::dispatch(c),

@@ -278,8 +278,8 @@ pub enum Bench {
         /// store: an existing TCPStore (toporun's or PyTorch's); etcd: its client endpoints, comma-separated
         #[arg(long, value_name = "HOST:PORT[,...]")]
         endpoint: Option<String>,
-        /// seconds
-        #[arg(long, default_value_t = 120)]
+        /// seconds (at most 30 days, as every timeout of a launch)
+        #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u64).range(1..=2_592_000))]
         timeout: u64,
         #[arg(long, value_enum, default_value_t = ReportFormat::Text)]
         format: ReportFormat,

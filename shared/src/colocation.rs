@@ -217,7 +217,10 @@ pub fn decide(nodes: &[Node], mode: Mode) -> Decision {
         if can_join && user_hostids.is_empty() {
             let id = format!(
                 "toporun-{}-{:x}",
-                &boot[..boot.len().min(8)],
+                boot.chars()
+                    .filter(char::is_ascii_alphanumeric)
+                    .take(8)
+                    .collect::<String>(),
                 group[0].shm_dev.unwrap_or(0)
             );
             added.insert("NCCL_HOSTID", id);
@@ -296,6 +299,25 @@ mod tests {
         assert_eq!(d.env[0].vars, d.env[1].vars);
         assert_eq!(d.findings[0].severity, Severity::Info);
         assert!(d.findings[0].summary.contains("P2P/IPC"));
+        // A forged boot id (the descriptions come from the store) whose eighth byte
+        // falls inside a character, or with a NUL (no rank could be started with it),
+        // still gives a host id of letters and digits, not a panic.
+        let odd = |host| Node {
+            boot_id: Some("abc\0defé-g1".into()),
+            ..pod(host, 1, 7)
+        };
+        let d = decide(
+            &[
+                odd("a"),
+                Node {
+                    net_ns: Some(2),
+                    ..odd("b")
+                },
+            ],
+            Mode::Join,
+        );
+        let id = &d.env[0].vars["NCCL_HOSTID"];
+        assert!(id.starts_with("toporun-abcdefg1-"), "{id}");
     }
 
     #[test]

@@ -76,6 +76,16 @@ pub fn spent(reason: &StopReason) -> Duration {
     }
 }
 
+/// `ms` since the epoch as an RFC 3339 time; None past what that can say (the
+/// year 9999): the time comes from the store, where any node may write it.
+fn rfc3339_ms(ms: u64) -> Option<String> {
+    use std::fmt::Write;
+    let when = UNIX_EPOCH.checked_add(Duration::from_millis(ms))?;
+    let mut text = String::new();
+    write!(text, "{}", humantime::format_rfc3339_millis(when)).ok()?;
+    Some(text)
+}
+
 /// What this node saw of a preempted attempt's end: when the stop began, and how
 /// each rank exited.
 #[derive(Default)]
@@ -97,10 +107,10 @@ impl Ending {
         let exits = self.exits.lock().unwrap_or_else(PoisonError::into_inner);
         let clean = exits.iter().filter(|c| **c == 0).count();
         let within = spent(reason).as_secs_f64();
-        let at = reason.at_ms.map_or(String::new(), |ms| {
-            let when = std::time::UNIX_EPOCH + Duration::from_millis(ms);
-            format!(" at {}", humantime::format_rfc3339_millis(when))
-        });
+        let at = reason
+            .at_ms
+            .and_then(rfc3339_ms)
+            .map_or(String::new(), |when| format!(" at {when}"));
         format!(
             "{}: {}{at}; every rank of this node stopped within {within:.1}s of it; {clean} of {} ranks exited 0",
             called(reason),
@@ -181,6 +191,16 @@ mod tests {
             "{m}"
         );
         assert!(m.contains(":10.400Z;"), "a readable UTC time: {m}");
+        // A time past the year 9999 (any node may write the store's stop key) is
+        // left out, never a panic.
+        for ms in [253_402_300_800_000, u64::MAX] {
+            let far = reason(Signal::SIGTERM, 1, "trainer-1", ms);
+            let m = Ending::default().message(&far);
+            assert!(
+                m.starts_with("preempted: SIGTERM on node 1 (trainer-1); every"),
+                "{m}"
+            );
+        }
     }
 
     #[test]

@@ -118,7 +118,7 @@ mod tests {
         // node that did not coordinate judged NCCL's links without it).
         let key = cfg.round_keys(0).machines();
         let raw = client(s.port()).await.read(&[key.name()]).await.unwrap();
-        let machines = NodeMachine::per_rank(&key.decode_or_warn(&raw[0]).unwrap());
+        let machines = NodeMachine::per_rank(&key.decode_or_warn(&raw[0]).unwrap(), node1.world);
         let boot = |r: &str| Some(r.to_string());
         assert_eq!(
             machines,

@@ -63,7 +63,10 @@ pub async fn join(
     let keys = cfg.round_keys(round);
     let (ticket, expect_rank) = enter(c, cfg, &keys, info).await?;
     let start = Instant::now();
-    let deadline = cfg.join_timeout + cfg.last_call + cfg.close_timeout;
+    let deadline = cfg
+        .join_timeout
+        .saturating_add(cfg.last_call)
+        .saturating_add(cfg.close_timeout);
     let closed = keys.closed();
     loop {
         match c.wait(&[&closed], PROGRESS_EVERY).await {

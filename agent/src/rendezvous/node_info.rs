@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use toporun_shared::colocation;
 use toporun_shared::root_cause::peer::{names_a_node, NodeAddrs, MAX_ADDRS};
+use toporun_shared::torchrun::MAX_NPROC;
 use toporun_shared::untrusted::printable;
 
 /// What each node tells the others.
@@ -48,11 +49,15 @@ pub struct NodeMachine {
 }
 
 impl NodeMachine {
-    /// Each global rank's machine, from the nodes in node-rank order.
-    pub fn per_rank(nodes: &[NodeMachine]) -> Vec<Option<String>> {
+    /// Each global rank's machine, from the nodes in node-rank order, for the
+    /// `world` ranks of the round (each node's count bounded as a description's is:
+    /// the table may come from the store).
+    pub fn per_rank(nodes: &[NodeMachine], world: u32) -> Vec<Option<String>> {
+        let count = |n: &NodeMachine| n.nproc.min(MAX_NPROC) as usize;
         nodes
             .iter()
-            .flat_map(|n| std::iter::repeat_n(n.boot_id.clone(), n.nproc as usize))
+            .flat_map(|n| std::iter::repeat_n(n.boot_id.clone(), count(n)))
+            .take(world as usize)
             .collect()
     }
 }
@@ -90,5 +95,28 @@ impl NodeInfo {
             gpu_nodes: self.gpu_nodes.clone(),
             env: self.nccl.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The machines' table is read from the store: a node claiming 4 billion ranks
+    /// gets no more than a description may say (MAX_NPROC), and the table no more
+    /// than the round's ranks: never one that fills the memory.
+    #[test]
+    fn each_node_s_ranks_are_bounded_in_the_table() {
+        let node = |boot: &str, nproc| NodeMachine {
+            boot_id: Some(boot.into()),
+            nproc,
+        };
+        let per = NodeMachine::per_rank(&[node("a", 2), node("b", 1)], 3);
+        assert_eq!(per, [Some("a".into()), Some("a".into()), Some("b".into())]);
+        let forged = NodeMachine::per_rank(&[node("x", u32::MAX)], u32::MAX);
+        assert_eq!(forged.len(), MAX_NPROC as usize);
+        // A table of many such nodes gives no more than the round's ranks.
+        let many = vec![node("y", MAX_NPROC); 100_000];
+        assert_eq!(NodeMachine::per_rank(&many, 16).len(), 16);
     }
 }

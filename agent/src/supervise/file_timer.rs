@@ -92,6 +92,12 @@ impl FileTimer {
                 continue;
             }
             match serde_json::from_str::<Request>(text) {
+                // kill(2) takes 0 and below for process groups (-1: every process
+                // toporun may signal): a timer is for one process.
+                Ok(r) if r.pid <= 0 => crate::console::say!(
+                    "toporun: file timer: ignoring a request for pid {} (a timer is for one process, pid 1 or above)",
+                    r.pid
+                ),
                 Ok(r) if r.expiration_time < 0.0 => {
                     self.timers.remove(&(r.pid, r.scope_id));
                 }
@@ -228,5 +234,26 @@ mod tests {
         assert_eq!(child.wait().unwrap().signal(), Some(9));
         drop(t);
         assert!(!path.exists(), "the FIFO is removed");
+    }
+
+    /// A timer for pid 0 or below (kill(2)'s process groups; -1 is every process
+    /// toporun may signal) is ignored, never fired: nothing is registered. Its signal
+    /// is SIGWINCH, harmless by default, should the guard ever go.
+    #[test]
+    fn a_timer_for_a_process_group_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("watchdog");
+        let mut t = FileTimer::create(&path).unwrap();
+        let soon = now_secs() - 0.5;
+        for pid in [-1, 0] {
+            write(
+                &path,
+                &format!(
+                    r#"{{"version":1,"pid":{pid},"scope_id":"all","expiration_time":{soon},"signal":28}}"#
+                ),
+            );
+        }
+        assert!(t.check().is_empty());
+        assert!(t.timers.is_empty(), "{:?}", t.timers.keys());
     }
 }

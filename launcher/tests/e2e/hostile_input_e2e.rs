@@ -70,6 +70,35 @@ fn durations_out_of_range_are_usage_errors() {
     );
 }
 
+/// Bytes that are not UTF-8: an argument is refused by name (exit 2), a variable is
+/// passed on to the ranks as it is and read by toporun only where it is text; neither
+/// panics, as std's `args()` and `vars()` would.
+#[test]
+fn bytes_that_are_not_text_are_named_or_passed_on_never_a_panic() {
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+    let bad = OsStr::from_bytes(b"data-\xff.bin");
+    let mut args: Vec<&OsStr> = dry(&[]).into_iter().map(OsStr::new).collect();
+    args.push(bad);
+    let (code, _, err, _) = run_within(toporun().args(&args), Duration::from_secs(20));
+    assert_eq!(code, 2, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(err.contains("is not valid UTF-8"), "{err}");
+    let (code, out, err, _) = run_within(
+        toporun().args(dry(&[])).env("TOPORUN_T_BYTES", bad),
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !err.contains("panicked") && out.contains("t.py"),
+        "{out}\n{err}"
+    );
+    assert!(
+        err.contains("the value of TOPORUN_T_BYTES is not UTF-8"),
+        "{err}"
+    );
+}
+
 #[test]
 fn counts_never_wrap() {
     refused(&dry(&["--nproc-per-node=4294967295"]), &[], "at most 4096");

@@ -210,7 +210,10 @@ impl MultiNode {
         self.expected_nccl_nodes = Some(colocation::nccl_hosts(&views, &decision.env));
         self.nodes = infos.iter().map(NodeInfo::addrs).collect();
         let machines: Vec<_> = infos.iter().map(NodeInfo::machine).collect();
-        self.rank_machines = NodeMachine::per_rank(&machines);
+        let world = machines
+            .iter()
+            .fold(0, |w: u32, m| w.saturating_add(m.nproc));
+        self.rank_machines = NodeMachine::per_rank(&machines, world);
         for f in decision.findings {
             let fix = f.remedy.map(|r| format!(". Fix: {r}")).unwrap_or_default();
             crate::console::say!("toporun: {}: {}: {}{fix}", f.severity, f.id, f.summary);
@@ -435,11 +438,11 @@ impl MultiNode {
         self.published(self.cfg.round_keys(round).peers()).await
     }
 
-    /// Where another node coordinated the round: each rank's machine as the
-    /// coordinator published it (empty where it cannot be read at once).
-    pub(super) async fn learn_machines(&mut self, round: u32) {
+    /// Where another node coordinated the round: each of its `world` ranks' machine
+    /// as the coordinator published it (empty where it cannot be read at once).
+    pub(super) async fn learn_machines(&mut self, round: u32, world: u32) {
         let nodes = self.published(self.cfg.round_keys(round).machines()).await;
-        self.rank_machines = NodeMachine::per_rank(&nodes);
+        self.rank_machines = NodeMachine::per_rank(&nodes, world);
     }
 
     /// A value the round's coordinator published; the default where the rendezvous

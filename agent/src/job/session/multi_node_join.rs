@@ -262,7 +262,8 @@ impl MultiNode {
             // Another node coordinated: its table is in the store.
             None => {
                 self.nodes.clear();
-                self.learn_machines(round).await;
+                let world = joined.as_ref().map_or(0, |p| p.world);
+                self.learn_machines(round, world).await;
             }
         }
         let place = match joined {
