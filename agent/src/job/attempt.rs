@@ -125,6 +125,10 @@ fn prepare(
     say_colocation(node);
     if node.round == 0 && restarts.used == 0 && p.gpu_of(0).is_some() {
         crate::console::say!("toporun: {}", p.watch.nccl_profiler.line());
+        if p.profiler_plugin().is_none() {
+            let timing = crate::job::failure::recorder::gpu_timing_line(p, &attempt_dir);
+            crate::console::say!("toporun: GPU timing: {timing}");
+        }
     }
     let (report_env, reporter) = nccl_reporter(p, session, node, &dir, &attempt_dir);
     let stop_file = preemption::StopFile::armed(&p.stop, &dir);

@@ -77,15 +77,14 @@ fn pipe_needs_old_name(torch: Option<Version>) -> bool {
     torch.is_some_and(|v| v < FR_NAMES)
 }
 
-/// Whether the ranks' dump pipe opens with what toporun and the user set: on torch
-/// 2.8-2.10 only where the user set the old buffer name (nonzero) themselves.
+/// Whether the ranks' dump pipe opens with what toporun and the user set: the
+/// user's own old buffer name decides where they set it (0 shuts it); else every
+/// torch but 2.8-2.10, which need that name.
 pub fn pipe_opens(user: &UserEnv, torch: Option<Version>) -> bool {
-    match torch {
-        Some(v) if v >= FR_NAMES && v < PIPE_DEFAULT_ON => user
-            .get(PIPE_BUFFER_VAR)
-            .is_some_and(|n| n.trim().parse::<u64>().is_ok_and(|n| n > 0)),
-        _ => true,
+    if let Some(n) = user.get(PIPE_BUFFER_VAR) {
+        return n.trim().parse::<u64>().is_ok_and(|n| n > 0);
     }
+    !torch.is_some_and(|v| v >= FR_NAMES && v < PIPE_DEFAULT_ON)
 }
 
 /// The user chose the dump prefix, under either name.
@@ -266,7 +265,7 @@ mod tests {
     }
 
     /// The pipe opens on every torch but 2.8-2.10, where only the user's own old
-    /// buffer name (nonzero) opens it.
+    /// buffer name (nonzero) opens it; the user's 0 shuts it anywhere.
     #[test]
     fn the_pipe_opens_by_torch_and_the_users_old_name() {
         let v = |s| Version::parse(s);
@@ -276,6 +275,9 @@ mod tests {
         assert!(!pipe_opens(&none, v("2.8.0")) && !pipe_opens(&none, v("2.10.1")));
         assert!(pipe_opens(&user(&[(PIPE_BUFFER_VAR, "500")]), v("2.9.0")));
         assert!(!pipe_opens(&user(&[(PIPE_BUFFER_VAR, "0")]), v("2.9.0")));
+        // The user's 0 shuts it on any torch.
+        assert!(!pipe_opens(&user(&[(PIPE_BUFFER_VAR, "0")]), v("2.11.0")));
+        assert!(!pipe_opens(&user(&[(PIPE_BUFFER_VAR, "0")]), None));
     }
 
     #[test]

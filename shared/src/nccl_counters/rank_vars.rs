@@ -132,7 +132,7 @@ pub struct ProfilerReport {
 }
 
 /// How toporun watches NCCL ranks without its plugin.
-const WITHOUT: &str = "hangs are judged from the ranks' stacks, GPU stragglers from flight-recorder dumps (unless --gpu-timing off)";
+const WITHOUT: &str = "hangs are judged from the ranks' stacks, GPU stragglers from flight-recorder dumps where the GPU timing is on (its line says)";
 
 /// Rank `rank`'s counters file in the attempt's directory.
 pub fn counters_file(counters_dir: &Path, rank: u32) -> PathBuf {

@@ -784,10 +784,14 @@ mod tests {
             assert_eq!(state, NcclState::Unreadable, "at {s}s");
         }
         node.unreadable.clear();
+        w.observe(&node, t0 + Duration::from_secs(90));
+        let NcclState::Stalled(s) = w.observe(&node, t0 + Duration::from_secs(120)) else {
+            panic!("read again: judged again")
+        };
         assert_eq!(
-            still(&node, 30).waiting,
-            vec![0],
-            "read again: judged again"
+            (s.waiting, s.stalled_secs),
+            (vec![0], 30.0),
+            "its clock from the read"
         );
     }
 

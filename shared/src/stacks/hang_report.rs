@@ -35,6 +35,12 @@ pub struct Hang {
     /// What made toporun look, where it was not --hang-timeout (NCCL's watchdog).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trigger: Option<String>,
+    /// The odd ranks are named outright (a rank that left, stopped, or in no
+    /// collective while the others wait): the flight recorder can only confirm it.
+    /// Not for a rank apart from a group that all wait (which collective differs is
+    /// the dumps' to say).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub named: bool,
 }
 
 /// A rank that exited 0 while the others still ran.
@@ -245,11 +251,11 @@ impl Hang {
     ) -> Hang {
         let groups = merge(stacks);
         let stands = ctx.standings(stacks);
-        let (odd, headline) = if let Some(found) = left_headline(ctx, &stands, places) {
-            found
-        } else if let Some(found) = stopped_headline(ctx, places) {
-            found
-        } else if let Some(found) = elsewhere_headline(&stands, places) {
+        let outright = left_headline(ctx, &stands, places)
+            .or_else(|| stopped_headline(ctx, places))
+            .or_else(|| elsewhere_headline(&stands, places));
+        let named = outright.is_some();
+        let (odd, headline) = if let Some(found) = outright {
             found
         } else {
             match groups.as_slice() {
@@ -281,6 +287,7 @@ impl Hang {
             odd,
             headline,
             trigger: None,
+            named,
         }
     }
 
@@ -295,6 +302,7 @@ impl Hang {
     ) -> Hang {
         let mut hang = Hang::with(stacks, places, Duration::ZERO, Duration::ZERO, ctx);
         let culprit = if hang.odd.is_empty() || hang.odd == [victim] {
+            hang.named = false;
             "no other rank was seen outside a collective: a collective some rank skipped or called with other sizes (the flight recorder tells which)".to_string()
         } else {
             hang.headline.clone()
@@ -365,6 +373,9 @@ mod tests {
         let secs = Duration::from_secs(10);
         let hang = Hang::of(&four(3), &Places::new(), secs, secs);
         assert_eq!(hang.odd, vec![3]);
+        // Apart from the group, not known to be outside any collective: the dumps
+        // may still tell which collective differs.
+        assert!(!hang.named);
         let text = hang.text(&Places::new());
         assert!(
             text.contains("rank 3: wait_for_data (train.py:7)"),
@@ -516,6 +527,17 @@ mod tests {
             w.headline
         );
         assert!(w.text(&Places::new()).starts_with("toporun: hang: NCCL's watchdog stopped rank 0 in all_reduce #17 after its 25s timeout; where each stands"));
+        // Named outright, both times; but not where the watchdog's victim is the one
+        // apart (then the dumps tell which collective).
+        assert!(hang.named && w.named);
+        let victim = Hang::watchdog(
+            &[at_item(0), at(1, true, &[("read_next_shard", RANK, 44)])],
+            &Places::new(),
+            1,
+            "all_reduce #17 after its 25s timeout",
+            &ctx,
+        );
+        assert!(!victim.named, "{}", victim.headline);
     }
 
     #[test]
@@ -528,7 +550,7 @@ mod tests {
         };
         let secs = Duration::from_secs(15);
         let hang = Hang::with(&[at_item(0), at_item(1)], &Places::new(), secs, secs, &ctx);
-        assert!(hang.odd.is_empty());
+        assert!(hang.odd.is_empty() && !hang.named);
         assert!(
             hang.headline
                 .starts_with("every rank waits for its peers (rank 0 waits on its GPU at .item()"),

@@ -292,7 +292,9 @@ pub fn counters_alone(
     now: Instant,
 ) -> CountersAlone {
     let stall = match watch.observe(&reading, now) {
-        NcclState::Idle | NcclState::Unreadable => return CountersAlone::Quiet,
+        NcclState::Idle => return CountersAlone::Quiet,
+        // A file that does not read says nothing: not progress (a hang said stays said).
+        NcclState::Unreadable => return CountersAlone::Waiting,
         NcclState::Moving => return CountersAlone::Moving,
         NcclState::Stalled(s) => s,
     };

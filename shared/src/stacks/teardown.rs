@@ -137,6 +137,7 @@ mod tests {
             odd,
             headline: "rank 1 never posted all_reduce".into(),
             trigger: None,
+            named: false,
         }
     }
 

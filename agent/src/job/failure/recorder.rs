@@ -41,7 +41,10 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
     }
     let torch = p.ranks_torch();
     if !pipe_opens(&p.inherited_env, torch) {
-        return off(&format!("torch {}: its dump pipe opens only with {PIPE_BUFFER_VAR} set, which makes every rank print torch's deprecation warning, so toporun leaves it unset; set it yourself to time the GPU from the flight recorder", torch.map_or("?".into(), |v| v.to_string())));
+        return off(&match (user(PIPE_BUFFER_VAR), torch) {
+            (Some(n), _) => format!("your {PIPE_BUFFER_VAR}={n} opens no dump pipe"),
+            (None, v) => format!("torch {}: its dump pipe opens only with {PIPE_BUFFER_VAR} set, which makes every rank print torch's deprecation warning, so toporun leaves it unset; set {PIPE_BUFFER_VAR}=2000 yourself to time the GPU from the flight recorder", v.map_or("?".into(), |v| v.to_string())),
+        });
     }
     let set = timing_vars(&p.inherited_env, attempt_dir, torch);
     let kept: Vec<String> = [TIMING_VAR, PIPE_BUFFER_VAR, PIPE_VARS[0], PIPE_VARS[1]]
@@ -61,6 +64,9 @@ pub fn gpu_timing_line(p: &Job, attempt_dir: &Path) -> String {
     );
     if !kept.is_empty() {
         line.push_str(&format!("; yours kept: {}", kept.join(" ")));
+    }
+    if torch.is_none() && user(PIPE_BUFFER_VAR).is_none() {
+        line.push_str(&format!(" (the ranks' torch was not found and is taken for 2.11 or later; on an older one set {PIPE_BUFFER_VAR}=2000, or no dump pipe opens)"));
     }
     if user(TIMING_VAR).is_some_and(|v| v.trim() == "0") {
         line.push_str(" (your TORCH_NCCL_ENABLE_TIMING=0: no GPU time to read, the stacks decide)");

@@ -182,10 +182,10 @@ const WATCHDOG_DUMP_WAIT: Duration = Duration::from_secs(11);
 
 /// How long a hang stop waits for the dumps: short where the report already names
 /// the ranks to blame (by the counters, or by the stacks: a rank that left, stopped,
-/// or stands apart), the whole of torch's own wait where only the dumps can tell
+/// or in no collective), the whole of torch's own wait where only the dumps can tell
 /// which collective differs.
 fn dump_wait(r: &HangReport) -> Duration {
-    match r.by_counters || !r.hang.odd.is_empty() {
+    match r.by_counters || r.hang.named {
         true => DECIDED_DUMP_WAIT,
         false => DUMP_WAIT,
     }
@@ -297,7 +297,7 @@ mod tests {
     /// slow to dump) ends the job within --hang-timeout + 10 s.
     #[test]
     fn only_an_undecided_hang_waits_the_whole_dump_timeout() {
-        let report = |odd: Vec<u32>, by_counters| HangReport {
+        let report = |odd: Vec<u32>, named, by_counters| HangReport {
             hang: toporun_shared::stacks::hang_report::Hang {
                 stalled_secs: 20.0,
                 timeout_secs: 15.0,
@@ -305,13 +305,20 @@ mod tests {
                 odd,
                 headline: String::new(),
                 trigger: None,
+                named,
             },
             text: String::new(),
             watchdog: None,
             by_counters,
         };
-        assert_eq!(dump_wait(&report(vec![1], false)), DECIDED_DUMP_WAIT);
-        assert_eq!(dump_wait(&report(Vec::new(), true)), DECIDED_DUMP_WAIT);
-        assert_eq!(dump_wait(&report(Vec::new(), false)), DUMP_WAIT);
+        assert_eq!(dump_wait(&report(vec![1], true, false)), DECIDED_DUMP_WAIT);
+        assert_eq!(
+            dump_wait(&report(Vec::new(), false, true)),
+            DECIDED_DUMP_WAIT
+        );
+        assert_eq!(dump_wait(&report(Vec::new(), false, false)), DUMP_WAIT);
+        // A rank apart from a group that all wait: which collective differs is the
+        // dumps' to say.
+        assert_eq!(dump_wait(&report(vec![3], false, false)), DUMP_WAIT);
     }
 }

@@ -183,7 +183,9 @@ mod tests {
         let mut c = CounterWindows::new(CountersFiles::new(dir.path().into()), Duration::ZERO);
         let f = counters_file(dir.path(), 0);
         std::fs::create_dir_all(f.parent().unwrap()).unwrap();
-        std::fs::write(&f, b"short").unwrap();
+        let mut other = Words::default();
+        other.0[toporun_shared::nccl_counters::layout::H_VERSION] = 99;
+        std::fs::write(&f, other.bytes()).unwrap();
         c.first = Some(Instant::now() - NONE_SAID_AFTER * 2);
         let (times, _) = c.tick(&[live(0)], None);
         assert!(times.is_empty());
