@@ -18,6 +18,9 @@ says:
               the side group keeps moving while the gradients' group hangs
   watchdog    as stuck, under a process group timeout of PG_TIMEOUT s (25): NCCL's
               watchdog aborts the waiting rank
+  sideskip    skipgrad beside sidebusy's metrics thread, under PG_TIMEOUT (25): the
+              gradients' group stands at operations of other sizes while the side
+              group moves (the counters cannot judge that; the watchdog ends it)
   segv        a native crash (ctypes reads address 8) in decode_native_record
   valueerror  raises ValueError in load_batch
   oom         asks CUDA for more memory than the GPU has in build_activations
@@ -95,7 +98,7 @@ def start_metrics_thread(side, dev, local):
 
 def main():
     local = int(os.environ["LOCAL_RANK"])
-    timeout = datetime.timedelta(seconds=int(os.environ.get("PG_TIMEOUT", "25"))) if CASE == "watchdog" else None
+    timeout = datetime.timedelta(seconds=int(os.environ.get("PG_TIMEOUT", "25"))) if CASE in ("watchdog", "sideskip") else None
     if os.environ.get("DEVICE") == "cpu":
         dist.init_process_group("gloo", timeout=timeout)
         dev, n = "cpu", 256
@@ -106,7 +109,7 @@ def main():
     rank = dist.get_rank()
     w = torch.randn(n, n, device=dev)
     x = torch.randn(n, n, device=dev)
-    if CASE == "sidebusy":
+    if CASE in ("sidebusy", "sideskip"):
         start_metrics_thread(dist.new_group(), dev, local)
     loader = iter(torch.utils.data.DataLoader(Shards(), batch_size=4, num_workers=2 if CASE == "dataloader" else 0))
     for step in range(STEPS):
@@ -126,9 +129,9 @@ def main():
         if failing and CASE == "oom":
             build_activations()
         g, loss = train_step(w, x)
-        if not (failing and CASE in ("skip", "skipgrad")):
+        if not (failing and CASE in ("skip", "skipgrad", "sideskip")):
             dist.all_reduce(g)
-        if CASE == "skipgrad":
+        if CASE in ("skipgrad", "sideskip"):
             dist.all_reduce(loss.detach().reshape(1))
         if CASE == "metrics" and rank == 0 and step == FAIL_STEP:
             m = loss.detach().reshape(1)
