@@ -42,6 +42,8 @@ pub struct Failure {
     pub cuda_oom: Option<CudaOom>,
     /// NCCL's watchdog stopped it (a collective timed out).
     pub watchdog: Option<toporun_shared::root_cause::watchdog::WatchdogTimeout>,
+    /// torch's watchdog raised an NCCL error of one of its collectives.
+    pub watchdog_error: Option<toporun_shared::root_cause::watchdog::WatchdogError>,
     /// toporun read its stderr (else no exception can be known).
     pub stderr_read: bool,
     /// Its last lines of its own on stderr (an exit without a traceback says why).
@@ -127,6 +129,7 @@ impl Failure {
             paths: paths_named(&output),
             cuda_oom: cuda_oom(&output),
             watchdog: toporun_shared::root_cause::watchdog::last_timeout(&output),
+            watchdog_error: toporun_shared::root_cause::watchdog::last_error(&output),
             last_words: toporun_shared::root_cause::last_words::last_words(&output),
             stderr_read: !matches!(cmd.stderr, Sink::Inherit | Sink::Null),
             local_rank: cmd.local_rank,
@@ -347,6 +350,7 @@ mod tests {
             paths: Vec::new(),
             cuda_oom: None,
             watchdog: None,
+            watchdog_error: None,
             stderr_read: true,
             last_words: None,
         };
@@ -382,6 +386,7 @@ mod tests {
             paths: Vec::new(),
             cuda_oom: None,
             watchdog: None,
+            watchdog_error: None,
             stderr_read: true,
             last_words: None,
         };
@@ -417,6 +422,7 @@ mod tests {
             paths: Vec::new(),
             cuda_oom: None,
             watchdog: None,
+            watchdog_error: None,
             stderr_read: true,
             last_words: None,
         };

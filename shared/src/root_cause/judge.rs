@@ -10,7 +10,7 @@ use super::oom::{MemoryReading, FIX as OOM_FIX};
 use super::python_error::PythonError;
 use super::shm::FIX as SHM_FIX;
 use super::signal::RankSignal;
-use super::watchdog::WatchdogTimeout;
+use super::watchdog::{WatchdogError, WatchdogTimeout};
 use super::xid::{info, Verdict, XidEvent, FIX as XID_FIX};
 use crate::units::format_size as fmt_bytes;
 
@@ -43,6 +43,8 @@ pub struct RankEnd<'a> {
     pub last_words: Option<&'a str>,
     /// NCCL's watchdog stopped it: the collective it waited in timed out.
     pub watchdog: Option<&'a WatchdogTimeout>,
+    /// torch's watchdog raised an NCCL error of one of its collectives.
+    pub watchdog_error: Option<&'a WatchdogError>,
     /// Where the ranks it waited for stood, as the hang report said it (the rank
     /// outside any collective), where one was made.
     pub hang: Option<&'a str>,
@@ -259,6 +261,28 @@ fn crashed(e: &RankEnd, sig: RankSignal, own_fault: &str) -> Cause {
     Cause::new(CauseKind::Code, Some(e.rank), summary + own_fault).fix("the C/C++/CUDA extension or library in that call: run the rank under gdb or with CUDA_LAUNCH_BLOCKING=1 (a CUDA fault), and check the inputs it was given")
 }
 
+const MISMATCH_FIX: &str = "the ranks called this collective with other sizes or in another order (a collective one rank skipped or added): make every rank run the same collectives in the same order with the same sizes; `toporun fr-trace` on the attempt's fr/ directory shows which did not match";
+
+/// A rank whose NCCL failed one of its collectives, as torch's watchdog found it:
+/// NCCL's own reason. Its SIGABRT is torch taking the process down, not a crash.
+fn watchdog_error(e: &RankEnd, w: &WatchdogError) -> Cause {
+    let end = match e.signal {
+        Some(sig) => format!("; torch's watchdog then took the process down ({sig}: not a crash)"),
+        None => String::new(),
+    };
+    let summary = format!(
+        "rank {}'s NCCL failed {}: {}{end}",
+        e.rank,
+        w.what(),
+        w.error.text()
+    );
+    let fix = match w.mismatch() {
+        true => MISMATCH_FIX.to_string(),
+        false => w.error.fix(),
+    };
+    Cause::new(CauseKind::Code, Some(e.rank), summary).fix(fix)
+}
+
 const HANG_FIX: &str = "the rank the others waited for: make every rank run the same collectives in the same order with the same sizes; `toporun fr-trace` on the attempt's fr/ directory shows which collective did not match";
 
 /// A rank NCCL's watchdog stopped waited for a peer: the cause is that peer (the hang
@@ -356,6 +380,10 @@ pub fn judge(
             causes.push(watchdog_victim(e, w, left));
             continue;
         }
+        if let (Some(w), None) = (e.watchdog_error, e.exception) {
+            causes.push(watchdog_error(e, w));
+            continue;
+        }
         let own_fault = xids_near(e, xids, Verdict::Code)
             .first()
             .map(|x| format!("; {}: the code's own fault", xid_text(x, e)))
@@ -424,6 +452,7 @@ mod tests {
             cuda_oom: None,
             last_words: None,
             watchdog: None,
+            watchdog_error: None,
             hang: None,
             first: true,
             gpu: Some(rank),
@@ -562,6 +591,56 @@ mod tests {
         e.last_seen = Some(("step (common.py:15)", 1.0));
         let c = judge(&[e], &[], None, None, &[]);
         assert_eq!(c[0].summary, "rank 1 exited with code 1 without a Python traceback, its last words on stderr: \"step 3 / config error: lr must be positive\" (sys.exit with a message, argparse, a logger's fatal line, or a library's exit()); last seen in step (common.py:15), sampled 1.0s before it ended");
+    }
+
+    /// torch's watchdog raised NCCL's error of a collective (two nodes over sockets,
+    /// one rank skipped a gradient all_reduce: NCCL found the sizes differ) and took
+    /// the process down with SIGABRT: the cause is NCCL's reason, not a native crash
+    /// (which toporun said before, one H200, tests/fixtures/device/cross-node-failures-h200x1).
+    #[test]
+    fn an_nccl_error_the_watchdog_raised_is_the_cause_not_a_crash() {
+        let out = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../tests/fixtures/device/cross-node-failures-h200x1/failure-sideskip/stderr1"
+        ))
+        .unwrap();
+        // The capture's lines carry the device script's time stamps (`[  13.28] `),
+        // which toporun's own reading of a rank's output has not.
+        let out: String = out
+            .lines()
+            .map(|l| l.split_once("] ").map_or(l, |(_, rest)| rest))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        let w = crate::root_cause::watchdog::last_error(&out).expect("the watchdog's error");
+        let mut e = end(1, Some(RankSignal::from_number(6)), -6);
+        e.watchdog_error = Some(&w);
+        let c = judge(&[e], &[], None, None, &[]);
+        assert_eq!(c[0].kind, CauseKind::Code);
+        assert!(
+            c[0].summary.starts_with(
+                "rank 1's NCCL failed all_reduce #25 (1 element): NCCL invalid usage ("
+            ),
+            "{}",
+            c[0].summary
+        );
+        assert!(
+            c[0].summary
+                .contains("message truncated : receiving 1048576 bytes instead of 65536"),
+            "{}",
+            c[0].summary
+        );
+        assert!(
+            c[0].summary
+                .ends_with("torch's watchdog then took the process down (SIGABRT: not a crash)"),
+            "{}",
+            c[0].summary
+        );
+        assert!(!c[0].summary.contains("native crash"), "{}", c[0].summary);
+        assert!(c[0]
+            .fix
+            .as_deref()
+            .unwrap()
+            .starts_with("the ranks called this collective with other sizes"));
     }
 
     /// An NCCL error is said with NCCL's own reason and the fix it points to, not the

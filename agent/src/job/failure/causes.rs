@@ -160,6 +160,7 @@ pub fn of(
             cuda_oom: f.cuda_oom.as_ref(),
             last_words: f.last_words.as_deref(),
             watchdog: f.watchdog.as_ref(),
+            watchdog_error: f.watchdog_error.as_ref(),
             hang: seen.hang,
             last_seen: seen.last_seen.get(&f.pid).map(|(line, at)| {
                 let age = f.at.duration_since(*at).unwrap_or_default();

@@ -202,6 +202,7 @@ struct Judge {
     busy_said: bool,
     /// Where the ranks run their backward (on their own thread without a GPU).
     backward: Backward,
+    nccl_errors: super::nccl_errors::NcclErrorsSaid,
 }
 
 /// Each rank's stderr tail, by global rank.
@@ -410,6 +411,7 @@ impl Judge {
             );
         }
         self.unreadable = 0;
+        self.nccl_errors.say_new(&self.tails);
         if self.watchdog(live, stacks) {
             return;
         }
@@ -518,6 +520,7 @@ pub fn start(
         handed_marks: (0, 0),
         busy_said: false,
         backward,
+        nccl_errors: Default::default(),
     });
     std::thread::spawn(move || {
         let mut sampler = Sampler::default();
