@@ -274,7 +274,7 @@ fn watchdog_error(e: &RankEnd, w: &WatchdogError) -> Cause {
         "rank {}'s NCCL failed {}: {}{end}",
         e.rank,
         w.what(),
-        w.error.text()
+        w.error_text()
     );
     let fix = match w.mismatch() {
         true => MISMATCH_FIX.to_string(),
@@ -618,8 +618,13 @@ mod tests {
         assert_eq!(c[0].kind, CauseKind::Code);
         assert!(
             c[0].summary.starts_with(
-                "rank 1's NCCL failed all_reduce #25 (1 element): NCCL invalid usage ("
+                "rank 1's NCCL failed all_reduce #25 (1 element): NCCL invalid usage (NCCL 2.28.9); NCCL's reason: \"NET/Socket"
             ),
+            "{}",
+            c[0].summary
+        );
+        assert!(
+            !c[0].summary.contains("two ranks on one GPU"),
             "{}",
             c[0].summary
         );

@@ -180,17 +180,27 @@ fn last_error(lines: &[&str]) -> Option<String> {
 impl NcclError {
     /// `NCCL invalid usage (NCCL 2.28.9): "Duplicate GPU detected : ..."`.
     pub fn text(&self) -> String {
+        self.said(Some(info(self.result).meaning))
+    }
+
+    /// As `text`, without what the class usually means: where NCCL's reason says
+    /// otherwise (a size mismatch is "invalid usage" too).
+    pub fn reason_text(&self) -> String {
+        self.said(None)
+    }
+
+    fn said(&self, meaning: Option<&str>) -> String {
         let c = info(self.result);
-        let version = self
-            .version
-            .as_ref()
-            .map(|v| format!(", NCCL {v}"))
-            .unwrap_or_default();
+        let version = self.version.as_ref().map(|v| format!("NCCL {v}"));
+        let inside: Vec<&str> = meaning.into_iter().chain(version.as_deref()).collect();
         let said = match &self.last_error {
             Some(s) => format!("; NCCL's reason: \"{s}\""),
             None => "; NCCL gave no reason (NCCL_DEBUG=WARN prints it)".into(),
         };
-        format!("NCCL {} ({}{version}){said}", c.words, c.meaning)
+        match inside.is_empty() {
+            true => format!("NCCL {}{said}", c.words),
+            false => format!("NCCL {} ({}){said}", c.words, inside.join(", ")),
+        }
     }
 
     /// What to do: NCCL's reason read where it names ranks and a GPU, else the class's

@@ -109,6 +109,15 @@ impl WatchdogError {
         }
     }
 
+    /// NCCL's error as said: its reason alone where it saw the collectives differ
+    /// (the class's usual meaning, two ranks on one GPU, would mislead).
+    pub fn error_text(&self) -> String {
+        match self.mismatch() {
+            true => self.error.reason_text(),
+            false => self.error.text(),
+        }
+    }
+
     /// NCCL saw the ranks' collectives differ (a size, an order).
     pub fn mismatch(&self) -> bool {
         let said = self.error.last_error.as_deref().unwrap_or_default();
