@@ -3,7 +3,7 @@
 //! takes the process down (66 s on one H200, two nodes over sockets): without this
 //! line the job stood silent that long, and its end read as a native crash.
 
-use super::watch::RankTails;
+use crate::supervise::Tail;
 use std::collections::BTreeSet;
 use toporun_shared::root_cause::watchdog::{last_error, WatchdogError, ERROR_MARKER};
 
@@ -12,8 +12,8 @@ use toporun_shared::root_cause::watchdog::{last_error, WatchdogError, ERROR_MARK
 pub struct NcclErrorsSaid(BTreeSet<u32>);
 
 impl NcclErrorsSaid {
-    /// Says each rank's NCCL error not said yet.
-    pub fn say_new(&mut self, tails: &RankTails) {
+    /// Says each rank's NCCL error not said yet (`tails`: each rank's stderr tail).
+    pub fn say_new(&mut self, tails: &[(u32, Tail)]) {
         for (rank, tail) in tails {
             if self.0.contains(rank) {
                 continue;
