@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use toporun_shared::root_cause::watchdog::{last_timeout, WatchdogTimeout};
+use toporun_shared::root_cause::watchdog::{last_timeout, WatchdogTimeout, ERROR_MARKER};
 
 /// Bytes kept per rank: a deep traceback fits many times over.
 pub const TAIL_BYTES: usize = 64 << 10;
@@ -18,6 +18,9 @@ pub struct Tail {
     fed: Arc<AtomicBool>,
     /// NCCL's watchdog said it timed out, as it came (the hang watch acts on it).
     watchdog: Arc<Mutex<Option<WatchdogTimeout>>>,
+    /// torch's watchdog raised an NCCL error (its marker came): the hang watch reads
+    /// the error from the text then, and not before.
+    nccl_error: Arc<AtomicBool>,
 }
 
 impl Tail {
@@ -51,7 +54,8 @@ impl Tail {
         let Ok(mut w) = self.watchdog.lock() else {
             return;
         };
-        if w.is_some() {
+        let error_seen = self.nccl_error.load(Ordering::Relaxed);
+        if w.is_some() && error_seen {
             return; // the first timeout is the one kept
         }
         // The marker's line may straddle reads: look at the new bytes and a line
@@ -62,9 +66,17 @@ impl Tail {
         let recent: Vec<u8> = q.range(q.len() - look..).copied().collect();
         let recent = String::from_utf8_lossy(&recent);
         let whole = recent.rfind('\n').map_or("", |end| &recent[..end]);
-        if let Some(t) = last_timeout(whole) {
-            *w = Some(t);
+        if !error_seen && whole.contains(ERROR_MARKER) {
+            self.nccl_error.store(true, Ordering::Relaxed);
         }
+        if w.is_none() {
+            *w = last_timeout(whole);
+        }
+    }
+
+    /// torch's watchdog raised an NCCL error on the rank (its line came).
+    pub fn nccl_error_seen(&self) -> bool {
+        self.nccl_error.load(Ordering::Relaxed)
     }
 
     /// NCCL's watchdog's timeout, once the rank has said it.
@@ -112,6 +124,12 @@ mod tests {
         t.push(b"[rank0]: Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=BROADCAST, Timeout(ms)=6000) ran for 6001 milliseconds before timing out.\n[rank0]:[E1125 ProcessGroupNCCL.cpp:2119] Process group watchdog thr");
         let w = t.watchdog().expect("caught");
         assert_eq!((w.seq, w.op.as_deref()), (Some(9), Some("broadcast")));
+        assert!(!t.nccl_error_seen());
+        // The watchdog's NCCL error, split across reads, after a timeout was kept.
+        t.push(b"[Rank 0] Collective WorkNCCL(SeqNum=10) raised the following ");
+        assert!(!t.nccl_error_seen());
+        t.push(b"async exception: NCCL error: invalid usage\n");
+        assert!(t.nccl_error_seen());
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use crate::supervise::Tail;
 use std::collections::BTreeSet;
-use toporun_shared::root_cause::watchdog::{last_error, WatchdogError, ERROR_MARKER};
+use toporun_shared::root_cause::watchdog::{last_error, WatchdogError};
 
 /// The ranks whose NCCL error was said.
 #[derive(Debug, Default)]
@@ -15,14 +15,11 @@ impl NcclErrorsSaid {
     /// Says each rank's NCCL error not said yet (`tails`: each rank's stderr tail).
     pub fn say_new(&mut self, tails: &[(u32, Tail)]) {
         for (rank, tail) in tails {
-            if self.0.contains(rank) {
+            if self.0.contains(rank) || !tail.nccl_error_seen() {
                 continue;
             }
-            let text = tail.text();
-            if !text.contains(ERROR_MARKER) {
-                continue;
-            }
-            if let Some(e) = last_error(&text) {
+            // Its explanation may still be coming: read again at the next sample.
+            if let Some(e) = last_error(&tail.text()) {
                 crate::console::say_warning!("{}", line(*rank, &e));
                 self.0.insert(*rank);
             }
