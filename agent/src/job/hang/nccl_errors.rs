@@ -37,7 +37,7 @@ fn line(rank: u32, e: &WatchdogError) -> String {
     format!(
         "rank {rank}'s NCCL failed {}: {}{why}; torch's watchdog takes the process down once its flight-recorder dump is written",
         e.what(),
-        e.error.text()
+        e.error_text()
     )
 }
 
@@ -50,7 +50,7 @@ mod tests {
         let out = "[rank1]:[E1203 ProcessGroupNCCL.cpp:612] [Rank 1] Collective WorkNCCL(SeqNum=25, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=25000) raised the following async exception: NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\nncclInvalidUsage: This usually reflects invalid usage of NCCL library.\nLast error:\nNET/Socket : peer 127.0.0.1<44186> message truncated : receiving 1048576 bytes instead of 65536.\n";
         let l = line(1, &last_error(out).unwrap());
         assert!(
-            l.starts_with("rank 1's NCCL failed all_reduce #25 (1 element): NCCL invalid usage ("),
+            l.starts_with("rank 1's NCCL failed all_reduce #25 (1 element): NCCL invalid usage (NCCL 2.28.9); NCCL's reason:"),
             "{l}"
         );
         assert!(
