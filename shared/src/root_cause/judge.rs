@@ -270,12 +270,7 @@ fn watchdog_error(e: &RankEnd, w: &WatchdogError) -> Cause {
         Some(sig) => format!("; torch's watchdog then took the process down ({sig}: not a crash)"),
         None => String::new(),
     };
-    let summary = format!(
-        "rank {}'s NCCL failed {}: {}{end}",
-        e.rank,
-        w.what(),
-        w.error_text()
-    );
+    let summary = format!("{}{end}", w.failed(e.rank));
     let fix = match w.mismatch() {
         true => MISMATCH_FIX.to_string(),
         false => w.error.fix(),

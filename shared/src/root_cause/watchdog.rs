@@ -109,6 +109,16 @@ impl WatchdogError {
         }
     }
 
+    /// `rank 1's NCCL failed all_reduce #25 (1 element): NCCL invalid usage (...);
+    /// NCCL's reason: "..."`: how both the live warning and the root cause begin.
+    pub fn failed(&self, rank: u32) -> String {
+        format!(
+            "rank {rank}'s NCCL failed {}: {}",
+            self.what(),
+            self.error_text()
+        )
+    }
+
     /// NCCL's error as said: its reason alone where it saw the collectives differ
     /// (the class's usual meaning, two ranks on one GPU, would mislead).
     pub fn error_text(&self) -> String {

@@ -35,9 +35,8 @@ fn line(rank: u32, e: &WatchdogError) -> String {
         false => "",
     };
     format!(
-        "rank {rank}'s NCCL failed {}: {}{why}; torch's watchdog takes the process down once its flight-recorder dump is written",
-        e.what(),
-        e.error_text()
+        "{}{why}; torch's watchdog takes the process down once its flight-recorder dump is written",
+        e.failed(rank)
     )
 }
 
